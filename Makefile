@@ -1,0 +1,37 @@
+# `make demo` and `make test` set everything up on a fresh machine: both depend on `make env`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+TORCH  ?= torch==2.13.0
+FMS    ?= 3.2.2
+STAMP  := $(VENV)/.installed
+
+.PHONY: env test test-fast demo bench clean
+
+env: $(STAMP)
+
+# torch first (a free choice pulls a multi-GB CUDA build), then fms-hf-tuning's own
+# requirements minus torch, then fms-hf-tuning --no-deps, then this package.
+$(STAMP): pyproject.toml packages/fms-hf-tuning_v$(FMS).txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH)"
+	$(BIN)/pip install --quiet -r packages/fms-hf-tuning_v$(FMS).txt
+	$(BIN)/pip install --quiet --no-deps fms-hf-tuning==$(FMS)
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+test: env
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+test-fast: env
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
+
+demo: env
+	$(BIN)/python -m ado_actuators.sfttrainer.demo
+
+bench: env
+	$(BIN)/python benchmarks/time_to_first_step.py
+
+clean:
+	rm -rf $(VENV) demo-work

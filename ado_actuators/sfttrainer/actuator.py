@@ -1,0 +1,55 @@
+"""The SFTTrainer actuator: glue between ado-core and the measurement engine.
+
+`ado get actuators` imports this module: keep it (and what it imports at module level)
+free of torch, transformers, datasets and aim.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ado.modules.actuators.catalog import ExperimentCatalog
+from ado.modules.actuators.standard import StandardActuator
+
+from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
+
+IDENTIFIER = "SFTTrainer"
+
+
+@functools.cache
+def _catalog() -> ExperimentCatalog:
+    from ado_actuators.sfttrainer.catalog.experiments import build_experiments
+
+    return ExperimentCatalog(
+        experiments={e.identifier: e for e in build_experiments()},
+        catalogIdentifier=IDENTIFIER,
+    )
+
+
+class SFTTrainer(StandardActuator):
+    """Measures fine-tuning throughput and stability with fms-hf-tuning's sft_trainer."""
+
+    identifier = IDENTIFIER
+    parameters_class = SFTTrainerParameters
+
+    @classmethod
+    def catalog(cls, actuator_configuration: Any = None) -> ExperimentCatalog:
+        return _catalog()
+
+    @classmethod
+    def validate_parameters(cls, parameters: Any) -> SFTTrainerParameters:
+        return SFTTrainerParameters.from_any(parameters)
+
+    def __init__(self, queue: Any = None, params: Any = None) -> None:
+        super().__init__(queue=queue, params=SFTTrainerParameters.from_any(params))
+
+    def _get_request_executor(self, request: Any, use_ray: bool = False) -> Any:
+        from ado_actuators.sfttrainer.results import measure_request
+
+        experiment = self.catalog().experimentForReference(
+            request.experimentReference, resolve=True
+        )
+        return functools.partial(
+            measure_request, request, experiment=experiment, params=self._parameters
+        )

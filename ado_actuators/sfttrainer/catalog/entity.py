@@ -1,0 +1,198 @@
+"""Every entity field the SFTTrainer experiments accept, declared once.
+
+Defaults are the spec's documented defaults, with the Python types that ado-core stored for
+them in existing sample stores (ado embeds every non-default value in the experiment id, so
+`-1` vs `-1.0` or `"FSDP"` vs `None` would silently split memoised results).
+The experiments (catalog/experiments.py) and the resolved values of one measurement
+(`EntityValues`) are both generated from `FIELDS`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import itertools
+from typing import Any
+
+import pydantic
+
+from ado_actuators.sfttrainer.catalog import datasets
+
+
+class Domain(enum.StrEnum):
+    CATEGORICAL = "CATEGORICAL_VARIABLE_TYPE"
+    OPEN_CATEGORICAL = "OPEN_CATEGORICAL_VARIABLE_TYPE"
+    DISCRETE = "DISCRETE_VARIABLE_TYPE"
+    BINARY = "BINARY_VARIABLE_TYPE"
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    name: str
+    help: str
+    domain: Domain
+    values: tuple[Any, ...] | None = None  # CATEGORICAL / OPEN_CATEGORICAL (known values)
+    range: tuple[float, float] | None = None  # DISCRETE: [low, high) with interval 1
+    default: Any = None
+    required: bool = False
+    fms_flag: str | None = None  # passed verbatim to sft_trainer as `--flag value`
+
+    def normalise(self, value: Any) -> Any:
+        """ado hands BINARY values back as 0/1 and `None` sometimes as the string 'None'."""
+        if self.domain is Domain.BINARY:
+            return bool(value)
+        if value == "None" and None in (self.values or ()):
+            return None
+        if self.domain is Domain.DISCRETE and isinstance(value, float) and value.is_integer():
+            return value if isinstance(self.default, float) else int(value)
+        return value
+
+
+FMS_HF_TUNING_VERSIONS = (
+    "2.0.1", "2.1.0", "2.1.1", "2.1.2", "2.2.1", "2.3.1", "2.4.0", "2.5.0", "2.6.0",
+    "2.7.1", "2.8.2", "3.0.0", "3.0.0.1", "3.1.0", "3.2.2",
+)  # fmt: skip
+
+GPU_MODELS = (
+    None, "NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-80GB-PCIe", "NVIDIA-H100-80GB-HBM3",
+    "NVIDIA-H100-PCIe", "Tesla-V100-PCIE-16GB", "Tesla-T4", "L40S",
+)  # fmt: skip
+
+OPTIMIZERS = (
+    "adamw_hf", "adamw_torch", "adamw_torch_fused", "adamw_torch_xla", "adamw_torch_npu_fused",
+    "adamw_apex_fused", "adafactor", "adamw_anyprecision", "adamw_torch_4bit", "ademamix",
+    "sgd", "adagrad", "adamw_bnb_8bit", "adamw_8bit", "ademamix_8bit", "lion_8bit",
+    "lion_32bit", "paged_adamw_32bit", "paged_adamw_8bit", "paged_ademamix_32bit",
+    "paged_ademamix_8bit", "paged_lion_32bit", "paged_lion_8bit", "rmsprop", "rmsprop_bnb",
+    "rmsprop_bnb_8bit", "rmsprop_bnb_32bit", "galore_adamw", "galore_adamw_8bit",
+    "galore_adafactor", "galore_adamw_layerwise", "galore_adamw_8bit_layerwise",
+    "galore_adafactor_layerwise", "lomo", "adalomo", "grokadamw", "schedule_free_adamw",
+    "schedule_free_sgd",
+)  # fmt: skip
+
+AUTO_STOP_METHODS = (None, "WARMUP_60S_STABLE_120S_OR_10_STEPS")
+
+FAST_KERNEL_SETTINGS = (None,) + tuple(
+    list(combo) for combo in itertools.product(("True", "False"), repeat=3)
+)
+
+
+def _fields(*fields: Field) -> dict[str, Field]:
+    return {f.name: f for f in fields}
+
+
+FIELDS: dict[str, Field] = _fields(
+    # --- required -------------------------------------------------------------------------
+    Field("model_name", "Model to fine-tune: a name from the shipped model map or from the "
+          "actuator configuration's model_map.", Domain.OPEN_CATEGORICAL, required=True),
+    Field("model_max_length", "Maximum sequence length; sequences are right padded and "
+          "possibly truncated.", Domain.DISCRETE, range=(1, 131073), required=True),
+    Field("batch_size", "Effective batch size, split evenly over max(1, number_gpus) devices.",
+          Domain.DISCRETE, range=(1, 4097), required=True),
+    Field("number_gpus", "Effective number of GPUs, split evenly over number_nodes; 0 trains "
+          "on the CPU.", Domain.DISCRETE, range=(0, 33), required=True),
+    # --- optional ---------------------------------------------------------------------------
+    Field("gpu_model", "GPU model (Ray custom resource and the node label "
+          "nvidia.com/gpu.prod); required when number_gpus > 0.", Domain.OPEN_CATEGORICAL,
+          values=GPU_MODELS),
+    Field("dataset_id", "Synthetic dataset to train on (a file under data_directory).",
+          Domain.CATEGORICAL, values=datasets.DATASET_IDS, default=datasets.DEFAULT_DATASET_ID),
+    Field("max_steps", "Optimisation steps to run; -1 respects num_train_epochs.",
+          Domain.DISCRETE, range=(-1, 10001), default=-1, fms_flag="--max_steps"),
+    Field("num_train_epochs", "Epochs to run; ignored when max_steps > 0.", Domain.DISCRETE,
+          range=(1.0, 10001.0), default=1.0, fms_flag="--num_train_epochs"),
+    Field("stop_after_seconds", "Stop at the first step end after this many seconds of "
+          "training (-1: never). Omits train_tokens_per_second and "
+          "train_tokens_per_gpu_per_second.", Domain.DISCRETE, range=(-1.0, 1000001.0),
+          default=-1.0),
+    Field("auto_stop_method", "WARMUP_60S_STABLE_120S_OR_10_STEPS: stop after >= 60 s warm-up "
+          "plus the longer of 120 s or 10 steps, excluding warm-up from the metrics.",
+          Domain.CATEGORICAL, values=AUTO_STOP_METHODS),
+    Field("gradient_checkpointing", "Trade a slower backward pass for memory.", Domain.BINARY,
+          default=True, fms_flag="--gradient_checkpointing"),
+    Field("gradient_checkpointing_use_reentrant", "Use the reentrant checkpoint variant.",
+          Domain.BINARY, default=False),
+    Field("gradient_accumulation_steps", "Micro-steps accumulated per optimisation step.",
+          Domain.DISCRETE, range=(1, 33), default=4, fms_flag="--gradient_accumulation_steps"),
+    Field("torch_dtype", "dtype the weights are loaded in.", Domain.CATEGORICAL,
+          values=("bfloat16", "float16", "float32"), default="bfloat16", fms_flag="--torch_dtype"),
+    Field("optim", "Optimizer.", Domain.CATEGORICAL, values=OPTIMIZERS, default="adamw_torch",
+          fms_flag="--optim"),
+    Field("bf16", "bf16 mixed precision (Ampere or newer).", Domain.BINARY, default=False,
+          fms_flag="--bf16"),
+    Field("flash_attn", "Train with flash attention 2 where a CUDA device and the flash_attn "
+          "package allow it (the result metadata says when it could not be used).",
+          Domain.BINARY, default=True, fms_flag="--use_flash_attn"),
+    Field("distributed_backend", "Backend of multi-device runs; single-device runs use none.",
+          Domain.CATEGORICAL, values=("FSDP", "DDP", "None"), default="FSDP"),
+    Field("number_nodes", "Nodes the GPUs are spread over, one process per GPU.",
+          Domain.DISCRETE, range=(1, 9), default=1),
+    Field("fms_hf_tuning_version", "fms-hf-tuning release to train with.", Domain.CATEGORICAL,
+          values=FMS_HF_TUNING_VERSIONS, default="2.1.2"),
+    Field("enable_roce", "Use RDMA over Converged Ethernet (multi-node runs only).",
+          Domain.BINARY, default=False),
+    Field("fast_moe", "Expert-parallel degree (ep_degrees); 0 is off. number_gpus and the "
+          "model's num_local_experts must be divisible by it.", Domain.DISCRETE, range=(0, 33),
+          default=0),
+    Field("fast_kernels", "[fast_loss, fast_rms_layernorm, fast_rope_embeddings] as strings.",
+          Domain.CATEGORICAL, values=FAST_KERNEL_SETTINGS),
+    Field("r", "LoRA rank.", Domain.DISCRETE, range=(1, 33), default=4, fms_flag="--r"),
+    Field("lora_alpha", "LoRA scaling.", Domain.DISCRETE, range=(1, 33), default=16,
+          fms_flag="--lora_alpha"),
+    Field("fsdp_sharding_strategy", "FSDP sharding strategy.", Domain.CATEGORICAL,
+          values=("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
+                  "HYBRID_SHARD_ZERO2"), default="FULL_SHARD"),
+    Field("fsdp_state_dict_type", "FSDP state dict type.", Domain.CATEGORICAL,
+          values=("FULL_STATE_DICT", "LOCAL_STATE_DICT", "SHARDED_STATE_DICT"),
+          default="FULL_STATE_DICT"),
+    Field("fsdp_use_orig_params", "Allow mixed requires_grad inside FSDP units.", Domain.BINARY,
+          default=True),
+    Field("accelerate_config_mixed_precision", "accelerate's mixed_precision.",
+          Domain.CATEGORICAL, values=("no", "fp16", "bf16", "fp8"), default="no"),
+    Field("accelerate_config_fsdp_transformer_layer_cls_to_wrap", "Layer class FSDP wraps; "
+          "None lets accelerate use the model's own _no_split_modules.", Domain.OPEN_CATEGORICAL,
+          values=(None, "GraniteDecoderLayer", "LlamaDecoderLayer", "MistralDecoderLayer",
+                  "MixtralDecoderLayer", "GPTBigCodeBlock", "GPTJBlock", "T5Block", "BertLayer")),
+    Field("dataset_text_field", "Dataset column holding the text; None: the dataset's own "
+          "(`output` for text datasets).", Domain.OPEN_CATEGORICAL,
+          values=(None, "output", "messages")),
+    Field("dataset_image_field", "Dataset column holding images (vision datasets).",
+          Domain.OPEN_CATEGORICAL, values=(None, "images")),
+    Field("remove_unused_columns", "Drop dataset columns the model does not take.",
+          Domain.BINARY, default=True, fms_flag="--remove_unused_columns"),
+    Field("dataset_kwargs_skip_prepare_dataset", "Let TRL skip preparing the dataset.",
+          Domain.BINARY, default=False),
+)  # fmt: skip
+
+REQUIRED = tuple(name for name, f in FIELDS.items() if f.required)
+
+
+def _annotation(field: Field) -> Any:
+    if field.domain is Domain.BINARY:
+        return bool
+    if field.domain is Domain.DISCRETE:
+        return float if isinstance(field.default, float) else int
+    if field.name == "fast_kernels":
+        return list[str] | None
+    return str | None
+
+
+EntityValues = pydantic.create_model(
+    "EntityValues",
+    __config__=pydantic.ConfigDict(frozen=True, extra="forbid"),
+    **{
+        name: (_annotation(f), ... if f.required else f.default)
+        for name, f in FIELDS.items()
+    },
+)
+"""The resolved value of every field for one measurement (defaults filled in)."""
+
+
+def entity_values(values: dict[str, Any], overrides: dict[str, Any] | None = None) -> Any:
+    """Build `EntityValues` from what ado passes (entity + parameterization), normalised.
+
+    `overrides` are experiment-specific defaults (e.g. GPTQ's float16) applied first.
+    """
+    merged = {**(overrides or {}), **values}
+    known = {k: FIELDS[k].normalise(v) for k, v in merged.items() if k in FIELDS}
+    return EntityValues(**known)

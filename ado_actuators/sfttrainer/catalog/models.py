@@ -1,0 +1,56 @@
+"""Where each model's weights live: the shipped map, overridden by an actuator's model_map."""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+import yaml
+
+from ado_actuators.sfttrainer.parameters import WEIGHTS_FORMAT_ALIASES, ModelMap
+
+
+@functools.cache
+def shipped_model_map() -> ModelMap:
+    raw = yaml.safe_load(
+        resources.files("ado_actuators.sfttrainer.catalog").joinpath("models.yaml").read_text()
+    )
+    return {
+        name: {WEIGHTS_FORMAT_ALIASES.get(k, k): v for k, v in formats.items()}
+        for name, formats in raw.items()
+    }
+
+
+def shipped_model_names() -> tuple[str, ...]:
+    return tuple(sorted(shipped_model_map()))
+
+
+def merged_model_map(overrides: ModelMap | None) -> ModelMap:
+    """Overrides replace the shipped location per model *and per weights format*."""
+    merged = {name: dict(formats) for name, formats in shipped_model_map().items()}
+    for name, formats in (overrides or {}).items():
+        merged.setdefault(name, {}).update(formats)
+    return merged
+
+
+class UnknownModelError(LookupError):
+    pass
+
+
+def model_location(model_name: str, weights_format: str, overrides: ModelMap | None) -> str:
+    """The hub id or path of `model_name` in `weights_format`, or a message saying how to add it."""
+    merged = merged_model_map(overrides)
+    formats = merged.get(model_name)
+    if formats is None:
+        raise UnknownModelError(
+            f"model_name {model_name!r} is not in the shipped model map nor in the actuator "
+            f"configuration's model_map; add it there, e.g. model_map: {{{model_name}: "
+            f"{{{weights_format}: <hub id or absolute path>}}}}"
+        )
+    if weights_format not in formats:
+        raise UnknownModelError(
+            f"model_name {model_name!r} has no {weights_format} weights (it has "
+            f"{', '.join(sorted(formats))}); add them to the actuator configuration's "
+            f"model_map: {{{model_name}: {{{weights_format}: <hub id or absolute path>}}}}"
+        )
+    return formats[weights_format]

@@ -1,0 +1,140 @@
+"""The two documents that cross the boundary between the actuator and the trainer process.
+
+`TrainerJob` goes in (a JSON file named on the trainer's command line), one `RankReport`
+per rank comes out (a JSON file per rank in `TrainerJob.report_dir`). Both sides import
+this module, so it imports nothing but pydantic.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+
+import pydantic
+
+JOB_FLAG = "--sfttrainer_job"
+"""The trainer wrapper's own flag; every other argument belongs to fms-hf-tuning."""
+
+FAULT_ENV = "SFTTRAINER_INJECT_FAULT"
+"""Test hook, read by the trainer: `KIND@STEP` with KIND in `FaultKind` (e.g. `exception@2`)."""
+
+
+class FaultKind(enum.StrEnum):
+    EXCEPTION = "exception"  # a plain RuntimeError: a trainer crash
+    OOM = "oom"  # torch.cuda.OutOfMemoryError, as a GPU would raise it
+    ILLEGAL_MEMORY = "illegal_memory"  # RuntimeError: CUDA error: an illegal memory access ...
+    KILL = "kill"  # SIGKILL to the rank's own process: nothing is reported
+    HANG = "hang"  # the rank sleeps forever: the watchdog must end it
+
+
+class Outcome(enum.StrEnum):
+    OK = "ok"
+    GPU_OOM = "gpu_oom"  # the spec's "invalid due to GPU memory exhaustion"
+    ERROR = "error"
+
+
+class TrainerJob(pydantic.BaseModel):
+    """What the trainer wrapper needs besides fms-hf-tuning's own arguments."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    report_dir: Path
+    aim_repo: str | None = pydantic.Field(
+        default=None, description="Path or aim:// URL; None disables AIM recording."
+    )
+    aim_experiment: str = "sfttrainer"
+    run_labels: dict[str, str] = pydantic.Field(
+        default_factory=dict, description="Recorded as AIM run params (entity, experiment)."
+    )
+    stop_after_seconds: float = -1.0
+    auto_stop_method: str | None = None
+    sample_interval_seconds: float = 0.5
+    gpu_indices: list[int] = pydantic.Field(
+        default_factory=list, description="Node-local GPU indices this measurement uses."
+    )
+
+
+class StepTiming(pydantic.BaseModel):
+    step: int  # global optimisation step, 1-based
+    start: float  # wall-clock seconds (time.time())
+    end: float
+    dataset_tokens: int  # non-padding tokens this rank consumed in the step
+
+
+class ProcessSample(pydantic.BaseModel):
+    time: float
+    cpu_percent: float  # of one core: 100 == one full core
+    memory_percent: float  # this process's RSS as % of the node's memory
+
+
+class GpuSample(pydantic.BaseModel):
+    time: float
+    index: int  # node-local device index
+    node: str = ""  # hostname: with several nodes, (node, index) names a GPU
+    compute_percent: float
+    memory_percent: float
+    power_watts: float
+    power_percent: float
+
+
+class HfTrainMetrics(pydantic.BaseModel):
+    """The end-of-training figures Hugging Face's Trainer logs (heuristic, per process)."""
+
+    train_runtime: float | None = None
+    train_samples_per_second: float | None = None
+    train_steps_per_second: float | None = None
+    train_tokens_per_second: float | None = None
+
+
+class Failure(pydantic.BaseModel):
+    exception_type: str
+    message: str
+    traceback_tail: str = ""
+
+
+class RankReport(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    rank: int
+    local_rank: int
+    world_size: int
+    hostname: str
+    outcome: Outcome
+    failure: Failure | None = None
+    steps: list[StepTiming] = pydantic.Field(default_factory=list)
+    stopped_by: str | None = pydantic.Field(
+        default=None, description="Why training stopped before its natural end, if it did."
+    )
+    warmup_steps: int = pydantic.Field(
+        default=0,
+        description="Leading entries of `steps` that are warm-up (auto_stop_method): exclude them, "
+        "and samples taken before steps[warmup_steps].start, from throughput and system metrics.",
+    )
+    hf_metrics: HfTrainMetrics = pydantic.Field(default_factory=HfTrainMetrics)
+    process_samples: list[ProcessSample] = pydantic.Field(default_factory=list)
+    gpu_samples: list[GpuSample] = pydantic.Field(default_factory=list)
+    flash_attention: bool = False
+    notes: list[str] = pydantic.Field(
+        default_factory=list, description="Adjustments a user should know about."
+    )
+    aim_run_hash: str | None = None
+    versions: dict[str, str] = pydantic.Field(default_factory=dict)
+
+    @staticmethod
+    def path_for(report_dir: Path, rank: int) -> Path:
+        return Path(report_dir) / f"rank-{rank}.json"
+
+    def write(self, report_dir: Path) -> Path:
+        """Atomically, so a reader never sees half a report."""
+        target = self.path_for(report_dir, self.rank)
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(self.model_dump_json(indent=1))
+        tmp.replace(target)
+        return target
+
+    @classmethod
+    def read_all(cls, report_dir: Path) -> list[RankReport]:
+        return sorted(
+            (cls.model_validate_json(p.read_text()) for p in Path(report_dir).glob("rank-*.json")),
+            key=lambda r: r.rank,
+        )

@@ -1,0 +1,120 @@
+"""Run one command line to completion under a watchdog; never leave it running."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+TERMINATE_GRACE_SECONDS = 15.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessResult:
+    returncode: int
+    stopped_by_watchdog: str | None  # why the watchdog ended it, if it did
+    log_path: Path
+    seconds: float
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.returncode < 0:
+            return signal.Signals(-self.returncode).name
+        # accelerate/torchrun report a child killed by signal N as exit code 128+N or as -N
+        if self.returncode > 128 and self.returncode - 128 in signal.Signals._value2member_map_:
+            return signal.Signals(self.returncode - 128).name
+        return None
+
+    def log_tail(self, lines: int = 25) -> str:
+        try:
+            with self.log_path.open("rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                handle.seek(max(0, handle.tell() - 64_000))
+                text = handle.read().decode(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def _last_activity(paths: list[Path]) -> float:
+    times = []
+    for path in paths:
+        try:
+            times.append(path.stat().st_mtime)
+        except OSError:
+            pass
+    return max(times, default=0.0)
+
+
+def _signal_group(process: subprocess.Popen, sig: signal.Signals) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    """SIGTERM the whole process group (launcher and ranks), SIGKILL it after a grace."""
+    _signal_group(process, signal.SIGTERM)
+    try:
+        process.wait(timeout=TERMINATE_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        pass
+    # Even when the launcher exited, ranks of its group may linger.
+    _signal_group(process, signal.SIGKILL)
+    process.wait()
+
+
+def run_process(
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    cwd: Path,
+    log_path: Path,
+    stall_timeout: float,
+    activity_paths: tuple[Path, ...] = (),
+    poll_seconds: float = 0.5,
+) -> ProcessResult:
+    """Run `argv` (never through a shell), logging stdout+stderr to `log_path`.
+
+    The watchdog stops the process group when neither the log nor any of `activity_paths`
+    changed for `stall_timeout` seconds: a rank stuck in a collective or a hung loader
+    must not hold an operation forever.
+    """
+    started = time.monotonic()
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    watched = [log_path, *activity_paths]
+    stopped_by = None
+    try:
+        last_seen = time.time()
+        while process.poll() is None:
+            time.sleep(poll_seconds)
+            last_seen = max(last_seen, _last_activity(watched))
+            idle = time.time() - last_seen
+            if idle > stall_timeout:
+                stopped_by = f"no output or progress for {idle:.0f} s (stall timeout {stall_timeout:.0f} s)"
+                _stop_group(process)
+                break
+    finally:
+        if process.poll() is None:
+            _stop_group(process)
+        # Ranks are in the launcher's session: make sure none outlives it.
+        _signal_group(process, signal.SIGKILL)
+    return ProcessResult(
+        returncode=process.wait(),
+        stopped_by_watchdog=stopped_by,
+        log_path=log_path,
+        seconds=time.monotonic() - started,
+    )

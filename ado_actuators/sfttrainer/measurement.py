@@ -1,0 +1,161 @@
+"""One entity under one experiment -> Outcome. Resolves, validates, then hands over to execute/."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pydantic
+
+from ado_actuators.sfttrainer.catalog import datasets
+from ado_actuators.sfttrainer.catalog.entity import entity_values
+from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
+from ado_actuators.sfttrainer.catalog.models import UnknownModelError, model_location
+from ado_actuators.sfttrainer.catalog.validity import (
+    ModelConfigUnavailable,
+    configuration_problems,
+    num_local_experts,
+    read_model_config,
+)
+from ado_actuators.sfttrainer.execute.node import NodeRequest
+from ado_actuators.sfttrainer.execute.ray_tasks import measure_on_cluster
+from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured, Outcome
+from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
+from ado_actuators.sfttrainer.plan.launch import ResourceRequest, plan_resources
+
+log = logging.getLogger(__name__)
+
+
+def installed_fms_hf_tuning() -> str | None:
+    try:
+        return importlib.metadata.version("fms-hf-tuning")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _version_problem(requested: str) -> str | None:
+    installed = installed_fms_hf_tuning()
+    if installed == requested:
+        return None
+    if installed is None:
+        return (
+            "fms-hf-tuning is not installed in the environment the measurement runs in; "
+            "install it (see README, 'Environments')"
+        )
+    return (
+        f"fms_hf_tuning_version {requested} was requested but this environment has "
+        f"fms-hf-tuning {installed}; measure with the installed one by adding "
+        f"`fms_hf_tuning_version: \"{installed}\"` to the experiment's parameterization in "
+        f"your space (per-version environments are not available yet)"
+    )
+
+
+def _resolve(
+    values_in: dict[str, Any], definition: ExperimentDefinition, params: SFTTrainerParameters
+) -> tuple[Any, str] | Outcome:
+    try:
+        values = entity_values(values_in, overrides=definition.default_overrides())
+    except pydantic.ValidationError as error:
+        fields = ", ".join(str(e["loc"][0]) for e in error.errors())
+        return Failed(f"entity values not understood ({fields}): {error}")
+    try:
+        location = model_location(values.model_name, definition.weights_format, params.model_map)
+    except UnknownModelError as error:
+        return Failed(str(error))
+    experts = None
+    if values.fast_moe:
+        try:
+            experts = num_local_experts(read_model_config(location, params.hf_home))
+        except ModelConfigUnavailable as error:
+            return Failed(f"fast_moe needs the model's num_local_experts: {error}")
+    if problems := configuration_problems(values, experts):
+        return Invalid(reason="; ".join(problems))
+    if problem := _version_problem(values.fms_hf_tuning_version):
+        return Failed(problem)
+    return values, location
+
+
+def _dataset(values: Any, params: SFTTrainerParameters) -> tuple[Path, str] | Failed:
+    path = Path(params.data_directory) / datasets.dataset_filename(values.dataset_id)
+    if not path.is_file():
+        command = " ".join(datasets.creation_command(values.dataset_id, path))
+        return Failed(f"dataset file {path} does not exist; create it with: {command}")
+    return path, values.dataset_text_field or datasets.text_field(values.dataset_id)
+
+
+def measure(
+    values_in: dict[str, Any],
+    experiment_id: str,
+    params: SFTTrainerParameters,
+    *,
+    label: str,
+    use_cpu: bool = False,
+) -> Outcome:
+    """Never raises: an unexpected error is a Failed outcome with its traceback's tail."""
+    try:
+        definition = catalog_data().experiment(experiment_id)
+        resolved = _resolve(values_in, definition, params)
+        if not isinstance(resolved, tuple):
+            return resolved
+        values, location = resolved
+        dataset = _dataset(values, params)
+        if isinstance(dataset, Failed):
+            return dataset
+        dataset_path, text_field = dataset
+        request = NodeRequest(
+            plan_inputs={
+                "values": values,
+                "definition": definition,
+                "model_location": location,
+                "dataset_path": dataset_path,
+                "text_field": text_field,
+                "hf_home": params.hf_home,
+                "aim_repo": params.aim_db,
+                "run_labels": {"entity": label, "experiment": definition.identifier},
+                "use_cpu": use_cpu,
+            },
+            output_root=Path(params.output_dir).absolute() / definition.identifier,
+            label=_safe_label(label),
+            stall_timeout=params.stall_timeout_seconds,
+        )
+        resources = plan_resources(values)
+        if definition.repeats > 1:
+            runs = [measure_on_cluster(request, resources) for _ in range(definition.repeats)]
+            return _stability(runs)
+        outcome = measure_on_cluster(request, resources)
+        if isinstance(outcome, Measured) and params.aim_dashboard_url:
+            outcome.metadata["aim_dashboard_url"] = params.aim_dashboard_url
+        return outcome
+    except Exception as error:  # noqa: BLE001 - every request must come back with a reason
+        log.exception("measurement of %s failed unexpectedly", label)
+        tail = "".join(traceback.format_exception(error)[-3:])
+        return Failed(f"internal error while measuring: {error!r}\n{tail}")
+
+
+def _safe_label(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in label)[:80]
+
+
+def _stability(runs: list[Outcome]) -> Outcome:
+    """The stability experiment's fractions over its repeated runs."""
+    count = len(runs)
+    oom = sum(isinstance(r, Invalid) and r.gpu_oom for r in runs)
+    ok = sum(isinstance(r, Measured) for r in runs)
+    return Measured(
+        properties={
+            "f_gpu_oom": oom / count,
+            "f_other_error": (count - oom - ok) / count,
+            "f_no_error": ok / count,
+            "is_valid": 1,
+        },
+        metadata={"runs": [_summary(r) for r in runs]},
+    )
+
+
+def _summary(outcome: Outcome) -> str:
+    if isinstance(outcome, Measured):
+        return "completed"
+    return f"{'GPU OOM' if isinstance(outcome, Invalid) else 'error'}: {outcome.reason[:300]}"

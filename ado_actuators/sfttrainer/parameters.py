@@ -1,0 +1,137 @@
+"""The `parameters:` block of an SFTTrainer actuatorconfiguration."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+import pydantic
+from ado.modules.actuators.executor_supervisor import ExperimentExecutorSupervisorParameters
+
+WEIGHTS_FORMATS = ("Vanilla", "GPTQ-Quantized")
+"""Inner keys of a model_map entry. The spec also spells the second one `QPTQ-Quantized`."""
+WEIGHTS_FORMAT_ALIASES = {"QPTQ-Quantized": "GPTQ-Quantized"}
+
+ModelMap = dict[str, dict[str, str]]
+
+
+class SFTTrainerParameters(ExperimentExecutorSupervisorParameters):
+    """Actuator parameters. The supervisor timings come from ado-core's executor supervisor."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+
+    match_exact_dependencies: bool = pydantic.Field(
+        default=True,
+        description="Run each measurement in an environment that exactly matches the packages "
+        "of the requested fms_hf_tuning_version. Set false on machines where those "
+        "(CUDA-only) packages cannot be installed.",
+    )
+    output_dir: str = pydantic.Field(
+        default="output",
+        description="Directory prefix under which each measurement's working directory "
+        "(trainer output, logs, reports) is created.",
+    )
+    data_directory: str = pydantic.Field(
+        default="/data/fms-hf-tuning/artificial-dataset/",
+        description="Directory containing the dataset files (`<dataset_id>.jsonl|.parquet`).",
+    )
+    aim_db: str | None = pydantic.Field(
+        default=None,
+        description="AIM repository (path or aim://host:port) to record system metrics in. "
+        "None: a temporary repository per measurement, removed afterwards.",
+    )
+    aim_dashboard_url: str | None = pydantic.Field(
+        default=None,
+        description="URL of the AIM dashboard; included, with the run hash, in result metadata.",
+    )
+    hf_home: str = pydantic.Field(
+        default="/hf-models-pvc/huggingface_home",
+        description="HF_HOME of the training processes: Hugging Face cache and tokens.",
+    )
+    model_map: ModelMap | None = pydantic.Field(
+        default=None,
+        description="model_name -> {Vanilla|GPTQ-Quantized: hub id or absolute path}; "
+        "entries override the shipped map per model and per weights format.",
+    )
+    num_tokens_cache_directory: str | None = pydantic.Field(
+        default="cache",
+        description="Directory for cached dataset token statistics, relative paths under "
+        "data_directory; null disables it. Measurements count tokens from the batches they "
+        "train on, so nothing is written here today.",
+    )
+
+    stall_timeout_seconds: float = pydantic.Field(
+        default=1800.0,
+        gt=0,
+        description="A measurement whose processes write no output and make no progress "
+        "for this long is stopped and reported Failed (a hung rank never holds an operation).",
+    )
+
+    @pydantic.field_validator("model_map", mode="before")
+    @classmethod
+    def _normalise_model_map(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise ValueError(
+                "model_map must map a model name to {Vanilla: <hub id or path>, "
+                "GPTQ-Quantized: <hub id or path>}"
+            )
+        normalised: ModelMap = {}
+        for name, formats in value.items():
+            if not isinstance(formats, dict) or not formats:
+                raise ValueError(
+                    f"model_map.{name} must be a mapping such as "
+                    f"{{Vanilla: <hub id or path>}}, got {formats!r}"
+                )
+            entry = {}
+            for fmt, location in formats.items():
+                fmt = WEIGHTS_FORMAT_ALIASES.get(fmt, fmt)
+                if fmt not in WEIGHTS_FORMATS:
+                    raise ValueError(
+                        f"model_map.{name}: unknown weights format {fmt!r}; "
+                        f"use one of {', '.join(WEIGHTS_FORMATS)}"
+                    )
+                if not isinstance(location, str) or not location.strip():
+                    raise ValueError(
+                        f"model_map.{name}.{fmt} must be a hub id or a path, got {location!r}"
+                    )
+                entry[fmt] = location
+            normalised[str(name)] = entry
+        return normalised
+
+    @pydantic.model_validator(mode="after")
+    def _reject_unknown_keys(self) -> SFTTrainerParameters:
+        # ado-core parses the YAML into a permissive model first, so a misspelt key would
+        # otherwise vanish silently and the user would measure with a default they never chose.
+        unknown = sorted((self.model_extra or {}).keys())
+        if unknown:
+            known = sorted(type(self).model_fields)
+            hints = [
+                f"{key} (did you mean {close[0]}?)" if close else key
+                for key in unknown
+                for close in [difflib.get_close_matches(key, known, n=1)]
+            ]
+            raise ValueError(
+                f"unknown SFTTrainer parameter(s) {', '.join(hints)}; "
+                f"known parameters are {', '.join(known)}"
+            )
+        return self
+
+    @classmethod
+    def from_any(cls, params: Any) -> SFTTrainerParameters:
+        """Accept a dict, None, or any pydantic model ado-core hands over (extras included)."""
+        if params is None:
+            return cls()
+        if isinstance(params, cls):
+            return params
+        if isinstance(params, pydantic.BaseModel):
+            params = {**params.model_dump(exclude_unset=True), **(params.model_extra or {})}
+        return cls.model_validate(params)
+
+    def tokens_cache_path(self) -> Path | None:
+        if self.num_tokens_cache_directory is None:
+            return None
+        path = Path(self.num_tokens_cache_directory)
+        return path if path.is_absolute() else Path(self.data_directory) / path

@@ -1,0 +1,62 @@
+"""Launch results -> outcomes (OOM is invalid, anything else failed)."""
+
+from pathlib import Path
+
+from ado_actuators.sfttrainer.contract import Failure, Outcome, RankReport, StepTiming
+from ado_actuators.sfttrainer.execute.classify import launch_outcome
+from ado_actuators.sfttrainer.execute.process import ProcessResult
+from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured
+
+
+def report(rank, outcome=Outcome.OK, failure=None):
+    return RankReport(
+        rank=rank, local_rank=rank, world_size=2, hostname="h", outcome=outcome, failure=failure,
+        steps=[StepTiming(step=1, start=0, end=1, dataset_tokens=5)],
+    )  # fmt: skip
+
+
+def process(tmp_path, returncode=0, watchdog=None, log=""):
+    path = tmp_path / "train.log"
+    path.write_text(log)
+    return ProcessResult(returncode=returncode, stopped_by_watchdog=watchdog, log_path=path, seconds=1)
+
+
+def classify(reports, proc):
+    return launch_outcome(reports, proc, world_size=2, number_gpus=2, stop_after_seconds=-1)
+
+
+def test_success(tmp_path):
+    outcome = classify([report(0), report(1)], process(tmp_path))
+    assert isinstance(outcome, Measured)
+    assert outcome.properties["dataset_tokens_per_second"] == 10
+
+
+def test_gpu_oom_in_any_rank_is_invalid_even_when_others_failed(tmp_path):
+    oom = report(1, Outcome.GPU_OOM, Failure(exception_type="OutOfMemoryError", message="CUDA out of memory"))
+    nccl = report(0, Outcome.ERROR, Failure(exception_type="RuntimeError", message="NCCL Error 3"))
+    outcome = classify([nccl, oom], process(tmp_path, returncode=1))
+    assert isinstance(outcome, Invalid) and outcome.gpu_oom
+    assert "rank 1" in outcome.reason
+
+
+def test_error_is_failed_with_the_exception(tmp_path):
+    bad = report(1, Outcome.ERROR, Failure(exception_type="RuntimeError", message="NCCL Error 3"))
+    outcome = classify([report(0), bad], process(tmp_path, returncode=1, log="boom\n"))
+    assert isinstance(outcome, Failed)
+    assert "rank 1: RuntimeError: NCCL Error 3" in outcome.reason and "boom" in outcome.reason
+
+
+def test_missing_report_is_failed_naming_the_rank(tmp_path):
+    outcome = classify([report(0)], process(tmp_path, returncode=-9))
+    assert isinstance(outcome, Failed)
+    assert "rank(s) [1] ended without a report" in outcome.reason and "SIGKILL" in outcome.reason
+
+
+def test_oom_only_in_the_log_is_still_invalid(tmp_path):
+    proc = process(tmp_path, returncode=1, log="torch.cuda.OutOfMemoryError: CUDA out of memory.\n")
+    assert isinstance(classify([report(0)], proc), Invalid)
+
+
+def test_watchdog_stop_is_failed(tmp_path):
+    outcome = classify([], process(tmp_path, returncode=-15, watchdog="no output for 31 s"))
+    assert isinstance(outcome, Failed) and "no output for 31 s" in outcome.reason

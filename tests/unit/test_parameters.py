@@ -1,0 +1,58 @@
+"""The actuatorconfiguration parameters block."""
+
+import pydantic
+import pytest
+from ado.core.actuatorconfiguration.config import GenericActuatorParameters
+
+from ado_actuators.sfttrainer.actuator import SFTTrainer
+from ado_actuators.sfttrainer.catalog.models import UnknownModelError, model_location
+from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
+
+
+def test_documented_defaults():
+    params = SFTTrainerParameters()
+    assert params.match_exact_dependencies is True
+    assert params.output_dir == "output"
+    assert params.data_directory == "/data/fms-hf-tuning/artificial-dataset/"
+    assert params.aim_db is None and params.aim_dashboard_url is None
+    assert params.hf_home == "/hf-models-pvc/huggingface_home"
+    assert params.model_map is None
+    assert params.num_tokens_cache_directory == "cache"
+
+
+def test_unknown_key_arriving_as_ado_core_extra_is_rejected_with_a_hint():
+    # ado-core parses the YAML into its permissive model first, then asks the actuator.
+    generic = GenericActuatorParameters(hf_home="/h", data_directri="/d")
+    with pytest.raises(pydantic.ValidationError, match=r"data_directri \(did you mean data_directory\?\)"):
+        SFTTrainer.validate_parameters(generic)
+
+
+def test_known_keys_pass_through_ado_core_model():
+    generic = GenericActuatorParameters(hf_home="/h", model_map={"x": {"Vanilla": "/w"}})
+    params = SFTTrainer.validate_parameters(generic)
+    assert params.hf_home == "/h" and params.model_map == {"x": {"Vanilla": "/w"}}
+
+
+def test_model_map_rejects_unknown_weights_format_and_accepts_the_spec_spelling():
+    with pytest.raises(pydantic.ValidationError, match="unknown weights format 'Vanila'"):
+        SFTTrainerParameters(model_map={"x": {"Vanila": "/w"}})
+    params = SFTTrainerParameters(model_map={"x": {"QPTQ-Quantized": "/q"}})
+    assert params.model_map == {"x": {"GPTQ-Quantized": "/q"}}
+
+
+def test_model_map_overrides_per_model_and_per_format():
+    overrides = {"granite-20b-v2": {"Vanilla": "/mine"}, "new-model": {"Vanilla": "org/new"}}
+    assert model_location("granite-20b-v2", "Vanilla", overrides) == "/mine"
+    # the shipped GPTQ weights of the same model stay
+    assert model_location("granite-20b-v2", "GPTQ-Quantized", overrides).endswith("-gptq/")
+    assert model_location("new-model", "Vanilla", overrides) == "org/new"
+    with pytest.raises(UnknownModelError, match="model_map"):
+        model_location("nowhere", "Vanilla", overrides)
+    with pytest.raises(UnknownModelError, match="no GPTQ-Quantized weights"):
+        model_location("new-model", "GPTQ-Quantized", overrides)
+
+
+def test_relative_token_cache_lives_under_data_directory():
+    params = SFTTrainerParameters(data_directory="/data", num_tokens_cache_directory="cache")
+    assert str(params.tokens_cache_path()) == "/data/cache"
+    assert SFTTrainerParameters(num_tokens_cache_directory=None).tokens_cache_path() is None

@@ -1,0 +1,147 @@
+"""LaunchPlan rendering: command lines, accelerate configs, resources. Pure data."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ado_actuators.sfttrainer.catalog.entity import entity_values
+from ado_actuators.sfttrainer.catalog.experiments import catalog_data
+from ado_actuators.sfttrainer.contract import JOB_FLAG
+from ado_actuators.sfttrainer.plan.launch import PlanError, PlanInputs, plan_launch, plan_resources
+
+
+def inputs(experiment="finetune_full_benchmark-v1.0.0", use_cpu=False, **overrides):
+    definition = catalog_data().experiment(experiment)
+    base = {"model_name": "granite-3.1-2b", "model_max_length": 512, "batch_size": 8,
+            "number_gpus": 1, "gpu_model": "NVIDIA-A100-SXM4-80GB"}  # fmt: skip
+    return PlanInputs(
+        values=entity_values({**base, **overrides}, definition.default_overrides()),
+        definition=definition,
+        model_location="/models/granite",
+        dataset_path=Path("/data/news.jsonl"),
+        text_field="output",
+        workdir=Path("/work/m1"),
+        python="/venv/bin/python",
+        hf_home="/hf",
+        main_process_port=29511,
+        aim_repo="/work/m1/aim",
+        use_cpu=use_cpu,
+    )
+
+
+def option(argv, flag):
+    return argv[argv.index(flag) + 1]
+
+
+def test_single_device_runs_the_trainer_directly_with_the_spec_command_line():
+    plan = plan_launch(inputs(max_steps=3))
+    (node,) = plan.nodes
+    argv = node.argv
+    assert argv[:5] == ["/venv/bin/python", "-m", "ado_actuators.sfttrainer.trainer", JOB_FLAG,
+                        "/work/m1/job.json"]  # fmt: skip
+    assert node.accelerate_config is None
+    assert option(argv, "--per_device_train_batch_size") == "8"
+    assert option(argv, "--max_seq_length") == "512"
+    assert option(argv, "--response_template") == "\n### Response:"
+    assert option(argv, "--torch_dtype") == "bfloat16"
+    assert option(argv, "--use_flash_attn") == "True"
+    assert option(argv, "--peft_method") == "none"
+    assert option(argv, "--gradient_accumulation_steps") == "4"
+    assert option(argv, "--max_steps") == "3"
+    assert option(argv, "--packing") == "False"
+    assert json.loads(option(argv, "--gradient_checkpointing_kwargs")) == {"use_reentrant": False}
+    assert "--fast_moe" not in argv and "--target_modules" not in argv
+
+
+def test_max_steps_bounds_the_entries_trained_on():
+    plan = plan_launch(inputs(max_steps=3, batch_size=4, gradient_accumulation_steps=2))
+    assert plan.dataset_entries_needed == 3 * 4 * 2
+    assert option(plan.nodes[0].argv, "--training_data_path") == str(plan.training_data_path)
+    assert plan.training_data_path != plan.dataset_path
+    unbounded = plan_launch(inputs())
+    assert unbounded.dataset_entries_needed is None
+    assert unbounded.training_data_path == unbounded.dataset_path
+
+
+def test_multi_gpu_fsdp_uses_accelerate_with_the_spec_config():
+    plan = plan_launch(inputs(number_gpus=4, fsdp_sharding_strategy="HYBRID_SHARD",
+                              accelerate_config_fsdp_transformer_layer_cls_to_wrap="LlamaDecoderLayer"))
+    (node,) = plan.nodes
+    assert node.argv[1:3] == ["-m", "accelerate.commands.launch"]
+    assert option(node.argv, "--num_processes") == "4"
+    assert option(node.argv, "--per_device_train_batch_size") == "2"
+    config = node.accelerate_config
+    assert config["distributed_type"] == "FSDP"
+    assert config["num_processes"] == 4 and config["machine_rank"] == 0
+    assert config["main_process_port"] == 29511
+    assert config["use_cpu"] is False
+    fsdp = config["fsdp_config"]
+    assert fsdp["fsdp_sharding_strategy"] == "HYBRID_SHARD"
+    assert fsdp["fsdp_transformer_layer_cls_to_wrap"] == "LlamaDecoderLayer"
+    assert fsdp["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
+    assert fsdp["fsdp_sync_module_states"] is True
+    assert plan.resources_per_node.cpus == 8 and plan.resources_per_node.gpus == 4
+    assert plan.resources_per_node.custom == {"NVIDIA-A100-SXM4-80GB": 4.0}
+    assert plan.job.gpu_indices == [0, 1, 2, 3]
+
+
+def test_ddp_and_cpu_variants():
+    ddp = plan_launch(inputs(number_gpus=2, distributed_backend="DDP")).nodes[0].accelerate_config
+    assert ddp["distributed_type"] == "MULTI_GPU" and "fsdp_config" not in ddp
+    cpu = plan_launch(inputs(number_gpus=2, use_cpu=True)).nodes[0].accelerate_config
+    assert cpu["use_cpu"] is True
+    assert cpu["fsdp_config"]["fsdp_sync_module_states"] is False
+
+
+def test_cpu_only_entity_hides_gpus_and_asks_for_two_cores():
+    plan = plan_launch(inputs(number_gpus=0, gpu_model=None))
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == ""
+    assert plan.resources_per_node.cpus == 2
+    assert plan_resources(inputs(number_gpus=8, number_nodes=1).values).cpus == 16
+    assert plan.resources_per_node.gpus == 0 and plan.resources_per_node.custom == {}
+
+
+def test_lora_pt_and_gptq_command_lines():
+    lora = plan_launch(inputs("finetune_lora_benchmark-v1.0.0", model_name="granite-13b-v2", r=8))
+    argv = lora.nodes[0].argv
+    assert option(argv, "--peft_method") == "lora"
+    assert argv[argv.index("--target_modules") + 1 : argv.index("--target_modules") + 3] == ["c_attn", "c_proj"]
+    assert option(argv, "--r") == "8" and option(argv, "--lora_alpha") == "16"
+    pt = plan_launch(inputs("finetune_pt_benchmark-v1.0.0")).nodes[0].argv
+    assert option(pt, "--peft_method") == "pt" and "--r" not in pt
+    gptq = plan_launch(inputs("finetune_gptq-lora_benchmark-v1.0.0", model_name="llama-7b")).nodes[0].argv
+    assert option(gptq, "--torch_dtype") == "float16"
+    assert option(gptq, "--auto_gptq") == "triton_v2"
+    i = gptq.index("--fast_kernels")
+    assert gptq[i + 1 : i + 4] == ["true", "true", "true"]
+    i = gptq.index("--fused_lora")
+    assert gptq[i + 1 : i + 3] == ["auto_gptq", "true"]
+
+
+def test_stability_runs_five_steps():
+    plan = plan_launch(inputs("finetune_full_stability-v1.0.0", batch_size=2))
+    assert option(plan.nodes[0].argv, "--max_steps") == "5"
+    assert plan.dataset_entries_needed == 5 * 2 * 4
+
+
+def test_values_stay_single_arguments_never_shell_text():
+    hostile = inputs().model_copy(update={"dataset_path": Path("/data/a b; rm -rf ~ #.jsonl"),
+                                          "model_location": "$(reboot)"})
+    argv = plan_launch(hostile).nodes[0].argv
+    assert option(argv, "--training_data_path") == "/data/a b; rm -rf ~ #.jsonl"
+    assert option(argv, "--model_name_or_path") == "$(reboot)"
+
+
+def test_unsupported_settings_are_plan_errors_naming_the_field():
+    with pytest.raises(PlanError, match="number_nodes"):
+        plan_launch(inputs(number_gpus=2, number_nodes=2))
+    with pytest.raises(PlanError, match="dataset_kwargs_skip_prepare_dataset"):
+        plan_launch(inputs(dataset_kwargs_skip_prepare_dataset=True))
+
+
+def test_stop_after_seconds_and_labels_reach_the_trainer_job():
+    plan = plan_launch(inputs(stop_after_seconds=30))
+    assert plan.job.stop_after_seconds == 30.0
+    assert plan.job.report_dir == Path("/work/m1/reports")
+    assert plan.env["HF_HOME"] == "/hf"
