@@ -16,7 +16,9 @@ JOB_FLAG = "--sfttrainer_job"
 """The trainer wrapper's own flag; every other argument belongs to fms-hf-tuning."""
 
 FAULT_ENV = "SFTTRAINER_INJECT_FAULT"
-"""Test hook, read by the trainer: `KIND@STEP` with KIND in `FaultKind` (e.g. `exception@2`)."""
+"""Test hook, read by the trainer: `KIND@STEP` with KIND in `FaultKind` (e.g. `exception@2`),
+every rank at the start of optimisation step STEP; `KIND@STEP@RANK` (e.g. `kill@2@1`): that
+global rank only."""
 
 
 class FaultKind(enum.StrEnum):

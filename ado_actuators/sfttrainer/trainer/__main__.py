@@ -1,0 +1,221 @@
+"""The training process: fms-hf-tuning's sft_trainer, measured, with one RankReport per rank.
+
+    python -m ado_actuators.sfttrainer.trainer --sfttrainer_job JOB.json <sft_trainer args...>
+    accelerate launch ... -m ado_actuators.sfttrainer.trainer --sfttrainer_job JOB.json ...
+
+Every rank writes exactly one report, whatever happens after the job file is read (a SIGKILL
+excepted), and exits 0 only when training succeeded (1: error, 3: GPU memory exhausted).
+fms runs in the caller's working directory; its termination log goes to the report dir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from ado_actuators.sfttrainer.contract import JOB_FLAG, Outcome, RankReport, TrainerJob
+from ado_actuators.sfttrainer.trainer import adapt, fms, stopping
+from ado_actuators.sfttrainer.trainer.callback import MeasurementCallback
+from ado_actuators.sfttrainer.trainer.failures import classify
+from ado_actuators.sfttrainer.trainer.faults import Fault
+from ado_actuators.sfttrainer.trainer.identity import RankIdentity, library_versions
+from ado_actuators.sfttrainer.trainer.monitor import SystemMonitor
+from ado_actuators.sfttrainer.trainer.tokens import TokenMeter
+
+log = logging.getLogger("ado_actuators.sfttrainer.trainer")
+
+EXIT_CODES = {Outcome.OK: 0, Outcome.ERROR: 1, Outcome.GPU_OOM: 3}
+USAGE_EXIT_CODE = 2
+FINAL_BARRIER_SECONDS = 120
+
+
+class Terminated(Exception):
+    """SIGTERM (e.g. from accelerate when a peer rank died) while training."""
+
+
+def split_argv(argv: list[str]) -> tuple[Path, list[str]]:
+    """Takes `--sfttrainer_job PATH` (or `=PATH`) out; the rest is fms-hf-tuning's."""
+    rest, job = [], None
+    it = iter(argv)
+    for arg in it:
+        if arg == JOB_FLAG:
+            job = next(it, None)
+            if job is None:
+                raise ValueError(f"{JOB_FLAG} needs a path")
+        elif arg.startswith(JOB_FLAG + "="):
+            job = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    if not job:
+        raise ValueError(f"missing {JOB_FLAG} JOB.json")
+    return Path(job), rest
+
+
+@contextlib.contextmanager
+def sigterm_raises():
+    def handler(signum, frame):
+        raise Terminated(f"terminated by signal {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Measurement:
+    """One rank's training run and everything measured about it."""
+
+    def __init__(self, job: TrainerJob, ident: RankIdentity) -> None:
+        self.job, self.ident = job, ident
+        self.report = RankReport(
+            rank=ident.rank,
+            local_rank=ident.local_rank,
+            world_size=ident.world_size,
+            hostname=ident.hostname,
+            outcome=Outcome.ERROR,
+            versions=library_versions(),
+        )
+        self.aim = None
+        self.policy: stopping.StopPolicy | None = None
+        self.monitor: SystemMonitor | None = None
+        self.callback: MeasurementCallback | None = None
+
+    def run(self, fms_argv: list[str]) -> None:
+        notes = self.report.notes
+        fault = Fault.from_env()
+        if note := adapt.use_cpu_for_multi_process(self.ident.world_size):
+            notes.append(note)
+        args = fms.parse(fms_argv)
+        if args.ignored:
+            notes.append(f"fms-hf-tuning ignored unrecognised arguments: {' '.join(args.ignored)}")
+        for note in (
+            adapt.disable_unavailable_flash_attention(args.model_args),
+            adapt.same_shuffle_on_every_rank(args.train_args, self.ident.world_size),
+        ):
+            if note:
+                notes.append(note)
+        self.report.flash_attention = bool(args.model_args.use_flash_attn)
+        self.policy = policy = stopping.make_policy(
+            self.job.stop_after_seconds, self.job.auto_stop_method
+        )
+        self._open_aim()
+        owns_node = self.ident.local_rank == 0
+        self.monitor = SystemMonitor(
+            self.job.sample_interval_seconds,
+            gpu_indices=self.job.gpu_indices if owns_node else [],
+            on_process_sample=self.aim.record_process if self.aim else None,
+            on_gpu_samples=self.aim.record_gpus if self.aim else None,
+        )
+        meter = TokenMeter()
+        self.callback = MeasurementCallback(
+            meter=meter,
+            policy=policy,
+            monitor=self.monitor,
+            fault=fault,
+            appends_eos=fms.appends_eos(args),
+            align_prompt_logits=fms.PROMPT_LOGITS_NEED_ALIGNMENT,
+        )
+        with meter.installed():
+            fms.train(args, [self.callback])
+
+    def _open_aim(self) -> None:
+        # one writer per node: a second process opening the repo fails on RocksDB's LOCK
+        if not self.job.aim_repo or self.ident.local_rank != 0:
+            return
+        try:
+            from ado_actuators.sfttrainer.trainer.aim_run import AimRecorder
+
+            self.aim = AimRecorder(self.job, self.ident.rank)
+            self.report.aim_run_hash = self.aim.hash
+        except Exception as e:  # recording is secondary: the report still carries every sample
+            self.report.notes.append(f"AIM recording disabled: {type(e).__name__}: {e}")
+
+    def finish(self) -> None:
+        """Collects what was measured into the report; safe after any failure."""
+        report = self.report
+        if self.monitor is not None:
+            self.monitor.stop()  # already stopped at train end unless training raised
+            report.process_samples = self.monitor.process_samples
+            report.gpu_samples = self.monitor.gpu_samples
+            report.notes.extend(self.monitor.notes)
+        if self.callback is not None:
+            report.steps = self.callback.steps
+            report.hf_metrics = self.callback.hf_metrics
+            report.stopped_by = self.callback.stopped_by
+            report.warmup_steps = self.policy.warmup_steps
+            report.notes.extend(self.callback.notes)
+        if self.aim is not None:
+            with contextlib.suppress(Exception):
+                self.aim.record_params(outcome=report.outcome.value)
+            self.aim.close()
+
+
+def _finish_distributed(ok: bool, exit_code: int) -> None:
+    """Leaves the process group cleanly; called after the report is written.
+
+    Without a final barrier + destroy, a rank sometimes dies at exit with "terminate called
+    without an active exception". After a failure peers may be gone or blocked in another
+    collective, where a barrier could hang and group teardown can abort: exit at once.
+    """
+    if "torch" not in sys.modules:
+        return
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if not ok:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_code)
+    try:
+        if dist.get_backend() == "gloo":
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=FINAL_BARRIER_SECONDS))
+        else:
+            dist.barrier()
+        dist.destroy_process_group()
+    except Exception as e:  # a peer that failed late: our own report already says OK
+        log.warning("final barrier failed: %s", e)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        job_path, fms_argv = split_argv(argv)
+        job = TrainerJob.model_validate_json(job_path.read_text())
+    except (ValueError, OSError) as e:
+        print(f"sfttrainer: {e}", file=sys.stderr)
+        return USAGE_EXIT_CODE
+
+    job.report_dir.mkdir(parents=True, exist_ok=True)
+    # fms appends errors to ./error.log otherwise
+    os.environ.setdefault("TERMINATION_LOG_FILE", str(job.report_dir / "termination.log"))
+    measurement = Measurement(job, RankIdentity.from_env())
+    report = measurement.report
+    with sigterm_raises():
+        try:
+            measurement.run(fms_argv)
+            report.outcome = Outcome.OK
+        except BaseException as exc:  # SystemExit from argparse and Terminated included
+            report.outcome, report.failure = classify(exc)
+            log.error("training failed (%s): %s", report.outcome.value, report.failure.message)
+        finally:
+            try:
+                measurement.finish()
+            finally:
+                report.write(job.report_dir)
+    exit_code = EXIT_CODES[report.outcome]
+    _finish_distributed(report.outcome is Outcome.OK, exit_code)
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""The AIM Run owned by local rank 0: run labels as params, system samples as metrics.
+
+Only one process per node opens the repo: a second writer fails on RocksDB's LOCK file.
+AIM's own system tracker and parameter logging stay off (see monitor.py).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ado_actuators.sfttrainer.contract import GpuSample, ProcessSample, TrainerJob
+
+log = logging.getLogger(__name__)
+
+# Metric names, with contexts {"rank": r} for process samples and {"gpu": i} for GPU ones.
+PROCESS_METRICS = {"cpu_percent": "cpu_percent", "memory_percent": "memory_percent"}
+GPU_METRICS = {
+    "gpu_compute_percent": "compute_percent",
+    "gpu_memory_percent": "memory_percent",
+    "gpu_power_watts": "power_watts",
+    "gpu_power_percent": "power_percent",
+}
+
+
+class AimRecorder:
+    def __init__(self, job: TrainerJob, rank: int) -> None:
+        import aim
+
+        repo = job.aim_repo
+        if repo and "://" not in repo:
+            aim.Repo.from_path(repo, init=True)  # a fresh measurement directory has no repo yet
+        self.rank = rank
+        self.run = aim.Run(
+            repo=repo,
+            experiment=job.aim_experiment,
+            system_tracking_interval=None,
+            log_system_params=False,
+            capture_terminal_logs=False,
+        )
+        for key, value in job.run_labels.items():
+            self.run[key] = value
+        self.hash: str = self.run.hash
+
+    def record_process(self, sample: ProcessSample) -> None:
+        context = {"rank": self.rank}
+        for name, field in PROCESS_METRICS.items():
+            self.run.track(getattr(sample, field), name=name, context=context)
+
+    def record_gpus(self, samples: list[GpuSample]) -> None:
+        for sample in samples:
+            context = {"gpu": sample.index}
+            for name, field in GPU_METRICS.items():
+                self.run.track(getattr(sample, field), name=name, context=context)
+
+    def record_params(self, **params) -> None:
+        for key, value in params.items():
+            self.run[key] = value
+
+    def close(self) -> None:
+        try:
+            self.run.close()
+        except Exception as e:  # the report matters more than a clean AIM shutdown
+            log.warning("closing AIM run %s failed: %s", self.hash, e)

@@ -1,0 +1,87 @@
+"""The TrainerCallback that measures: step timings, dataset tokens, early stop, HF's end metrics.
+
+Step boundaries are HF's own: on_step_begin fires before the first micro-batch of an
+optimisation step (after the step's micro-batches were fetched), on_step_end after the
+optimizer step. train_runtime, computed later, is last end - first start, so the logging and
+data loading between steps fall inside it.
+"""
+
+from __future__ import annotations
+
+import time
+
+from transformers import TrainerCallback
+
+from ado_actuators.sfttrainer.contract import HfTrainMetrics, StepTiming
+from ado_actuators.sfttrainer.trainer import adapt, stopping
+from ado_actuators.sfttrainer.trainer.faults import Fault
+from ado_actuators.sfttrainer.trainer.monitor import SystemMonitor
+from ado_actuators.sfttrainer.trainer.tokens import TokenMeter
+
+HF_METRIC_NAMES = tuple(HfTrainMetrics.model_fields)
+
+
+class MeasurementCallback(TrainerCallback):
+    def __init__(
+        self,
+        *,
+        meter: TokenMeter,
+        policy: stopping.StopPolicy,
+        monitor: SystemMonitor | None = None,
+        fault: Fault | None = None,
+        appends_eos: bool = False,
+        align_prompt_logits: bool = False,
+    ) -> None:
+        self.meter, self.policy, self.monitor, self.fault = meter, policy, monitor, fault
+        self.appends_eos = appends_eos
+        self.align_prompt_logits = align_prompt_logits
+        self.steps: list[StepTiming] = []
+        self.hf_metrics = HfTrainMetrics()
+        self.stopped_by: str | None = None
+        self.notes: list[str] = []
+        self._step_start: float | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        tokenizer = kwargs.get("processing_class") or kwargs.get("tokenizer")
+        tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a vision processor wraps one
+        if self.appends_eos and tokenizer is not None:
+            self.meter.appended_eos_id = tokenizer.eos_token_id
+        if self.align_prompt_logits and (model := kwargs.get("model")) is not None:
+            if note := adapt.align_prompt_learning_logits(model):
+                self.notes.append(note)
+        if self.monitor is not None:
+            self.monitor.start()
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._step_start = time.time()
+        self.meter.take()  # nothing counted outside a step belongs to this one
+        self.policy.begin(self._step_start)
+        if self.fault is not None:
+            self.fault.maybe_fire(state.global_step + 1, args.process_index)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        end = time.time()
+        start = self._step_start if self._step_start is not None else end
+        self.steps.append(
+            StepTiming(
+                step=state.global_step, start=start, end=end, dataset_tokens=self.meter.take()
+            )
+        )
+        self._step_start = None
+        if not self.policy.synchronised:
+            return
+        decision = stopping.agree(self.policy.propose(start, end), device=args.device)
+        self.policy.commit(end, decision)
+        if decision.stop:
+            control.should_training_stop = True
+            if state.max_steps <= 0 or state.global_step < state.max_steps:
+                self.stopped_by = self.policy.reason
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        for name in HF_METRIC_NAMES:
+            if logs and name in logs:
+                setattr(self.hf_metrics, name, float(logs[name]))
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.monitor is not None:
+            self.monitor.stop()

@@ -1,0 +1,59 @@
+"""An exception from training → the Outcome the spec gives it.
+
+The spec: `torch.cuda.OutOfMemoryError` and `RuntimeError: CUDA error: an illegal memory access
+was encountered` make a run invalid (GPU memory exhausted); anything else is a failure.
+"""
+
+from __future__ import annotations
+
+import traceback
+
+from ado_actuators.sfttrainer.contract import Failure, Outcome
+
+GPU_MEMORY_MESSAGES = (
+    "CUDA error: an illegal memory access was encountered",
+    "CUDA out of memory",
+)
+TRACEBACK_TAIL_LINES = 40
+MESSAGE_LIMIT = 4000
+
+
+def _chain(exc: BaseException):
+    """The exception and those it wraps: accelerate and DDP re-raise the original as a cause."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _is_torch_oom(exc: BaseException) -> bool:
+    try:
+        import torch
+    except ImportError:  # classification must work wherever the trainer might crash early
+        return type(exc).__name__ == "OutOfMemoryError"
+    return isinstance(exc, torch.cuda.OutOfMemoryError)
+
+
+def is_gpu_memory_exhaustion(exc: BaseException) -> bool:
+    for e in _chain(exc):
+        if _is_torch_oom(e):
+            return True
+        if isinstance(e, RuntimeError) and any(m in str(e) for m in GPU_MEMORY_MESSAGES):
+            return True
+    return False
+
+
+def describe(exc: BaseException) -> Failure:
+    lines = "".join(traceback.format_exception(exc)).splitlines()
+    message = str(exc) or repr(exc)
+    return Failure(
+        exception_type=f"{type(exc).__module__}.{type(exc).__qualname__}",
+        message=message[:MESSAGE_LIMIT],
+        traceback_tail="\n".join(lines[-TRACEBACK_TAIL_LINES:]),
+    )
+
+
+def classify(exc: BaseException) -> tuple[Outcome, Failure]:
+    outcome = Outcome.GPU_OOM if is_gpu_memory_exhaustion(exc) else Outcome.ERROR
+    return outcome, describe(exc)

@@ -1,0 +1,88 @@
+"""Counting the dataset tokens a rank trained on, from the micro-batches it really trained.
+
+Counted in `transformers.Trainer.training_step` (once per micro-batch, gradient-accumulation
+micro-steps included), not in the collator: the dataloader prefetches a batch that may never
+be trained, and a second tokenisation pass would double the preprocessing cost.
+
+The spec's per-entry figure (note 3) is
+    min(len(tokenizer(entry["output"]).input_ids), tokenizer.model_max_length, max_seq_length)
+i.e. the tokenizer's own special tokens (BOS for Llama-style tokenizers) count, and nothing
+else does. fms-hf-tuning's text-field path renders `{{output}}{{eos_token}}` before TRL
+tokenises and truncates to min(max_seq_length, model_max_length), so a trained sequence is
+    tokens(output) + [EOS], truncated to that limit.
+The appended EOS survives only in sequences that were not truncated, where it is the last
+real token. Subtracting it there gives exactly the spec's figure; `count_dataset_tokens`
+does that. (A truncated entry whose token at the cut happens to be the EOS token itself
+would be under-counted by one; generated datasets never contain the EOS text.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+
+def count_dataset_tokens(attention_mask, input_ids=None, appended_eos_id: int | None = None):
+    """Non-padding tokens of a micro-batch, minus the EOS fms appended to each entry.
+
+    Returns a 0-d tensor on the batch's device so that no GPU sync happens per micro-step.
+    """
+    real = attention_mask.sum()
+    if appended_eos_id is None or input_ids is None:
+        return real
+    import torch
+
+    mask = attention_mask.to(torch.bool)
+    # index of each row's last real token, whichever side the padding is on
+    positions = torch.arange(mask.shape[-1], device=mask.device).expand_as(mask)
+    last = torch.where(mask, positions, torch.full_like(positions, -1)).max(dim=-1).values
+    has_tokens = last >= 0
+    last_ids = input_ids.gather(-1, last.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return real - ((last_ids == appended_eos_id) & has_tokens).sum()
+
+
+class TokenMeter:
+    """Accumulates `count_dataset_tokens` over the micro-batches of the current step."""
+
+    def __init__(self) -> None:
+        self.appended_eos_id: int | None = None
+        self._pending: list = []
+
+    def add(self, inputs) -> None:
+        mask = inputs.get("attention_mask") if hasattr(inputs, "get") else None
+        if mask is None:
+            # padding-free / packed batches carry no mask: every position is a real token
+            ids = inputs.get("input_ids") if hasattr(inputs, "get") else None
+            if ids is not None:
+                self._pending.append(ids.numel())
+            return
+        self._pending.append(
+            count_dataset_tokens(mask, inputs.get("input_ids"), self.appended_eos_id)
+        )
+
+    def take(self) -> int:
+        """The tokens since the last take(): one device sync per optimisation step."""
+        total = sum(int(t) for t in self._pending)
+        self._pending = []
+        return total
+
+    @contextlib.contextmanager
+    def installed(self):
+        """Counts every `Trainer.training_step` call made inside the block.
+
+        SFTTrainer (TRL) overrides training_step but calls super(), so patching the base
+        class sees every micro-step of every HF-based trainer fms-hf-tuning builds.
+        """
+        import transformers
+
+        original = transformers.Trainer.training_step
+        meter = self
+
+        def training_step(trainer, model, inputs, *args, **kwargs):
+            meter.add(inputs)
+            return original(trainer, model, inputs, *args, **kwargs)
+
+        transformers.Trainer.training_step = training_step
+        try:
+            yield self
+        finally:
+            transformers.Trainer.training_step = original

@@ -1,0 +1,202 @@
+"""Shared fixtures: an isolated environment for every test session, and a tiny model built once.
+
+Nothing here reaches a model hub or the user's home: HF_HOME, XDG_CONFIG_HOME, TMPDIR and
+RAY_TMPDIR point under pytest's temporary directory, and the hub is offline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from ado_actuators.sfttrainer.contract import FAULT_ENV, JOB_FLAG, RankReport, TrainerJob
+
+TRAINER_MODULE = "ado_actuators.sfttrainer.trainer"
+
+# Variables from an outer launcher (or a developer's shell) that would change what a test runs.
+_LEAKY = (FAULT_ENV, "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+          "ACCELERATE_USE_CPU", "TERMINATION_LOG_FILE", "CUDA_VISIBLE_DEVICES")  # fmt: skip
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("env")
+    values = {
+        "HF_HOME": root / "hf-home",
+        "XDG_CONFIG_HOME": root / "xdg-config",
+        "XDG_CACHE_HOME": root / "xdg-cache",
+        "TMPDIR": root / "tmp",
+    }
+    # Ray's socket paths must stay under 107 bytes: a pytest tmp path is too deep.
+    values["RAY_TMPDIR"] = Path(tempfile.mkdtemp(prefix="sft-ray-", dir="/tmp"))
+    mp = pytest.MonkeyPatch()
+    for name, path in values.items():
+        path.mkdir(parents=True, exist_ok=True)
+        mp.setenv(name, str(path))
+    for name, value in {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "AIM_UI_TELEMETRY_ENABLED": "0",
+        "PYTHONUNBUFFERED": "1",
+    }.items():
+        mp.setenv(name, value)
+    for name in _LEAKY:
+        mp.delenv(name, raising=False)
+    yield root
+    mp.undo()
+    shutil.rmtree(values["RAY_TMPDIR"], ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    from ado_actuators.sfttrainer.testing.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")
+
+
+# ---- running the trainer for real -----------------------------------------------------------
+
+
+def spec_fms_args(
+    model: Path,
+    data: Path,
+    *,
+    max_steps: int = 3,
+    batch_size: int = 2,
+    grad_accum: int = 2,
+    max_seq_length: int = 64,
+    peft_method: str = "none",
+    torch_dtype: str = "float32",
+    log_level: str = "info",
+    extra: tuple[str, ...] = (),
+) -> list[str]:
+    """fms-hf-tuning's command line in the shape the spec (and the actuator) uses."""
+    return [
+        "--model_name_or_path", str(model), "--torch_dtype", torch_dtype,
+        "--use_flash_attn", "True", "--training_data_path", str(data),
+        "--response_template", "\n### Response:", "--dataset_text_field", "output",
+        "--log_level", log_level, "--max_steps", str(max_steps),
+        "--per_device_train_batch_size", str(batch_size), "--max_seq_length", str(max_seq_length),
+        "--eval_strategy", "no", "--output_dir", "output",
+        "--gradient_accumulation_steps", str(grad_accum), "--save_strategy", "no",
+        "--learning_rate", "1e-05", "--weight_decay", "0.0", "--warmup_ratio", "0.03",
+        "--lr_scheduler_type", "cosine", "--logging_steps", "1",
+        "--include_tokens_per_second", "True", "--gradient_checkpointing", "True",
+        "--packing", "False", "--peft_method", peft_method, "--optim", "adamw_torch",
+        "--bf16", "False", "--gradient_checkpointing_kwargs", '{"use_reentrant": false}',
+        *extra,
+    ]  # fmt: skip
+
+
+@dataclasses.dataclass
+class TrainerRun:
+    workdir: Path
+    returncode: int
+    output: str
+    reports: list[RankReport]
+
+    @property
+    def report(self) -> RankReport:
+        assert len(self.reports) == 1, self.describe()
+        return self.reports[0]
+
+    def describe(self) -> str:
+        tail = self.output[-6000:]
+        return f"exit {self.returncode}, {len(self.reports)} reports; output tail:\n{tail}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def accelerate_ddp_config(path: Path, processes: int) -> Path:
+    """The spec's DDP config, on CPU (see notes/environment.md)."""
+    config = {
+        "compute_environment": "LOCAL_MACHINE", "debug": False, "distributed_type": "MULTI_GPU",
+        "downcast_bf16": "no", "machine_rank": 0, "main_training_function": "main",
+        "mixed_precision": "no", "num_machines": 1, "num_processes": processes,
+        "rdzv_backend": "static", "same_network": True, "use_cpu": True,
+        "main_process_port": free_port(),
+    }  # fmt: skip
+    path.write_text(json.dumps(config))  # JSON is YAML
+    return path
+
+
+def start_trainer(
+    workdir: Path, job: TrainerJob, fms_argv: list[str], *, processes: int = 1, env=None
+) -> subprocess.Popen:
+    workdir.mkdir(parents=True, exist_ok=True)
+    job_path = workdir / "job.json"
+    job_path.write_text(job.model_dump_json())
+    if processes == 1:
+        cmd = [sys.executable, "-m", TRAINER_MODULE]
+    else:
+        config = accelerate_ddp_config(workdir / "accelerate.yaml", processes)
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
+               "--num_processes", str(processes), "-m", TRAINER_MODULE]  # fmt: skip
+    return subprocess.Popen(
+        [*cmd, JOB_FLAG, str(job_path), *fms_argv],
+        cwd=workdir,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def finish_trainer(
+    proc: subprocess.Popen, workdir: Path, job: TrainerJob, timeout=300
+) -> TrainerRun:
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        output, _ = proc.communicate()
+        pytest.fail(f"trainer timed out after {timeout}s:\n{output[-6000:]}")
+    reports = RankReport.read_all(job.report_dir) if job.report_dir.exists() else []
+    return TrainerRun(workdir, proc.returncode, output, reports)
+
+
+def run_trainer(workdir: Path, job: TrainerJob, fms_argv: list[str], **kwargs) -> TrainerRun:
+    timeout = kwargs.pop("timeout", 300)
+    return finish_trainer(start_trainer(workdir, job, fms_argv, **kwargs), workdir, job, timeout)
+
+
+def spec_dataset_tokens(model: Path, data: Path, max_seq_length: int) -> list[int]:
+    """The spec's note 3, per entry, computed independently of the trainer:
+    min(len(tokens(entry["output"])), tokenizer.model_max_length, max_seq_length)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    counts = []
+    for line in data.read_text().splitlines():
+        n = len(tokenizer(json.loads(line)["output"])["input_ids"])
+        counts.append(min(n, tokenizer.model_max_length, max_seq_length))
+    return counts
+
+
+class _Tools:
+    spec_fms_args = staticmethod(spec_fms_args)
+    run_trainer = staticmethod(run_trainer)
+    start_trainer = staticmethod(start_trainer)
+    finish_trainer = staticmethod(finish_trainer)
+    spec_dataset_tokens = staticmethod(spec_dataset_tokens)
+
+
+@pytest.fixture(scope="session")
+def trainer_tools() -> type[_Tools]:
+    """The helpers above, for (module-scoped) fixtures and tests in any test file."""
+    return _Tools

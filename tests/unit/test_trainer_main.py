@@ -1,0 +1,91 @@
+"""The wrapper's pure parts: its own argument, rank identity, and the pre-train adaptations."""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+import pytest
+
+from ado_actuators.sfttrainer.contract import JOB_FLAG
+from ado_actuators.sfttrainer.trainer import adapt
+from ado_actuators.sfttrainer.trainer.__main__ import USAGE_EXIT_CODE, main, split_argv
+from ado_actuators.sfttrainer.trainer.identity import RankIdentity, library_versions
+
+
+def test_job_flag_is_taken_out_wherever_it_is():
+    assert split_argv(["--a", "1", JOB_FLAG, "j.json", "--b"]) == (
+        Path("j.json"),
+        ["--a", "1", "--b"],
+    )
+    assert split_argv([f"{JOB_FLAG}=j.json", "--a"]) == (Path("j.json"), ["--a"])
+
+
+@pytest.mark.parametrize("argv", [[], ["--a"], [JOB_FLAG]])
+def test_missing_job_is_a_usage_error(argv):
+    with pytest.raises(ValueError, match=JOB_FLAG):
+        split_argv(argv)
+
+
+def test_unreadable_job_exits_with_the_usage_code_without_training(tmp_path, capsys):
+    assert main([JOB_FLAG, str(tmp_path / "missing.json")]) == USAGE_EXIT_CODE
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"report_dir": "r", "unknown_field": 1}')
+    assert main([JOB_FLAG, str(bad)]) == USAGE_EXIT_CODE
+    assert "unknown_field" in capsys.readouterr().err
+
+
+def test_rank_identity_from_launcher_env():
+    ident = RankIdentity.from_env({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"})
+    assert (ident.rank, ident.local_rank, ident.world_size) == (3, 1, 4)
+    plain = RankIdentity.from_env({})
+    assert (plain.rank, plain.local_rank, plain.world_size) == (0, 0, 1)
+
+
+def test_versions_name_the_training_stack():
+    versions = library_versions()
+    assert {"torch", "transformers", "trl", "peft", "accelerate", "fms-hf-tuning"} <= set(versions)
+
+
+def test_flash_attention_is_dropped_with_a_note_where_it_cannot_run(monkeypatch):
+    monkeypatch.setattr(
+        adapt, "flash_attention_unavailable_reason", lambda: "CUDA is not available"
+    )
+    args = types.SimpleNamespace(use_flash_attn=True)
+    note = adapt.disable_unavailable_flash_attention(args)
+    assert args.use_flash_attn is False and "CUDA is not available" in note
+    assert adapt.disable_unavailable_flash_attention(args) is None  # nothing left to change
+
+
+def test_flash_attention_is_kept_where_it_can_run(monkeypatch):
+    monkeypatch.setattr(adapt, "flash_attention_unavailable_reason", lambda: None)
+    args = types.SimpleNamespace(use_flash_attn=True)
+    assert adapt.disable_unavailable_flash_attention(args) is None and args.use_flash_attn
+
+
+def test_this_machine_reports_why_flash_attention_is_unavailable():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("has CUDA")
+    assert adapt.flash_attention_unavailable_reason() == "CUDA is not available"
+
+
+def test_ranks_get_one_data_seed():
+    args = types.SimpleNamespace(seed=42, data_seed=None)
+    assert adapt.same_shuffle_on_every_rank(args, 1) is None and args.data_seed is None
+    assert "disjoint" in adapt.same_shuffle_on_every_rank(args, 2) and args.data_seed == 42
+    args = types.SimpleNamespace(seed=42, data_seed=7)
+    assert adapt.same_shuffle_on_every_rank(args, 2) is None and args.data_seed == 7
+
+
+def test_cpu_ranks_ask_accelerate_for_gloo_ddp():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("has CUDA")
+    env: dict[str, str] = {}
+    assert adapt.use_cpu_for_multi_process(1, env) is None and env == {}
+    assert "ACCELERATE_USE_CPU" in adapt.use_cpu_for_multi_process(2, env)
+    assert env == {"ACCELERATE_USE_CPU": "true"}
+    assert adapt.use_cpu_for_multi_process(2, env) is None  # already set: no note

@@ -1,0 +1,93 @@
+"""Counting a micro-batch's dataset tokens: padding excluded, fms's appended EOS excluded."""
+
+from __future__ import annotations
+
+import torch
+import transformers
+
+from ado_actuators.sfttrainer.trainer.tokens import TokenMeter, count_dataset_tokens
+
+EOS, PAD, BOS = 2, 3, 1
+
+
+def batch(rows, pad_left=False):
+    """Pads token rows to one length and builds the attention mask, like tokenizer.pad."""
+    width = max(len(r) for r in rows)
+    ids, mask = [], []
+    for r in rows:
+        padding = [PAD] * (width - len(r))
+        ids.append(padding + r if pad_left else r + padding)
+        ones, zeros = [1] * len(r), [0] * (width - len(r))
+        mask.append(zeros + ones if pad_left else ones + zeros)
+    return torch.tensor(ids), torch.tensor(mask)
+
+
+def test_without_eos_convention_every_real_token_counts():
+    ids, mask = batch([[BOS, 5, 6, EOS], [BOS, 7]])
+    assert int(count_dataset_tokens(mask, ids, None)) == 6
+
+
+def test_appended_eos_of_untruncated_entries_is_not_a_dataset_token():
+    # entry 1 kept whole (ends with the appended EOS), entry 2 truncated at the limit
+    ids, mask = batch([[BOS, 5, 6, EOS], [BOS, 7, 8, 9, 10, 11]])
+    assert int(count_dataset_tokens(mask, ids, EOS)) == 3 + 6
+
+
+def test_left_padding_finds_the_last_real_token_too():
+    ids, mask = batch([[BOS, 5, 6, EOS], [BOS, 7, 8, 9, 10, 11]], pad_left=True)
+    assert int(count_dataset_tokens(mask, ids, EOS)) == 3 + 6
+
+
+def test_a_row_of_padding_only_counts_nothing():
+    ids = torch.tensor([[BOS, 5, EOS], [PAD, PAD, PAD]])
+    mask = torch.tensor([[1, 1, 1], [0, 0, 0]])
+    assert int(count_dataset_tokens(mask, ids, EOS)) == 2
+
+
+def test_pad_equal_to_eos_is_not_mistaken_for_an_appended_eos_in_the_padding():
+    ids = torch.tensor([[BOS, 5, 6, EOS, EOS], [BOS, 7, 8, 9, 10]])
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]])
+    assert int(count_dataset_tokens(mask, ids, EOS)) == 3 + 5
+
+
+def test_meter_sums_micro_batches_and_resets_per_step():
+    meter = TokenMeter()
+    meter.appended_eos_id = EOS
+    for rows in ([[BOS, 5, EOS]], [[BOS, 6, 7, EOS], [BOS, 8]]):
+        ids, mask = batch(rows)
+        meter.add({"input_ids": ids, "attention_mask": mask})
+    assert meter.take() == 2 + 3 + 2
+    assert meter.take() == 0
+
+
+def test_meter_counts_packed_batches_without_a_mask_by_their_positions():
+    meter = TokenMeter()
+    meter.add({"input_ids": torch.ones(1, 37, dtype=torch.long)})
+    assert meter.take() == 37
+
+
+def test_installed_wraps_training_step_and_restores_it():
+    original = transformers.Trainer.training_step
+    meter = TokenMeter()
+    with meter.installed():
+        assert transformers.Trainer.training_step is not original
+    assert transformers.Trainer.training_step is original
+
+
+def test_installed_counts_what_training_step_receives():
+    calls = []
+
+    class FakeTrainer(transformers.Trainer):
+        def __init__(self):  # no model needed: only the dispatch is under test
+            pass
+
+    original = transformers.Trainer.training_step
+    transformers.Trainer.training_step = lambda self, model, inputs, *a, **k: calls.append(inputs)
+    try:
+        meter = TokenMeter()
+        with meter.installed():
+            ids, mask = batch([[BOS, 5, 6]])
+            FakeTrainer().training_step(None, {"input_ids": ids, "attention_mask": mask}, None)
+        assert meter.take() == 3 and len(calls) == 1
+    finally:
+        transformers.Trainer.training_step = original
