@@ -10,7 +10,7 @@ from ado_actuators.sfttrainer.contract import (
     RankReport,
     StepTiming,
 )
-from ado_actuators.sfttrainer.metrics.aggregate import NoTrainingSteps, benchmark_properties
+from ado_actuators.sfttrainer.metrics.aggregate import NoTrainingSteps, benchmark_properties, warmup_end
 
 
 def report(rank, steps, *, world=2, cpu=(50.0, 150.0), gpu=(), hf=None):
@@ -75,3 +75,10 @@ def test_warm_up_can_be_excluded():
 def test_no_completed_step_is_an_error():
     with pytest.raises(NoTrainingSteps):
         benchmark_properties([report(0, [], world=1)], number_gpus=1, stop_after_seconds=-1)
+
+
+def test_reported_warm_up_steps_start_the_window():
+    warm = report(0, [(0, 50, 10_000), (60, 61, 100)], world=1)
+    assert warmup_end([warm]) is None
+    warm.warmup_steps = 1
+    assert warmup_end([warm]) == 60

@@ -91,6 +91,7 @@ def test_ddp_and_cpu_variants():
     assert ddp["distributed_type"] == "MULTI_GPU" and "fsdp_config" not in ddp
     cpu = plan_launch(inputs(number_gpus=2, use_cpu=True)).nodes[0].accelerate_config
     assert cpu["use_cpu"] is True
+    assert plan_launch(inputs(number_gpus=2, use_cpu=True)).env["ACCELERATE_USE_CPU"] == "true"
     assert cpu["fsdp_config"]["fsdp_sync_module_states"] is False
 
 

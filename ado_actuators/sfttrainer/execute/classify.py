@@ -7,7 +7,11 @@ import re
 from ado_actuators.sfttrainer.contract import Outcome as RankOutcome
 from ado_actuators.sfttrainer.contract import RankReport
 from ado_actuators.sfttrainer.execute.process import ProcessResult
-from ado_actuators.sfttrainer.metrics.aggregate import NoTrainingSteps, benchmark_properties
+from ado_actuators.sfttrainer.metrics.aggregate import (
+    NoTrainingSteps,
+    benchmark_properties,
+    warmup_end,
+)
 from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured, Outcome
 
 # A rank that died before it could write a report may still have said why in the log.
@@ -54,7 +58,10 @@ def launch_outcome(
         return Failed(f"training failed: {why}. Log tail:\n{tail}")
     try:
         properties = benchmark_properties(
-            reports, number_gpus=number_gpus, stop_after_seconds=stop_after_seconds
+            reports,
+            number_gpus=number_gpus,
+            stop_after_seconds=stop_after_seconds,
+            since=warmup_end(reports),
         )
     except NoTrainingSteps as error:
         return Failed(f"training produced no measurement: {error}. Log tail:\n{tail}")

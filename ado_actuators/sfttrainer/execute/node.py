@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import uuid
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pydantic
 
+from ado_actuators.sfttrainer.catalog.validity import ModelConfigUnavailable, read_model_config
 from ado_actuators.sfttrainer.contract import RankReport
 from ado_actuators.sfttrainer.execute import workspace
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
@@ -29,7 +31,33 @@ class NodeRequest(pydantic.BaseModel):
     keep_aim_repo: bool = False
 
 
+def weights_problem(location: str, hf_home: str) -> str | None:
+    """Why the weights cannot be loaded on this node, if that is known before launching.
+
+    A hub id that is not cached is fine while the hub is reachable: the trainer fetches it.
+    """
+    if location.startswith(("/", ".", "~")):
+        path = Path(location).expanduser()
+        if not (path / "config.json").is_file():
+            return (
+                f"the model weights are not at {path} on {os.uname().nodename} (no config.json); "
+                f"fix the model_map entry or copy the weights there"
+            )
+        return None
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        try:
+            read_model_config(location, hf_home)
+        except ModelConfigUnavailable as error:
+            return f"{location} is not cached and the hub is offline: {error}"
+    return None
+
+
 def measure_here(request: NodeRequest) -> Outcome:
+    inputs = request.plan_inputs
+    if problem := weights_problem(inputs["model_location"], inputs["hf_home"]):
+        return Failed(problem)
+    if not Path(inputs["dataset_path"]).is_file():
+        return Failed(f"dataset file {inputs['dataset_path']} is not on {os.uname().nodename}")
     workdir = request.output_root / f"{request.label}-{uuid.uuid4().hex[:8]}"
     ephemeral_aim = request.plan_inputs.get("aim_repo") is None
     inputs = PlanInputs(
@@ -51,7 +79,7 @@ def measure_here(request: NodeRequest) -> Outcome:
         return Failed(f"cannot prepare the measurement directory {workdir}: {error}")
     result = run_process(
         plan.nodes[0].argv,
-        env={**_base_env(), **plan.env},
+        env={**os.environ, **plan.env},
         cwd=workdir,
         log_path=workdir / "train.log",
         stall_timeout=request.stall_timeout,
@@ -76,9 +104,3 @@ def measure_here(request: NodeRequest) -> Outcome:
 def _cleanup(path: Path | None) -> None:
     if path is not None:
         path.unlink(missing_ok=True)
-
-
-def _base_env() -> dict[str, str]:
-    import os
-
-    return dict(os.environ)

@@ -40,12 +40,18 @@ class ProcessResult:
 
 
 def _last_activity(paths: list[Path]) -> float:
+    """Latest modification among `paths` and, for directories, the files directly in them."""
     times = []
     for path in paths:
         try:
-            times.append(path.stat().st_mtime)
+            candidates = [path, *path.iterdir()] if path.is_dir() else [path]
         except OSError:
-            pass
+            continue
+        for candidate in candidates:
+            try:
+                times.append(candidate.stat().st_mtime)
+            except OSError:
+                pass
     return max(times, default=0.0)
 
 

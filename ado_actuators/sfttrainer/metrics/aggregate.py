@@ -43,6 +43,14 @@ def gpu_properties(samples: list[GpuSample]) -> dict[str, float]:
     return props
 
 
+def warmup_end(reports: list[RankReport]) -> float | None:
+    """When the measured window starts, if the stop policy reported warm-up steps."""
+    rank0 = min(reports, key=lambda r: r.rank)
+    if 0 < rank0.warmup_steps < len(rank0.steps):
+        return rank0.steps[rank0.warmup_steps].start
+    return None
+
+
 def benchmark_properties(
     reports: list[RankReport],
     *,

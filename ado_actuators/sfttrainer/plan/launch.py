@@ -202,6 +202,9 @@ def plan_launch(inputs: PlanInputs) -> LaunchPlan:
     }
     if values.number_gpus == 0:
         env["CUDA_VISIBLE_DEVICES"] = ""
+    if inputs.use_cpu and processes > 1:
+        # accelerate's multi-GPU launcher ignores the config file's use_cpu.
+        env["ACCELERATE_USE_CPU"] = "true"
     if values.number_nodes > 1:
         env["NCCL_IB_DISABLE"] = "0" if values.enable_roce else "1"
     return LaunchPlan(

@@ -11,6 +11,9 @@ import logging
 from ado_actuators.sfttrainer.contract import GpuSample, ProcessSample, TrainerJob
 
 log = logging.getLogger(__name__)
+# fms's `--log_level debug` turns on AIM's per-sample debug chatter from the sampling thread:
+# it would bury the training log and look like progress to the stall watchdog.
+logging.getLogger("aim").setLevel(logging.WARNING)
 
 # Metric names, with contexts {"rank": r} for process samples and {"gpu": i} for GPU ones.
 PROCESS_METRICS = {"cpu_percent": "cpu_percent", "memory_percent": "memory_percent"}

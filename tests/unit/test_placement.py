@@ -1,0 +1,28 @@
+"""Which Ray node can run a measurement, and what a user is told when none can."""
+
+from ado_actuators.sfttrainer.execute.ray_tasks import placement
+from ado_actuators.sfttrainer.plan.launch import ResourceRequest
+
+CPU_NODE = {"Alive": True, "Resources": {"CPU": 2.0, "memory": 1e9, "node:10.0.0.1": 1.0}}
+GPU_NODE = {"Alive": True, "Resources": {"CPU": 64.0, "GPU": 8.0, "NVIDIA-A100-SXM4-80GB": 8.0}}
+DEAD_GPU_NODE = {**GPU_NODE, "Alive": False}
+
+
+def test_cpu_request_is_capped_at_the_largest_fitting_node():
+    options = placement(ResourceRequest(cpus=4, gpus=0), [CPU_NODE])
+    assert options == {"num_cpus": 2, "num_gpus": 0, "resources": {}}
+
+
+def test_gpu_request_asks_for_gpus_and_the_gpu_model_resource():
+    request = ResourceRequest(cpus=8, gpus=4, custom={"NVIDIA-A100-SXM4-80GB": 4.0})
+    assert placement(request, [CPU_NODE, GPU_NODE]) == {
+        "num_cpus": 8, "num_gpus": 4, "resources": {"NVIDIA-A100-SXM4-80GB": 4.0}}  # fmt: skip
+
+
+def test_infeasible_request_says_what_the_cluster_offers():
+    request = ResourceRequest(cpus=4, gpus=2, custom={"NVIDIA-H100-PCIe": 2.0})
+    reason = placement(request, [CPU_NODE, GPU_NODE, DEAD_GPU_NODE])
+    assert isinstance(reason, str)
+    assert "NVIDIA-H100-PCIe" in reason and "NVIDIA-A100-SXM4-80GB=8" in reason
+    assert "node:" not in reason
+    assert isinstance(placement(ResourceRequest(cpus=2, gpus=1), [DEAD_GPU_NODE, CPU_NODE]), str)
