@@ -28,7 +28,7 @@ test-fast: env
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
 
 demo: env
-	$(BIN)/python -m ado_actuators.sfttrainer.demo
+	$(BIN)/python examples/local-cpu/demo.py
 
 bench: env
 	$(BIN)/python benchmarks/time_to_first_step.py

@@ -1,0 +1,109 @@
+"""The product as a user drives it: the real `ado` CLI, a real local Ray, real training."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI, AdoError
+from ado_actuators.sfttrainer.testing.tiny_model import build_tiny_model
+
+REPO = Path(__file__).resolve().parents[2]
+BENCHMARK_PROPERTIES = 23
+
+
+@pytest.fixture(scope="module")
+def ado(tmp_path_factory) -> AdoCLI:
+    home = tmp_path_factory.mktemp("ado-home")
+    return AdoCLI(
+        home=home,
+        extra_env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                   "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(home / "hf")},  # fmt: skip
+    )
+
+
+def write_yaml(path: Path, document: dict) -> Path:
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_actuator_and_experiments_are_listed(ado):
+    listing = ado.run("get", "actuators", "--details").stdout
+    assert "SFTTrainer" in listing
+    for spelling in ("gtpq", "gptq"):
+        described = ado.run("describe", "experiment", f"SFTTrainer.finetune_{spelling}-lora_benchmark-v1.0.0")
+        assert "float16" in described.stdout
+
+
+def test_seed_example_space_is_accepted_unchanged(ado):
+    space = REPO / "examples" / "remote-raycluster" / "space.yaml"
+    result = ado.run("create", "space", "-f", str(space), "--new-sample-store", "--dry-run")
+    assert "The configuration passed is valid" in result.stdout + result.stderr
+
+
+def test_misspelt_parameter_is_rejected_naming_it(ado, tmp_path):
+    bad = write_yaml(tmp_path / "bad.yaml", {"actuatorIdentifier": "SFTTrainer",
+                                             "parameters": {"data_directri": "/data"}})  # fmt: skip
+    with pytest.raises(AdoError, match=r"data_directri \(did you mean data_directory\?\)"):
+        ado.create("actuatorconfiguration", bad)
+
+
+@pytest.mark.slow
+def test_operation_measures_valid_rows_and_leaves_failures_unstored(ado, tmp_path):
+    model = build_tiny_model(tmp_path / "tiny-llama")
+    data = tmp_path / "data"
+    subprocess.run(
+        [str(Path(sys.executable).with_name("sfttrainer_generate_dataset_text")),
+         "--dataset-id", "news-chars-512-entries-4096", "--entries", "64",
+         "--output-dir", str(data)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    config_id = ado.create("actuatorconfiguration", write_yaml(tmp_path / "ac.yaml", {
+        "actuatorIdentifier": "SFTTrainer",
+        "parameters": {"data_directory": str(data), "hf_home": str(tmp_path / "hf"),
+                       "output_dir": str(tmp_path / "out"),
+                       "model_map": {"tiny-llama": {"Vanilla": str(model)}}},
+    }))  # fmt: skip
+    parameterization = [
+        {"property": {"identifier": "fms_hf_tuning_version"}, "value": "3.2.2"},
+        {"property": {"identifier": "dataset_id"}, "value": "news-chars-512-entries-4096"},
+        {"property": {"identifier": "max_steps"}, "value": 2},
+        {"property": {"identifier": "torch_dtype"}, "value": "float32"},
+        {"property": {"identifier": "gradient_accumulation_steps"}, "value": 1},
+    ]
+    space_id = ado.create("space", write_yaml(tmp_path / "space.yaml", {
+        "experiments": [
+            {"experimentIdentifier": e, "actuatorIdentifier": "SFTTrainer",
+             "parameterization": parameterization}
+            for e in ("finetune_full_benchmark-v1.0.0", "finetune_pt_benchmark-v1.0.0")
+        ],
+        "entitySpace": [
+            # a model nobody mapped: its measurements fail, with a reason, and are not stored
+            {"identifier": "model_name", "propertyDomain": {"values": ["tiny-llama", "unmapped-model"]}},
+            {"identifier": "number_gpus", "propertyDomain": {"values": [0]}},
+            {"identifier": "model_max_length", "propertyDomain": {"values": [64]}},
+            {"identifier": "batch_size", "propertyDomain": {"values": [2, 4]}},
+        ],
+    }), "--new-sample-store")  # fmt: skip
+    operation = yaml.safe_load((REPO / "examples" / "local-cpu" / "operation.yaml").read_text())
+    operation |= {"spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id]}
+    result = ado.run("create", "operation", "-f", str(write_yaml(tmp_path / "op.yaml", operation)),
+                     timeout=900)
+    rows = ado.measurements(space_id)
+    measured = {(r["experiment_id"].split(".")[1].split("-v1")[0], r["batch_size"]) for r in rows}
+    assert measured == {(e, b) for e in ("finetune_full_benchmark", "finetune_pt_benchmark")
+                        for b in ("2", "4")}, result.stdout[-3000:]  # fmt: skip
+    for row in rows:
+        assert row["model_name"] == "tiny-llama"
+        assert float(row["is_valid"]) == 1
+        assert float(row["dataset_tokens_per_second"]) > 0
+        assert float(row["cpu_compute_utilization"]) > 0
+        assert float(row["gpu_memory_utilization_peak"]) == 0.0
+    properties = [c for c in rows[0] if c.startswith(("gpu_", "cpu_", "train_", "dataset_", "is_valid"))]
+    assert len(properties) == BENCHMARK_PROPERTIES
+    shutil.rmtree(tmp_path / "out", ignore_errors=True)
