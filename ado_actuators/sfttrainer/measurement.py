@@ -24,7 +24,7 @@ from ado_actuators.sfttrainer.execute.node import NodeRequest
 from ado_actuators.sfttrainer.execute.ray_tasks import measure_on_cluster
 from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured, Outcome
 from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
-from ado_actuators.sfttrainer.plan.launch import ResourceRequest, plan_resources
+from ado_actuators.sfttrainer.plan.launch import plan_resources
 
 log = logging.getLogger(__name__)
 

@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.cli import generate_dataset_text as gen
+from ado_actuators.sfttrainer.cli import news_text
 
 tokenizers = pytest.importorskip("tokenizers")
 
@@ -47,7 +48,7 @@ def entries(tmp_path_factory) -> list[str]:
 @pytest.fixture(scope="module")
 def own_text() -> list[str]:
     shape = datasets.get_shape(datasets.DEFAULT_DATASET_ID)
-    return list(gen.iter_entries(shape, entries=20, seed=12345, min_tokens=2000))
+    return list(news_text.iter_entries(shape, entries=20, seed=12345, min_tokens=2000))
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,6 @@
 """The catalog ado sees: experiments, defaults (memoisation), domains."""
 
 import pytest
-from ado.schema.entity import Entity  # noqa: F401  (ado schema import order)
 from ado.schema.experiment import ParameterizedExperiment
 from ado.schema.property_value import ConstitutivePropertyValue
 from ado.schema.property import ConstitutivePropertyDescriptor

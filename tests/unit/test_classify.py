@@ -1,6 +1,5 @@
 """Launch results -> outcomes (OOM is invalid, anything else failed)."""
 
-from pathlib import Path
 
 from ado_actuators.sfttrainer.contract import Failure, Outcome, RankReport, StepTiming
 from ado_actuators.sfttrainer.execute.classify import launch_outcome

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.cli import generate_dataset_text as gen
+from ado_actuators.sfttrainer.cli import news_text
 
 RESPONSE_SEP = "\n\n### Response: "
 
@@ -104,11 +105,11 @@ def test_chars_override(tmp_path, chars):
 
 
 def test_exact_fit_every_length():
-    pool = gen._pool(0)
+    pool = news_text._pool(0)
     rng = random.Random(1)
-    for n in range(gen.MIN_CHARS, 400):
-        for pick in (lambda: rng.choice(pool.sentences), lambda: rng.choice(gen._STYLE_NOTES)):
-            text = gen._fit_chars(rng, n, pick, lambda: rng.choice(gen._STYLE_NOTES))
+    for n in range(news_text.MIN_CHARS, 400):
+        for pick in (lambda: rng.choice(pool.sentences), lambda: rng.choice(news_text._STYLE_NOTES)):
+            text = news_text._fit_chars(rng, n, pick, lambda: rng.choice(news_text._STYLE_NOTES))
             assert len(text) == n
             assert text.endswith(".") and "  " not in text and text.lstrip('"')[0].isupper()
             assert all(any(c.isalnum() for c in word) for word in text.split()), text
@@ -116,9 +117,9 @@ def test_exact_fit_every_length():
 
 def test_pool_rejects_words_without_letters(monkeypatch):
     """The token guarantee counts words; a bare '--' could vanish in a tokenizer."""
-    monkeypatch.setattr(gen, "_SENTENCES", ("{name} said -- nothing.",))
+    monkeypatch.setattr(news_text, "_SENTENCES", ("{name} said -- nothing.",))
     with pytest.raises(AssertionError, match="'--'"):
-        gen._Pool(seed=3)
+        news_text._Pool(seed=3)
 
 
 def test_deterministic_byte_identical(tmp_path):
@@ -251,7 +252,7 @@ def test_length_option_must_fit_the_shape(tmp_path):
     one_line_error(run("-o", out, "--chars", "100"), "--chars", "--min-tokens")
     one_line_error(run("-o", out, "--min-tokens", "0"), "--min-tokens", ">= 1")
     one_line_error(run("-o", out, "--dataset-id", "news-chars-512-entries-4096", "--chars", "3"),
-                   "--chars", f">= {gen.MIN_CHARS}")  # fmt: skip
+                   "--chars", f">= {news_text.MIN_CHARS}")  # fmt: skip
 
 
 def test_name_and_dataset_id_disagree(tmp_path):
