@@ -61,18 +61,20 @@ def _resolve(
     except pydantic.ValidationError as error:
         fields = ", ".join(str(e["loc"][0]) for e in error.errors())
         return Failed(f"entity values not understood ({fields}): {error}")
+    # Rules 1-6 need no model: an invalid configuration is answered before anything else.
+    if not values.fast_moe and (problems := configuration_problems(values)):
+        return Invalid(reason="; ".join(problems))
     try:
         location = model_location(values.model_name, definition.weights_format, params.model_map)
     except UnknownModelError as error:
         return Failed(str(error))
-    experts = None
     if values.fast_moe:
         try:
             experts = num_local_experts(read_model_config(location, params.hf_home))
         except ModelConfigUnavailable as error:
             return Failed(f"fast_moe needs the model's num_local_experts: {error}")
-    if problems := configuration_problems(values, experts):
-        return Invalid(reason="; ".join(problems))
+        if problems := configuration_problems(values, experts):
+            return Invalid(reason="; ".join(problems))
     if problem := _version_problem(values.fms_hf_tuning_version):
         return Failed(problem)
     return values, location

@@ -85,7 +85,8 @@ def test_operation_measures_valid_rows_and_leaves_failures_unstored(ado, tmp_pat
         "entitySpace": [
             # a model nobody mapped: its measurements fail, with a reason, and are not stored
             {"identifier": "model_name", "propertyDomain": {"values": ["tiny-llama", "unmapped-model"]}},
-            {"identifier": "number_gpus", "propertyDomain": {"values": [0]}},
+            # 2 GPUs without a gpu_model: invalid by rule 5, stored at once as is_valid = 0
+            {"identifier": "number_gpus", "propertyDomain": {"values": [0, 2]}},
             {"identifier": "model_max_length", "propertyDomain": {"values": [64]}},
             {"identifier": "batch_size", "propertyDomain": {"values": [2, 4]}},
         ],
@@ -95,12 +96,17 @@ def test_operation_measures_valid_rows_and_leaves_failures_unstored(ado, tmp_pat
     result = ado.run("create", "operation", "-f", str(write_yaml(tmp_path / "op.yaml", operation)),
                      timeout=900)
     rows = ado.measurements(space_id)
+    invalid = [r for r in rows if float(r["is_valid"]) == 0]
+    assert {(r["model_name"], r["number_gpus"]) for r in invalid} == {
+        ("tiny-llama", "2"), ("unmapped-model", "2")}  # fmt: skip
+    assert len(invalid) == 8
+    assert all(r["dataset_tokens_per_second"] in ("", "nan") for r in invalid)
+    rows = [r for r in rows if float(r["is_valid"]) == 1]
     measured = {(r["experiment_id"].split(".")[1].split("-v1")[0], r["batch_size"]) for r in rows}
     assert measured == {(e, b) for e in ("finetune_full_benchmark", "finetune_pt_benchmark")
                         for b in ("2", "4")}, result.stdout[-3000:]  # fmt: skip
     for row in rows:
-        assert row["model_name"] == "tiny-llama"
-        assert float(row["is_valid"]) == 1
+        assert (row["model_name"], row["number_gpus"]) == ("tiny-llama", "0")
         assert float(row["dataset_tokens_per_second"]) > 0
         assert float(row["cpu_compute_utilization"]) > 0
         assert float(row["gpu_memory_utilization_peak"]) == 0.0
