@@ -154,3 +154,11 @@ def test_other_fms_hf_tuning_version_fails_saying_what_is_installed(params):
     assert isinstance(outcome, Failed)
     assert f"fms-hf-tuning {installed_fms_hf_tuning()}" in outcome.reason
     assert "fms_hf_tuning_version" in outcome.reason
+
+
+def test_stability_reports_fractions_over_five_runs(params, monkeypatch):
+    monkeypatch.setenv(FAULT_ENV, "oom@1")
+    outcome = run(params, "finetune_full_stability-v1.0.0")
+    assert isinstance(outcome, Measured), getattr(outcome, "reason", "")
+    assert outcome.properties == {"f_gpu_oom": 1.0, "f_other_error": 0.0, "f_no_error": 0.0, "is_valid": 1}
+    assert len(outcome.metadata["runs"]) == 5
