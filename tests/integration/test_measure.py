@@ -56,7 +56,7 @@ def run(params, experiment="finetune_full_benchmark-v1.0.0", use_cpu=False, **ov
     ["finetune_full_benchmark-v1.0.0", "finetune_lora_benchmark-v1.0.0", "finetune_pt_benchmark-v1.0.0"],
 )
 def test_full_lora_and_prompt_tuning_measure(params, experiment):
-    outcome = run(params, experiment)
+    outcome = run(params.model_copy(update={"aim_dashboard_url": "https://aim.example"}), experiment)
     assert isinstance(outcome, Measured), getattr(outcome, "reason", "")
     props = outcome.properties
     assert props["is_valid"] == 1
@@ -69,6 +69,11 @@ def test_full_lora_and_prompt_tuning_measure(params, experiment):
     assert outcome.metadata["flash_attention"] is False
     assert any("flash" in note for note in outcome.metadata["notes"])
     assert outcome.metadata["steps"] == 2
+    assert outcome.metadata["aim_dashboard_url"] == "https://aim.example"
+    assert len(outcome.metadata["aim_run_hash"]) > 8
+    # the temporary AIM repository is gone with the measurement; logs and reports stay
+    workdir = Path(outcome.metadata["workdir"])
+    assert not (workdir / "aim").exists() and (workdir / "reports" / "rank-0.json").exists()
 
 
 def test_two_ranks_over_gloo_with_fsdp_and_ddp_configs(params):
