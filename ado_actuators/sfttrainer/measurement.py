@@ -80,12 +80,19 @@ def _resolve(
     return values, location
 
 
-def _dataset(values: Any, params: SFTTrainerParameters) -> tuple[Path, str] | Failed:
-    path = Path(params.data_directory) / datasets.dataset_filename(values.dataset_id)
+def _dataset(values: Any, params: SFTTrainerParameters) -> dict[str, Any] | Failed:
+    """The dataset file and the columns the trainer reads (the entity's, else the shape's)."""
+    shape = datasets.get_shape(values.dataset_id)
+    path = Path(params.data_directory) / shape.filename
     if not path.is_file():
         command = " ".join(datasets.creation_command(values.dataset_id, path))
         return Failed(f"dataset file {path} does not exist; create it with: {command}")
-    return path, values.dataset_text_field or datasets.text_field(values.dataset_id)
+    return {
+        "dataset_path": path,
+        "text_field": values.dataset_text_field or shape.text_field,
+        "image_field": values.dataset_image_field or shape.image_field,
+        "conversation_field": shape.conversation_field,
+    }
 
 
 def measure(
@@ -106,14 +113,12 @@ def measure(
         dataset = _dataset(values, params)
         if isinstance(dataset, Failed):
             return dataset
-        dataset_path, text_field = dataset
         request = NodeRequest(
             plan_inputs={
+                **dataset,
                 "values": values,
                 "definition": definition,
                 "model_location": location,
-                "dataset_path": dataset_path,
-                "text_field": text_field,
                 "hf_home": params.hf_home,
                 "aim_repo": params.aim_db,
                 "run_labels": {"entity": label, "experiment": definition.identifier},

@@ -1,7 +1,7 @@
 """news-tokens-* promise "at least N tokens per entry" for any subword tokenizer.
 
 The generator emits at least N whitespace-separated words in every response (see
-`_response_tokens`); here tokenizers of each family the experiments meet are trained locally
+`response_words`); here tokenizers of each family the experiments meet are trained locally
 (no downloads) and every entry of a small file is checked against them:
 
 - byte-level BPE (GPT-2 style, as granite) and WordPiece (BERT style), which pre-tokenize at

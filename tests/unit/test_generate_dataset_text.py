@@ -105,7 +105,7 @@ def test_chars_override(tmp_path, chars):
 
 
 def test_exact_fit_every_length():
-    pool = news_text._pool(0)
+    pool = news_text.sentence_pool(0)
     rng = random.Random(1)
     for n in range(news_text.MIN_CHARS, 400):
         for pick in (lambda: rng.choice(pool.sentences), lambda: rng.choice(news_text._STYLE_NOTES)):

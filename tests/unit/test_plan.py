@@ -146,3 +146,14 @@ def test_stop_after_seconds_and_labels_reach_the_trainer_job():
     assert plan.job.stop_after_seconds == 30.0
     assert plan.job.report_dir == Path("/work/m1/reports")
     assert plan.env["HF_HOME"] == "/hf"
+
+
+def test_vision_datasets_name_their_image_and_conversation_columns():
+    vision = inputs(dataset_id="vision-384x384-16384plus-entries-4096").model_copy(
+        update={"text_field": "messages", "image_field": "images", "conversation_field": "messages"})
+    argv = plan_launch(vision).nodes[0].argv
+    assert option(argv, "--dataset_image_field") == "images"
+    assert option(argv, "--dataset_conversation_field") == "messages"
+    assert option(argv, "--dataset_text_field") == "messages"
+    text = plan_launch(inputs()).nodes[0].argv
+    assert "--dataset_image_field" not in text and "--dataset_conversation_field" not in text

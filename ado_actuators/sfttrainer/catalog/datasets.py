@@ -65,6 +65,12 @@ class DatasetShape:
     def image_field(self) -> str | None:
         return None if self.kind == "text" else "images"
 
+    @property
+    def conversation_field(self) -> str | None:
+        """Vision entries are chats; fms-hf-tuning 3.2 must be told the column (it cannot
+        find it in the lazy rows datasets 4 hands it)."""
+        return None if self.kind == "text" else "messages"
+
 
 _SHAPES: tuple[DatasetShape, ...] = (
     DatasetShape("news-chars-512-entries-4096", "text", 4096, "chars", chars=512),
@@ -109,10 +115,6 @@ def get_shape(dataset_id: str) -> DatasetShape:
 def dataset_filename(dataset_id: str) -> str:
     """File name of `dataset_id` inside data_directory, e.g. `<id>.jsonl`."""
     return get_shape(dataset_id).filename
-
-
-def text_field(dataset_id: str) -> str:
-    return get_shape(dataset_id).text_field
 
 
 def dataset_path(data_directory: str | Path, dataset_id: str) -> Path:

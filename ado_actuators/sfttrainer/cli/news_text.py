@@ -256,7 +256,7 @@ class _Pool:
         raw = [rng.choice(_SENTENCES).format_map(_LazySlots(rng)) for _ in range(POOL_SIZE)]
         text = _A_BEFORE_VOWEL.sub(r"\1n \2", "\n".join(s[0].upper() + s[1:] for s in raw))
         # The token guarantee relies on every word holding a letter or digit (see
-        # _response_tokens); the templates are fixed, so this can only fail on an edit.
+        # response_words); the templates are fixed, so this can only fail on an edit.
         if bad := _WORD_WITHOUT_ALNUM.search(text):
             raise AssertionError(f"sentence pool has a word without letters: {bad[0]!r}")
         self.sentences = text.split("\n")
@@ -271,7 +271,7 @@ _WORD_WITHOUT_ALNUM = re.compile(r"(?<!\S)[^\sA-Za-z0-9]+(?!\S)")
 
 
 @functools.lru_cache(maxsize=2)
-def _pool(seed: int) -> _Pool:
+def sentence_pool(seed: int) -> _Pool:
     return _Pool(seed)
 
 
@@ -314,7 +314,7 @@ def _fit_chars(
     return text
 
 
-def _response_tokens(rng: random.Random, pool: _Pool, min_words: int) -> str:
+def response_words(rng: random.Random, pool: _Pool, min_words: int) -> str:
     """Prose of at least `min_words` whitespace-separated words.
 
     Why N words give at least N tokens with ANY subword tokenizer (BPE, byte-level BPE,
@@ -354,7 +354,7 @@ def _response_tokens(rng: random.Random, pool: _Pool, min_words: int) -> str:
 def _entry_tokens(rng: random.Random, pool: _Pool, min_tokens: int) -> str:
     instruction = _fill_template(rng, rng.choice(_INSTRUCTIONS))
     article = " ".join(rng.choice(pool.sentences) for _ in range(rng.randint(3, 6)))
-    response = _response_tokens(rng, pool, min_tokens)
+    response = response_words(rng, pool, min_tokens)
     return f"### Input: {instruction}\n{article}\n\n### Response: {response}"
 
 
@@ -395,7 +395,7 @@ def iter_entries(
 ) -> Iterator[str]:
     """The `output` text of each entry, one at a time. Entry i depends only on (seed, i, the
     length), so a smaller --entries gives a prefix of the bigger file."""
-    pool = _pool(seed)
+    pool = sentence_pool(seed)
     for i in range(entries):
         rng = random.Random(f"sfttrainer-text-entry:{seed}:{i}")
         if shape.length_unit == "tokens":

@@ -76,6 +76,8 @@ class PlanInputs(pydantic.BaseModel):
     model_location: str
     dataset_path: Path
     text_field: str
+    image_field: str | None = None
+    conversation_field: str | None = None
     workdir: Path
     python: str
     hf_home: str
@@ -126,8 +128,10 @@ def sft_trainer_arguments(inputs: PlanInputs, training_data_path: Path) -> list[
         fixed_arguments["fast_kernels"] = [v.lower() for v in values.fast_kernels]
     for name, words in fixed_arguments.items():
         args += [f"--{name}", *words]
-    if values.dataset_image_field:
-        args += ["--dataset_image_field", values.dataset_image_field]
+    if inputs.image_field:
+        args += ["--dataset_image_field", inputs.image_field]
+    if inputs.conversation_field:
+        args += ["--dataset_conversation_field", inputs.conversation_field]
     return args
 
 
