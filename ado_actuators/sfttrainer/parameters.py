@@ -9,11 +9,8 @@ from typing import Any
 import pydantic
 from ado.modules.actuators.executor_supervisor import ExperimentExecutorSupervisorParameters
 
-WEIGHTS_FORMATS = ("Vanilla", "GPTQ-Quantized")
-"""Inner keys of a model_map entry. The spec also spells the second one `QPTQ-Quantized`."""
-WEIGHTS_FORMAT_ALIASES = {"QPTQ-Quantized": "GPTQ-Quantized"}
+from ado_actuators.sfttrainer.catalog.models import WEIGHTS_FORMAT_ALIASES, WEIGHTS_FORMATS, ModelMap
 
-ModelMap = dict[str, dict[str, str]]
 
 
 class SFTTrainerParameters(ExperimentExecutorSupervisorParameters):

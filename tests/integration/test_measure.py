@@ -167,3 +167,17 @@ def test_stability_reports_fractions_over_five_runs(params, monkeypatch):
     assert isinstance(outcome, Measured), getattr(outcome, "reason", "")
     assert outcome.properties == {"f_gpu_oom": 1.0, "f_other_error": 0.0, "f_no_error": 0.0, "is_valid": 1}
     assert len(outcome.metadata["runs"]) == 5
+
+
+@pytest.mark.parametrize("offline", [True, False])
+def test_uncached_hub_model_names_the_download_command(params, monkeypatch, offline):
+    """Offline by setting, or because the hub does not answer (no network here)."""
+    if not offline:
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on discard
+    hub = params.model_copy(update={"model_map": {"tiny": {"Vanilla": "example-org/not-cached"}}})
+    outcome = run(hub)
+    assert isinstance(outcome, Failed)
+    assert "example-org/not-cached is not in the cache" in outcome.reason
+    assert f"sfttrainer_download_hf_weights -i models.yaml -o {params.hf_home}" in outcome.reason
+    assert "`tiny: {Vanilla: example-org/not-cached}`" in outcome.reason

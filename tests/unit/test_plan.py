@@ -157,3 +157,9 @@ def test_vision_datasets_name_their_image_and_conversation_columns():
     assert option(argv, "--dataset_text_field") == "messages"
     text = plan_launch(inputs()).nodes[0].argv
     assert "--dataset_image_field" not in text and "--dataset_conversation_field" not in text
+
+
+def test_local_or_cached_weights_train_offline_from_hf_homes_cache():
+    plan = plan_launch(inputs().model_copy(update={"weights_offline": True}))
+    assert plan.env["HF_HUB_OFFLINE"] == "1" and plan.env["HF_HUB_CACHE"] == "/hf/hub"
+    assert "HF_HUB_OFFLINE" not in plan_launch(inputs()).env

@@ -7,7 +7,11 @@ from importlib import resources
 
 import yaml
 
-from ado_actuators.sfttrainer.parameters import WEIGHTS_FORMAT_ALIASES, ModelMap
+WEIGHTS_FORMATS = ("Vanilla", "GPTQ-Quantized")
+"""Inner keys of a model_map entry. The spec also spells the second one `QPTQ-Quantized`."""
+WEIGHTS_FORMAT_ALIASES = {"QPTQ-Quantized": "GPTQ-Quantized"}
+
+ModelMap = dict[str, dict[str, str]]
 
 
 @functools.cache

@@ -10,13 +10,16 @@ from pathlib import Path
 
 import pydantic
 
-from ado_actuators.sfttrainer.catalog.validity import ModelConfigUnavailable, read_model_config
+from ado_actuators.sfttrainer import hf_cache
 from ado_actuators.sfttrainer.contract import RankReport
 from ado_actuators.sfttrainer.execute import workspace
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
 from ado_actuators.sfttrainer.execute.process import run_process
 from ado_actuators.sfttrainer.outcomes import Failed, Outcome
 from ado_actuators.sfttrainer.plan.launch import PlanError, PlanInputs, plan_launch
+
+
+HUB_PROBE_SECONDS = 15
 
 
 class NodeRequest(pydantic.BaseModel):
@@ -31,30 +34,48 @@ class NodeRequest(pydantic.BaseModel):
     keep_aim_repo: bool = False
 
 
-def weights_problem(location: str, hf_home: str) -> str | None:
-    """Why the weights cannot be loaded on this node, if that is known before launching.
+def download_hint(model_name: str, weights_format: str, location: str, hf_home: str) -> str:
+    return (
+        f"fetch it first: put `{model_name}: {{{weights_format}: {location}}}` in a models.yaml "
+        f"and run: sfttrainer_download_hf_weights -i models.yaml -o {hf_home}"
+    )
 
-    A hub id that is not cached is fine while the hub is reachable: the trainer fetches it.
+
+def weights_problem(location: str, hf_home: str, hint: str) -> tuple[str | None, bool]:
+    """(why the weights cannot be loaded on this node, whether they load without the hub).
+
+    A hub id that is not cached is fine while the hub answers: the trainer fetches it.
     """
     if location.startswith(("/", ".", "~")):
         path = Path(location).expanduser()
         if not (path / "config.json").is_file():
             return (
-                f"the model weights are not at {path} on {os.uname().nodename} (no config.json); "
-                f"fix the model_map entry or copy the weights there"
-            )
-        return None
+                f"the model weights are not at {path} on {os.uname().nodename} (no "
+                f"config.json); fix the model_map entry or copy the weights there"
+            ), False
+        return None, True
+    if hf_cache.is_cached(location, hf_home):
+        return None, True
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
-        try:
-            read_model_config(location, hf_home)
-        except ModelConfigUnavailable as error:
-            return f"{location} is not cached and the hub is offline: {error}"
-    return None
+        return f"{location} is not in the cache under {hf_home} and HF_HUB_OFFLINE is set; {hint}", False
+    try:
+        from huggingface_hub import HfApi
+
+        HfApi().model_info(location, timeout=HUB_PROBE_SECONDS)
+    except Exception as error:  # noqa: BLE001 - unreachable, unknown, gated: all need the user
+        why = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        return f"{location} is not in the cache under {hf_home} and the hub did not serve it ({why}); {hint}", False
+    return None, False
 
 
 def measure_here(request: NodeRequest) -> Outcome:
     inputs = request.plan_inputs
-    if problem := weights_problem(inputs["model_location"], inputs["hf_home"]):
+    location, hf_home = inputs["model_location"], inputs["hf_home"]
+    hint = download_hint(
+        inputs["values"].model_name, inputs["definition"].weights_format, location, hf_home
+    )
+    problem, offline = weights_problem(location, hf_home, hint)
+    if problem:
         return Failed(problem)
     if not Path(inputs["dataset_path"]).is_file():
         return Failed(f"dataset file {inputs['dataset_path']} is not on {os.uname().nodename}")
@@ -66,6 +87,7 @@ def measure_here(request: NodeRequest) -> Outcome:
             "aim_repo": request.plan_inputs.get("aim_repo") or str(workdir / "aim"),
         },
         workdir=workdir,
+        weights_offline=offline,
         python=sys.executable,
         main_process_port=workspace.free_port(),
     )

@@ -86,6 +86,8 @@ class PlanInputs(pydantic.BaseModel):
     run_labels: dict[str, str] = pydantic.Field(default_factory=dict)
     use_cpu: bool = False
     """Run multi-process measurements on CPUs over gloo (machines without GPUs, tests)."""
+    weights_offline: bool = False
+    """The weights are local or fully cached: the trainer need not (and will not) ask the hub."""
 
 
 def _flag(value: Any) -> str:
@@ -199,11 +201,15 @@ def plan_launch(inputs: PlanInputs) -> LaunchPlan:
         nodes = [NodeLaunch(machine_rank=0, argv=[*launcher, *trainer], accelerate_config=config)]
     env = {
         "HF_HOME": inputs.hf_home,
+        # an inherited HF_HUB_CACHE would send the trainer to another cache than hf_home's
+        "HF_HUB_CACHE": str(Path(inputs.hf_home) / "hub"),
         "TERMINATION_LOG_FILE": str(inputs.workdir / "reports" / "termination.log"),
         "TOKENIZERS_PARALLELISM": "false",
         "PYTHONUNBUFFERED": "1",
         "AIM_UI_TELEMETRY_ENABLED": "0",
     }
+    if inputs.weights_offline:
+        env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     if values.number_gpus == 0:
         env["CUDA_VISIBLE_DEVICES"] = ""
     if inputs.use_cpu and processes > 1:
