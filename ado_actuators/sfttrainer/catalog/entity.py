@@ -17,6 +17,7 @@ from typing import Any
 import pydantic
 
 from ado_actuators.sfttrainer.catalog import datasets
+from ado_actuators.sfttrainer.trainer import stopping
 
 
 class Domain(enum.StrEnum):
@@ -70,7 +71,7 @@ OPTIMIZERS = (
     "schedule_free_sgd",
 )  # fmt: skip
 
-AUTO_STOP_METHODS = (None, "WARMUP_60S_STABLE_120S_OR_10_STEPS")
+AUTO_STOP_METHODS = (None, *stopping.AUTO_STOP_METHODS)
 
 FAST_KERNEL_SETTINGS = (None,) + tuple(
     list(combo) for combo in itertools.product(("True", "False"), repeat=3)
