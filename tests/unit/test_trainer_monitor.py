@@ -92,3 +92,12 @@ def test_gpu_samples_on_a_gpu_machine():
     s = monitor.gpu_samples[-1]
     assert 0 <= s.compute_percent <= 100 and 0 < s.memory_percent <= 100
     assert s.power_watts > 0 and 0 < s.power_percent <= 150
+
+
+def test_cuda_indices_map_to_nvml_physical_devices():
+    from ado_actuators.sfttrainer.trainer.monitor import physical_devices
+
+    assert physical_devices([0, 1], None) == [0, 1]
+    assert physical_devices([0, 1], "3,5") == [3, 5]
+    assert physical_devices([0], "GPU-8f2a,GPU-77c1") == ["GPU-8f2a"]
+    assert physical_devices([0, 1, 2], "4") == [4]

@@ -9,6 +9,8 @@ the GPUs of the measurement and, when it owns an AIM Run, records every sample t
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -20,11 +22,25 @@ from ado_actuators.sfttrainer.contract import GpuSample, ProcessSample
 log = logging.getLogger(__name__)
 
 
+def physical_devices(indices: list[int], cuda_visible_devices: str | None) -> list[int | str]:
+    """NVML ignores CUDA_VISIBLE_DEVICES: map the CUDA indices the job names (0..n-1 of the
+    devices Ray gave this task) to NVML's physical indices, or to UUIDs when listed so."""
+    if not cuda_visible_devices:
+        return list(indices)
+    visible = [d.strip() for d in cuda_visible_devices.split(",") if d.strip()]
+    return [
+        int(visible[i]) if visible[i].isdigit() else visible[i]
+        for i in indices
+        if i < len(visible)
+    ]
+
+
 class GpuSampler:
     """NVML readings for the given node-local GPU indices; `available` is False without NVML."""
 
     def __init__(self, indices: list[int]) -> None:
         self.indices = list(indices)
+        self.node = socket.gethostname()
         self.available = False
         self.problem: str | None = None
         self._handles: list = []
@@ -34,7 +50,12 @@ class GpuSampler:
             import pynvml
 
             pynvml.nvmlInit()
-            self._handles = [(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in self.indices]
+            devices = physical_devices(self.indices, os.environ.get("CUDA_VISIBLE_DEVICES"))
+            self._handles = [
+                (i, pynvml.nvmlDeviceGetHandleByIndex(d) if isinstance(d, int)
+                 else pynvml.nvmlDeviceGetHandleByUUID(d))
+                for i, d in zip(self.indices, devices, strict=False)
+            ]  # fmt: skip
             self._nvml = pynvml
             self.available = True
         except ImportError as e:
@@ -59,6 +80,7 @@ class GpuSampler:
                 GpuSample(
                     time=now,
                     index=index,
+                    node=self.node,
                     compute_percent=float(util.gpu),
                     memory_percent=100.0 * mem.used / mem.total if mem.total else 0.0,
                     power_watts=power_mw / 1000.0,
