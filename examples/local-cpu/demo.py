@@ -17,30 +17,21 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI
 from ado_actuators.sfttrainer.testing.tiny_model import build_tiny_model
 
 HERE = Path(__file__).parent
-COLUMNS = {
-    "experiment_id": "experiment",
-    "model_max_length": "seq len",
-    "batch_size": "batch",
-    "is_valid": "valid",
-    "train_runtime": "runtime s",
-    "dataset_tokens_per_second": "dataset tok/s",
-    "train_tokens_per_second": "HF tok/s",
-    "train_samples_per_second": "samples/s",
-    "cpu_compute_utilization": "CPU %",
-    "cpu_memory_utilization": "mem %",
-    "gpu_compute_utilization_avg": "GPU %",
-    "gpu_power_watts_avg": "GPU W",
-}
+# Rows of the printed table: what identifies a configuration, then every measured property.
+CONFIGURATION = {"experiment_id": "experiment", "model_max_length": "model_max_length",
+                 "batch_size": "batch_size"}  # fmt: skip
+PROPERTIES = catalog_data().experiment("finetune_full_benchmark-v1.0.0").targets
 
 
 def main() -> int:
     console = Console()
     if not console.is_terminal:
-        console = Console(width=120)  # make's output is no terminal: rich would assume 80
+        console = Console(width=140)  # make's output is no terminal: rich would assume 80
     work = Path(os.environ.get("DEMO_WORK", "demo-work")).absolute()
     shutil.rmtree(work, ignore_errors=True)
     (work / "data").mkdir(parents=True)
@@ -80,11 +71,16 @@ def main() -> int:
         ado.run("create", "operation", "-f", str(operation))
     rows = ado.measurements(space_id)
 
-    table = Table(title=f"SFTTrainer measurements, space {space_id}")
-    for title in COLUMNS.values():
-        table.add_column(title, justify="right")
-    for row in rows:
-        table.add_row(*(_cell(row.get(column, "")) for column in COLUMNS))
+    # One column per configuration, one row per property: 23 properties fit down a page.
+    table = Table(title=f"SFTTrainer measurements, space {space_id}", show_header=False)
+    table.add_column("")
+    for _ in rows:
+        table.add_column("", justify="right")
+    for column, title in CONFIGURATION.items():
+        table.add_row(title, *(_cell(row.get(column, "")) for row in rows), style="bold")
+    table.add_section()
+    for name in PROPERTIES:
+        table.add_row(name, *(_cell(row.get(name, "")) for row in rows))
     console.print(table)
     valid = sum(row.get("is_valid") in ("1", "1.0") for row in rows)
     console.print(
