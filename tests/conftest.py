@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import socket
 import subprocess
 import sys
 import shutil
@@ -81,20 +80,21 @@ def spec_fms_args(
     log_level: str = "info",
     extra: tuple[str, ...] = (),
 ) -> list[str]:
-    """fms-hf-tuning's command line in the shape the spec (and the actuator) uses."""
+    """fms-hf-tuning's command line in the shape the spec (and the actuator) uses: the
+    experiments' constants, from the catalog, plus the knobs these tests turn."""
+    from ado_actuators.sfttrainer.catalog.experiments import catalog_data
+
+    constants = {**catalog_data().sft_trainer_constants, "log_level": log_level}
     return [
         "--model_name_or_path", str(model), "--torch_dtype", torch_dtype,
         "--use_flash_attn", "True", "--training_data_path", str(data),
-        "--response_template", "\n### Response:", "--dataset_text_field", "output",
-        "--log_level", log_level, "--max_steps", str(max_steps),
+        "--dataset_text_field", "output", "--max_steps", str(max_steps),
         "--per_device_train_batch_size", str(batch_size), "--max_seq_length", str(max_seq_length),
-        "--eval_strategy", "no", "--output_dir", "output",
-        "--gradient_accumulation_steps", str(grad_accum), "--save_strategy", "no",
-        "--learning_rate", "1e-05", "--weight_decay", "0.0", "--warmup_ratio", "0.03",
-        "--lr_scheduler_type", "cosine", "--logging_steps", "1",
-        "--include_tokens_per_second", "True", "--gradient_checkpointing", "True",
-        "--packing", "False", "--peft_method", peft_method, "--optim", "adamw_torch",
-        "--bf16", "False", "--gradient_checkpointing_kwargs", '{"use_reentrant": false}',
+        "--output_dir", "output", "--gradient_accumulation_steps", str(grad_accum),
+        "--gradient_checkpointing", "True", "--peft_method", peft_method,
+        "--optim", "adamw_torch", "--bf16", "False",
+        "--gradient_checkpointing_kwargs", '{"use_reentrant": false}',
+        *(word for name, value in constants.items() for word in (f"--{name}", value)),
         *extra,
     ]  # fmt: skip
 
@@ -116,21 +116,16 @@ class TrainerRun:
         return f"exit {self.returncode}, {len(self.reports)} reports; output tail:\n{tail}"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def accelerate_ddp_config(path: Path, processes: int) -> Path:
-    """The spec's DDP config, on CPU (see notes/environment.md)."""
-    config = {
-        "compute_environment": "LOCAL_MACHINE", "debug": False, "distributed_type": "MULTI_GPU",
-        "downcast_bf16": "no", "machine_rank": 0, "main_training_function": "main",
-        "mixed_precision": "no", "num_machines": 1, "num_processes": processes,
-        "rdzv_backend": "static", "same_network": True, "use_cpu": True,
-        "main_process_port": free_port(),
-    }  # fmt: skip
+    """The actuator's DDP config for `processes` ranks on CPU (see notes/environment.md)."""
+    from ado_actuators.sfttrainer.catalog.entity import entity_values
+    from ado_actuators.sfttrainer.execute.workspace import free_port
+    from ado_actuators.sfttrainer.plan.accelerate import accelerate_config
+
+    values = entity_values({"model_name": "tiny", "model_max_length": 64, "number_gpus": processes,
+                            "batch_size": processes, "distributed_backend": "DDP"})  # fmt: skip
+    config = accelerate_config(values, processes_per_node=processes, machine_rank=0,
+                               main_process_ip=None, main_process_port=free_port(), use_cpu=True)  # fmt: skip
     path.write_text(json.dumps(config))  # JSON is YAML
     return path
 
