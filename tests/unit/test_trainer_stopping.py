@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from ado_actuators.sfttrainer.execute.workspace import free_port
 from ado_actuators.sfttrainer.trainer.stopping import (
     AnyOf,
     Decision,
@@ -133,17 +134,9 @@ _AGREE_SCRIPT = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_agree_is_an_or_over_real_gloo_ranks():
     """Rank 0 alone wants to stop, rank 1 alone ends warm-up: both ranks must see both."""
-    port = str(_free_port())
+    port = str(free_port())
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _AGREE_SCRIPT],
