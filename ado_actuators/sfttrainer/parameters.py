@@ -22,7 +22,8 @@ class SFTTrainerParameters(ExperimentExecutorSupervisorParameters):
         default=True,
         description="Run each measurement in an environment that exactly matches the packages "
         "of the requested fms_hf_tuning_version. Set false on machines where those "
-        "(CUDA-only) packages cannot be installed.",
+        "(CUDA-only) packages cannot be installed. Per-version environments are not built "
+        "yet: the installed fms-hf-tuning must be the requested version.",
     )
     output_dir: str = pydantic.Field(
         default="output",
