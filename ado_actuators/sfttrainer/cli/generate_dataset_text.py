@@ -13,8 +13,6 @@ final name is always a whole dataset.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -22,14 +20,17 @@ import typer
 
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.cli.news_text import MIN_CHARS, iter_entries
+from ado_actuators.sfttrainer.cli.output_files import (
+    UsageError,
+    progress_bar,
+    published_atomically,
+    report_errors,
+    resolve_output,
+)
 
 # ----------------------------------------------------------------------------------------
 # CLI
 # ----------------------------------------------------------------------------------------
-
-
-class UsageError(Exception):
-    """Bad input: reported as one line, exit status 2."""
 
 
 def _resolve_shape(dataset_id: str | None, output: Path | None) -> datasets.DatasetShape:
@@ -58,55 +59,6 @@ def _resolve_shape(dataset_id: str | None, output: Path | None) -> datasets.Data
     return shape
 
 
-def _resolve_path(output: Path | None, output_dir: Path | None, shape) -> Path:
-    if output is not None and output_dir is not None:
-        raise UsageError("give either -o/--output FILE or --output-dir DIR, not both")
-    if output is None and output_dir is None:
-        raise UsageError(
-            f"no output given; add -o FILE (e.g. -o ./{shape.filename}) or --output-dir DIR"
-        )
-    path = output if output is not None else output_dir / shape.filename
-    if path.is_dir():
-        raise UsageError(
-            f"-o/--output {str(path)!r} is a directory; give a file path or use --output-dir"
-        )
-    return path
-
-
-def _open_temp(path: Path):
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 - renamed or removed below
-            mode="wb", dir=path.parent, prefix=f".{path.name}.", suffix=".partial", delete=False
-        )
-    except OSError as err:
-        raise UsageError(
-            f"cannot write {str(path)!r} ({err.strerror or err}); choose a writable location "
-            "with -o/--output or --output-dir"
-        ) from None
-    return handle
-
-
-def _progress(total: int, path: Path):
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-        TimeRemainingColumn,
-    )  # fmt: skip
-
-    console = Console(stderr=True)
-    return Progress(
-        TextColumn(f"[bold]{path.name}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        disable=not console.is_terminal,
-        transient=False,
-    )
-
-
 def generate(
     path: Path,
     shape: datasets.DatasetShape,
@@ -118,28 +70,13 @@ def generate(
     progress: bool = True,
 ) -> int:
     """Write the dataset to `path` atomically; returns the bytes written."""
-    handle = _open_temp(path)
     written = 0
-    try:
-        with handle:
-            rows = iter_entries(shape, entries=entries, seed=seed, min_tokens=min_tokens,
-                                chars=chars)  # fmt: skip
-            if progress:
-                with _progress(entries, path) as bar:
-                    task = bar.add_task("generate", total=entries)
-                    for text in rows:
-                        written += handle.write(_line(text))
-                        bar.advance(task)
-            else:
-                for text in rows:
-                    written += handle.write(_line(text))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(handle.name, 0o644)
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
+    rows = iter_entries(shape, entries=entries, seed=seed, min_tokens=min_tokens, chars=chars)
+    with published_atomically(path) as tmp, tmp.open("wb") as handle, progress_bar(path) as bar:
+        task = bar.add_task("generate", total=entries, visible=progress)
+        for text in rows:
+            written += handle.write(_line(text))
+            bar.advance(task)
     return written
 
 
@@ -197,9 +134,9 @@ def generate_dataset_text(
     ] = None,  # fmt: skip
     seed: Annotated[int, typer.Option(metavar="N", help="Random seed.")] = 0,
 ) -> None:
-    try:
+    def write() -> str:
         shape = _resolve_shape(dataset_id, output)
-        path = _resolve_path(output, output_dir, shape)
+        path = resolve_output(output, output_dir, shape)
         if entries is not None and entries < 1:
             raise UsageError(f"--entries {entries}: give a number of entries >= 1")
         if min_tokens is not None:
@@ -220,16 +157,9 @@ def generate_dataset_text(
                 raise UsageError(f"--chars {chars}: give a number >= {MIN_CHARS}")
         n = entries or shape.entries
         size = generate(path, shape, entries=n, seed=seed, min_tokens=min_tokens, chars=chars)
-    except UsageError as err:
-        typer.echo(f"Error: {err}", err=True)
-        raise typer.Exit(2) from None
-    except OSError as err:
-        typer.echo(f"Error: writing {str(output or output_dir)!r} failed: {err}", err=True)
-        raise typer.Exit(1) from None
-    except KeyboardInterrupt:
-        typer.echo("Interrupted; no dataset file was written.", err=True)
-        raise typer.Exit(130) from None
-    typer.echo(f"Wrote {n} entries ({size / 1e6:.1f} MB) of {shape.id} to {path}", err=True)
+        return f"Wrote {n} entries ({size / 1e6:.1f} MB) of {shape.id} to {path}"
+
+    report_errors(write, output or output_dir)
 
 
 def main() -> None:

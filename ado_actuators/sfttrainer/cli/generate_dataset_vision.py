@@ -24,14 +24,19 @@ options always give a byte-identical file (same Pillow / pyarrow versions).
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from ado_actuators.sfttrainer.catalog import datasets
+from ado_actuators.sfttrainer.cli.output_files import (
+    UsageError,
+    progress_bar,
+    published_atomically,
+    report_errors,
+    resolve_output,
+)
 from ado_actuators.sfttrainer.cli import vision_data
 
 #: Entries per parquet row group (~7 MB of text each at 16384 words per entry).
@@ -40,10 +45,6 @@ _SIZES = ", ".join(
     f"{datasets.SHAPES[i].image_width}x{datasets.SHAPES[i].image_height}"
     for i in datasets.VISION_DATASET_IDS
 )
-
-
-class UsageError(Exception):
-    """Bad input: reported as one line, exit status 2."""
 
 
 def _name_shape(output: Path | None) -> datasets.DatasetShape | None:
@@ -114,51 +115,13 @@ def _resolve_shape(
 
 
 def _resolve_path(output: Path | None, output_dir: Path | None, shape) -> Path:
-    if output is not None and output_dir is not None:
-        raise UsageError("give either -o/--output FILE or --output-dir DIR, not both")
-    if output is None and output_dir is None:
-        raise UsageError(
-            f"no output given; add -o FILE (e.g. -o ./{shape.filename}) or --output-dir DIR"
-        )
-    path = output if output is not None else output_dir / shape.filename
-    if path.is_dir():
-        raise UsageError(
-            f"-o/--output {str(path)!r} is a directory; give a file path or use --output-dir"
-        )
+    path = resolve_output(output, output_dir, shape)
     if not path.name.endswith(".parquet"):
         raise UsageError(
             f"-o/--output {str(path)!r} must end with .parquet (fms-hf-tuning picks the "
             f"loader by extension), e.g. {shape.filename}"
         )
     return path
-
-
-def _temp_path(path: Path) -> Path:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-    except OSError as err:
-        raise UsageError(
-            f"cannot write {str(path)!r} ({err.strerror or err}); choose a writable location "
-            "with -o/--output or --output-dir"
-        ) from None
-    os.close(fd)
-    return Path(name)
-
-
-def _progress(path: Path):
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-        TimeRemainingColumn,
-    )  # fmt: skip
-
-    console = Console(stderr=True)
-    return Progress(
-        TextColumn(f"[bold]{path.name}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), TimeRemainingColumn(),
-        console=console, disable=not console.is_terminal, transient=False,
-    )  # fmt: skip
 
 
 def generate(
@@ -181,13 +144,12 @@ def generate(
     messages = vision_data.iter_messages(
         entries=entries, min_tokens=min_tokens or shape.min_tokens or 1, seed=seed
     )
-    tmp = _temp_path(path)
-    try:
+    with published_atomically(path) as tmp:
         with pq.ParquetWriter(
             tmp, schema, compression="zstd", write_statistics=False,
             # dictionary-encode only the image bytes: stored once per row group
             use_dictionary=[f"{shape.image_field}.list.element.bytes"],
-        ) as writer, _progress(path) as bar:  # fmt: skip
+        ) as writer, progress_bar(path) as bar:  # fmt: skip
             task = bar.add_task("generate", total=entries, visible=progress)
             done = 0
             while done < entries:
@@ -201,13 +163,6 @@ def generate(
                 writer.write_table(table, row_group_size=rows)
                 done += rows
                 bar.advance(task, rows)
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return path.stat().st_size
 
 
@@ -264,7 +219,7 @@ def generate_dataset_vision(
     ] = None,  # fmt: skip
     seed: Annotated[int, typer.Option(metavar="N", help="Random seed.")] = 0,
 ) -> None:
-    try:
+    def write() -> str:
         for option, value in (("--image-width", image_width), ("--image-height", image_height),
                               ("--entries", entries), ("--min-tokens", min_tokens)):  # fmt: skip
             if value is not None and value < 1:
@@ -273,16 +228,9 @@ def generate_dataset_vision(
         path = _resolve_path(output, output_dir, shape)
         n = entries or shape.entries
         size = generate(path, shape, entries=n, min_tokens=min_tokens, seed=seed)
-    except UsageError as err:
-        typer.echo(f"Error: {err}", err=True)
-        raise typer.Exit(2) from None
-    except OSError as err:
-        typer.echo(f"Error: writing {str(output or output_dir)!r} failed: {err}", err=True)
-        raise typer.Exit(1) from None
-    except KeyboardInterrupt:
-        typer.echo("Interrupted; no dataset file was written.", err=True)
-        raise typer.Exit(130) from None
-    typer.echo(f"Wrote {n} entries ({size / 1e6:.1f} MB) of {shape.id} to {path}", err=True)
+        return f"Wrote {n} entries ({size / 1e6:.1f} MB) of {shape.id} to {path}"
+
+    report_errors(write, output or output_dir)
 
 
 def main() -> None:

@@ -1,0 +1,92 @@
+"""What the dataset generators share: where the file goes, how it is published, how errors
+and progress are shown."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import typer
+
+from ado_actuators.sfttrainer.catalog.datasets import DatasetShape
+
+
+class UsageError(Exception):
+    """Bad input: reported as one line, exit status 2."""
+
+
+def resolve_output(output: Path | None, output_dir: Path | None, shape: DatasetShape) -> Path:
+    """`-o FILE`, or `--output-dir DIR` with the file name the actuator looks for."""
+    if output is not None and output_dir is not None:
+        raise UsageError("give either -o/--output FILE or --output-dir DIR, not both")
+    if output is None and output_dir is None:
+        raise UsageError(
+            f"no output given; add -o FILE (e.g. -o ./{shape.filename}) or --output-dir DIR"
+        )
+    path = output if output is not None else output_dir / shape.filename
+    if path.is_dir():
+        raise UsageError(
+            f"-o/--output {str(path)!r} is a directory; give a file path or use --output-dir"
+        )
+    return path
+
+
+@contextlib.contextmanager
+def published_atomically(path: Path) -> Iterator[Path]:
+    """Yields a temporary path beside `path`; renames it to `path` only if the block
+    completes, so a file under the final name is always a whole dataset."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    except OSError as err:
+        raise UsageError(
+            f"cannot write {str(path)!r} ({err.strerror or err}); choose a writable location "
+            "with -o/--output or --output-dir"
+        ) from None
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def progress_bar(path: Path):
+    """A rich progress bar on stderr; silent when stderr is no terminal (e.g. a Ray job)."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+        TimeRemainingColumn,
+    )  # fmt: skip
+
+    console = Console(stderr=True)
+    return Progress(
+        TextColumn(f"[bold]{path.name}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), TimeRemainingColumn(),
+        console=console, disable=not console.is_terminal, transient=False,
+    )  # fmt: skip
+
+
+def report_errors(write: Callable[[], str], target: Path | None) -> None:
+    """Runs `write` (which returns the success line) turning failures into one-line errors:
+    bad input exits 2, a failed write 1, an interrupt 130; never a traceback."""
+    try:
+        done = write()
+    except UsageError as err:
+        typer.echo(f"Error: {err}", err=True)
+        raise typer.Exit(2) from None
+    except OSError as err:
+        typer.echo(f"Error: writing {str(target)!r} failed: {err}", err=True)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        typer.echo("Interrupted; no dataset file was written.", err=True)
+        raise typer.Exit(130) from None
+    typer.echo(done, err=True)
