@@ -80,15 +80,13 @@ def _resolve(
     return values, location
 
 
-def _dataset(values: Any, params: SFTTrainerParameters) -> dict[str, Any] | Failed:
-    """The dataset file and the columns the trainer reads (the entity's, else the shape's)."""
+def _dataset(values: Any, params: SFTTrainerParameters) -> dict[str, Any]:
+    """The dataset file and the columns the trainer reads (the entity's, else the shape's).
+
+    Whether the file exists is checked on the node that trains (execute/node.py)."""
     shape = datasets.get_shape(values.dataset_id)
-    path = Path(params.data_directory) / shape.filename
-    if not path.is_file():
-        command = " ".join(datasets.creation_command(values.dataset_id, path))
-        return Failed(f"dataset file {path} does not exist; create it with: {command}")
     return {
-        "dataset_path": path,
+        "dataset_path": Path(params.data_directory) / shape.filename,
         "text_field": values.dataset_text_field or shape.text_field,
         "image_field": values.dataset_image_field or shape.image_field,
         "conversation_field": shape.conversation_field,
@@ -111,8 +109,6 @@ def measure(
             return resolved
         values, location = resolved
         dataset = _dataset(values, params)
-        if isinstance(dataset, Failed):
-            return dataset
         request = NodeRequest(
             plan_inputs={
                 **dataset,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pydantic
 
 from ado_actuators.sfttrainer import hf_cache
+from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.contract import RankReport
 from ado_actuators.sfttrainer.execute import workspace
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
@@ -31,7 +32,6 @@ class NodeRequest(pydantic.BaseModel):
     output_root: Path
     label: str
     stall_timeout: float
-    keep_aim_repo: bool = False
 
 
 def download_hint(model_name: str, weights_format: str, location: str, hf_home: str) -> str:
@@ -77,14 +77,19 @@ def measure_here(request: NodeRequest) -> Outcome:
     problem, offline = weights_problem(location, hf_home, hint)
     if problem:
         return Failed(problem)
-    if not Path(inputs["dataset_path"]).is_file():
-        return Failed(f"dataset file {inputs['dataset_path']} is not on {os.uname().nodename}")
+    dataset = Path(inputs["dataset_path"])
+    if not dataset.is_file():
+        command = " ".join(datasets.creation_command(inputs["values"].dataset_id, dataset))
+        return Failed(
+            f"dataset file {dataset} does not exist on {os.uname().nodename}; "
+            f"create it with: {command}"
+        )
     workdir = request.output_root / f"{request.label}-{uuid.uuid4().hex[:8]}"
-    ephemeral_aim = request.plan_inputs.get("aim_repo") is None
+    ephemeral_aim = inputs.get("aim_repo") is None
     inputs = PlanInputs(
         **{
-            **request.plan_inputs,
-            "aim_repo": request.plan_inputs.get("aim_repo") or str(workdir / "aim"),
+            **inputs,
+            "aim_repo": inputs.get("aim_repo") or str(workdir / "aim"),
         },
         workdir=workdir,
         weights_offline=offline,
@@ -116,13 +121,9 @@ def measure_here(request: NodeRequest) -> Outcome:
         stop_after_seconds=inputs.values.stop_after_seconds,
     )
     outcome.metadata.update({"workdir": str(workdir), "log": str(result.log_path)})
-    _cleanup(plan.training_data_path if plan.training_data_path != plan.dataset_path else None)
-    if ephemeral_aim and not request.keep_aim_repo:
+    if plan.training_data_path != plan.dataset_path:
+        plan.training_data_path.unlink(missing_ok=True)
+    if ephemeral_aim:
         shutil.rmtree(workdir / "aim", ignore_errors=True)
     shutil.rmtree(workdir / "output", ignore_errors=True)
     return outcome
-
-
-def _cleanup(path: Path | None) -> None:
-    if path is not None:
-        path.unlink(missing_ok=True)
