@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from ado_actuators.sfttrainer import hf_cache
+from ado_actuators.sfttrainer.testing.hub_cache import write_cached_model
 
 SKIPPED_EXTRAS = {
     "flax_model.msgpack": b"flax",
@@ -281,18 +282,9 @@ def test_unreachable_hub_fails_fast_and_keeps_usable_cache(tmp_path, tiny_model_
         closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
     hf_home = tmp_path / "hf_home"
     # A model another tool put in the cache (no record of ours): usable, but not checkable.
-    repo = hf_cache.repo_folder("org/prefilled", hf_home / "hub")
-    commit = "c" * 40
-    for name in ("config.json", "model.safetensors"):
-        data = (tiny_model_dir / name).read_bytes()
-        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        blob.write_bytes(data)
-        link = repo / "snapshots" / commit / name
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(os.path.relpath(blob, link.parent))
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(commit)
+    write_cached_model(hf_home / "hub", "org/prefilled", {
+        name: (tiny_model_dir / name).read_bytes() for name in ("config.json", "model.safetensors")
+    })  # fmt: skip
     models = models_yaml(tmp_path / "models.yaml", {
         "a": "org/a", "b": "org/b", "prefilled": "org/prefilled",
     })  # fmt: skip

@@ -4,9 +4,7 @@ hub-cache tree built on disk, completeness rules, and failure reporting while of
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
-import os
 import re
 from pathlib import Path
 
@@ -17,8 +15,8 @@ from typer.testing import CliRunner
 from ado_actuators.sfttrainer import hf_cache
 from ado_actuators.sfttrainer.cli import download_hf_weights as dl
 from ado_actuators.sfttrainer.cli.hf_fetch import describe_error
+from ado_actuators.sfttrainer.testing.hub_cache import COMMIT, write_cached_model
 
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
 CONFIG = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
           "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512}  # fmt: skip
 
@@ -35,21 +33,6 @@ def _env(monkeypatch, tmp_path):
 
 def run(*args: str):
     return CliRunner().invoke(dl.app, list(args))
-
-
-def cache_repo(hub: Path, repo_id: str, files: dict[str, bytes], commit: str = COMMIT) -> Path:
-    """The layout huggingface_hub writes: blobs/<hash>, snapshots/<commit>/<file> -> blob, refs."""
-    repo = hub / ("models--" + repo_id.replace("/", "--"))
-    for name, data in files.items():
-        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        blob.write_bytes(data)
-        link = repo / "snapshots" / commit / name
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(os.path.relpath(blob, link.parent))
-    (repo / "refs").mkdir(parents=True, exist_ok=True)
-    (repo / "refs" / "main").write_text(commit)
-    return repo
 
 
 def model_files(**extra: bytes) -> dict[str, bytes]:
@@ -140,7 +123,7 @@ def four_kinds(tmp_path):
     local.mkdir(parents=True)
     (local / "config.json").write_text(json.dumps(CONFIG))
     hf_home = tmp_path / "hf"
-    cache_repo(hf_home / "hub", "org/cached-llama", model_files(**{"tokenizer.json": b"{}"}))
+    write_cached_model(hf_home / "hub", "org/cached-llama", model_files(**{"tokenizer.json": b"{}"}))
     models = write_yaml(tmp_path / "models.yaml", f"""
 local-llama:
   Vanilla: {local}
@@ -226,7 +209,7 @@ def test_partial_snapshot_is_not_cached_although_huggingface_hub_returns_it(tmp_
     hub = tmp_path / "hub"
     index = {"weight_map": {"a": "model-00001-of-00002.safetensors",
                             "b": "model-00002-of-00002.safetensors"}}  # fmt: skip
-    repo = cache_repo(hub, "org/sharded", {
+    repo = write_cached_model(hub, "org/sharded", {
         "config.json": b"{}", "model.safetensors.index.json": json.dumps(index).encode(),
         "model-00001-of-00002.safetensors": b"1",
     })  # fmt: skip
@@ -235,7 +218,7 @@ def test_partial_snapshot_is_not_cached_although_huggingface_hub_returns_it(tmp_
     # ...but a shard is missing, so it is not cached.
     state = hf_cache.cache_state("org/sharded", tmp_path)
     assert not state.complete and "1 of 2 weight shards missing" in state.reason
-    cache_repo(hub, "org/sharded", {"model-00002-of-00002.safetensors": b"2"})
+    write_cached_model(hub, "org/sharded", {"model-00002-of-00002.safetensors": b"2"})
     assert hf_cache.is_cached("org/sharded", tmp_path)
     (repo / "blobs" / "deadbeef.incomplete").write_bytes(b"half")
     assert "unfinished" in hf_cache.cache_state("org/sharded", tmp_path).reason
@@ -243,7 +226,7 @@ def test_partial_snapshot_is_not_cached_although_huggingface_hub_returns_it(tmp_
 
 def test_marker_decides_when_present(tmp_path):
     hub = tmp_path / "hub"
-    repo = cache_repo(hub, "org/m", model_files())
+    repo = write_cached_model(hub, "org/m", model_files())
     assert hf_cache.is_cached("org/m", tmp_path)  # inferred from the files
     files = ["config.json", "model.safetensors", "tokenizer.json"]
     hf_cache.write_marker(repo, commit=COMMIT, revision="main", state="incomplete", files=files)
@@ -251,26 +234,26 @@ def test_marker_decides_when_present(tmp_path):
     assert not state.complete and "did not finish" in state.reason  # an interrupted download
     hf_cache.write_marker(repo, commit=COMMIT, revision="main", state="complete", files=files)
     assert "tokenizer.json" in hf_cache.cache_state("org/m", tmp_path).reason  # missing
-    cache_repo(hub, "org/m", {"tokenizer.json": b"{}"})
+    write_cached_model(hub, "org/m", {"tokenizer.json": b"{}"})
     assert hf_cache.cache_state("org/m", tmp_path) == (True, f"complete (3 files, {COMMIT[:12]})",
                                                        True)  # fmt: skip
     # A marker for another commit (the ref moved) is ignored.
     other = "f" * 40
-    cache_repo(hub, "org/m", model_files(), commit=other)
+    write_cached_model(hub, "org/m", model_files(), commit=other)
     state = hf_cache.cache_state("org/m", tmp_path)
     assert state.complete and not state.recorded
 
 
 def test_no_weights_or_no_config_is_not_cached(tmp_path):
-    cache_repo(tmp_path / "hub", "org/cfg-only", {"config.json": b"{}"})
+    write_cached_model(tmp_path / "hub", "org/cfg-only", {"config.json": b"{}"})
     assert "no weights file" in hf_cache.cache_state("org/cfg-only", tmp_path).reason
-    cache_repo(tmp_path / "hub", "org/no-cfg", {"model.safetensors": b"0"})
+    write_cached_model(tmp_path / "hub", "org/no-cfg", {"model.safetensors": b"0"})
     assert "no config.json" in hf_cache.cache_state("org/no-cfg", tmp_path).reason
-    cache_repo(tmp_path / "hub", "org/shards-no-index", {
+    write_cached_model(tmp_path / "hub", "org/shards-no-index", {
         "config.json": b"{}", "model-00001-of-00002.safetensors": b"1",
     })  # fmt: skip
     assert not hf_cache.is_cached("org/shards-no-index", tmp_path)
-    cache_repo(tmp_path / "hub", "org/gptq",
+    write_cached_model(tmp_path / "hub", "org/gptq",
                {"config.json": b"{}", "gptq_model-4bit.safetensors": b"1"})  # fmt: skip
     assert hf_cache.is_cached("org/gptq", tmp_path)
 

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.cli import generate_dataset_text as gen
 from ado_actuators.sfttrainer.cli import news_text
+from ado_actuators.sfttrainer.testing.cli_checks import one_line_error
 
 RESPONSE_SEP = "\n\n### Response: "
 
@@ -43,17 +44,6 @@ def split(output: str) -> tuple[str, str]:
     assert output.count("###") == 2
     prompt, response = output[len("### Input: "):].split(RESPONSE_SEP)
     return prompt, response
-
-
-def one_line_error(result, *needles: str) -> str:
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    assert result.exception is None or isinstance(result.exception, SystemExit)
-    err = result.stderr
-    assert "Traceback" not in result.output
-    assert err.startswith("Error: ") and err.count("\n") == 1, err
-    for needle in needles:
-        assert needle in err, (needle, err)
-    return err
 
 
 def test_help():

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.cli import generate_dataset_vision as gen
 from ado_actuators.sfttrainer.cli import vision_data
+from ado_actuators.sfttrainer.testing.cli_checks import one_line_error
 
 SQUARE, TALL = datasets.VISION_DATASET_IDS  # 384x384, 384x768
 SMALL = ("--entries", "3", "--min-tokens", "40")
@@ -37,17 +38,6 @@ def rows(path: Path) -> list[dict]:
 def image_size(path: Path) -> tuple[int, int]:
     (image,) = rows(path)[0]["images"]
     return Image.open(io.BytesIO(image["bytes"])).size
-
-
-def one_line_error(result, *needles: str) -> str:
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    assert result.exception is None or isinstance(result.exception, SystemExit)
-    assert "Traceback" not in result.output
-    err = result.stderr
-    assert err.startswith("Error: ") and err.count("\n") == 1, err
-    for needle in needles:
-        assert needle in err, (needle, err)
-    return err
 
 
 def test_help():

@@ -21,7 +21,11 @@ import typer
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.cli.news_text import MIN_CHARS, iter_entries
 from ado_actuators.sfttrainer.cli.output_files import (
+    EntriesOption,
+    SeedOption,
     UsageError,
+    output_dir_option,
+    output_option,
     progress_bar,
     published_atomically,
     report_errors,
@@ -85,6 +89,8 @@ def _line(text: str) -> bytes:
 
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+OutputFile = output_option(".jsonl")
+OutputDir = output_dir_option(".jsonl")
 
 
 @app.command(
@@ -94,17 +100,8 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     "-o /data/fms-hf-tuning/artificial-dataset/news-tokens-16384plus-entries-4096.jsonl"
 )
 def generate_dataset_text(
-    output: Annotated[
-        Path | None,
-        typer.Option("-o", "--output", metavar="FILE", help="The .jsonl file to write."),
-    ] = None,
-    output_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--output-dir", metavar="DIR",
-            help="Instead of -o: write DIR/<dataset-id>.jsonl, the name the actuator looks for.",
-        ),
-    ] = None,  # fmt: skip
+    output: OutputFile = None,
+    output_dir: OutputDir = None,
     dataset_id: Annotated[
         str | None,
         typer.Option(
@@ -113,10 +110,7 @@ def generate_dataset_text(
             "one -o is named after, else " + datasets.DEFAULT_DATASET_ID + ".",
         ),
     ] = None,  # fmt: skip
-    entries: Annotated[
-        int | None,
-        typer.Option(metavar="N", help="Number of entries (default: the dataset's own)."),
-    ] = None,
+    entries: EntriesOption = None,
     min_tokens: Annotated[
         int | None,
         typer.Option(
@@ -132,7 +126,7 @@ def generate_dataset_text(
             f"(default: the dataset's own; the instruction is always {datasets.PROMPT_CHARS}).",
         ),
     ] = None,  # fmt: skip
-    seed: Annotated[int, typer.Option(metavar="N", help="Random seed.")] = 0,
+    seed: SeedOption = 0,
 ) -> None:
     def write() -> str:
         shape = _resolve_shape(dataset_id, output)

@@ -31,7 +31,11 @@ import typer
 
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.cli.output_files import (
+    EntriesOption,
+    SeedOption,
     UsageError,
+    output_dir_option,
+    output_option,
     progress_bar,
     published_atomically,
     report_errors,
@@ -167,6 +171,8 @@ def generate(
 
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+OutputFile = output_option(".parquet")
+OutputDir = output_dir_option(".parquet")
 
 
 @app.command(
@@ -177,18 +183,8 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     "-o /data/fms-hf-tuning/artificial-dataset/vision-384x384-16384plus-entries-4096.parquet"
 )
 def generate_dataset_vision(
-    output: Annotated[
-        Path | None,
-        typer.Option("-o", "--output", metavar="FILE", help="The .parquet file to write."),
-    ] = None,
-    output_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--output-dir", metavar="DIR",
-            help="Instead of -o: write DIR/<dataset-id>.parquet, the name the actuator "
-            "looks for.",
-        ),
-    ] = None,  # fmt: skip
+    output: OutputFile = None,
+    output_dir: OutputDir = None,
     image_width: Annotated[
         int | None,
         typer.Option("--image-width", metavar="W", help=f"Image width in pixels ({_SIZES})."),
@@ -206,10 +202,7 @@ def generate_dataset_vision(
             + datasets.VISION_DATASET_IDS[0] + ".",
         ),
     ] = None,  # fmt: skip
-    entries: Annotated[
-        int | None,
-        typer.Option(metavar="N", help="Number of entries (default: the dataset's own)."),
-    ] = None,
+    entries: EntriesOption = None,
     min_tokens: Annotated[
         int | None,
         typer.Option(
@@ -217,7 +210,7 @@ def generate_dataset_vision(
             help="Minimum tokens (words) of each answer (default: the dataset's own).",
         ),
     ] = None,  # fmt: skip
-    seed: Annotated[int, typer.Option(metavar="N", help="Random seed.")] = 0,
+    seed: SeedOption = 0,
 ) -> None:
     def write() -> str:
         for option, value in (("--image-width", image_width), ("--image-height", image_height),

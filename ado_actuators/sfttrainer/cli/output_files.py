@@ -8,10 +8,35 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
 from ado_actuators.sfttrainer.catalog.datasets import DatasetShape
+
+
+def output_option(suffix: str) -> Any:
+    """`-o/--output FILE` of a generator writing `suffix` files."""
+    return Annotated[
+        Path | None,
+        typer.Option("-o", "--output", metavar="FILE", help=f"The {suffix} file to write."),
+    ]
+
+
+def output_dir_option(suffix: str) -> Any:
+    return Annotated[
+        Path | None,
+        typer.Option(
+            "--output-dir", metavar="DIR",
+            help=f"Instead of -o: write DIR/<dataset-id>{suffix}, the name the actuator looks for.",
+        ),
+    ]  # fmt: skip
+
+
+EntriesOption = Annotated[
+    int | None, typer.Option(metavar="N", help="Number of entries (default: the dataset's own).")
+]
+SeedOption = Annotated[int, typer.Option(metavar="N", help="Random seed.")]
 
 
 class UsageError(Exception):
