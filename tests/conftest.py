@@ -48,6 +48,9 @@ def isolated_env(tmp_path_factory):
         "TOKENIZERS_PARALLELISM": "false",
         "AIM_UI_TELEMETRY_ENABLED": "0",
         "PYTHONUNBUFFERED": "1",
+        # ray.init() without an address attaches to any cluster `ray start`ed on this machine
+        # (a developer's, or another test run's): every test starts its own unless it says so.
+        "RAY_ADDRESS": "local",
     }.items():
         mp.setenv(name, value)
     for name in _LEAKY:
