@@ -21,7 +21,7 @@ from ado_actuators.sfttrainer.catalog.validity import (
     read_model_config,
 )
 from ado_actuators.sfttrainer.execute.node import NodeRequest
-from ado_actuators.sfttrainer.execute.ray_tasks import measure_on_cluster
+from ado_actuators.sfttrainer.execute.cluster import measure_on_cluster
 from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured, Outcome
 from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
 from ado_actuators.sfttrainer.plan.launch import plan_resources
@@ -125,10 +125,15 @@ def measure(
             stall_timeout=params.stall_timeout_seconds,
         )
         resources = plan_resources(values)
+
+        def measure_once() -> Outcome:
+            return measure_on_cluster(
+                request, resources, placement_timeout=params.placement_timeout_seconds
+            )
+
         if definition.repeats > 1:
-            runs = [measure_on_cluster(request, resources) for _ in range(definition.repeats)]
-            return _stability(runs)
-        outcome = measure_on_cluster(request, resources)
+            return _stability([measure_once() for _ in range(definition.repeats)])
+        outcome = measure_once()
         if isinstance(outcome, Measured) and params.aim_dashboard_url:
             outcome.metadata["aim_dashboard_url"] = params.aim_dashboard_url
         return outcome

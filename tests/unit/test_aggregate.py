@@ -26,7 +26,7 @@ def report(rank, steps, *, world=2, cpu=(50.0, 150.0), gpu=(), hf=None):
 
 def test_dataset_throughput_sums_ranks_over_the_training_span():
     reports = [report(0, [(100, 101, 300), (101, 102, 200)]), report(1, [(100.5, 102, 500)])]
-    props = benchmark_properties(reports, number_gpus=2, stop_after_seconds=-1)
+    props = benchmark_properties(reports, devices=2, stop_after_seconds=-1)
     assert props["train_runtime"] == pytest.approx(2.0)
     assert props["dataset_tokens_per_second"] == pytest.approx(1000 / 2.0)
     assert props["dataset_tokens_per_second_per_gpu"] == pytest.approx(250.0)
@@ -38,7 +38,7 @@ def test_dataset_throughput_sums_ranks_over_the_training_span():
 
 
 def test_gpu_properties_are_zero_without_gpus_and_present():
-    props = benchmark_properties([report(0, [(0, 1, 10)], world=1)], number_gpus=0, stop_after_seconds=-1)
+    props = benchmark_properties([report(0, [(0, 1, 10)], world=1)], devices=0, stop_after_seconds=-1)
     for name in ("compute_utilization", "memory_utilization", "power_watts", "power_percent"):
         for agg in ("min", "avg", "max"):
             assert props[f"gpu_{name}_{agg}"] == 0.0
@@ -51,7 +51,7 @@ def test_gpu_min_avg_max_are_over_per_gpu_time_averages():
         GpuSample(time=2, index=0, compute_percent=30, memory_percent=40, power_watts=200, power_percent=50),
         GpuSample(time=1, index=1, compute_percent=90, memory_percent=60, power_watts=300, power_percent=75),
     ]
-    props = benchmark_properties([report(0, [(0, 1, 10)], world=1, gpu=samples)], number_gpus=2, stop_after_seconds=-1)
+    props = benchmark_properties([report(0, [(0, 1, 10)], world=1, gpu=samples)], devices=2, stop_after_seconds=-1)
     assert (props["gpu_compute_utilization_min"], props["gpu_compute_utilization_max"]) == (20, 90)
     assert props["gpu_compute_utilization_avg"] == pytest.approx(55)
     assert props["gpu_memory_utilization_peak"] == 60
@@ -59,7 +59,7 @@ def test_gpu_min_avg_max_are_over_per_gpu_time_averages():
 
 
 def test_token_estimates_are_omitted_when_stopped_by_time():
-    props = benchmark_properties([report(0, [(0, 1, 10)], world=1)], number_gpus=1, stop_after_seconds=30)
+    props = benchmark_properties([report(0, [(0, 1, 10)], world=1)], devices=1, stop_after_seconds=30)
     assert "train_tokens_per_second" not in props
     assert "train_tokens_per_gpu_per_second" not in props
     assert props["dataset_tokens_per_second"] == 10
@@ -67,14 +67,14 @@ def test_token_estimates_are_omitted_when_stopped_by_time():
 
 def test_warm_up_can_be_excluded():
     reports = [report(0, [(0, 50, 10_000), (60, 61, 100), (61, 62, 100)], world=1, cpu=(0, 0, 0))]
-    props = benchmark_properties(reports, number_gpus=1, stop_after_seconds=-1, since=60)
+    props = benchmark_properties(reports, devices=1, stop_after_seconds=-1, since=60)
     assert props["train_runtime"] == pytest.approx(2)
     assert props["dataset_tokens_per_second"] == pytest.approx(100)
 
 
 def test_no_completed_step_is_an_error():
     with pytest.raises(NoTrainingSteps):
-        benchmark_properties([report(0, [], world=1)], number_gpus=1, stop_after_seconds=-1)
+        benchmark_properties([report(0, [], world=1)], devices=1, stop_after_seconds=-1)
 
 
 def test_reported_warm_up_steps_start_the_window():

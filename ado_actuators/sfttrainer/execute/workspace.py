@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -22,7 +23,8 @@ def write_first_entries(source: Path, target: Path, entries: int) -> int:
 
     Reads only what it copies, so its cost does not grow with the dataset.
     """
-    tmp = target.with_name(target.name + ".tmp")
+    # unique: nodes sharing a filesystem may write the same target at once
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     if source.suffix == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -54,7 +56,7 @@ def prepare(plan: LaunchPlan) -> None:
     plan.workdir.mkdir(parents=True, exist_ok=True)
     plan.report_dir.mkdir(parents=True, exist_ok=True)
     plan.job_path.write_text(plan.job.model_dump_json(indent=1))
-    accelerate = plan.nodes[0].accelerate_config
+    accelerate = plan.node.accelerate_config
     if accelerate is not None:
         plan.accelerate_config_path.write_text(yaml.safe_dump(accelerate, sort_keys=False))
     if plan.training_data_path != plan.dataset_path:

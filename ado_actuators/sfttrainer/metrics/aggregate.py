@@ -54,11 +54,14 @@ def warmup_end(reports: list[RankReport]) -> float | None:
 def benchmark_properties(
     reports: list[RankReport],
     *,
-    number_gpus: int,
+    devices: int,
     stop_after_seconds: float,
     since: float | None = None,
 ) -> dict[str, float]:
-    """Properties of a successful run. `since` excludes everything before it (warm-up)."""
+    """Properties of a successful run, over every rank of every node.
+
+    `devices`: what batch_size was split over (the GPUs; with number_gpus 0 the CPU ranks).
+    `since` excludes everything before it (warm-up)."""
     steps = [s for r in reports for s in r.steps if since is None or s.start >= since]
     if not steps:
         raise NoTrainingSteps("the trainer completed no optimisation step")
@@ -66,7 +69,7 @@ def benchmark_properties(
     if runtime <= 0:
         raise NoTrainingSteps(f"non-positive training time {runtime}")
     tokens = sum(s.dataset_tokens for s in steps)
-    devices = max(1, number_gpus)
+    devices = max(1, devices)
 
     def in_window(time: float) -> bool:
         return since is None or time >= since
@@ -93,7 +96,9 @@ def benchmark_properties(
     if hf.train_steps_per_second is not None:
         props["train_steps_per_second"] = hf.train_steps_per_second
     if stop_after_seconds <= 0 and hf.train_tokens_per_second is not None:
-        # Hugging Face's figure is per process, estimated from the first padded batch.
-        props["train_tokens_per_gpu_per_second"] = hf.train_tokens_per_second
-        props["train_tokens_per_second"] = hf.train_tokens_per_second * rank0.world_size
+        # Hugging Face's figure is per process, estimated from the first padded batch; one
+        # DP process feeds several GPUs.
+        total = hf.train_tokens_per_second * rank0.world_size
+        props["train_tokens_per_second"] = total
+        props["train_tokens_per_gpu_per_second"] = total / devices
     return props
