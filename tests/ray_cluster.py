@@ -133,7 +133,10 @@ class RayCluster:
 def start_cluster(nodes: list[dict[str, float]], env: dict[str, str] | None = None) -> RayCluster:
     """`nodes`: the custom resources of each node, head first."""
     root = Path(tempfile.mkdtemp(prefix="sftc-", dir="/tmp"))
-    environ = {**os.environ, **(env or {}), "RAY_AUTH_MODE": "token"}
+    # RAY_memory_monitor_refresh_ms=0: on a machine shared with other test runs, Ray's OOM
+    # killer would pick this cluster's workers for memory others use.
+    environ = {**os.environ, **(env or {}), "RAY_AUTH_MODE": "token",
+               "RAY_memory_monitor_refresh_ms": "0"}
     environ.pop("RAY_ADDRESS", None)
     cluster = RayCluster(temp_dir=root / "r", gcs_port=free_port(),
                          dashboard_port=free_port(), env=environ)  # fmt: skip
@@ -143,3 +146,34 @@ def start_cluster(nodes: list[dict[str, float]], env: dict[str, str] | None = No
         cluster.stop()
         raise
     return cluster
+
+
+_MEASURE = """
+import json, sys
+import ray
+from ado_actuators.sfttrainer.measurement import measure
+from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
+entity, experiment, params, label = json.loads(sys.argv[1])
+ray.init(logging_level="ERROR")
+outcome = measure(entity, experiment, SFTTrainerParameters(**params), label=label)
+print("OUTCOME " + json.dumps({"kind": type(outcome).__name__, **vars(outcome)}, default=str))
+"""
+
+
+def start_measurement(
+    cluster: RayCluster, entity: dict, experiment: str, params: dict, label: str
+) -> subprocess.Popen:
+    """measure() in a process of its own attached to `cluster` (a test process must not join
+    a cluster: RAY_AUTH_MODE is read when ray is imported)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", _MEASURE, json.dumps([entity, experiment, params, label])],
+        env=cluster.client_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def outcome_of(process: subprocess.Popen, timeout: float) -> tuple[dict, str]:
+    output, _ = process.communicate(timeout=timeout)
+    line = next((x for x in output.splitlines() if x.startswith("OUTCOME ")), None)
+    if line is None:
+        raise AssertionError(f"no outcome (exit {process.returncode}):\n{output[-5000:]}")
+    return json.loads(line.removeprefix("OUTCOME ")), output

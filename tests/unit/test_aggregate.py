@@ -82,3 +82,20 @@ def test_reported_warm_up_steps_start_the_window():
     assert warmup_end([warm]) is None
     warm.warmup_steps = 1
     assert warmup_end([warm]) == 60
+
+
+def test_two_nodes_gpus_all_count_and_dp_tokens_are_per_gpu():
+    def gpu(node, index, compute):
+        return GpuSample(time=100, index=index, node=node, compute_percent=compute,
+                         memory_percent=10, power_watts=100, power_percent=25)  # fmt: skip
+
+    # node-local index 0 exists on both nodes: two GPUs, not one
+    reports = [report(0, [(100, 101, 300)], gpu=[gpu("a#0", 0, 20)]),
+               report(1, [(100, 101, 100)], gpu=[gpu("a#1", 0, 60)])]  # fmt: skip
+    props = benchmark_properties(reports, devices=2, stop_after_seconds=-1)
+    assert (props["gpu_compute_utilization_min"], props["gpu_compute_utilization_max"]) == (20, 60)
+    assert props["dataset_tokens_per_second"] == 400
+    # DP: one process drives 4 GPUs; Hugging Face's per-process figure covers all of them
+    dp = benchmark_properties([report(0, [(0, 1, 10)], world=1)], devices=4, stop_after_seconds=-1)
+    assert dp["train_tokens_per_second"] == 1000.0
+    assert dp["train_tokens_per_gpu_per_second"] == 250.0

@@ -46,8 +46,15 @@ def node_task_options(
     return options
 
 
+_BYTES = ("memory", "object_store_memory")
+
+
 def _offered(resources: dict[str, float]) -> str:
-    return ", ".join(f"{k}={v:g}" for k, v in sorted(resources.items()) if not k.startswith("node:"))
+    return ", ".join(
+        f"{k}={v / 2**30:.1f}GiB" if k in _BYTES else f"{k}={v:g}"
+        for k, v in sorted(resources.items())
+        if not k.startswith("node:")
+    )
 
 
 def _fits(wanted: dict[str, float], offered: dict[str, float]) -> bool:
