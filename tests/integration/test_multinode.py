@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -208,8 +209,11 @@ def test_remote_workflow_wheel_runtime_env_and_ray_jobs(cluster, inputs, tmp_pat
     started = time.monotonic()
     jobs = tmp_path / "my-remote-measurements"
     jobs.mkdir()
+    # built from a copy: setuptools leaves build/ and *.egg-info in the tree it builds
+    source = shutil.copytree(REPO, tmp_path / "source", ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "demo-work"))  # fmt: skip
     build = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation",
-                            "--outdir", str(jobs), str(REPO)],
+                            "--outdir", str(jobs), str(source)],
                            capture_output=True, text=True, timeout=600)  # fmt: skip
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     (wheel,) = jobs.glob("ado_sfttrainer-*.whl")
@@ -221,10 +225,11 @@ def test_remote_workflow_wheel_runtime_env_and_ray_jobs(cluster, inputs, tmp_pat
     _submit(cluster, jobs, "sfttrainer_generate_dataset_text", "--dataset-id", DATASET,
             "--entries", "32", "-o", str(data / datasets.dataset_filename(DATASET)))  # fmt: skip
     assert (data / datasets.dataset_filename(DATASET)).is_file()
-    # the jobs ran in the runtime environment that installed the wheel
-    probe = _submit(cluster, jobs, "python", "-c", "import importlib.metadata as m, sys; "
-                    "print('SITE', m.distribution('ado-sfttrainer').locate_file(''), sys.prefix)")  # fmt: skip
-    print(next(line for line in probe.splitlines() if line.startswith("SITE")))
+    # the jobs run in the runtime environment Ray built, with the wheel installed into it
+    probe = _submit(cluster, jobs, "python", "-c", "import glob, sys; print('PREFIX', sys.prefix, "
+                    "glob.glob(sys.prefix + '/lib/python*/site-packages/ado_sfttrainer-*.dist-info'))")  # fmt: skip
+    prefix = next(line for line in probe.splitlines() if line.startswith("PREFIX"))
+    assert "runtime_resources/pip" in prefix and "ado_sfttrainer-0.1.0.dist-info" in prefix, prefix
     write_yaml(jobs / "models.yaml", {"tiny": {"Vanilla": str(inputs["model"])}})
     _submit(cluster, jobs, "sfttrainer_download_hf_weights", "-i", "models.yaml", "-o", str(inputs["hf"]))
 

@@ -121,6 +121,7 @@ class Measurement:
             fault=fault,
             appends_eos=fms.appends_eos(args),
             align_prompt_logits=fms.PROMPT_LOGITS_NEED_ALIGNMENT,
+            heartbeat=self.job.report_dir / f"heartbeat-{self.ident.rank}",
         )
         with meter.installed():
             fms.train(args, [self.callback])
