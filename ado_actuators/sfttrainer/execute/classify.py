@@ -77,9 +77,10 @@ def launch_outcome(
         if errors:
             why = _describe(errors[0])
         elif missing:
+            first = next(n for n in ran if n.machine_rank == missing[0] // per_node)
             signals = [f"{r.signal_name}{_where(r, runs)}" for r in runs if r.signal_name]
             died = f" (the launcher exited by {', '.join(signals)})" if signals else ""
-            why = f"rank(s) {missing} ended without a report{died}, e.g. killed"
+            why = f"rank(s) {missing} ended without a report{_where(first, runs)}{died}, e.g. killed"
         else:
             why = f"the launcher exited with status {exited[0].returncode}{_where(exited[0], runs)}"
         return Failed(f"training failed: {why}. Log tail:\n{tail}")
