@@ -113,3 +113,38 @@ def test_operation_measures_valid_rows_and_leaves_failures_unstored(ado, tmp_pat
     properties = [c for c in rows[0] if c.startswith(("gpu_", "cpu_", "train_", "dataset_", "is_valid"))]
     assert len(properties) == BENCHMARK_PROPERTIES
     shutil.rmtree(tmp_path / "out", ignore_errors=True)
+    _check_the_picture_of(space_id, ado, tmp_path / "plot", measured=rows, invalid=8)
+
+
+def _check_the_picture_of(space_id, ado, out, measured, invalid):
+    """sfttrainer_plot reads the stored space through ado's API, in ado's context."""
+    from PIL import Image
+
+    from ado_actuators.sfttrainer.report.page import format_value
+
+    plotted = subprocess.run(
+        [str(Path(sys.executable).with_name("sfttrainer_plot")), space_id, "-o", str(out)],
+        env=ado.env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert plotted.returncode == 0, plotted.stderr
+    assert plotted.stdout.split() == [str(out / f"{space_id}.png"), str(out / f"{space_id}.html")]
+    with Image.open(out / f"{space_id}.png") as image:
+        image.load()
+        assert image.width >= 700 and image.height >= 500
+    page = (out / f"{space_id}.html").read_text()
+    assert "data:image/png;base64," in page
+    for row in measured:
+        assert format_value(float(row["dataset_tokens_per_second"])) in page
+    assert page.count('class="invalid"') == invalid
+
+
+def test_plot_of_an_unknown_space_names_it(ado, tmp_path):
+    ado.run("get", "spaces")  # ado creates its local context on first use
+    plotted = subprocess.run(
+        [str(Path(sys.executable).with_name("sfttrainer_plot")), "space-000000-000000",
+         "-o", str(tmp_path)],
+        env=ado.env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert plotted.returncode == 2, plotted.stderr
+    assert plotted.stderr.startswith("Error: space 'space-000000-000000' does not exist")
+    assert "Traceback" not in plotted.stderr and not list(tmp_path.iterdir())

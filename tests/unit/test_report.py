@@ -94,8 +94,8 @@ def test_repeated_measurements_are_averaged_with_their_range():
 
 def test_other_varying_fields_split_the_panels_and_fixed_axes_come_from_the_experiment_id():
     rows = [row(length=512) | {"model_name": "a"}, row(length=512) | {"model_name": "b"}]
-    assert {p.column for p in space_table(rows).panels} == {("full", "model_name a"),
-                                                           ("full", "model_name b")}  # fmt: skip
+    assert {p.column for p in space_table(rows).panels} == {("full", "model a"),
+                                                           ("full", "model b")}  # fmt: skip
     fixed = row() | {"experiment_id": FULL + "-number_gpus.4-torch_dtype.bfloat16"}
     del fixed["number_gpus"]
     assert space_table([fixed]).panels == (Panel(4, ("full",)),)

@@ -40,7 +40,8 @@ def render_png(table: SpaceTable, title: str, subtitle: str = "") -> bytes:
                 ax.set_title(metric.label, fontsize=10)
             if r == len(panels) - 1:
                 ax.set_xlabel("batch size (sequences per step)", fontsize=9)
-        axes[r][0].set_ylabel(f"{' · '.join(panel.column)}\n{panel.gpus_label}", fontsize=10,
+        # One short line per facet field: rotated, a long single line would outgrow the row.
+        axes[r][0].set_ylabel("\n".join((*panel.column, panel.gpus_label)), fontsize=10,
                               fontweight="bold")  # fmt: skip
     for c in range(len(metrics)):
         axes[0][c].set_ylim(bottom=0)

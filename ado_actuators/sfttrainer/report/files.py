@@ -9,11 +9,7 @@ from pathlib import Path
 
 from ado_actuators.sfttrainer.report.figure import render_png
 from ado_actuators.sfttrainer.report.page import render_html
-from ado_actuators.sfttrainer.report.table import SpaceTable
-
-
-_SHARED_LABELS = {"model_name": "model", "gpu_model": "GPU", "number_nodes": "nodes",
-                  "dataset_id": "dataset", "fms_hf_tuning_version": "fms-hf-tuning"}  # fmt: skip
+from ado_actuators.sfttrainer.report.table import FIELD_LABELS, SpaceTable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +21,7 @@ class ReportFiles:
 def write_report(table: SpaceTable, out_dir: Path, stem: str, title: str) -> ReportFiles:
     """Writes OUT_DIR/STEM.png and OUT_DIR/STEM.html; each appears whole or not at all."""
     valid = sum(p.valid for p in table.points)
-    subtitle = ", ".join(f"{_SHARED_LABELS.get(name, name)} {value}" for name, value in table.shared)
+    subtitle = ", ".join(f"{FIELD_LABELS.get(name, name)} {value}" for name, value in table.shared)
     subtitle += ("; " if subtitle else "") + (
         f"{len(table.points)} configurations: {valid} measured, "
         f"{len(table.points) - valid} invalid"

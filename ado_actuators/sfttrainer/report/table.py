@@ -25,6 +25,9 @@ VALIDITY = "is_valid"
 REQUIRED = (EXPERIMENT, X, LINE, VALIDITY)
 # Named in the picture's subtitle when the whole space shares one value.
 CONTEXT_FIELDS = ("model_name", "gpu_model", "number_nodes", "dataset_id", "fms_hf_tuning_version")
+# How entity fields read in labels ("model tiny-llama"); others keep their own name.
+FIELD_LABELS = {"model_name": "model", "gpu_model": "GPU", "number_nodes": "nodes",
+                "dataset_id": "dataset", "fms_hf_tuning_version": "fms-hf-tuning"}  # fmt: skip
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf", re.IGNORECASE)
 
 
@@ -121,7 +124,7 @@ def space_table(rows: Iterable[Mapping[str, Any]], source: str = "the table") ->
         except ValueError as err:
             raise TableError(f"{source}, row {index}: {err}") from None
         column = (labels[str(row[EXPERIMENT])],
-                  *(f"{name} {_text(row.get(name))}" for name in varying))  # fmt: skip
+                  *(f"{FIELD_LABELS.get(name, name)} {_text(row.get(name))}" for name in varying))  # fmt: skip
         groups.setdefault((Panel(gpus, column), key_line, key_x), []).append(row)
 
     points = tuple(_point(key, members) for key, members in sorted(groups.items(), key=_sort_key))
