@@ -101,6 +101,14 @@ def test_other_varying_fields_split_the_panels_and_fixed_axes_come_from_the_expe
     assert space_table([fixed]).panels == (Panel(4, ("full",)),)
 
 
+def test_stability_experiments_beside_benchmarks_are_left_out():
+    stability = {"experiment_id": "SFTTrainer.finetune_full_stability-v1.0.0", "number_gpus": "1",
+                 "model_max_length": "512", "batch_size": "4", "is_valid": "1", "f_gpu_oom": "0.4"}  # fmt: skip
+    assert space_table([row(), stability]).panels == (Panel(1, ("full",)),)
+    with pytest.raises(TableError, match="no throughput measurement"):
+        space_table([stability | {"dataset_tokens_per_second": ""}])
+
+
 @pytest.mark.parametrize(
     ("rows", "needles"),
     [

@@ -44,8 +44,7 @@ def render_png(table: SpaceTable, title: str, subtitle: str = "") -> bytes:
         axes[r][0].set_ylabel("\n".join((*panel.column, panel.gpus_label)), fontsize=10,
                               fontweight="bold")  # fmt: skip
     for c in range(len(metrics)):
-        axes[0][c].set_ylim(bottom=0)
-        top = axes[0][c].get_ylim()[1]
+        top = axes[0][c].get_ylim()[1]  # autoscaled over the whole (shared) column
         axes[0][c].set_ylim(0, top if math.isfinite(top) and top > 0 else 1.0)
     _batch_axis(axes[0][0], table.batch_sizes)
 

@@ -109,6 +109,7 @@ def space_table(rows: Iterable[Mapping[str, Any]], source: str = "the table") ->
             "(a space of SFTTrainer benchmark experiments, with batch_size and "
             "model_max_length in its entity space)"
         )
+    rows = _without_experiments_measuring_no_throughput(rows, source)
     labels = _experiment_labels({str(row[EXPERIMENT]) for row in rows})
     varying = tuple(
         name for name in FIELDS
@@ -138,6 +139,22 @@ def space_table(rows: Iterable[Mapping[str, Any]], source: str = "the table") ->
         if name in columns and len({_hashable(row.get(name)) for row in rows}) == 1
     )  # fmt: skip
     return SpaceTable(points, present, varying, shared)
+
+
+def _without_experiments_measuring_no_throughput(rows: list[dict[str, Any]], source: str):
+    """Stability experiments (fractions of runs that failed) share a space with benchmarks
+    but have no throughput to draw: leave them out rather than draw empty panels."""
+    required = [m.column for m in METRICS if m.required]
+    drawable = {
+        str(row[EXPERIMENT]) for row in rows
+        if any(math.isfinite(v) for c in required for v in _numbers(row.get(c)))
+        or not any(v >= 1 for v in _numbers(row.get(VALIDITY)))
+    }  # fmt: skip
+    kept = [row for row in rows if str(row[EXPERIMENT]) in drawable]
+    if not kept:
+        raise TableError(f"{source} holds no throughput measurement ({' or '.join(required)}); "
+                         "plot a space of SFTTrainer benchmark experiments")  # fmt: skip
+    return kept
 
 
 def _with_parameterised_axes(row: dict[str, Any]) -> dict[str, Any]:
