@@ -140,11 +140,15 @@ def _check_the_picture_of(space_id, ado, out, measured, invalid):
 
 def test_plot_of_an_unknown_space_names_it(ado, tmp_path):
     ado.run("get", "spaces")  # ado creates its local context on first use
+    context = ado.home / "ado" / "contexts" / "local.json"
     plotted = subprocess.run(
         [str(Path(sys.executable).with_name("sfttrainer_plot")), "space-000000-000000",
-         "-o", str(tmp_path)],
-        env=ado.env, capture_output=True, text=True, timeout=300,
+         "--context", str(context), "-o", str(tmp_path / "plot")],
+        # --context, not the active context, says where to look
+        env={**ado.env, "XDG_CONFIG_HOME": str(tmp_path / "elsewhere")},
+        capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert plotted.returncode == 2, plotted.stderr
-    assert plotted.stderr.startswith("Error: space 'space-000000-000000' does not exist")
-    assert "Traceback" not in plotted.stderr and not list(tmp_path.iterdir())
+    assert plotted.stderr.startswith(
+        "Error: space 'space-000000-000000' does not exist in ado context 'local'")
+    assert "Traceback" not in plotted.stderr and not (tmp_path / "plot").exists()

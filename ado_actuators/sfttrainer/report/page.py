@@ -9,7 +9,7 @@ import base64
 import html
 
 from ado_actuators.sfttrainer.report.metrics import COMPANION_TITLES
-from ado_actuators.sfttrainer.report.table import Point, SpaceTable
+from ado_actuators.sfttrainer.report.table import FIELD_LABELS, Point, SpaceTable
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #222; }
@@ -28,7 +28,8 @@ def render_html(table: SpaceTable, png: bytes, title: str, subtitle: str = "") -
                      for c, t in ((m.column, m.title),
                                   *((x, COMPANION_TITLES.get(x, x)) for x in m.companions))]  # fmt: skip
     scale = {m.column: m.scale for m in table.metrics}
-    head = ["GPUs", "experiment", *table.varying, "sequence length", "batch size", "valid",
+    head = ["GPUs", "experiment", *(FIELD_LABELS.get(v, v) for v in table.varying),
+            "sequence length", "batch size", "valid",
             "measurements", *(t for _, t in value_columns)]  # fmt: skip
     body = "\n".join(_row(p, value_columns, scale) for p in table.points)
     return f"""<!DOCTYPE html>
