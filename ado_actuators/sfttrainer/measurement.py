@@ -20,6 +20,7 @@ from ado_actuators.sfttrainer.catalog.validity import (
     num_local_experts,
     read_model_config,
 )
+from ado_actuators.sfttrainer.execute.classify import TRAINING_COMPLETED
 from ado_actuators.sfttrainer.execute.node import NodeRequest
 from ado_actuators.sfttrainer.execute.ray_tasks import measure_on_cluster
 from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured, Outcome
@@ -126,8 +127,7 @@ def measure(
         )
         resources = plan_resources(values)
         if definition.repeats > 1:
-            runs = [measure_on_cluster(request, resources) for _ in range(definition.repeats)]
-            return _stability(runs)
+            return _stability(_repeat(request, resources, definition.repeats))
         outcome = measure_on_cluster(request, resources)
         if isinstance(outcome, Measured) and params.aim_dashboard_url:
             outcome.metadata["aim_dashboard_url"] = params.aim_dashboard_url
@@ -142,11 +142,36 @@ def _safe_label(label: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in label)[:80]
 
 
+def _repeat(request: NodeRequest, resources, repeats: int) -> list[Outcome]:
+    """The runs of a stability measurement, each labelled with its repeat (AIM, FAULT_ENV).
+
+    A run that fails before it launches (missing dataset or weights, wrong environment) would
+    fail every repeat alike and says nothing about stability: it ends the measurement.
+    """
+    runs: list[Outcome] = []
+    for repeat in range(repeats):
+        inputs = request.plan_inputs
+        labelled = request.model_copy(update={"plan_inputs": {
+            **inputs, "run_labels": {**inputs["run_labels"], "repeat": str(repeat)}}})  # fmt: skip
+        outcome = measure_on_cluster(labelled, resources)
+        if isinstance(outcome, Failed) and "workdir" not in outcome.metadata:
+            return [outcome]
+        runs.append(outcome)
+    return runs
+
+
 def _stability(runs: list[Outcome]) -> Outcome:
-    """The stability experiment's fractions over its repeated runs."""
+    """The stability experiment's fractions over its repeated runs.
+
+    A run whose training completed counts as no error even when its benchmark figures could not
+    be computed (e.g. GPU sampling failed): stability is about whether training runs.
+    """
+    if len(runs) == 1 and isinstance(runs[0], Failed) and "workdir" not in runs[0].metadata:
+        return runs[0]
+    summaries = [_summary(i, r) for i, r in enumerate(runs)]
     count = len(runs)
-    oom = sum(isinstance(r, Invalid) and r.gpu_oom for r in runs)
-    ok = sum(isinstance(r, Measured) for r in runs)
+    oom = sum(s["outcome"] == "gpu_oom" for s in summaries)
+    ok = sum(s["outcome"] == "completed" for s in summaries)
     return Measured(
         properties={
             "f_gpu_oom": oom / count,
@@ -154,11 +179,15 @@ def _stability(runs: list[Outcome]) -> Outcome:
             "f_no_error": ok / count,
             "is_valid": 1,
         },
-        metadata={"runs": [_summary(r) for r in runs]},
+        metadata={"runs": summaries},
     )
 
 
-def _summary(outcome: Outcome) -> str:
-    if isinstance(outcome, Measured):
-        return "completed"
-    return f"{'GPU OOM' if isinstance(outcome, Invalid) else 'error'}: {outcome.reason[:300]}"
+def _summary(repeat: int, outcome: Outcome) -> dict[str, Any]:
+    where = {"workdir": outcome.metadata["workdir"]} if "workdir" in outcome.metadata else {}
+    if isinstance(outcome, Measured) or outcome.metadata.get(TRAINING_COMPLETED):
+        reason = None if isinstance(outcome, Measured) else outcome.reason[:500]
+        return {"repeat": repeat, "outcome": "completed", "reason": reason, **where}
+    if isinstance(outcome, Invalid) and outcome.gpu_oom:
+        return {"repeat": repeat, "outcome": "gpu_oom", "reason": outcome.reason[:500], **where}
+    return {"repeat": repeat, "outcome": "error", "reason": outcome.reason[:500], **where}

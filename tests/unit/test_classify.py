@@ -59,3 +59,27 @@ def test_oom_only_in_the_log_is_still_invalid(tmp_path):
 def test_watchdog_stop_is_failed(tmp_path):
     outcome = classify([], process(tmp_path, returncode=-15, watchdog="no output for 31 s"))
     assert isinstance(outcome, Failed) and "no output for 31 s" in outcome.reason
+
+
+def test_a_refused_setting_fails_with_the_fix_not_the_log(tmp_path):
+    refused = report(0, Outcome.ERROR, Failure(
+        exception_type="ado_actuators.sfttrainer.trainer.adapt.SettingUnavailable",
+        message="flash_attn: true ... set flash_attn: false"))  # fmt: skip
+    outcome = classify([refused, report(1)], process(tmp_path, returncode=1, log="noise\n"))
+    assert isinstance(outcome, Failed)
+    assert outcome.reason == "the configuration cannot run as requested: flash_attn: true ... set flash_attn: false"
+
+
+def test_gpus_that_could_not_be_read_fail_a_completed_training(tmp_path):
+    sampler = report(0)
+    sampler.gpu_indices = [0, 1]
+    sampler.gpu_sampling_problem = "NVML failed to start (NVMLError_DriverNotLoaded)"
+    outcome = classify([sampler, report(1)], process(tmp_path))
+    assert isinstance(outcome, Failed) and "DriverNotLoaded" in outcome.reason
+    assert outcome.metadata["training_completed"] is True
+
+
+def test_metadata_says_why_figures_are_omitted(tmp_path):
+    outcome = classify([report(0), report(1)], process(tmp_path))
+    notes = outcome.metadata["notes"]
+    assert any(n.startswith("model_tflops_per_device omitted: the trainer did not report") for n in notes)

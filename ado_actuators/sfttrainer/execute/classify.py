@@ -7,9 +7,13 @@ import re
 from ado_actuators.sfttrainer.contract import Outcome as RankOutcome
 from ado_actuators.sfttrainer.contract import RankReport
 from ado_actuators.sfttrainer.execute.process import ProcessResult
+from ado_actuators.sfttrainer.metrics import flops
 from ado_actuators.sfttrainer.metrics.aggregate import (
     NoTrainingSteps,
     benchmark_properties,
+    energy_note,
+    gpu_sampling_problem,
+    model_flops_per_token,
     warmup_end,
 )
 from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured, Outcome
@@ -19,6 +23,12 @@ _GPU_OOM_IN_LOG = re.compile(
     r"torch\.cuda\.OutOfMemoryError|CUDA out of memory|"
     r"CUDA error: an illegal memory access was encountered"
 )
+
+
+SETTING_UNAVAILABLE = "SettingUnavailable"
+"""trainer/adapt.py's exception: a requested setting the training environment cannot honour."""
+TRAINING_COMPLETED = "training_completed"
+"""Metadata of a Failed whose training itself succeeded (the figures are what failed)."""
 
 
 def _describe(report: RankReport) -> str:
@@ -35,6 +45,7 @@ def launch_outcome(
     world_size: int,
     number_gpus: int,
     stop_after_seconds: float,
+    gpu_model: str | None = None,
 ) -> Outcome:
     """GPU OOM in any rank wins (other ranks then fail in collectives); then any failure."""
     oom = [r for r in reports if r.outcome is RankOutcome.GPU_OOM]
@@ -48,6 +59,10 @@ def launch_outcome(
     if errors or missing or process.returncode != 0:
         if not errors and _GPU_OOM_IN_LOG.search(tail):
             return Invalid(reason="GPU out of memory (from the training log)", gpu_oom=True)
+        refused = [r for r in errors if r.failure and
+                   r.failure.exception_type.endswith(SETTING_UNAVAILABLE)]  # fmt: skip
+        if refused:
+            return Failed(f"the configuration cannot run as requested: {refused[0].failure.message}")
         if errors:
             why = _describe(errors[0])
         elif missing:
@@ -56,21 +71,38 @@ def launch_outcome(
         else:
             why = f"the launcher exited with status {process.returncode}"
         return Failed(f"training failed: {why}. Log tail:\n{tail}")
+    since = warmup_end(reports)
+    completed = {TRAINING_COMPLETED: True}
     try:
         properties = benchmark_properties(
             reports,
             number_gpus=number_gpus,
             stop_after_seconds=stop_after_seconds,
-            since=warmup_end(reports),
+            since=since,
+            gpu_model=gpu_model,
         )
     except NoTrainingSteps as error:
-        return Failed(f"training produced no measurement: {error}. Log tail:\n{tail}")
+        return Failed(f"training produced no measurement: {error}. Log tail:\n{tail}", completed)
+    if problem := gpu_sampling_problem(reports, since):
+        return Failed(problem, completed)
     rank0 = reports[0]
+    notes = {n for r in reports for n in r.notes}
+    if note := energy_note(reports):
+        notes.add(f"gpu_energy_joules_per_token omitted: {note}")
+    if (per_token := model_flops_per_token(reports, since)) is None:
+        notes.add(f"model_tflops_per_device omitted: {flops.why_no_flops(rank0.model_parameters)}")
+    elif "model_flops_utilization" not in properties:
+        notes.add(f"model_flops_utilization omitted: no dense peak known for gpu_model "
+                  f"{gpu_model if number_gpus else 'None (CPU)'}")  # fmt: skip
     metadata = {
         "flash_attention": rank0.flash_attention,
-        "notes": sorted({n for r in reports for n in r.notes}),
+        "notes": sorted(notes),
         "versions": rank0.versions,
         "steps": max(len(r.steps) for r in reports),
+        "warmup_steps": rank0.warmup_steps,
+        "measured_steps": len(rank0.steps) - (rank0.warmup_steps if since is not None else 0),
+        "model_flops_per_token": per_token,
+        "model_parameters": rank0.model_parameters.model_dump() if rank0.model_parameters else None,
         "stopped_by": rank0.stopped_by,
         "aim_run_hash": rank0.aim_run_hash,
     }

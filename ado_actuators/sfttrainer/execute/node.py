@@ -119,6 +119,7 @@ def measure_here(request: NodeRequest) -> Outcome:
         world_size=plan.world_size,
         number_gpus=inputs.values.number_gpus,
         stop_after_seconds=inputs.values.stop_after_seconds,
+        gpu_model=inputs.values.gpu_model,
     )
     outcome.metadata.update({"workdir": str(workdir), "log": str(result.log_path)})
     if plan.training_data_path != plan.dataset_path:

@@ -176,7 +176,8 @@ def plan_launch(inputs: PlanInputs) -> LaunchPlan:
         run_labels=inputs.run_labels,
         stop_after_seconds=values.stop_after_seconds,
         auto_stop_method=values.auto_stop_method,
-        gpu_indices=list(range(gpus_per_node)),
+        # use_cpu stands CPU processes in for GPUs: there is no GPU to sample
+        gpu_indices=[] if inputs.use_cpu else list(range(gpus_per_node)),
     )
     trainer = [
         "-m", TRAINER_MODULE, JOB_FLAG, str(inputs.workdir / "job.json"),
