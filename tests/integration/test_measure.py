@@ -66,6 +66,14 @@ def test_full_lora_and_prompt_tuning_measure(params, experiment):
     assert 0 < props["cpu_memory_utilization"] < 100
     assert props["gpu_memory_utilization_peak"] == 0.0
     assert props["train_tokens_per_second"] > 0
+    # beyond the spec: present, and consistent with each other
+    assert props["train_step_seconds_p50"] <= props["train_step_seconds_p90"]
+    assert props["train_step_seconds_cv_percent"] >= 0
+    assert props["gpu_energy_joules_per_token"] == 0.0 and props["gpu_memory_max_allocated_gib"] == 0.0
+    assert "model_flops_utilization" not in props  # no peak for a CPU
+    per_token = outcome.metadata["model_flops_per_token"]
+    assert per_token > 0
+    assert props["model_tflops_per_device"] * 1e12 / props["dataset_tokens_per_second_per_gpu"] == pytest.approx(per_token)
     assert outcome.metadata["flash_attention"] is False
     assert any("flash" in note for note in outcome.metadata["notes"])
     assert outcome.metadata["steps"] == 2
@@ -161,12 +169,38 @@ def test_other_fms_hf_tuning_version_fails_saying_what_is_installed(params):
     assert "fms_hf_tuning_version" in outcome.reason
 
 
-def test_stability_reports_fractions_over_five_runs(params, monkeypatch):
-    monkeypatch.setenv(FAULT_ENV, "oom@1")
+def test_stability_reports_fractions_over_five_runs_with_mixed_outcomes(params, monkeypatch):
+    # repeats 0 and 1 run out of GPU memory, repeat 2 crashes, repeats 3 and 4 run clean
+    monkeypatch.setenv(FAULT_ENV, "0:oom@1,1:oom@2,2:exception@1")
     outcome = run(params, "finetune_full_stability-v1.0.0")
     assert isinstance(outcome, Measured), getattr(outcome, "reason", "")
-    assert outcome.properties == {"f_gpu_oom": 1.0, "f_other_error": 0.0, "f_no_error": 0.0, "is_valid": 1}
-    assert len(outcome.metadata["runs"]) == 5
+    assert outcome.properties == {"f_gpu_oom": 0.4, "f_other_error": 0.2, "f_no_error": 0.4, "is_valid": 1}
+    runs = outcome.metadata["runs"]
+    assert [(r["repeat"], r["outcome"]) for r in runs] == [
+        (0, "gpu_oom"), (1, "gpu_oom"), (2, "error"), (3, "completed"), (4, "completed")]  # fmt: skip
+    assert "CUDA out of memory" in runs[0]["reason"] and "step 2" in runs[1]["reason"]
+    assert "Injected trainer crash" in runs[2]["reason"]
+    assert runs[3]["reason"] is None and len({r["workdir"] for r in runs}) == 5
+
+
+def nvml_works() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.mark.skipif(nvml_works(), reason="this machine can sample GPUs")
+def test_gpus_that_cannot_be_sampled_fail_rather_than_read_idle(params):
+    """number_gpus 1 on a machine without NVML: training runs (on the CPU), sampling cannot."""
+    outcome = run(params, number_gpus=1, gpu_model="NVIDIA-A100-SXM4-80GB")
+    assert isinstance(outcome, Failed), outcome
+    assert "GPU sampling failed, so the GPU figures would be wrong" in outcome.reason
+    assert "NVML" in outcome.reason or "nvidia-ml-py" in outcome.reason
 
 
 @pytest.mark.parametrize("offline", [True, False])
