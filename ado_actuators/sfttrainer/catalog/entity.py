@@ -121,8 +121,9 @@ FIELDS: dict[str, Field] = _fields(
           fms_flag="--optim"),
     Field("bf16", "bf16 mixed precision (Ampere or newer).", Domain.BINARY, default=False,
           fms_flag="--bf16"),
-    Field("flash_attn", "Train with flash attention 2 where a CUDA device and the flash_attn "
-          "package allow it (the result metadata says when it could not be used).",
+    Field("flash_attn", "Train with flash attention 2. On a CUDA device without the flash_attn "
+          "package the measurement fails (install it, or set this false); without CUDA "
+          "(number_gpus 0) training goes on without it and the result metadata says so.",
           Domain.BINARY, default=True, fms_flag="--use_flash_attn"),
     Field("distributed_backend", "Backend of multi-device runs; single-device runs use none.",
           Domain.CATEGORICAL, values=("FSDP", "DDP", "None"), default="FSDP"),
