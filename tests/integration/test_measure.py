@@ -183,35 +183,11 @@ def test_stability_reports_fractions_over_five_runs_with_mixed_outcomes(params, 
     assert runs[3]["reason"] is None and len({r["workdir"] for r in runs}) == 5
 
 
-def nvml_works() -> bool:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        pynvml.nvmlShutdown()
-        return True
-    except Exception:
-        return False
-
-
-@pytest.mark.skipif(nvml_works(), reason="this machine can sample GPUs")
-def test_gpus_that_cannot_be_sampled_fail_rather_than_read_idle(params):
-    """number_gpus 1 on a machine without NVML: training runs (on the CPU), sampling cannot."""
+def test_gpus_requested_where_the_trainer_sees_no_cuda_fail_before_training(params):
+    """number_gpus 1 where torch has no CUDA: it would train on the CPU and be stored as a GPU
+    figure. (That GPUs which cannot be sampled fail too is covered with NVML's own failure and
+    a stand-in NVML in tests/unit: on this machine the CUDA check comes first.)"""
     outcome = run(params, number_gpus=1, gpu_model="NVIDIA-A100-SXM4-80GB")
     assert isinstance(outcome, Failed), outcome
-    assert "GPU sampling failed, so the GPU figures would be wrong" in outcome.reason
-    assert "NVML" in outcome.reason or "nvidia-ml-py" in outcome.reason
-
-
-@pytest.mark.parametrize("offline", [True, False])
-def test_uncached_hub_model_names_the_download_command(params, monkeypatch, offline):
-    """Offline by setting, or because the hub does not answer (no network here)."""
-    if not offline:
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on discard
-    hub = params.model_copy(update={"model_map": {"tiny": {"Vanilla": "example-org/not-cached"}}})
-    outcome = run(hub)
-    assert isinstance(outcome, Failed)
-    assert "example-org/not-cached is not in the cache" in outcome.reason
-    assert f"sfttrainer_download_hf_weights -i models.yaml -o {params.hf_home}" in outcome.reason
-    assert "`tiny: {Vanilla: example-org/not-cached}`" in outcome.reason
+    assert outcome.reason.startswith("the configuration cannot run as requested: number_gpus > 0")
+    assert "measure on the CPU with number_gpus: 0" in outcome.reason

@@ -80,6 +80,14 @@ def test_this_machine_has_no_cuda_so_flash_attention_is_dropped():
     assert "CUDA is not available" in adapt.check_flash_attention(args)
 
 
+def test_gpus_without_cuda_refuse_to_train_on_the_cpu():
+    adapt.require_cuda_for_gpus([], cuda=False)  # number_gpus 0 (or CPU stand-ins): fine
+    adapt.require_cuda_for_gpus([0, 1], cuda=True)
+    with pytest.raises(adapt.SettingUnavailable, match=r"number_gpus > 0 \(GPUs \[0, 1\] of "
+                       r"this node\) but the training process sees no CUDA device"):  # fmt: skip
+        adapt.require_cuda_for_gpus([0, 1], cuda=False)
+
+
 def test_arguments_fms_would_drop_are_refused_naming_them():
     adapt.refuse_ignored_arguments([], "3.2.2")
     with pytest.raises(adapt.SettingUnavailable, match=r"fms-hf-tuning 3.2.2 does not recognise "

@@ -89,6 +89,7 @@ class Measurement:
     def run(self, fms_argv: list[str]) -> None:
         notes = self.report.notes
         fault = Fault.from_env(repeat=self.job.run_labels.get("repeat"))
+        adapt.require_cuda_for_gpus(self.job.gpu_indices)
         if note := adapt.use_cpu_for_multi_process(self.ident.world_size):
             notes.append(note)
         args = fms.parse(fms_argv)

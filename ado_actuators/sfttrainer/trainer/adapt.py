@@ -30,6 +30,26 @@ def flash_attn_installed() -> bool:
     return importlib.util.find_spec("flash_attn") is not None
 
 
+def require_cuda_for_gpus(gpu_indices: list[int], *, cuda: bool | None = None) -> None:
+    """The job names GPUs (number_gpus > 0) but this process sees no CUDA device: training
+    would run on the CPU and be stored as a GPU measurement."""
+    if not gpu_indices or (cuda_available() if cuda is None else cuda):
+        return
+    import torch
+
+    why = (
+        f"torch {torch.__version__} in the training environment has no CUDA support"
+        if torch.version.cuda is None
+        else "CUDA found no device (check the driver and CUDA_VISIBLE_DEVICES="
+        f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r})"
+    )
+    raise SettingUnavailable(
+        f"number_gpus > 0 (GPUs {gpu_indices} of this node) but the training process sees no "
+        f"CUDA device: {why}. Install a CUDA build of torch in the training environment, or "
+        "measure on the CPU with number_gpus: 0"
+    )
+
+
 def check_flash_attention(
     model_args, *, cuda: bool | None = None, installed: bool | None = None
 ) -> str | None:
