@@ -131,6 +131,7 @@ def test_model_flops_per_device_and_utilisation():
     # two steps, each 2 sequences of 100 tokens: sum s^2 = 40000, sum s = 400 -> s = 100
     r.steps = [step(1, 0, 1, 200, squares=20_000), step(2, 1, 2, 200, squares=20_000)]
     r.model_parameters = TINY
+    r.gpu_indices = [0]
     per_token = 6 * 115_008 + 12 * 2 * 64 * 100  # 843648, as in test_flops
     assert model_flops_per_token([r], None) == per_token
     props = benchmark_properties([r], number_gpus=1, stop_after_seconds=-1,
@@ -146,6 +147,10 @@ def test_no_utilisation_without_a_known_peak_and_on_cpu():
     r.model_parameters = TINY
     on_cpu = benchmark_properties([r], number_gpus=0, stop_after_seconds=-1)
     assert on_cpu["model_tflops_per_device"] > 0 and "model_flops_utilization" not in on_cpu
+    stand_in = benchmark_properties([r], number_gpus=1, stop_after_seconds=-1,
+                                    gpu_model="NVIDIA-A100-SXM4-80GB")  # fmt: skip
+    assert "model_flops_utilization" not in stand_in  # use_cpu: no GPU was sampled
+    r.gpu_indices = [0]
     unknown = benchmark_properties([r], number_gpus=1, stop_after_seconds=-1, gpu_model="Acme-X1")
     assert "model_flops_utilization" not in unknown
 

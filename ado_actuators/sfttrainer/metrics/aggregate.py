@@ -175,7 +175,9 @@ def benchmark_properties(
     per_token = model_flops_per_token(reports, since)
     if per_token is not None:
         props["model_tflops_per_device"] = per_token * tokens / runtime / devices / 1e12
-        peak = gpu_peaks.peak_tflops(gpu_model) if number_gpus > 0 else None
+        # CPU processes standing in for GPUs (use_cpu) sample no GPU and have no GPU peak
+        on_gpus = number_gpus > 0 and any(r.gpu_indices for r in reports)
+        peak = gpu_peaks.peak_tflops(gpu_model) if on_gpus else None
         if peak:
             props["model_flops_utilization"] = props["model_tflops_per_device"] / peak
     if number_gpus == 0 or not any(r.gpu_indices for r in reports):
