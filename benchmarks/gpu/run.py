@@ -70,7 +70,8 @@ class Config:
 
     @property
     def label(self) -> str:
-        return f"{self.model}-{self.method}-b{self.batch_size}-s{self.seq}" + ("-oom" if self.expect_oom else "")
+        oom = "-oom" if self.expect_oom else ""
+        return f"{self.model}-{self.method}-b{self.batch_size}-s{self.seq}{oom}"
 
 
 GPU_CONFIGS = (
@@ -211,7 +212,9 @@ def print_table(rows: list[dict], device: str) -> None:
         lines.append(cells)
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     for line in lines:
-        print("  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(line, widths))))
+        cells = [cell.rjust(w) if i else cell.ljust(w)
+                 for i, (cell, w) in enumerate(zip(line, widths, strict=True))]  # fmt: skip
+        print("  ".join(cells))
     for row in rows:
         if "reason" in row:
             print(f"{row['label']}: {row['reason']}")
@@ -229,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--steps", type=int, default=None, help="optimisation steps per run")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
-    parser.add_argument("--only", default=None, help="run the configurations whose label contains this")
+    parser.add_argument("--only", default=None, help="only labels containing this text")
     args = parser.parse_args(argv)
     root = (args.workdir or Path(tempfile.mkdtemp(prefix="sfttrainer-gpu-bench-"))).absolute()
     steps = args.steps or (4 if args.cpu else 20)
@@ -246,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         device = torch.cuda.get_device_name(0)
         gpu_model = gpu_model_from_device_name(device)
     # offline: nothing may reach a hub (the measurement sets HF_HOME for its trainer itself)
-    os.environ.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+        os.environ[name] = "1"
     models = prepare_models(root, args.cpu, {c.model for c in configs})
     dataset = prepare_dataset(root, 64 if args.cpu else None)
     rows = []

@@ -62,7 +62,8 @@ def launch_outcome(
         refused = [r for r in errors if r.failure and
                    r.failure.exception_type.endswith(SETTING_UNAVAILABLE)]  # fmt: skip
         if refused:
-            return Failed(f"the configuration cannot run as requested: {refused[0].failure.message}")
+            message = refused[0].failure.message
+            return Failed(f"the configuration cannot run as requested: {message}")
         if errors:
             why = _describe(errors[0])
         elif missing:
