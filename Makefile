@@ -6,7 +6,7 @@ TORCH  ?= torch==2.13.0
 FMS    ?= 3.2.2
 STAMP  := $(VENV)/.installed
 
-.PHONY: env test test-fast demo bench clean
+.PHONY: env test test-fast demo bench bench-gpu clean
 
 env: $(STAMP)
 
@@ -32,6 +32,10 @@ demo: env
 
 bench: env
 	$(BIN)/python benchmarks/time_to_first_step.py
+
+# one GPU, offline (benchmarks/gpu/README.md); BENCH_ARGS=--cpu runs the tiny model on the CPU
+bench-gpu: env
+	$(BIN)/python benchmarks/gpu/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) demo-work

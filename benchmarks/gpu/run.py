@@ -1,7 +1,7 @@
 """Real measurements on one GPU, offline, below ado: the benchmark properties and the harness's
 observer effect, side by side in one run.
 
-    python benchmarks/gpu/run.py [--workdir DIR] [--steps 20] [--json results.json]
+    python benchmarks/gpu/run.py [--workdir DIR] [--steps 20] [--repeats 3] [--json results.json]
     python benchmarks/gpu/run.py --cpu          # the tiny model on the CPU (what `make test` runs)
 
 For each configuration (model x method x batch size x sequence length) it measures through the
@@ -26,6 +26,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -163,20 +164,34 @@ def bare_run(root: Path, config: Config, values: dict, model: Path, dataset: Pat
     return metrics
 
 
-def measure_one(root, config, models, dataset, cpu, steps, gpu_model) -> dict:
+def measure_one(root, config, models, dataset, cpu, steps, gpu_model, repeats=1) -> dict:
+    """The measurement (its properties are the first run's), then `repeats` pairs of wrapped
+    and bare throughput, in alternating order so that drift favours neither; ratio of medians."""
     values = entity(config, cpu, steps, gpu_model)
     params = SFTTrainerParameters(
         data_directory=str(dataset.parent), hf_home=str(root / "hf"),
         output_dir=str(root / "measured"), stall_timeout_seconds=1800,
         model_map={config.model: {"Vanilla": str(models[config.model])}},
     )  # fmt: skip
-    fault = {FAULT_ENV: "oom@1"} if cpu and config.expect_oom else {}
-    os.environ.update(fault)
-    try:
-        outcome = measure(values, EXPERIMENTS[config.method], params, label=config.label)
-    finally:
-        for name in fault:
-            os.environ.pop(name, None)
+
+    def wrapped():
+        fault = {FAULT_ENV: "oom@1"} if cpu and config.expect_oom else {}
+        os.environ.update(fault)
+        try:
+            return measure(values, EXPERIMENTS[config.method], params, label=config.label)
+        finally:
+            for name in fault:
+                os.environ.pop(name, None)
+
+    def wrapped_throughput(outcome) -> float:
+        reports = RankReport.read_all(Path(outcome.metadata["workdir"]) / "reports")
+        return reports[0].hf_metrics.train_samples_per_second
+
+    def bare() -> float:
+        return bare_run(root, config, values, models[config.model], dataset)[
+            "train_samples_per_second"]
+
+    outcome = wrapped()
     row = {"config": dataclasses.asdict(config), "label": config.label}
     if isinstance(outcome, Invalid):
         row |= {"properties": {"is_valid": 0}, "reason": outcome.reason[:300],
@@ -185,15 +200,20 @@ def measure_one(root, config, models, dataset, cpu, steps, gpu_model) -> dict:
     if not isinstance(outcome, Measured):
         row |= {"properties": {}, "reason": outcome.reason[:2000]}
         return row
-    rank0 = RankReport.read_all(Path(outcome.metadata["workdir"]) / "reports")[0]
-    bare = bare_run(root, config, values, models[config.model], dataset)
-    wrapped = rank0.hf_metrics.train_samples_per_second
+    with_harness, without = [wrapped_throughput(outcome)], [bare()]
+    for repeat in range(1, repeats):
+        if repeat % 2:  # bare first this time
+            without.append(bare())
+            with_harness.append(wrapped_throughput(wrapped()))
+        else:
+            with_harness.append(wrapped_throughput(wrapped()))
+            without.append(bare())
     row |= {
         "properties": outcome.properties,
         "model_flops_per_token": outcome.metadata.get("model_flops_per_token"),
         "flash_attention": outcome.metadata.get("flash_attention"),
-        "hf_samples_per_second": {"wrapped": wrapped, "bare": bare["train_samples_per_second"]},
-        "observer_ratio": wrapped / bare["train_samples_per_second"],
+        "hf_samples_per_second": {"wrapped": with_harness, "bare": without},
+        "observer_ratio": statistics.median(with_harness) / statistics.median(without),
     }
     return row
 
@@ -231,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", action="store_true", help="the tiny model on the CPU")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--steps", type=int, default=None, help="optimisation steps per run")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="wrapped/bare pairs per configuration (alternating order)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     parser.add_argument("--only", default=None, help="only labels containing this text")
     args = parser.parse_args(argv)
@@ -256,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for config in configs:
         print(f"--- {config.label}", flush=True)
-        rows.append(measure_one(root, config, models, dataset, args.cpu, steps, gpu_model))
+        rows.append(measure_one(root, config, models, dataset, args.cpu, steps, gpu_model,
+                                args.repeats))
     print_table(rows, f"{device} (gpu_model {gpu_model})" if gpu_model else device)
     if args.json:
         args.json.write_text(json.dumps({"device": device, "gpu_model": gpu_model, "steps": steps,

@@ -30,7 +30,7 @@ def test_cpu_mode_measures_full_and_lora_and_the_oom_case_is_invalid(tmp_path):
         assert props["gpu_energy_joules_per_token"] == 0.0 and props["gpu_memory_max_allocated_gib"] == 0.0
         assert "model_flops_utilization" not in props  # no peak for a CPU
         assert props["model_tflops_per_device"] * 1e12 / props["dataset_tokens_per_second_per_gpu"] == pytest.approx(row["model_flops_per_token"])
-        assert row["observer_ratio"] > 0 and row["hf_samples_per_second"]["bare"] > 0
+        assert row["observer_ratio"] > 0 and row["hf_samples_per_second"]["bare"][0] > 0
     # LoRA skips the frozen weights' gradients: fewer FLOPs per token than full fine-tuning
     assert rows["tiny-lora-b2-s64"]["model_flops_per_token"] < rows["tiny-full-b2-s64"]["model_flops_per_token"]
     oom = rows["tiny-full-b2-s64-oom"]
