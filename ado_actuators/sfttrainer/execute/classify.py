@@ -25,7 +25,8 @@ def _describe(report: RankReport) -> str:
     failure = report.failure
     if failure is None:
         return f"rank {report.rank} ended with {report.outcome}"
-    return f"rank {report.rank}: {failure.exception_type}: {failure.message}"
+    kind = failure.exception_type.removeprefix("builtins.")
+    return f"rank {report.rank}: {kind}: {failure.message}"
 
 
 def launch_outcome(
@@ -48,14 +49,18 @@ def launch_outcome(
     if errors or missing or process.returncode != 0:
         if not errors and _GPU_OOM_IN_LOG.search(tail):
             return Invalid(reason="GPU out of memory (from the training log)", gpu_oom=True)
+        label = "Log tail"
         if errors:
             why = _describe(errors[0])
+            if errors[0].failure and errors[0].failure.traceback_tail:
+                # the rank's own traceback says more than a log full of other ranks' noise
+                label, tail = f"Traceback of rank {errors[0].rank}", errors[0].failure.traceback_tail
         elif missing:
             died = f" (the launcher exited by {process.signal_name})" if process.signal_name else ""
             why = f"rank(s) {missing} ended without a report{died}, e.g. killed"
         else:
             why = f"the launcher exited with status {process.returncode}"
-        return Failed(f"training failed: {why}. Log tail:\n{tail}")
+        return Failed(f"training failed: {why}\n{label}:\n{tail}")
     try:
         properties = benchmark_properties(
             reports,
