@@ -120,3 +120,13 @@ def test_failed_rank_reason_leads_with_the_explanation_then_its_traceback(tmp_pa
     assert first == ("training failed: rank 0: ValueError: dataset /d/x.jsonl: line 5 does not "
                      "parse as a JSON object (...)")  # fmt: skip
     assert rest == ["Traceback of rank 0:", "Traceback (most recent call last):", "ValueError: boom"]
+
+
+def test_copying_the_first_entries_names_a_bad_line_of_the_users_file(tmp_path):
+    from ado_actuators.sfttrainer.execute.workspace import MalformedDataset, write_first_entries
+
+    source = jsonl(tmp_path / "news.jsonl", 50, bad_line=7)
+    with pytest.raises(MalformedDataset, match=rf"^dataset {source}: line 7 does not parse"):
+        write_first_entries(source, tmp_path / "first.jsonl", 20)
+    assert not list(tmp_path.glob("first.jsonl*"))  # no half copy left behind
+    assert write_first_entries(source, tmp_path / "first.jsonl", 6) == 6  # before the bad line
