@@ -57,6 +57,7 @@ def run(params, experiment="finetune_full_benchmark-v1.0.0", use_cpu=False, **ov
 def test_full_lora_and_prompt_tuning_measure(params, experiment):
     outcome = run(params.model_copy(update={"aim_dashboard_url": "https://aim.example"}), experiment)
     assert isinstance(outcome, Measured), getattr(outcome, "reason", "")
+    assert outcome.metadata["distributed_type"] == "NO"  # one process: no distributed mode
     props = outcome.properties
     assert props["is_valid"] == 1
     assert props["dataset_tokens_per_second"] > 0
@@ -76,10 +77,16 @@ def test_full_lora_and_prompt_tuning_measure(params, experiment):
 
 
 def test_two_ranks_over_gloo_with_fsdp_and_ddp_configs(params):
+    """What this covers on CPU: both accelerate configs render, launch 2 ranks and measure.
+    What it does not: FSDP sharding. accelerate runs either config on CPU as MULTI_CPU, plain
+    DDP over gloo, and the trainer's report says so (on GPUs it says FSDP / MULTI_GPU)."""
     for backend in ("FSDP", "DDP"):
         outcome = run(params, use_cpu=True, number_gpus=2, batch_size=4, distributed_backend=backend,
                       gpu_model="NVIDIA-A100-SXM4-80GB")
         assert isinstance(outcome, Measured), getattr(outcome, "reason", "")
+        assert outcome.metadata["distributed_type"] == "MULTI_CPU", backend
+        config = Path(outcome.metadata["workdir"], "accelerate_config.yaml").read_text()
+        assert f"distributed_type: {'FSDP' if backend == 'FSDP' else 'MULTI_GPU'}" in config
         props = outcome.properties
         assert props["dataset_tokens_per_second_per_gpu"] == pytest.approx(props["dataset_tokens_per_second"] / 2)
         assert props["train_tokens_per_second"] == pytest.approx(2 * props["train_tokens_per_gpu_per_second"])

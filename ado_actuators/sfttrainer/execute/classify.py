@@ -73,6 +73,7 @@ def launch_outcome(
     rank0 = reports[0]
     metadata = {
         "flash_attention": rank0.flash_attention,
+        "distributed_type": rank0.distributed_type,
         "notes": sorted({n for r in reports for n in r.notes}),
         "versions": rank0.versions,
         "steps": max(len(r.steps) for r in reports),
