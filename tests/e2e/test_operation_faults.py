@@ -128,7 +128,7 @@ def test_every_request_answered_once_with_its_reason_and_rerun_measures_the_fail
     # the re-run, without the injected fault: what failed is measured again, nothing twice
     second_id, _ = run_operation(ado, operation)
     again = trace(ado, second_id)
-    assert Counter(entity_key(r["Entity IDs"]) for r in again) == Counter(status), again
+    assert Counter(entity_key(r["Entity IDs"]) for r in again) == Counter(list(status)), again
     rows = ado.measurements(space_id)
     assert [(r["model_name"], r["number_gpus"]) for r in rows] == [("tiny-llama", "0")], rows
     assert float(rows[0]["is_valid"]) == 1 and float(rows[0]["dataset_tokens_per_second"]) > 0
