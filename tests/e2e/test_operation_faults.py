@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -97,7 +98,9 @@ def setup(tmp_path_factory):
 
 def run_operation(ado: AdoCLI, path: Path, **env: str) -> tuple[str, str]:
     runner = AdoCLI(home=ado.home, extra_env={**ado.extra_env, **env})
+    started = time.monotonic()
     result = runner.run("create", "operation", "-f", str(path), timeout=900)
+    print(f"ado create operation took {time.monotonic() - started:.1f} s")  # for the record only
     output = result.stdout + result.stderr
     operation_id = output.split("Created operation with identifier ")[1].split()[0]
     return operation_id, output

@@ -130,3 +130,21 @@ def test_copying_the_first_entries_names_a_bad_line_of_the_users_file(tmp_path):
         write_first_entries(source, tmp_path / "first.jsonl", 20)
     assert not list(tmp_path.glob("first.jsonl*"))  # no half copy left behind
     assert write_first_entries(source, tmp_path / "first.jsonl", 6) == 6  # before the bad line
+
+
+def test_truncated_parquet_dataset_is_named(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "vision.parquet"
+    pq.write_table(pa.table({"messages": [f"m{i}" for i in range(200)]}), path)
+    path.write_bytes(path.read_bytes()[:-100])  # the footer lost
+    error = None
+    datasets = pytest.importorskip("datasets")
+    try:
+        datasets.load_dataset("parquet", data_files=str(path), split="train",
+                              cache_dir=str(tmp_path / "cache"))  # fmt: skip
+    except Exception as raised:  # noqa: BLE001
+        error = raised
+    assert error is not None
+    _, failure = classify(error)
+    assert failure.message.startswith(f"dataset {path} cannot be read as parquet ("), failure.message

@@ -43,7 +43,11 @@ def launch_outcome(
         return Invalid(reason=f"GPU out of memory: {_describe(oom[0])}", gpu_oom=True)
     tail = process.log_tail()
     if process.stopped_by_watchdog:
-        return Failed(f"the training was stopped: {process.stopped_by_watchdog}. Log tail:\n{tail}")
+        return Failed(
+            f"the training was stopped: {process.stopped_by_watchdog}; a process hung (e.g. "
+            f"waiting on a dead peer), or the job is silent longer than that on purpose: then "
+            f"raise stall_timeout_seconds.\nLog tail:\n{tail}"
+        )
     errors = [r for r in reports if r.outcome is RankOutcome.ERROR]
     missing = sorted(set(range(world_size)) - {r.rank for r in reports})
     if errors or missing or process.returncode != 0:
@@ -57,7 +61,10 @@ def launch_outcome(
                 label, tail = f"Traceback of rank {errors[0].rank}", errors[0].failure.traceback_tail
         elif missing:
             died = f" (the launcher exited by {process.signal_name})" if process.signal_name else ""
-            why = f"rank(s) {missing} ended without a report{died}, e.g. killed"
+            why = (
+                f"rank(s) {missing} ended without a report{died}: killed from outside, or "
+                f"by the kernel's out-of-memory killer (check the node's memory)"
+            )
         else:
             why = f"the launcher exited with status {process.returncode}"
         return Failed(f"training failed: {why}\n{label}:\n{tail}")

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-DATASET_SUFFIXES = (".jsonl", ".json")
+DATASET_SUFFIXES = (".jsonl", ".json", ".parquet")
 WEIGHTS_SUFFIX = ".safetensors"
 _DATASET_ERRORS = ("DatasetGenerationError", "ArrowInvalid", "JSONDecodeError")
 
@@ -78,6 +78,13 @@ def _dataset_explanation(exc: BaseException, extra_paths: list[Path]) -> str | N
     candidates = paths_in_traceback(exc, DATASET_SUFFIXES)
     candidates += [p for p in extra_paths if p.suffix in DATASET_SUFFIXES and p.is_file()]
     for path in dict.fromkeys(candidates):
+        if path.suffix == ".parquet":
+            if why := unreadable_parquet(path):
+                return (
+                    f"dataset {path} cannot be read as parquet ({why}): it is truncated or "
+                    f"damaged; create the file again"
+                )
+            continue
         if path.suffix != ".jsonl":
             continue
         bad = first_bad_json_line(path)
@@ -88,6 +95,19 @@ def _dataset_explanation(exc: BaseException, extra_paths: list[Path]) -> str | N
                 f"repair or delete that line, or create the file again"
             )
     return None
+
+
+def unreadable_parquet(path: Path) -> str | None:
+    """Why `path` is not a readable parquet file (reads its footer only), or None."""
+    try:
+        import pyarrow.parquet as pq
+
+        pq.ParquetFile(path).metadata
+        return None
+    except ImportError:
+        return None
+    except Exception as error:  # noqa: BLE001 - ArrowInvalid, OSError alike
+        return str(error) or type(error).__name__
 
 
 def unreadable_safetensors(path: Path) -> str | None:
