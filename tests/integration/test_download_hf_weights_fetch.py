@@ -160,6 +160,7 @@ def snapshot(hf_home: Path, repo_id: str) -> Path:
     return repo / "snapshots" / (repo / "refs" / "main").read_text()
 
 
+@pytest.mark.slow  # five CLI runs and a model load: the heaviest test of this file
 def test_fetch_report_rerun_cached_and_load_offline(tmp_path, hub, tiny_model_dir):
     hf_home = tmp_path / "hf_home"
     models = models_yaml(tmp_path / "models.yaml", {
