@@ -73,3 +73,22 @@ def test_truncated_weights_file_is_named(setup, tiny_model_dir, tmp_path):
     assert isinstance(outcome, Failed)
     first = outcome.reason.splitlines()[0]
     assert f"the weights file {weights} cannot be read" in first, outcome.reason
+
+
+@pytest.mark.parametrize("max_steps", [-1, 1])  # the trainer reads it / its first entries are copied
+def test_empty_dataset_file_is_named(setup, max_steps):
+    params, path = setup
+    path.write_bytes(b"")  # created, never written: what an interrupted copy leaves
+    outcome = run(params, max_steps=max_steps)
+    assert isinstance(outcome, Failed)
+    first = outcome.reason.splitlines()[0]
+    assert f"dataset {path} " in first and ("is empty" in first or "has no entries" in first), first
+
+
+def test_output_dir_that_is_a_file_is_named(setup, tmp_path):
+    params, _ = setup
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    outcome = run(params.model_copy(update={"output_dir": str(blocker)}), max_steps=1)
+    assert isinstance(outcome, Failed)
+    assert outcome.reason.startswith(f"cannot prepare the measurement directory {blocker}/")

@@ -148,3 +148,12 @@ def test_truncated_parquet_dataset_is_named(tmp_path):
     assert error is not None
     _, failure = classify(error)
     assert failure.message.startswith(f"dataset {path} cannot be read as parquet ("), failure.message
+
+
+def test_copying_from_an_empty_dataset_says_so(tmp_path):
+    from ado_actuators.sfttrainer.execute.workspace import MalformedDataset, write_first_entries
+
+    source = tmp_path / "news.jsonl"
+    source.write_text("\n\n")
+    with pytest.raises(MalformedDataset, match=rf"^dataset {source} has no entries"):
+        write_first_entries(source, tmp_path / "first.jsonl", 4)

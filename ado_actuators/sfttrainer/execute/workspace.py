@@ -61,6 +61,9 @@ def write_first_entries(source: Path, target: Path, entries: int) -> int:
                 copied += 1
                 if copied >= entries:
                     break
+        if copied == 0:
+            tmp.unlink(missing_ok=True)
+            raise MalformedDataset(f"dataset {source} has no entries; create the file again")
     tmp.replace(target)
     return copied
 

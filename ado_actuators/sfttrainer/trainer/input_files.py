@@ -73,6 +73,10 @@ def first_bad_json_line(path: Path) -> tuple[int, str] | None:
 
 
 def _dataset_explanation(exc: BaseException, extra_paths: list[Path]) -> str | None:
+    for path in extra_paths:
+        # fms fails on an empty file with a bare StopIteration
+        if path.is_file() and path.stat().st_size == 0:
+            return f"dataset {path} is empty (0 bytes); create the file again"
     if not any(type(e).__name__ in _DATASET_ERRORS for e in _chain(exc)):
         return None
     candidates = paths_in_traceback(exc, DATASET_SUFFIXES)
