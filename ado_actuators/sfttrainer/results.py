@@ -55,7 +55,7 @@ def announce(outcome: Outcome, entity_id: str, experiment_id: str) -> None:
         verdict = "is_valid=0"
     else:
         return
-    first = (outcome.reason.splitlines() or [""])[0][:400]
+    first = (outcome.reason.splitlines() or [""])[0][:1000]
     print(f"SFTTrainer {experiment_id} {entity_id}: {verdict}: {first}", flush=True)
 
 

@@ -96,6 +96,19 @@ def setup(tmp_path_factory):
     return ado, space_id, write_yaml(root / "op.yaml", operation), root
 
 
+def leftover_processes(root: Path) -> list[str]:
+    """Processes still running with a path of this test on their command line (trainers,
+    launchers), once the operation has returned."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        line = " ".join(proc.info["cmdline"] or [])
+        if str(root) in line and proc.pid != os.getpid():
+            found.append(f"{proc.pid}: {line[:200]}")
+    return found
+
+
 def run_operation(ado: AdoCLI, path: Path, **env: str) -> tuple[str, str]:
     runner = AdoCLI(home=ado.home, extra_env={**ado.extra_env, **env})
     started = time.monotonic()
@@ -127,6 +140,7 @@ def test_every_request_answered_once_with_its_reason_and_rerun_measures_the_fail
     assert "CPU=" in by_entity[("tiny-llama", "1")]
     assert "model_name 'unmapped-model' is not in the shipped model map" in by_entity[("unmapped-model", "0")]
     assert not ado.measurements(space_id)  # nothing Failed is stored
+    assert not leftover_processes(root)
 
     # the re-run, without the injected fault: what failed is measured again, nothing twice
     second_id, _ = run_operation(ado, operation)
@@ -135,6 +149,7 @@ def test_every_request_answered_once_with_its_reason_and_rerun_measures_the_fail
     rows = ado.measurements(space_id)
     assert [(r["model_name"], r["number_gpus"]) for r in rows] == [("tiny-llama", "0")], rows
     assert float(rows[0]["is_valid"]) == 1 and float(rows[0]["dataset_tokens_per_second"]) > 0
+    assert not leftover_processes(root)
 
 
 def test_unknown_experiment_is_refused_naming_it(setup):
