@@ -157,3 +157,16 @@ def test_copying_from_an_empty_dataset_says_so(tmp_path):
     source.write_text("\n\n")
     with pytest.raises(MalformedDataset, match=rf"^dataset {source} has no entries"):
         write_first_entries(source, tmp_path / "first.jsonl", 4)
+
+
+def test_each_unsuccessful_request_gets_one_line_on_the_operation_output(capsys):
+    from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured
+    from ado_actuators.sfttrainer.results import announce
+
+    announce(Failed("dataset /d/x.jsonl is empty\nTraceback ..."), "model_name.m", "exp-v1")
+    announce(Invalid("batch_size 3 is not divisible by number_gpus 2"), "model_name.n", "exp-v1")
+    announce(Measured(properties={"is_valid": 1}), "model_name.o", "exp-v1")
+    assert capsys.readouterr().out.splitlines() == [
+        "SFTTrainer exp-v1 model_name.m: Failed: dataset /d/x.jsonl is empty",
+        "SFTTrainer exp-v1 model_name.n: is_valid=0: batch_size 3 is not divisible by number_gpus 2",
+    ]
