@@ -122,13 +122,14 @@ class TrainerRun:
 def accelerate_ddp_config(path: Path, processes: int) -> Path:
     """The actuator's DDP config for `processes` ranks on CPU (see notes/environment.md)."""
     from ado_actuators.sfttrainer.catalog.entity import entity_values
-    from ado_actuators.sfttrainer.execute.workspace import free_port
     from ado_actuators.sfttrainer.plan.accelerate import accelerate_config
 
     values = entity_values({"model_name": "tiny", "model_max_length": 64, "number_gpus": processes,
                             "batch_size": processes, "distributed_backend": "DDP"})  # fmt: skip
     config = accelerate_config(values, processes_per_node=processes, machine_rank=0,
-                               main_process_ip=None, main_process_port=free_port(), use_cpu=True)  # fmt: skip
+                               main_process_ip=None, main_process_port=0, use_cpu=True)  # fmt: skip
+    # Port 0: accelerate picks a free port just before it binds it. One picked here would stay
+    # free for every import of the launch, for a concurrent launch to take.
     path.write_text(json.dumps(config))  # JSON is YAML
     return path
 

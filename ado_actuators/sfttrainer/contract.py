@@ -174,6 +174,11 @@ class RankReport(pydantic.BaseModel):
     )
     model_parameters: ModelParameters | None = None
     flash_attention: bool = False
+    distributed_type: str | None = pydantic.Field(
+        default=None,
+        description="accelerate's distributed mode as it ran (FSDP, MULTI_GPU, MULTI_CPU, NO), "
+        "which on CPU differs from the config's (an FSDP config runs as MULTI_CPU).",
+    )
     notes: list[str] = pydantic.Field(
         default_factory=list, description="Adjustments a user should know about."
     )

@@ -11,7 +11,7 @@ from typing import Any
 import pydantic
 
 from ado_actuators.sfttrainer.catalog import datasets
-from ado_actuators.sfttrainer.catalog.entity import entity_values
+from ado_actuators.sfttrainer.catalog.entity import domain_problems, entity_values
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
 from ado_actuators.sfttrainer.catalog.models import UnknownModelError, model_location
 from ado_actuators.sfttrainer.catalog.validity import (
@@ -65,6 +65,8 @@ def _resolve(
     # Rules 1-6 need no model: an invalid configuration is answered before anything else.
     if not values.fast_moe and (problems := configuration_problems(values)):
         return Invalid(reason="; ".join(problems))
+    if problems := domain_problems(values):
+        return Failed("entity value(s) outside the experiment's domain: " + "; ".join(problems))
     try:
         location = model_location(values.model_name, definition.weights_format, params.model_map)
     except UnknownModelError as error:

@@ -6,7 +6,6 @@ kills itself or hangs (FAULT_ENV is read by the trainer process).
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -58,6 +57,7 @@ def run(params, experiment="finetune_full_benchmark-v1.0.0", use_cpu=False, **ov
 def test_full_lora_and_prompt_tuning_measure(params, experiment):
     outcome = run(params.model_copy(update={"aim_dashboard_url": "https://aim.example"}), experiment)
     assert isinstance(outcome, Measured), getattr(outcome, "reason", "")
+    assert outcome.metadata["distributed_type"] == "NO"  # one process: no distributed mode
     props = outcome.properties
     assert props["is_valid"] == 1
     assert props["dataset_tokens_per_second"] > 0
@@ -85,10 +85,16 @@ def test_full_lora_and_prompt_tuning_measure(params, experiment):
 
 
 def test_two_ranks_over_gloo_with_fsdp_and_ddp_configs(params):
+    """What this covers on CPU: both accelerate configs render, launch 2 ranks and measure.
+    What it does not: FSDP sharding. accelerate runs either config on CPU as MULTI_CPU, plain
+    DDP over gloo, and the trainer's report says so (on GPUs it says FSDP / MULTI_GPU)."""
     for backend in ("FSDP", "DDP"):
         outcome = run(params, use_cpu=True, number_gpus=2, batch_size=4, distributed_backend=backend,
                       gpu_model="NVIDIA-A100-SXM4-80GB")
         assert isinstance(outcome, Measured), getattr(outcome, "reason", "")
+        assert outcome.metadata["distributed_type"] == "MULTI_CPU", backend
+        config = Path(outcome.metadata["workdir"], "accelerate_config.yaml").read_text()
+        assert f"distributed_type: {'FSDP' if backend == 'FSDP' else 'MULTI_GPU'}" in config
         props = outcome.properties
         assert props["dataset_tokens_per_second_per_gpu"] == pytest.approx(props["dataset_tokens_per_second"] / 2)
         assert props["train_tokens_per_second"] == pytest.approx(2 * props["train_tokens_per_gpu_per_second"])
@@ -100,17 +106,17 @@ def test_stop_after_seconds_stops_early_and_omits_token_estimates(params):
     assert "train_tokens_per_second" not in outcome.properties
     assert "train_tokens_per_gpu_per_second" not in outcome.properties
     assert outcome.metadata["stopped_by"]
-    assert outcome.properties["train_runtime"] < 30
+    # stopped long before 50 epochs of 64 entries at batch size 2 (counted in steps, not seconds)
+    assert outcome.metadata["steps"] < 50 * 64 // 2
+    assert outcome.properties["train_runtime"] >= 2
 
 
 def test_configuration_invalid_entity_is_answered_without_launching(params):
-    started = time.monotonic()
     values = entity(number_gpus=2, batch_size=3, gpu_model="NVIDIA-A100-SXM4-80GB")
     outcome = measure(values, "finetune_full_benchmark-v1.0.0", params, label="invalid-entity")
     assert isinstance(outcome, Invalid) and not outcome.gpu_oom
     assert "batch_size 3 is not divisible by number_gpus 2" in outcome.reason
-    assert time.monotonic() - started < 5
-    assert not list(Path(params.output_dir).glob("*/invalid-entity-*"))
+    assert not list(Path(params.output_dir).glob("*/invalid-entity-*"))  # nothing launched
 
 
 def test_gpu_out_of_memory_is_invalid(params, monkeypatch):
@@ -142,10 +148,8 @@ def test_killed_rank_fails(params, monkeypatch):
 def test_hung_rank_is_stopped_by_the_watchdog(params, monkeypatch):
     monkeypatch.setenv(FAULT_ENV, "hang@1")
     quick = params.model_copy(update={"stall_timeout_seconds": 8})
-    started = time.monotonic()
-    outcome = run(quick)
-    assert isinstance(outcome, Failed) and "stall timeout" in outcome.reason
-    assert time.monotonic() - started < 90
+    outcome = run(quick)  # a missed stop would hang here until pytest's timeout fails it
+    assert isinstance(outcome, Failed) and "(stall timeout 8 s)" in outcome.reason
 
 
 def test_missing_dataset_names_the_file_and_the_command(params):
@@ -191,3 +195,35 @@ def test_gpus_requested_where_the_trainer_sees_no_cuda_fail_before_training(para
     assert isinstance(outcome, Failed), outcome
     assert outcome.reason.startswith("the configuration cannot run as requested: number_gpus > 0")
     assert "measure on the CPU with number_gpus: 0" in outcome.reason
+
+
+@pytest.mark.parametrize("offline", [True, False])
+def test_uncached_hub_model_names_the_download_command(params, monkeypatch, offline):
+    """Offline by setting, or online with a hub that refuses connections (the other branch:
+    huggingface_hub fixes its offline mode and endpoint at import, so both are switched
+    where it reads them, and the endpoint is a port held bound, so nothing else takes it)."""
+    import socket
+
+    from huggingface_hub import constants
+
+    refusing = socket.socket()
+    refusing.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+    if not offline:
+        for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{refusing.getsockname()[1]}")
+    hub = params.model_copy(update={"model_map": {"tiny": {"Vanilla": "example-org/not-cached"}}})
+    try:
+        outcome = run(hub)
+    finally:
+        refusing.close()
+    assert isinstance(outcome, Failed)
+    assert "example-org/not-cached is not in the cache" in outcome.reason
+    if offline:
+        assert "offline mode is on" in outcome.reason
+    else:
+        assert "the hub did not serve it (ConnectionError" in outcome.reason, outcome.reason
+        assert "Connection refused" in outcome.reason and "Offline" not in outcome.reason
+    assert f"sfttrainer_download_hf_weights -i models.yaml -o {params.hf_home}" in outcome.reason
+    assert "`tiny: {Vanilla: example-org/not-cached}`" in outcome.reason

@@ -35,7 +35,8 @@ def _describe(report: RankReport) -> str:
     failure = report.failure
     if failure is None:
         return f"rank {report.rank} ended with {report.outcome}"
-    return f"rank {report.rank}: {failure.exception_type}: {failure.message}"
+    kind = failure.exception_type.removeprefix("builtins.")
+    return f"rank {report.rank}: {kind}: {failure.message}"
 
 
 def launch_outcome(
@@ -53,7 +54,11 @@ def launch_outcome(
         return Invalid(reason=f"GPU out of memory: {_describe(oom[0])}", gpu_oom=True)
     tail = process.log_tail()
     if process.stopped_by_watchdog:
-        return Failed(f"the training was stopped: {process.stopped_by_watchdog}. Log tail:\n{tail}")
+        return Failed(
+            f"the training was stopped: {process.stopped_by_watchdog}; a process hung (e.g. "
+            f"waiting on a dead peer), or the job is silent longer than that on purpose: then "
+            f"raise stall_timeout_seconds.\nLog tail:\n{tail}"
+        )
     errors = [r for r in reports if r.outcome is RankOutcome.ERROR]
     missing = sorted(set(range(world_size)) - {r.rank for r in reports})
     if errors or missing or process.returncode != 0:
@@ -64,14 +69,21 @@ def launch_outcome(
         if refused:
             message = refused[0].failure.message
             return Failed(f"the configuration cannot run as requested: {message}")
+        label = "Log tail"
         if errors:
             why = _describe(errors[0])
+            if errors[0].failure and errors[0].failure.traceback_tail:
+                # the rank's own traceback says more than a log full of other ranks' noise
+                label, tail = f"Traceback of rank {errors[0].rank}", errors[0].failure.traceback_tail
         elif missing:
             died = f" (the launcher exited by {process.signal_name})" if process.signal_name else ""
-            why = f"rank(s) {missing} ended without a report{died}, e.g. killed"
+            why = (
+                f"rank(s) {missing} ended without a report{died}: killed from outside, or "
+                f"by the kernel's out-of-memory killer (check the node's memory)"
+            )
         else:
             why = f"the launcher exited with status {process.returncode}"
-        return Failed(f"training failed: {why}. Log tail:\n{tail}")
+        return Failed(f"training failed: {why}\n{label}:\n{tail}")
     since = warmup_end(reports)
     completed = {TRAINING_COMPLETED: True}
     try:
@@ -97,6 +109,7 @@ def launch_outcome(
                   f"{gpu_model if number_gpus else 'None (CPU)'}")  # fmt: skip
     metadata = {
         "flash_attention": rank0.flash_attention,
+        "distributed_type": rank0.distributed_type,
         "notes": sorted(notes),
         "versions": rank0.versions,
         "steps": max(len(r.steps) for r in reports),

@@ -41,6 +41,15 @@ def download_hint(model_name: str, weights_format: str, location: str, hf_home: 
     )
 
 
+def _hub_offline() -> bool:
+    """huggingface_hub fixes offline mode when imported (TRANSFORMERS_OFFLINE counts too)."""
+    from huggingface_hub import constants
+
+    return constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").lower() in (
+        "1", "true", "yes", "on",
+    )  # fmt: skip
+
+
 def weights_problem(location: str, hf_home: str, hint: str) -> tuple[str | None, bool]:
     """(why the weights cannot be loaded on this node, whether they load without the hub).
 
@@ -56,8 +65,11 @@ def weights_problem(location: str, hf_home: str, hint: str) -> tuple[str | None,
         return None, True
     if hf_cache.is_cached(location, hf_home):
         return None, True
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
-        return f"{location} is not in the cache under {hf_home} and HF_HUB_OFFLINE is set; {hint}", False
+    if _hub_offline():
+        return (
+            f"{location} is not in the cache under {hf_home} and offline mode is on "
+            f"(HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE); {hint}"
+        ), False
     try:
         from huggingface_hub import HfApi
 
@@ -102,6 +114,8 @@ def measure_here(request: NodeRequest) -> Outcome:
         return Failed(str(error))
     try:
         workspace.prepare(plan)
+    except workspace.MalformedDataset as error:
+        return Failed(str(error))
     except OSError as error:
         return Failed(f"cannot prepare the measurement directory {workdir}: {error}")
     result = run_process(

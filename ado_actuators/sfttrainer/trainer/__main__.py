@@ -23,7 +23,11 @@ from ado_actuators.sfttrainer.trainer import adapt, fms, stopping
 from ado_actuators.sfttrainer.trainer.callback import MeasurementCallback
 from ado_actuators.sfttrainer.trainer.failures import classify
 from ado_actuators.sfttrainer.trainer.faults import Fault
-from ado_actuators.sfttrainer.trainer.identity import RankIdentity, library_versions
+from ado_actuators.sfttrainer.trainer.identity import (
+    RankIdentity,
+    accelerate_distributed_type,
+    library_versions,
+)
 from ado_actuators.sfttrainer.trainer.monitor import SystemMonitor
 from ado_actuators.sfttrainer.trainer.tokens import TokenMeter
 
@@ -140,6 +144,7 @@ class Measurement:
     def finish(self) -> None:
         """Collects what was measured into the report; safe after any failure."""
         report = self.report
+        report.distributed_type = accelerate_distributed_type()
         if self.monitor is not None:
             self.monitor.stop()  # already stopped at train end unless training raised
             report.process_samples = self.monitor.process_samples
