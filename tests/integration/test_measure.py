@@ -154,11 +154,11 @@ def test_missing_model_directory_fails_with_a_reason(params, tmp_path):
     assert "nothing" in outcome.reason
 
 
-def test_other_fms_hf_tuning_version_fails_saying_what_is_installed(params):
-    outcome = run(params, fms_hf_tuning_version="2.1.2")
+def test_a_version_without_a_registry_release_fails_saying_so(params):
+    outcome = run(params, fms_hf_tuning_version="3.0.0.1")
     assert isinstance(outcome, Failed)
-    assert f"fms-hf-tuning {installed_fms_hf_tuning()}" in outcome.reason
-    assert "fms_hf_tuning_version" in outcome.reason
+    assert "fms-hf-tuning 3.0.0.1 has no release on the package registry" in outcome.reason
+    assert "choose another fms_hf_tuning_version" in outcome.reason
 
 
 def test_stability_reports_fractions_over_five_runs(params, monkeypatch):

@@ -121,7 +121,7 @@ def environment_key(spec: plan.EnvironmentSpec) -> str:
     """Everything the built environment depends on: its packages and the worker it extends."""
     identity = {
         "packages": spec.packages,
-        "python": sys.executable,
+        "python": os.path.realpath(sys.executable),  # python and python3 are one interpreter
         "version": sys.version,
         "worker_site": _worker_site_dirs(),
     }
