@@ -3,6 +3,7 @@ CLI, a local Ray, environments built on the node (uv, the registry), real traini
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 from pathlib import Path
@@ -48,8 +49,8 @@ def setup(tmp_path_factory, environments_dir):
     return ado, root, model, data, config_id
 
 
-def measure_space(setup, name: str, version: str | None) -> tuple[list[dict], str]:
-    """Two entities (batch sizes 2 and 4) of one space, measured by one operation."""
+def measure_space(setup, name: str, version: str | None, batch_sizes: list[int]) -> tuple[list[dict], str]:
+    """The entities (one per batch size) of one space, measured by one operation."""
     ado, root, _, _, config_id = setup
     parameterization = [
         {"property": {"identifier": "dataset_id"}, "value": DATASET},
@@ -66,7 +67,7 @@ def measure_space(setup, name: str, version: str | None) -> tuple[list[dict], st
             {"identifier": "model_name", "propertyDomain": {"values": ["tiny-llama"]}},
             {"identifier": "number_gpus", "propertyDomain": {"values": [0]}},
             {"identifier": "model_max_length", "propertyDomain": {"values": [MAX_SEQ]}},
-            {"identifier": "batch_size", "propertyDomain": {"values": [2, 4]}},
+            {"identifier": "batch_size", "propertyDomain": {"values": batch_sizes}},
         ],
     }), "--new-sample-store")  # fmt: skip
     operation = yaml.safe_load((REPO / "examples" / "local-cpu" / "operation.yaml").read_text())
@@ -84,28 +85,33 @@ def spec_tokens(model: Path, data: Path, entries: int, trainer_tools) -> int:
     return sum(trainer_tools.spec_dataset_tokens(model, first, MAX_SEQ))
 
 
-@pytest.mark.parametrize("version", [None, "3.0.0"], ids=["default-2.1.2", "3.0.0"])
-def test_each_version_measures_in_its_environment(setup, version, trainer_tools):
-    rows, trace = measure_space(setup, version or "default", version)
+# Two measurements of the default version (the second reuses the environment); one of 3.0.0
+# (its reuse is tested without Ray in tests/integration/test_environments.py).
+@pytest.mark.parametrize(("version", "batch_sizes"), [(None, [2, 4]), ("3.0.0", [4])],
+                         ids=["default-2.1.2", "3.0.0"])  # fmt: skip
+def test_each_version_measures_in_its_environment(setup, version, batch_sizes, trainer_tools):
+    rows, trace = measure_space(setup, version or "default", version, batch_sizes)
     expected_version = version or "2.1.2"
-    assert len(rows) == 2, trace[-3000:]
+    assert len(rows) == len(batch_sizes), trace[-3000:]
     for row in rows:
         assert float(row["is_valid"]) == 1, trace[-3000:]
         assert float(row["dataset_tokens_per_second"]) > 0
     traced = yaml.safe_load(trace)
-    results = [m for m in _walk(traced) if isinstance(m, dict) and "versions" in m]
-    assert len(results) == 2, trace[-3000:]
+    # the trace shows each result under its request and on its own: one per working directory
+    found = [m for m in _walk(traced) if isinstance(m, dict) and "versions" in m]
+    results = list({m["workdir"]: m for m in found}.values())
+    assert len(results) == len(batch_sizes), trace[-3000:]
     for metadata in results:
         assert metadata["versions"]["fms-hf-tuning"] == expected_version
         assert metadata["environment"]["fms_hf_tuning_version"] == expected_version
+        assert metadata["versions"]["torch"] == importlib.metadata.version("torch")  # the worker's
     # one environment, built at most once (earlier tests of the session may have built it)
     assert len({m["environment"]["path"] for m in results}) == 1
     assert sum(not m["environment"]["reused"] for m in results) <= 1
     # every entry trained (2 steps of 2 or 4 entries) counted as the spec counts dataset tokens
     _, _, model, data, _ = setup
-    per_batch = {2: spec_tokens(model, data, 4, trainer_tools), 4: spec_tokens(model, data, 8, trainer_tools)}
-    totals = sorted(trained_tokens(m["workdir"]) for m in results)
-    assert totals == sorted(per_batch.values())
+    expected = sorted(spec_tokens(model, data, 2 * b, trainer_tools) for b in batch_sizes)
+    assert sorted(trained_tokens(m["workdir"]) for m in results) == expected
 
 
 def trained_tokens(workdir: str) -> int:

@@ -107,7 +107,8 @@ def choose(values, definition, request: EnvironmentRequest) -> Environment | Fai
         spec = plan.environment_spec(version, lines, exact=exact, worker_needs=worker_needs(roots))
     except plan.NoEnvironment as error:
         return Failed(str(error))
-    if problems := plan.feature_problems(wanted, plan.provided_features(spec.names), version, exact):
+    provided = plan.provided_features(spec.names)
+    if problems := plan.feature_problems(wanted, provided, version, exact):
         return Failed("; ".join(problems))
     return build(spec, request.directory, request.build_timeout_seconds)
 
@@ -160,7 +161,9 @@ def _python(env: Path) -> str:
     return str(env / "bin" / "python")
 
 
-def _build_into(spec: plan.EnvironmentSpec, target: Path, directory: Path, timeout: float) -> str | None:
+def _build_into(
+    spec: plan.EnvironmentSpec, target: Path, directory: Path, timeout: float
+) -> str | None:
     """Builds in a scratch directory and renames it into place; returns why it failed."""
     from uv import find_uv_bin
 
@@ -218,7 +221,8 @@ def _run(argv: list[str], deadline: float) -> str | None:
         tail = _tail(error.stderr or error.stdout)
         return f"{Path(argv[0]).name} {argv[1]} ran past environment_build_timeout_seconds{tail}"
     if result.returncode != 0:
-        return f"`{Path(argv[0]).name} {argv[1]}` exited {result.returncode}{_tail(result.stderr or result.stdout)}"
+        tail = _tail(result.stderr or result.stdout)
+        return f"`{Path(argv[0]).name} {argv[1]}` exited {result.returncode}{tail}"
     return None
 
 
