@@ -7,12 +7,14 @@
   environment Ray clones the worker's whole environment first, then installs into the clone.
 
 Each is timed for a first build and for a reuse (a second task / measurement asking for it).
-The package caches (uv's, pip's) are whatever the machine has: run twice to compare warm.
+With --cold each method starts from an empty uv cache (UV_CACHE_DIR) and pip runs without
+one; otherwise the machine's caches are used (run twice to compare warm).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -73,11 +75,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--version", default="2.1.2")
     parser.add_argument("--ray", nargs="*", default=["uv", "pip"], choices=["uv", "pip"])
+    parser.add_argument("--cold", action="store_true", help="empty package caches")
     args = parser.parse_args()
     spec = _spec(args.version)
     with tempfile.TemporaryDirectory() as scratch:
-        rows = {"actuator (uv venv + uv pip --no-deps)": _ours(spec, Path(scratch))}
-    rows |= {f"ray runtime_env {k}": v for k, v in _ray(spec, args.ray).items()}
+        if args.cold:
+            os.environ["UV_CACHE_DIR"] = str(Path(scratch) / "uv-cache-actuator")
+            os.environ["PIP_NO_CACHE_DIR"] = "1"
+        rows = {"actuator (uv venv + uv pip --no-deps)": _ours(spec, Path(scratch) / "envs")}
+        if args.cold:
+            os.environ["UV_CACHE_DIR"] = str(Path(scratch) / "uv-cache-ray")
+        rows |= {f"ray runtime_env {k}": v for k, v in _ray(spec, args.ray).items()}
     print(f"fms-hf-tuning {args.version}, {len(spec.packages)} packages")
     base = rows["actuator (uv venv + uv pip --no-deps)"][0]
     for name, (first, reuse) in rows.items():

@@ -1,7 +1,4 @@
-"""One entity under one experiment -> Outcome. Resolves, validates, then hands over to execute/.
-
-`installed_fms_hf_tuning` is re-exported for callers that measure with the installed version.
-"""
+"""One entity under one experiment -> Outcome. Resolves, validates, then hands over to execute/."""
 
 from __future__ import annotations
 
@@ -22,7 +19,7 @@ from ado_actuators.sfttrainer.catalog.validity import (
     num_local_experts,
     read_model_config,
 )
-from ado_actuators.sfttrainer.execute.environment import EnvironmentRequest, installed_fms_hf_tuning
+from ado_actuators.sfttrainer.execute.environment import EnvironmentRequest
 from ado_actuators.sfttrainer.execute.node import NodeRequest
 from ado_actuators.sfttrainer.execute.ray_tasks import measure_on_cluster
 from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured, Outcome
