@@ -1,7 +1,8 @@
 """One adapter per fms-hf-tuning API generation, chosen by what `tuning.sft_trainer` offers.
 
 The generations differ in what `parse_arguments` returns (2.x: file logger and AIM configs that
-`main()` combines into a TrackerConfigFactory; 3.x: fast_moe_config and one TrackerConfigs) and
+`main()` combines into a TrackerConfigFactory; 3.x: fast_moe_config and one TrackerConfigs;
+3.2: a quantization_config too) and
 in what `train()` returns (2.x: trainer, metadata; 3.x: trainer, metadata, controller callback).
 Everything else the wrapper needs is the same in 2.1.2, 3.0.0 and 3.2.2.
 """
@@ -17,6 +18,7 @@ PARSED_V3 = (
     "attention_and_distributed_packing_config", "fast_moe_config", "tracker_configs",
     "exp_metadata",
 )  # fmt: skip
+PARSED_V3_QUANTIZATION = (*PARSED_V3[:5], "quantization_config", *PARSED_V3[5:])
 PARSED_V2 = (
     "model_args", "data_args", "train_args", "trainer_controller_args", "tune_config",
     "file_logger_config", "aim_config", "quantized_lora_config", "fusedops_kernels_config",
@@ -34,6 +36,12 @@ class Api3:
         return parsed["tracker_configs"]
 
 
+class Api3Quantization(Api3):
+    """fms-hf-tuning 3.2 (and later 3.x): also a quantization_config (Mxfp4), after tune_config."""
+
+    parsed_names = PARSED_V3_QUANTIZATION
+
+
 class Api2:
     """fms-hf-tuning 2.x: trackers come as separate configs; main() combines them."""
 
@@ -48,7 +56,10 @@ class Api2:
 
 
 def detect(sft_trainer) -> type[Api2] | type[Api3]:
-    if "fast_moe_config" in inspect.signature(sft_trainer.train).parameters:
+    parameters = inspect.signature(sft_trainer.train).parameters
+    if "quantization_config" in parameters:
+        return Api3Quantization
+    if "fast_moe_config" in parameters:
         return Api3
     if hasattr(sft_trainer, "TrackerConfigFactory"):
         return Api2
