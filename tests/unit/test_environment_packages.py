@@ -91,7 +91,7 @@ def test_features_follow_the_packages():
 
 def test_features_an_environment_cannot_provide_are_refused_naming_setting_and_fix():
     gptq = catalog_data().experiment("finetune_gtpq-lora_benchmark-v1.0.0").sft_trainer_arguments
-    wanted = env.requested_features(values(fast_moe=1, flash_attn=True), gptq)
+    wanted = env.requested_features(values(fast_moe=1, flash_attn=True), gptq, on_gpus=True)
     assert set(wanted) == {"fast_kernels", "fast_moe", "gptq", "flash_attn"}
     cpu = env.feature_problems(wanted, frozenset(), "3.0.0", exact=False)
     assert len(cpu) == 4
@@ -104,7 +104,8 @@ def test_features_an_environment_cannot_provide_are_refused_naming_setting_and_f
 
 
 def test_flash_attention_on_cpu_is_left_to_the_trainer_which_notes_it():
-    assert env.requested_features(values(number_gpus=0, flash_attn=True), {}) == {}
+    assert env.requested_features(values(number_gpus=0, flash_attn=True), {}, on_gpus=False) == {}
+    assert env.requested_features(values(number_gpus=2, flash_attn=True), {}, on_gpus=False) == {}
 
 
 def test_skip_prepare_dataset_names_the_version():

@@ -88,10 +88,12 @@ def worker_needs(roots: tuple[str, ...]) -> dict[str, SpecifierSet]:
     return needs
 
 
-def choose(values, definition, request: EnvironmentRequest) -> Environment | Failed:
+def choose(
+    values, definition, request: EnvironmentRequest, *, on_gpus: bool
+) -> Environment | Failed:
     """The environment for this measurement, built if needed; or why there can be none."""
     version = values.fms_hf_tuning_version
-    wanted = plan.requested_features(values, definition.sft_trainer_arguments)
+    wanted = plan.requested_features(values, definition.sft_trainer_arguments, on_gpus=on_gpus)
     if version == installed_fms_hf_tuning():
         names = (d.metadata["Name"] for d in importlib.metadata.distributions())
         if problems := plan.feature_problems(wanted, plan.provided_features(names), version, None):

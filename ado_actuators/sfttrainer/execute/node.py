@@ -84,7 +84,9 @@ def measure_here(request: NodeRequest) -> Outcome:
             f"dataset file {dataset} does not exist on {os.uname().nodename}; "
             f"create it with: {command}"
         )
-    chosen = environment.choose(inputs["values"], inputs["definition"], request.environment)
+    values = inputs["values"]
+    on_gpus = values.number_gpus > 0 and not inputs.get("use_cpu")
+    chosen = environment.choose(values, inputs["definition"], request.environment, on_gpus=on_gpus)
     if isinstance(chosen, Failed):
         return chosen
     workdir = request.output_root / f"{request.label}-{uuid.uuid4().hex[:8]}"

@@ -159,8 +159,13 @@ def provided_features(package_names: Iterable[str]) -> frozenset[str]:
     return frozenset(f for f, package in FEATURE_PACKAGES.items() if package in names)
 
 
-def requested_features(values, sft_trainer_arguments: Mapping[str, list[str]]) -> dict[str, str]:
-    """Optional features the measurement needs -> the setting that asks for it."""
+def requested_features(
+    values, sft_trainer_arguments: Mapping[str, list[str]], *, on_gpus: bool
+) -> dict[str, str]:
+    """Optional features the measurement needs -> the setting that asks for it.
+
+    `on_gpus`: the measurement trains on GPUs (not number_gpus ranks run on CPUs, as in tests).
+    """
     wanted = {}
     if values.fast_kernels is not None or "fast_kernels" in sft_trainer_arguments:
         wanted["fast_kernels"] = "fast_kernels"
@@ -170,7 +175,7 @@ def requested_features(values, sft_trainer_arguments: Mapping[str, list[str]]) -
         wanted["gptq"] = "the GPTQ-LoRA experiment (auto_gptq)"
     # On CPU flash attention is impossible whatever is installed: the trainer turns it off
     # and says so in the metadata. On GPUs a missing package would silently change the result.
-    if values.flash_attn and values.number_gpus > 0:
+    if values.flash_attn and on_gpus:
         wanted["flash_attn"] = "flash_attn: true"
     return wanted
 
