@@ -67,6 +67,15 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")
 
 
+@pytest.fixture(scope="session")
+def environments_dir(tmp_path_factory) -> Path:
+    """Where tests build per-version fms-hf-tuning environments: once per session, shared by
+    every test (environments are keyed by their packages, so a second measurement reuses the
+    first's). SFTTRAINER_TEST_ENVIRONMENTS keeps them between sessions (CI caches)."""
+    kept = os.environ.get("SFTTRAINER_TEST_ENVIRONMENTS")
+    return Path(kept) if kept else tmp_path_factory.mktemp("environments")
+
+
 # ---- running the trainer for real -----------------------------------------------------------
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import traceback
 from pathlib import Path
@@ -21,6 +20,7 @@ from ado_actuators.sfttrainer.catalog.validity import (
     read_model_config,
 )
 from ado_actuators.sfttrainer.execute.classify import TRAINING_COMPLETED
+from ado_actuators.sfttrainer.execute.environment import EnvironmentRequest
 from ado_actuators.sfttrainer.execute.node import NodeRequest
 from ado_actuators.sfttrainer.execute.ray_tasks import measure_on_cluster
 from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured, Outcome
@@ -28,30 +28,6 @@ from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
 from ado_actuators.sfttrainer.plan.launch import plan_resources
 
 log = logging.getLogger(__name__)
-
-
-def installed_fms_hf_tuning() -> str | None:
-    try:
-        return importlib.metadata.version("fms-hf-tuning")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _version_problem(requested: str) -> str | None:
-    installed = installed_fms_hf_tuning()
-    if installed == requested:
-        return None
-    if installed is None:
-        return (
-            "fms-hf-tuning is not installed in the environment the measurement runs in; "
-            "install it (see README, 'Environments')"
-        )
-    return (
-        f"fms_hf_tuning_version {requested} was requested but this environment has "
-        f"fms-hf-tuning {installed}; measure with the installed one by adding "
-        f"`fms_hf_tuning_version: \"{installed}\"` to the experiment's parameterization in "
-        f"your space (per-version environments are not available yet)"
-    )
 
 
 def _resolve(
@@ -78,8 +54,6 @@ def _resolve(
             return Failed(f"fast_moe needs the model's num_local_experts: {error}")
         if problems := configuration_problems(values, experts):
             return Invalid(reason="; ".join(problems))
-    if problem := _version_problem(values.fms_hf_tuning_version):
-        return Failed(problem)
     return values, location
 
 
@@ -126,6 +100,7 @@ def measure(
             output_root=Path(params.output_dir).absolute() / definition.identifier,
             label=_safe_label(label),
             stall_timeout=params.stall_timeout_seconds,
+            environment=_environment_request(params),
         )
         resources = plan_resources(values)
         if definition.repeats > 1:
@@ -138,6 +113,16 @@ def measure(
         log.exception("measurement of %s failed unexpectedly", label)
         tail = "".join(traceback.format_exception(error)[-3:])
         return Failed(f"internal error while measuring: {error!r}\n{tail}")
+
+
+def _environment_request(params: SFTTrainerParameters) -> EnvironmentRequest:
+    lists = params.package_lists_directory
+    return EnvironmentRequest(
+        match_exact_dependencies=params.match_exact_dependencies,
+        directory=Path(params.environments_directory).expanduser(),
+        build_timeout_seconds=params.environment_build_timeout_seconds,
+        package_lists_directory=Path(lists).expanduser() if lists else None,
+    )
 
 
 def _safe_label(label: str) -> str:

@@ -13,7 +13,8 @@ import pytest
 from ado_actuators.sfttrainer.cli.generate_dataset_text import generate
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.contract import FAULT_ENV
-from ado_actuators.sfttrainer.measurement import installed_fms_hf_tuning, measure
+from ado_actuators.sfttrainer.execute.environment import installed_fms_hf_tuning
+from ado_actuators.sfttrainer.measurement import measure
 from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured
 from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
 
@@ -166,11 +167,11 @@ def test_missing_model_directory_fails_with_a_reason(params, tmp_path):
     assert "nothing" in outcome.reason
 
 
-def test_other_fms_hf_tuning_version_fails_saying_what_is_installed(params):
-    outcome = run(params, fms_hf_tuning_version="2.1.2")
+def test_a_version_without_a_registry_release_fails_saying_so(params):
+    outcome = run(params, fms_hf_tuning_version="3.0.0.1")
     assert isinstance(outcome, Failed)
-    assert f"fms-hf-tuning {installed_fms_hf_tuning()}" in outcome.reason
-    assert "fms_hf_tuning_version" in outcome.reason
+    assert "fms-hf-tuning 3.0.0.1 has no release on the package registry" in outcome.reason
+    assert "choose another fms_hf_tuning_version" in outcome.reason
 
 
 def test_stability_reports_fractions_over_five_runs_with_mixed_outcomes(params, monkeypatch):

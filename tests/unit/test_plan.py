@@ -137,8 +137,8 @@ def test_values_stay_single_arguments_never_shell_text():
 def test_unsupported_settings_are_plan_errors_naming_the_field():
     with pytest.raises(PlanError, match="number_nodes"):
         plan_launch(inputs(number_gpus=2, number_nodes=2))
-    with pytest.raises(PlanError, match="dataset_kwargs_skip_prepare_dataset"):
-        plan_launch(inputs(dataset_kwargs_skip_prepare_dataset=True))
+    with pytest.raises(PlanError, match="dataset_kwargs_skip_prepare_dataset: fms-hf-tuning 3.0.0"):
+        plan_launch(inputs(dataset_kwargs_skip_prepare_dataset=True, fms_hf_tuning_version="3.0.0"))
 
 
 def test_stop_after_seconds_and_labels_reach_the_trainer_job():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import uuid
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pydantic
 from ado_actuators.sfttrainer import hf_cache
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.contract import RankReport
-from ado_actuators.sfttrainer.execute import workspace
+from ado_actuators.sfttrainer.execute import environment, workspace
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
 from ado_actuators.sfttrainer.execute.process import run_process
 from ado_actuators.sfttrainer.outcomes import Failed, Outcome
@@ -32,6 +31,7 @@ class NodeRequest(pydantic.BaseModel):
     output_root: Path
     label: str
     stall_timeout: float
+    environment: environment.EnvironmentRequest
 
 
 def download_hint(model_name: str, weights_format: str, location: str, hf_home: str) -> str:
@@ -96,6 +96,11 @@ def measure_here(request: NodeRequest) -> Outcome:
             f"dataset file {dataset} does not exist on {os.uname().nodename}; "
             f"create it with: {command}"
         )
+    values = inputs["values"]
+    on_gpus = values.number_gpus > 0 and not inputs.get("use_cpu")
+    chosen = environment.choose(values, inputs["definition"], request.environment, on_gpus=on_gpus)
+    if isinstance(chosen, Failed):
+        return chosen
     workdir = request.output_root / f"{request.label}-{uuid.uuid4().hex[:8]}"
     ephemeral_aim = inputs.get("aim_repo") is None
     inputs = PlanInputs(
@@ -105,7 +110,7 @@ def measure_here(request: NodeRequest) -> Outcome:
         },
         workdir=workdir,
         weights_offline=offline,
-        python=sys.executable,
+        python=chosen.python,
         main_process_port=workspace.free_port(),
     )
     try:
@@ -135,7 +140,9 @@ def measure_here(request: NodeRequest) -> Outcome:
         stop_after_seconds=inputs.values.stop_after_seconds,
         gpu_model=inputs.values.gpu_model,
     )
-    outcome.metadata.update({"workdir": str(workdir), "log": str(result.log_path)})
+    outcome.metadata.update(
+        {"workdir": str(workdir), "log": str(result.log_path), "environment": chosen.metadata}
+    )
     if plan.training_data_path != plan.dataset_path:
         plan.training_data_path.unlink(missing_ok=True)
     if ephemeral_aim:

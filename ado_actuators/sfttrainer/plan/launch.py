@@ -11,6 +11,7 @@ import pydantic
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
 from ado_actuators.sfttrainer.contract import JOB_FLAG, TrainerJob
 from ado_actuators.sfttrainer.plan.accelerate import accelerate_config
+from ado_actuators.sfttrainer.plan.environments import skip_prepare_dataset_problem
 
 TRAINER_MODULE = "ado_actuators.sfttrainer.trainer"
 MIN_CPUS_PER_NODE = 2
@@ -147,11 +148,10 @@ def plan_resources(values: Any) -> ResourceRequest:
 
 def plan_launch(inputs: PlanInputs) -> LaunchPlan:
     values = inputs.values
-    if values.dataset_kwargs_skip_prepare_dataset:
-        raise PlanError(
-            "dataset_kwargs_skip_prepare_dataset: fms-hf-tuning 3.2.2 decides this itself "
-            "(it skips preparation for vision datasets); leave it at its default (False)"
-        )
+    if values.dataset_kwargs_skip_prepare_dataset and (
+        problem := skip_prepare_dataset_problem(values.fms_hf_tuning_version)
+    ):
+        raise PlanError(problem)
     if values.number_nodes > 1:
         raise PlanError(
             f"number_nodes {values.number_nodes}: multi-node measurements are not available "
