@@ -5,18 +5,20 @@ BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
 FMS    ?= 3.2.2
 STAMP  := $(VENV)/.installed
+# one list per fms-hf-tuning version, shipped in the wheel (the actuator builds the others)
+PACKAGE_LISTS := ado_actuators/sfttrainer/plan/packages
 
-.PHONY: env test test-fast demo bench clean
+.PHONY: env test test-fast demo bench bench-gpu clean
 
 env: $(STAMP)
 
 # torch first (a free choice pulls a multi-GB CUDA build), then fms-hf-tuning's own
 # requirements minus torch, then fms-hf-tuning --no-deps, then this package.
-$(STAMP): pyproject.toml packages/fms-hf-tuning_v$(FMS).txt
+$(STAMP): pyproject.toml $(PACKAGE_LISTS)/fms-hf-tuning_v$(FMS).txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet -r packages/fms-hf-tuning_v$(FMS).txt
+	$(BIN)/pip install --quiet -r $(PACKAGE_LISTS)/fms-hf-tuning_v$(FMS).txt
 	$(BIN)/pip install --quiet --no-deps fms-hf-tuning==$(FMS)
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
@@ -32,6 +34,10 @@ demo: env
 
 bench: env
 	$(BIN)/python benchmarks/time_to_first_step.py
+
+# one GPU, offline (benchmarks/gpu/README.md); BENCH_ARGS=--cpu runs the tiny model on the CPU
+bench-gpu: env
+	$(BIN)/python benchmarks/gpu/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) demo-work

@@ -67,6 +67,15 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")
 
 
+@pytest.fixture(scope="session")
+def environments_dir(tmp_path_factory) -> Path:
+    """Where tests build per-version fms-hf-tuning environments: once per session, shared by
+    every test (environments are keyed by their packages, so a second measurement reuses the
+    first's). SFTTRAINER_TEST_ENVIRONMENTS keeps them between sessions (CI caches)."""
+    kept = os.environ.get("SFTTRAINER_TEST_ENVIRONMENTS")
+    return Path(kept) if kept else tmp_path_factory.mktemp("environments")
+
+
 # ---- running the trainer for real -----------------------------------------------------------
 
 
@@ -122,13 +131,14 @@ class TrainerRun:
 def accelerate_ddp_config(path: Path, processes: int) -> Path:
     """The actuator's DDP config for `processes` ranks on CPU (see notes/environment.md)."""
     from ado_actuators.sfttrainer.catalog.entity import entity_values
-    from ado_actuators.sfttrainer.execute.workspace import free_port
     from ado_actuators.sfttrainer.plan.accelerate import accelerate_config
 
     values = entity_values({"model_name": "tiny", "model_max_length": 64, "number_gpus": processes,
                             "batch_size": processes, "distributed_backend": "DDP"})  # fmt: skip
     config = accelerate_config(values, processes_per_node=processes, machine_rank=0,
-                               main_process_ip=None, main_process_port=free_port(), use_cpu=True)  # fmt: skip
+                               main_process_ip=None, main_process_port=0, use_cpu=True)  # fmt: skip
+    # Port 0: accelerate picks a free port just before it binds it. One picked here would stay
+    # free for every import of the launch, for a concurrent launch to take.
     path.write_text(json.dumps(config))  # JSON is YAML
     return path
 

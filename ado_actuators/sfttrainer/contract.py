@@ -61,6 +61,9 @@ class StepTiming(pydantic.BaseModel):
     start: float  # wall-clock seconds (time.time())
     end: float
     dataset_tokens: int  # non-padding tokens this rank consumed in the step
+    samples: int = 0  # sequences (dataset entries) this rank trained in the step
+    padded_tokens: int = 0  # positions of the batches, padding included (HF's token figure)
+    sequence_tokens_squared: int = 0  # sum over sequences of (real length)^2: attention FLOPs
 
 
 class ProcessSample(pydantic.BaseModel):
@@ -77,6 +80,49 @@ class GpuSample(pydantic.BaseModel):
     memory_percent: float
     power_watts: float
     power_percent: float
+
+
+class GpuSampleFailure(pydantic.BaseModel):
+    """A reading of one GPU that NVML refused: the sample is missing, not zero."""
+
+    time: float
+    index: int
+    node: str = ""
+    error: str
+
+
+class GpuEnergy(pydantic.BaseModel):
+    """NVML's total-energy counter of one GPU at the measured window's start and end."""
+
+    index: int
+    node: str = ""
+    start_time: float
+    start_millijoules: int
+    end_time: float | None = None
+    end_millijoules: int | None = None
+
+    @property
+    def joules(self) -> float | None:
+        if self.end_millijoules is None:
+            return None
+        return (self.end_millijoules - self.start_millijoules) / 1000.0
+
+
+class ModelParameters(pydantic.BaseModel):
+    """The trained model's size and shape, counted in the trainer (before any sharding).
+
+    `matmul` counts the parameters used in matrix multiplications: all of them except
+    embedding tables, which are looked up (a table tied to the LM head is a matmul and
+    counts). `trainable_matmul` is the part of those that gets weight gradients.
+    """
+
+    total: int
+    trainable: int
+    matmul: int
+    trainable_matmul: int
+    layers: int | None = None
+    attention_width: int | None = None  # query heads x head dimension
+    mixture_of_experts: bool = False
 
 
 class HfTrainMetrics(pydantic.BaseModel):
@@ -115,7 +161,24 @@ class RankReport(pydantic.BaseModel):
     hf_metrics: HfTrainMetrics = pydantic.Field(default_factory=HfTrainMetrics)
     process_samples: list[ProcessSample] = pydantic.Field(default_factory=list)
     gpu_samples: list[GpuSample] = pydantic.Field(default_factory=list)
+    gpu_indices: list[int] = pydantic.Field(
+        default_factory=list, description="Node-local GPUs this rank was asked to sample."
+    )
+    gpu_sampling_problem: str | None = pydantic.Field(
+        default=None, description="Why GPU sampling could not start at all (e.g. no NVML)."
+    )
+    gpu_sample_failures: list[GpuSampleFailure] = pydantic.Field(default_factory=list)
+    gpu_energy: list[GpuEnergy] = pydantic.Field(default_factory=list)
+    gpu_memory_max_allocated_bytes: int = pydantic.Field(
+        default=0, description="torch.cuda.max_memory_allocated() of this rank (0 on CPU)."
+    )
+    model_parameters: ModelParameters | None = None
     flash_attention: bool = False
+    distributed_type: str | None = pydantic.Field(
+        default=None,
+        description="accelerate's distributed mode as it ran (FSDP, MULTI_GPU, MULTI_CPU, NO), "
+        "which on CPU differs from the config's (an FSDP config runs as MULTI_CPU).",
+    )
     notes: list[str] = pydantic.Field(
         default_factory=list, description="Adjustments a user should know about."
     )

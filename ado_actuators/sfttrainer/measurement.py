@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import traceback
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any
 import pydantic
 
 from ado_actuators.sfttrainer.catalog import datasets
-from ado_actuators.sfttrainer.catalog.entity import entity_values
+from ado_actuators.sfttrainer.catalog.entity import domain_problems, entity_values
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
 from ado_actuators.sfttrainer.catalog.models import UnknownModelError, model_location
 from ado_actuators.sfttrainer.catalog.validity import (
@@ -20,6 +19,8 @@ from ado_actuators.sfttrainer.catalog.validity import (
     num_local_experts,
     read_model_config,
 )
+from ado_actuators.sfttrainer.execute.classify import TRAINING_COMPLETED
+from ado_actuators.sfttrainer.execute.environment import EnvironmentRequest
 from ado_actuators.sfttrainer.execute.node import NodeRequest
 from ado_actuators.sfttrainer.execute.cluster import measure_on_cluster
 from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured, Outcome
@@ -27,30 +28,6 @@ from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
 from ado_actuators.sfttrainer.plan.launch import plan_resources
 
 log = logging.getLogger(__name__)
-
-
-def installed_fms_hf_tuning() -> str | None:
-    try:
-        return importlib.metadata.version("fms-hf-tuning")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _version_problem(requested: str) -> str | None:
-    installed = installed_fms_hf_tuning()
-    if installed == requested:
-        return None
-    if installed is None:
-        return (
-            "fms-hf-tuning is not installed in the environment the measurement runs in; "
-            "install it (see README, 'Environments')"
-        )
-    return (
-        f"fms_hf_tuning_version {requested} was requested but this environment has "
-        f"fms-hf-tuning {installed}; measure with the installed one by adding "
-        f"`fms_hf_tuning_version: \"{installed}\"` to the experiment's parameterization in "
-        f"your space (per-version environments are not available yet)"
-    )
 
 
 def _resolve(
@@ -64,6 +41,8 @@ def _resolve(
     # Rules 1-6 need no model: an invalid configuration is answered before anything else.
     if not values.fast_moe and (problems := configuration_problems(values)):
         return Invalid(reason="; ".join(problems))
+    if problems := domain_problems(values):
+        return Failed("entity value(s) outside the experiment's domain: " + "; ".join(problems))
     try:
         location = model_location(values.model_name, definition.weights_format, params.model_map)
     except UnknownModelError as error:
@@ -75,8 +54,6 @@ def _resolve(
             return Failed(f"fast_moe needs the model's num_local_experts: {error}")
         if problems := configuration_problems(values, experts):
             return Invalid(reason="; ".join(problems))
-    if problem := _version_problem(values.fms_hf_tuning_version):
-        return Failed(problem)
     return values, location
 
 
@@ -123,17 +100,13 @@ def measure(
             output_root=Path(params.output_dir).absolute() / definition.identifier,
             label=_safe_label(label),
             stall_timeout=params.stall_timeout_seconds,
+            environment=_environment_request(params),
         )
         resources = plan_resources(values)
-
-        def measure_once() -> Outcome:
-            return measure_on_cluster(
-                request, resources, placement_timeout=params.placement_timeout_seconds
-            )
-
+        placement_timeout = params.placement_timeout_seconds
         if definition.repeats > 1:
-            return _stability([measure_once() for _ in range(definition.repeats)])
-        outcome = measure_once()
+            return _stability(_repeat(request, resources, definition.repeats, placement_timeout))
+        outcome = measure_on_cluster(request, resources, placement_timeout=placement_timeout)
         if isinstance(outcome, Measured) and params.aim_dashboard_url:
             outcome.metadata["aim_dashboard_url"] = params.aim_dashboard_url
         return outcome
@@ -143,15 +116,52 @@ def measure(
         return Failed(f"internal error while measuring: {error!r}\n{tail}")
 
 
+def _environment_request(params: SFTTrainerParameters) -> EnvironmentRequest:
+    lists = params.package_lists_directory
+    return EnvironmentRequest(
+        match_exact_dependencies=params.match_exact_dependencies,
+        directory=Path(params.environments_directory).expanduser(),
+        build_timeout_seconds=params.environment_build_timeout_seconds,
+        package_lists_directory=Path(lists).expanduser() if lists else None,
+    )
+
+
 def _safe_label(label: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in label)[:80]
 
 
+def _repeat(
+    request: NodeRequest, resources, repeats: int, placement_timeout: float
+) -> list[Outcome]:
+    """The runs of a stability measurement, each labelled with its repeat (AIM, FAULT_ENV).
+
+    A run that fails before it launches (missing dataset or weights, wrong environment) would
+    fail every repeat alike and says nothing about stability: it ends the measurement.
+    """
+    runs: list[Outcome] = []
+    for repeat in range(repeats):
+        inputs = request.plan_inputs
+        labelled = request.model_copy(update={"plan_inputs": {
+            **inputs, "run_labels": {**inputs["run_labels"], "repeat": str(repeat)}}})  # fmt: skip
+        outcome = measure_on_cluster(labelled, resources, placement_timeout=placement_timeout)
+        if isinstance(outcome, Failed) and "workdir" not in outcome.metadata:
+            return [outcome]
+        runs.append(outcome)
+    return runs
+
+
 def _stability(runs: list[Outcome]) -> Outcome:
-    """The stability experiment's fractions over its repeated runs."""
+    """The stability experiment's fractions over its repeated runs.
+
+    A run whose training completed counts as no error even when its benchmark figures could not
+    be computed (e.g. GPU sampling failed): stability is about whether training runs.
+    """
+    if len(runs) == 1 and isinstance(runs[0], Failed) and "workdir" not in runs[0].metadata:
+        return runs[0]
+    summaries = [_summary(i, r) for i, r in enumerate(runs)]
     count = len(runs)
-    oom = sum(isinstance(r, Invalid) and r.gpu_oom for r in runs)
-    ok = sum(isinstance(r, Measured) for r in runs)
+    oom = sum(s["outcome"] == "gpu_oom" for s in summaries)
+    ok = sum(s["outcome"] == "completed" for s in summaries)
     return Measured(
         properties={
             "f_gpu_oom": oom / count,
@@ -159,11 +169,15 @@ def _stability(runs: list[Outcome]) -> Outcome:
             "f_no_error": ok / count,
             "is_valid": 1,
         },
-        metadata={"runs": [_summary(r) for r in runs]},
+        metadata={"runs": summaries},
     )
 
 
-def _summary(outcome: Outcome) -> str:
-    if isinstance(outcome, Measured):
-        return "completed"
-    return f"{'GPU OOM' if isinstance(outcome, Invalid) else 'error'}: {outcome.reason[:300]}"
+def _summary(repeat: int, outcome: Outcome) -> dict[str, Any]:
+    where = {"workdir": outcome.metadata["workdir"]} if "workdir" in outcome.metadata else {}
+    if isinstance(outcome, Measured) or outcome.metadata.get(TRAINING_COMPLETED):
+        reason = None if isinstance(outcome, Measured) else outcome.reason[:500]
+        return {"repeat": repeat, "outcome": "completed", "reason": reason, **where}
+    if isinstance(outcome, Invalid) and outcome.gpu_oom:
+        return {"repeat": repeat, "outcome": "gpu_oom", "reason": outcome.reason[:500], **where}
+    return {"repeat": repeat, "outcome": "error", "reason": outcome.reason[:500], **where}

@@ -20,10 +20,26 @@ class SFTTrainerParameters(ExperimentExecutorSupervisorParameters):
 
     match_exact_dependencies: bool = pydantic.Field(
         default=True,
-        description="Run each measurement in an environment that exactly matches the packages "
-        "of the requested fms_hf_tuning_version. Set false on machines where those "
-        "(CUDA-only) packages cannot be installed. Per-version environments are not built "
-        "yet: the installed fms-hf-tuning must be the requested version.",
+        description="For an fms_hf_tuning_version other than the installed one: true builds "
+        "an environment with exactly its pinned packages (CUDA builds included); false leaves "
+        "out what needs NVIDIA GPUs (flash-attn, mamba-ssm, fms-acceleration*, nvidia-*, "
+        "triton, bitsandbytes, ...) and keeps the workers' own torch.",
+    )
+    environments_directory: str = pydantic.Field(
+        default="~/.cache/ado-sfttrainer/environments",
+        description="Where each node keeps the environments it builds, one per fms-hf-tuning "
+        "version and package set; a later measurement reuses them.",
+    )
+    environment_build_timeout_seconds: float = pydantic.Field(
+        default=1800.0,
+        gt=0,
+        description="Longest an environment build may take (waiting for a concurrent build of "
+        "the same environment included) before the measurement is Failed.",
+    )
+    package_lists_directory: str | None = pydantic.Field(
+        default=None,
+        description="Directory of `fms-hf-tuning_v<version>.txt` package lists replacing the "
+        "shipped ones (plan/packages/); null uses the shipped lists.",
     )
     output_dir: str = pydantic.Field(
         default="output",

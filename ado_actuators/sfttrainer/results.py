@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ado.schema.result import InvalidMeasurementResult, ValidMeasurementResult
@@ -10,6 +11,8 @@ from ado.utilities.support import compute_measurement_status, observed_property_
 from ado_actuators.sfttrainer.measurement import measure
 from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Outcome
 from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
+
+log = logging.getLogger(__name__)
 
 
 def _json_safe(metadata: dict[str, Any]) -> dict[str, Any]:
@@ -40,6 +43,32 @@ def to_result(outcome: Outcome, entity_id: str, experiment: Any) -> Any:
     )
 
 
+def announce(outcome: Outcome, entity_id: str, experiment_id: str) -> None:
+    """One line per unsuccessful measurement on the operation's own output.
+
+    This runs in a Ray task: Ray forwards its stdout to the `ado create operation` console,
+    where otherwise only "Final status: Failed" shows (the reason is in `ado show trace`).
+    """
+    if isinstance(outcome, Failed):
+        verdict = "Failed"
+    elif isinstance(outcome, Invalid):
+        verdict = "is_valid=0"
+    else:
+        return
+    first = (outcome.reason.splitlines() or [""])[0][:1000]
+    print(f"SFTTrainer {experiment_id} {entity_id}: {verdict}: {first}", flush=True)
+
+
+def _result(outcome: Outcome, entity_id: str, experiment: Any) -> Any:
+    try:
+        return to_result(outcome, entity_id, experiment)
+    except Exception as error:  # noqa: BLE001 - a result that cannot be built still goes back
+        log.exception("cannot convert the outcome for %s", entity_id)
+        failed = Failed(f"internal error while converting the result for ado: {error!r}")
+        announce(failed, entity_id, experiment.identifier)
+        return to_result(failed, entity_id, experiment)
+
+
 def measure_request(request: Any, *, experiment: Any, params: SFTTrainerParameters) -> Any:
     """Measure each entity of `request` in turn and complete it (runs in a Ray task)."""
     results = []
@@ -50,7 +79,8 @@ def measure_request(request: Any, *, experiment: Any, params: SFTTrainerParamete
             outcome: Outcome = Failed(f"entity {entity.identifier} lacks an input: {error}")
         else:
             outcome = measure(values, experiment.identifier, params, label=entity.identifier)
-        results.append(to_result(outcome, entity.identifier, experiment))
+        announce(outcome, entity.identifier, experiment.identifier)
+        results.append(_result(outcome, entity.identifier, experiment))
     request.measurements = results
     request.status = compute_measurement_status(results)
     return request

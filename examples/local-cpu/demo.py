@@ -1,7 +1,8 @@
 """`make demo`: measure a space of tiny-model fine-tuning configurations on this machine.
 
 Everything is local: a tiny Llama built here, a small generated dataset, ado's own state in
-demo-work/ado-config. Prints the measured table.
+demo-work/ado-config. Prints the measured table, then draws the space with `sfttrainer_plot`
+(demo-work/<space-id>.png and .html) and prints where.
 """
 
 from __future__ import annotations
@@ -88,6 +89,15 @@ def main() -> int:
         f"Inspect with: XDG_CONFIG_HOME={work / 'ado-config'} ado show measurements space "
         f"{space_id}"
     )
+
+    # The picture, read back through ado's API in the demo's ado context, as a user would.
+    plot = [str(Path(sys.executable).with_name("sfttrainer_plot")), space_id, "-o", str(work)]
+    drawn = subprocess.run(plot, env=ado.env, capture_output=True, text=True)
+    if drawn.returncode != 0:
+        console.print(f"[red]sfttrainer_plot failed:[/] {drawn.stderr.strip()}")
+        return 1
+    png, html = drawn.stdout.split()
+    console.print(f"Picture: [bold]{png}[/] (page with the values: {html})")
     return 0 if valid >= 4 else 1
 
 

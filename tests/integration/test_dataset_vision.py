@@ -124,6 +124,7 @@ def test_answers_meet_the_token_minimum(files, bpe):
     assert 1.0 <= min(ratios) < 1.3, ratios
 
 
+@pytest.mark.slow  # the module's LLaVA-NeXT processor takes ~12 s to build
 def test_image_tokens_match_llava_next(processor):
     from PIL import Image
 
@@ -153,6 +154,7 @@ def _train_args(tmp_path):
                                      use_cpu=True, report_to="none")  # fmt: skip
 
 
+@pytest.mark.slow  # the module's LLaVA-NeXT processor takes ~12 s to build
 def test_fms_hf_tuning_prepares_and_collates(files, processor, tmp_path):
     pytest.importorskip("tuning")
     from tuning.data.collators import VisionDataCollator
@@ -183,6 +185,7 @@ def test_fms_hf_tuning_prepares_and_collates(files, processor, tmp_path):
     raises=KeyError,  # fms's wrapper around the template error: 'str object' has no 'role'
     strict=False,
 )
+@pytest.mark.slow  # the module's LLaVA-NeXT processor takes ~12 s to build
 def test_fms_hf_tuning_without_conversation_field(files, processor, tmp_path):
     pytest.importorskip("tuning")
     from tuning.data.setup_dataprocessor import process_dataargs

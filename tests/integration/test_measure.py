@@ -6,7 +6,6 @@ kills itself or hangs (FAULT_ENV is read by the trainer process).
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,8 @@ import pytest
 from ado_actuators.sfttrainer.cli.generate_dataset_text import generate
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.contract import FAULT_ENV
-from ado_actuators.sfttrainer.measurement import installed_fms_hf_tuning, measure
+from ado_actuators.sfttrainer.execute.environment import installed_fms_hf_tuning
+from ado_actuators.sfttrainer.measurement import measure
 from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured
 from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
 
@@ -58,6 +58,7 @@ def run(params, experiment="finetune_full_benchmark-v1.0.0", use_cpu=False, **ov
 def test_full_lora_and_prompt_tuning_measure(params, experiment):
     outcome = run(params.model_copy(update={"aim_dashboard_url": "https://aim.example"}), experiment)
     assert isinstance(outcome, Measured), getattr(outcome, "reason", "")
+    assert outcome.metadata["distributed_type"] == "NO"  # one process: no distributed mode
     props = outcome.properties
     assert props["is_valid"] == 1
     assert props["dataset_tokens_per_second"] > 0
@@ -66,6 +67,14 @@ def test_full_lora_and_prompt_tuning_measure(params, experiment):
     assert 0 < props["cpu_memory_utilization"] < 100
     assert props["gpu_memory_utilization_peak"] == 0.0
     assert props["train_tokens_per_second"] > 0
+    # beyond the spec: present, and consistent with each other
+    assert props["train_step_seconds_p50"] <= props["train_step_seconds_p90"]
+    assert props["train_step_seconds_cv_percent"] >= 0
+    assert props["gpu_energy_joules_per_token"] == 0.0 and props["gpu_memory_max_allocated_gib"] == 0.0
+    assert "model_flops_utilization" not in props  # no peak for a CPU
+    per_token = outcome.metadata["model_flops_per_token"]
+    assert per_token > 0
+    assert props["model_tflops_per_device"] * 1e12 / props["dataset_tokens_per_second_per_gpu"] == pytest.approx(per_token)
     assert outcome.metadata["flash_attention"] is False
     assert any("flash" in note for note in outcome.metadata["notes"])
     assert outcome.metadata["steps"] == 2
@@ -77,10 +86,16 @@ def test_full_lora_and_prompt_tuning_measure(params, experiment):
 
 
 def test_two_ranks_over_gloo_with_fsdp_and_ddp_configs(params):
+    """What this covers on CPU: both accelerate configs render, launch 2 ranks and measure.
+    What it does not: FSDP sharding. accelerate runs either config on CPU as MULTI_CPU, plain
+    DDP over gloo, and the trainer's report says so (on GPUs it says FSDP / MULTI_GPU)."""
     for backend in ("FSDP", "DDP"):
         outcome = run(params, use_cpu=True, number_gpus=2, batch_size=4, distributed_backend=backend,
                       gpu_model="NVIDIA-A100-SXM4-80GB")
         assert isinstance(outcome, Measured), getattr(outcome, "reason", "")
+        assert outcome.metadata["distributed_type"] == "MULTI_CPU", backend
+        config = Path(outcome.metadata["workdir"], "accelerate_config.yaml").read_text()
+        assert f"distributed_type: {'FSDP' if backend == 'FSDP' else 'MULTI_GPU'}" in config
         props = outcome.properties
         assert props["dataset_tokens_per_second_per_gpu"] == pytest.approx(props["dataset_tokens_per_second"] / 2)
         assert props["train_tokens_per_second"] == pytest.approx(2 * props["train_tokens_per_gpu_per_second"])
@@ -92,17 +107,17 @@ def test_stop_after_seconds_stops_early_and_omits_token_estimates(params):
     assert "train_tokens_per_second" not in outcome.properties
     assert "train_tokens_per_gpu_per_second" not in outcome.properties
     assert outcome.metadata["stopped_by"]
-    assert outcome.properties["train_runtime"] < 30
+    # stopped long before 50 epochs of 64 entries at batch size 2 (counted in steps, not seconds)
+    assert outcome.metadata["steps"] < 50 * 64 // 2
+    assert outcome.properties["train_runtime"] >= 2
 
 
 def test_configuration_invalid_entity_is_answered_without_launching(params):
-    started = time.monotonic()
     values = entity(number_gpus=2, batch_size=3, gpu_model="NVIDIA-A100-SXM4-80GB")
     outcome = measure(values, "finetune_full_benchmark-v1.0.0", params, label="invalid-entity")
     assert isinstance(outcome, Invalid) and not outcome.gpu_oom
     assert "batch_size 3 is not divisible by number_gpus 2" in outcome.reason
-    assert time.monotonic() - started < 5
-    assert not list(Path(params.output_dir).glob("*/invalid-entity-*"))
+    assert not list(Path(params.output_dir).glob("*/invalid-entity-*"))  # nothing launched
 
 
 def test_gpu_out_of_memory_is_invalid(params, monkeypatch):
@@ -134,10 +149,8 @@ def test_killed_rank_fails(params, monkeypatch):
 def test_hung_rank_is_stopped_by_the_watchdog(params, monkeypatch):
     monkeypatch.setenv(FAULT_ENV, "hang@1")
     quick = params.model_copy(update={"stall_timeout_seconds": 8})
-    started = time.monotonic()
-    outcome = run(quick)
-    assert isinstance(outcome, Failed) and "stall timeout" in outcome.reason
-    assert time.monotonic() - started < 90
+    outcome = run(quick)  # a missed stop would hang here until pytest's timeout fails it
+    assert isinstance(outcome, Failed) and "(stall timeout 8 s)" in outcome.reason
 
 
 def test_missing_dataset_names_the_file_and_the_command(params):
@@ -154,30 +167,64 @@ def test_missing_model_directory_fails_with_a_reason(params, tmp_path):
     assert "nothing" in outcome.reason
 
 
-def test_other_fms_hf_tuning_version_fails_saying_what_is_installed(params):
-    outcome = run(params, fms_hf_tuning_version="2.1.2")
+def test_a_version_without_a_registry_release_fails_saying_so(params):
+    outcome = run(params, fms_hf_tuning_version="3.0.0.1")
     assert isinstance(outcome, Failed)
-    assert f"fms-hf-tuning {installed_fms_hf_tuning()}" in outcome.reason
-    assert "fms_hf_tuning_version" in outcome.reason
+    assert "fms-hf-tuning 3.0.0.1 has no release on the package registry" in outcome.reason
+    assert "choose another fms_hf_tuning_version" in outcome.reason
 
 
-def test_stability_reports_fractions_over_five_runs(params, monkeypatch):
-    monkeypatch.setenv(FAULT_ENV, "oom@1")
+def test_stability_reports_fractions_over_five_runs_with_mixed_outcomes(params, monkeypatch):
+    # repeats 0 and 1 run out of GPU memory, repeat 2 crashes, repeats 3 and 4 run clean
+    monkeypatch.setenv(FAULT_ENV, "0:oom@1,1:oom@2,2:exception@1")
     outcome = run(params, "finetune_full_stability-v1.0.0")
     assert isinstance(outcome, Measured), getattr(outcome, "reason", "")
-    assert outcome.properties == {"f_gpu_oom": 1.0, "f_other_error": 0.0, "f_no_error": 0.0, "is_valid": 1}
-    assert len(outcome.metadata["runs"]) == 5
+    assert outcome.properties == {"f_gpu_oom": 0.4, "f_other_error": 0.2, "f_no_error": 0.4, "is_valid": 1}
+    runs = outcome.metadata["runs"]
+    assert [(r["repeat"], r["outcome"]) for r in runs] == [
+        (0, "gpu_oom"), (1, "gpu_oom"), (2, "error"), (3, "completed"), (4, "completed")]  # fmt: skip
+    assert "CUDA out of memory" in runs[0]["reason"] and "step 2" in runs[1]["reason"]
+    assert "Injected trainer crash" in runs[2]["reason"]
+    assert runs[3]["reason"] is None and len({r["workdir"] for r in runs}) == 5
+
+
+def test_gpus_requested_where_the_trainer_sees_no_cuda_fail_before_training(params):
+    """number_gpus 1 where torch has no CUDA: it would train on the CPU and be stored as a GPU
+    figure. (That GPUs which cannot be sampled fail too is covered with NVML's own failure and
+    a stand-in NVML in tests/unit: on this machine the CUDA check comes first.)"""
+    outcome = run(params, number_gpus=1, gpu_model="NVIDIA-A100-SXM4-80GB")
+    assert isinstance(outcome, Failed), outcome
+    assert outcome.reason.startswith("the configuration cannot run as requested: number_gpus > 0")
+    assert "measure on the CPU with number_gpus: 0" in outcome.reason
 
 
 @pytest.mark.parametrize("offline", [True, False])
 def test_uncached_hub_model_names_the_download_command(params, monkeypatch, offline):
-    """Offline by setting, or because the hub does not answer (no network here)."""
+    """Offline by setting, or online with a hub that refuses connections (the other branch:
+    huggingface_hub fixes its offline mode and endpoint at import, so both are switched
+    where it reads them, and the endpoint is a port held bound, so nothing else takes it)."""
+    import socket
+
+    from huggingface_hub import constants
+
+    refusing = socket.socket()
+    refusing.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
     if not offline:
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on discard
+        for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{refusing.getsockname()[1]}")
     hub = params.model_copy(update={"model_map": {"tiny": {"Vanilla": "example-org/not-cached"}}})
-    outcome = run(hub)
+    try:
+        outcome = run(hub)
+    finally:
+        refusing.close()
     assert isinstance(outcome, Failed)
     assert "example-org/not-cached is not in the cache" in outcome.reason
+    if offline:
+        assert "offline mode is on" in outcome.reason
+    else:
+        assert "the hub did not serve it (ConnectionError" in outcome.reason, outcome.reason
+        assert "Connection refused" in outcome.reason and "Offline" not in outcome.reason
     assert f"sfttrainer_download_hf_weights -i models.yaml -o {params.hf_home}" in outcome.reason
     assert "`tiny: {Vanilla: example-org/not-cached}`" in outcome.reason

@@ -22,12 +22,10 @@ CHILD_SLEEPS = textwrap.dedent(
 
 def test_a_silent_process_group_is_stopped_and_reported(tmp_path):
     pid_file = tmp_path / "child.pid"
-    started = time.monotonic()
     result = run_process(
         [sys.executable, "-c", CHILD_SLEEPS, str(pid_file)],
         env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "log", stall_timeout=2,
     )
-    assert time.monotonic() - started < 30
     assert result.stopped_by_watchdog and "stall timeout 2 s" in result.stopped_by_watchdog
     child = int(pid_file.read_text())
     time.sleep(0.5)

@@ -65,6 +65,8 @@ def test_two_ranks_each_write_one_ok_report(runs):
     assert [(r.rank, r.local_rank, r.world_size) for r in run.reports] == [(0, 0, 2), (1, 1, 2)]
     assert all(r.outcome is Outcome.OK for r in run.reports)
     assert all(len(r.steps) == STEPS for r in run.reports)
+    # the DDP config on CPU: accelerate's own state says gloo DDP ran, not one process
+    assert [r.distributed_type for r in run.reports] == ["MULTI_CPU", "MULTI_CPU"]
     # only local rank 0 opens the AIM repo (a second writer would fail on its lock)
     assert run.reports[0].aim_run_hash and run.reports[1].aim_run_hash is None
     assert all(r.process_samples for r in run.reports)

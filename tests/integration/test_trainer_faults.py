@@ -94,3 +94,34 @@ def test_sigterm_while_hung_still_writes_a_report(tmp_path, tiny_model_dir, data
     assert run.report.outcome is Outcome.ERROR
     assert "terminated by signal SIGTERM" in run.report.failure.message
     assert [s.step for s in run.report.steps] == [1]
+
+
+def test_arguments_fms_would_silently_drop_refuse_the_run(tmp_path, tiny_model_dir, data, trainer_tools):
+    argv = trainer_tools.spec_fms_args(tiny_model_dir, data, extra=("--not_an_fms_flag", "1"))
+    job = TrainerJob(report_dir=tmp_path / "reports")
+    run = trainer_tools.run_trainer(tmp_path, job, argv)
+    assert run.returncode == 1, run.describe()
+    failure = run.report.failure
+    assert failure.exception_type.endswith("adapt.SettingUnavailable")
+    assert "does not recognise --not_an_fms_flag 1: it would train without them" in failure.message
+    assert run.report.steps == []
+
+
+def test_flash_attention_missing_on_cuda_refuses_the_run(tmp_path, tiny_model_dir, data, trainer_tools, monkeypatch):
+    """In-process, with CUDA's presence the only thing stood in for (no GPU here)."""
+    from ado_actuators.sfttrainer.contract import JOB_FLAG, RankReport
+    from ado_actuators.sfttrainer.trainer import adapt
+    from ado_actuators.sfttrainer.trainer.__main__ import main
+
+    monkeypatch.setattr(adapt, "cuda_available", lambda: True)
+    monkeypatch.setattr(adapt, "flash_attn_installed", lambda: False)
+    monkeypatch.setenv("TERMINATION_LOG_FILE", str(tmp_path / "termination.log"))
+    monkeypatch.chdir(tmp_path)
+    job = TrainerJob(report_dir=tmp_path / "reports")
+    (tmp_path / "job.json").write_text(job.model_dump_json())
+    argv = trainer_tools.spec_fms_args(tiny_model_dir, data)
+    assert main([JOB_FLAG, str(tmp_path / "job.json"), *argv]) == 1
+    (report,) = RankReport.read_all(job.report_dir)
+    assert report.outcome is Outcome.ERROR and report.steps == []
+    assert report.failure.exception_type.endswith("adapt.SettingUnavailable")
+    assert "flash_attn: false" in report.failure.message

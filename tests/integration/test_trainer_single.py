@@ -66,6 +66,22 @@ def test_dataset_tokens_are_exactly_the_spec_count_of_the_trained_entries(
     assert sum(s.dataset_tokens for s in full_run.report.steps) == sum(expected)
 
 
+def test_steps_carry_samples_positions_and_sequence_lengths(full_run, trainer_tools, tiny_model_dir):
+    steps = full_run.report.steps
+    assert [s.samples for s in steps] == [BATCH * ACCUM] * STEPS
+    assert all(s.padded_tokens >= s.dataset_tokens + s.samples - 1 for s in steps)
+    # every sequence is at most MAX_SEQ long, and the EOS fms appends is a trained position
+    assert all(s.dataset_tokens**2 / s.samples <= s.sequence_tokens_squared
+               <= s.samples * MAX_SEQ**2 for s in steps)  # fmt: skip
+
+
+def test_parameters_are_counted_before_training(full_run):
+    params = full_run.report.model_parameters
+    assert params.total == params.trainable > params.matmul == params.trainable_matmul > 0
+    assert (params.layers, params.attention_width) == (2, 64)
+    assert full_run.report.gpu_memory_max_allocated_bytes == 0  # no CUDA here
+
+
 def test_hf_end_of_train_metrics_and_library_versions_are_reported(full_run):
     hf = full_run.report.hf_metrics
     assert hf.train_runtime > 0 and hf.train_samples_per_second > 0
@@ -163,7 +179,6 @@ def pt_run(tmp_path_factory, tiny_model_dir, trainer_tools):
     data = write_text_dataset(workdir / "data.jsonl", BATCH * 2, max_words=80, seed=2)
     argv = trainer_tools.spec_fms_args(
         tiny_model_dir, data, max_steps=2, batch_size=BATCH, grad_accum=1, peft_method="pt",
-        extra=("--not_an_fms_flag", "1"),
     )  # fmt: skip
     run = trainer_tools.run_trainer(workdir, make_job(workdir), argv)
     run.data = data
@@ -182,7 +197,6 @@ def test_prompt_tuning_trains_despite_trls_token_accuracy_bug(
     # virtual tokens are the model's, not the dataset's
     expected = trainer_tools.spec_dataset_tokens(tiny_model_dir, pt_run.data, MAX_SEQ)
     assert sum(s.dataset_tokens for s in report.steps) == sum(expected)
-
-
-def test_arguments_fms_would_silently_drop_are_noted(pt_run):
-    assert "fms-hf-tuning ignored unrecognised arguments: --not_an_fms_flag 1" in pt_run.report.notes
+    # the virtual-token table is trainable but looked up: no weight-gradient matmuls
+    params = report.model_parameters
+    assert params.trainable > 0 and params.trainable_matmul == 0

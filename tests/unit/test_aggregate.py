@@ -26,7 +26,7 @@ def report(rank, steps, *, world=2, cpu=(50.0, 150.0), gpu=(), hf=None):
 
 def test_dataset_throughput_sums_ranks_over_the_training_span():
     reports = [report(0, [(100, 101, 300), (101, 102, 200)]), report(1, [(100.5, 102, 500)])]
-    props = benchmark_properties(reports, devices=2, stop_after_seconds=-1)
+    props = benchmark_properties(reports, number_gpus=2, stop_after_seconds=-1)
     assert props["train_runtime"] == pytest.approx(2.0)
     assert props["dataset_tokens_per_second"] == pytest.approx(1000 / 2.0)
     assert props["dataset_tokens_per_second_per_gpu"] == pytest.approx(250.0)
@@ -38,7 +38,7 @@ def test_dataset_throughput_sums_ranks_over_the_training_span():
 
 
 def test_gpu_properties_are_zero_without_gpus_and_present():
-    props = benchmark_properties([report(0, [(0, 1, 10)], world=1)], devices=0, stop_after_seconds=-1)
+    props = benchmark_properties([report(0, [(0, 1, 10)], world=1)], number_gpus=0, stop_after_seconds=-1)
     for name in ("compute_utilization", "memory_utilization", "power_watts", "power_percent"):
         for agg in ("min", "avg", "max"):
             assert props[f"gpu_{name}_{agg}"] == 0.0
@@ -51,7 +51,7 @@ def test_gpu_min_avg_max_are_over_per_gpu_time_averages():
         GpuSample(time=2, index=0, compute_percent=30, memory_percent=40, power_watts=200, power_percent=50),
         GpuSample(time=1, index=1, compute_percent=90, memory_percent=60, power_watts=300, power_percent=75),
     ]
-    props = benchmark_properties([report(0, [(0, 1, 10)], world=1, gpu=samples)], devices=2, stop_after_seconds=-1)
+    props = benchmark_properties([report(0, [(0, 1, 10)], world=1, gpu=samples)], number_gpus=2, stop_after_seconds=-1)
     assert (props["gpu_compute_utilization_min"], props["gpu_compute_utilization_max"]) == (20, 90)
     assert props["gpu_compute_utilization_avg"] == pytest.approx(55)
     assert props["gpu_memory_utilization_peak"] == 60
@@ -59,7 +59,7 @@ def test_gpu_min_avg_max_are_over_per_gpu_time_averages():
 
 
 def test_token_estimates_are_omitted_when_stopped_by_time():
-    props = benchmark_properties([report(0, [(0, 1, 10)], world=1)], devices=1, stop_after_seconds=30)
+    props = benchmark_properties([report(0, [(0, 1, 10)], world=1)], number_gpus=1, stop_after_seconds=30)
     assert "train_tokens_per_second" not in props
     assert "train_tokens_per_gpu_per_second" not in props
     assert props["dataset_tokens_per_second"] == 10
@@ -67,14 +67,14 @@ def test_token_estimates_are_omitted_when_stopped_by_time():
 
 def test_warm_up_can_be_excluded():
     reports = [report(0, [(0, 50, 10_000), (60, 61, 100), (61, 62, 100)], world=1, cpu=(0, 0, 0))]
-    props = benchmark_properties(reports, devices=1, stop_after_seconds=-1, since=60)
+    props = benchmark_properties(reports, number_gpus=1, stop_after_seconds=-1, since=60)
     assert props["train_runtime"] == pytest.approx(2)
     assert props["dataset_tokens_per_second"] == pytest.approx(100)
 
 
 def test_no_completed_step_is_an_error():
     with pytest.raises(NoTrainingSteps):
-        benchmark_properties([report(0, [], world=1)], devices=1, stop_after_seconds=-1)
+        benchmark_properties([report(0, [], world=1)], number_gpus=1, stop_after_seconds=-1)
 
 
 def test_reported_warm_up_steps_start_the_window():
@@ -82,6 +82,127 @@ def test_reported_warm_up_steps_start_the_window():
     assert warmup_end([warm]) is None
     warm.warmup_steps = 1
     assert warmup_end([warm]) == 60
+
+
+# ---- the window, the new properties, GPU sampling that failed ---------------------------------
+
+from ado_actuators.sfttrainer.contract import GpuEnergy, GpuSampleFailure, ModelParameters  # noqa: E402
+from ado_actuators.sfttrainer.metrics.aggregate import gpu_sampling_problem, model_flops_per_token  # noqa: E402
+
+
+def step(i, start, end, tokens, samples=4, padded=512, squares=0):
+    return StepTiming(step=i, start=start, end=end, dataset_tokens=tokens, samples=samples,
+                      padded_tokens=padded, sequence_tokens_squared=squares)  # fmt: skip
+
+
+def test_with_warm_up_excluded_hf_figures_come_from_the_window():
+    r0 = report(0, [], world=2)
+    r1 = report(1, [], world=2)
+    # step 1 is warm-up (slow); steps 2-3 are the window [10, 14)
+    r0.steps = [step(1, 0, 9, 999, samples=4, padded=512), step(2, 10, 12, 100), step(3, 12, 14, 100)]
+    r1.steps = [step(1, 0, 9, 999, samples=4, padded=512), step(2, 10, 12, 100), step(3, 12, 14, 100)]
+    r0.warmup_steps = r1.warmup_steps = 1
+    props = benchmark_properties([r0, r1], number_gpus=2, stop_after_seconds=-1, since=warmup_end([r0]))
+    assert props["train_runtime"] == 4
+    assert props["train_samples_per_second"] == (4 * 4) / 4  # 4 steps x 4 samples over 4 s
+    assert props["train_steps_per_second"] == 2 / 4  # rank 0's optimisation steps
+    assert props["train_tokens_per_second"] == 4 * 512 / 4  # padded positions, counted
+    assert props["train_tokens_per_gpu_per_second"] == 4 * 512 / 4 / 2
+    assert props["dataset_tokens_per_second"] == 400 / 4
+    assert props["train_step_seconds_p50"] == props["train_step_seconds_p90"] == 2
+    assert props["train_step_seconds_cv_percent"] == 0
+
+
+def test_step_time_spread_is_rank_0s_steps():
+    r0 = report(0, [(0, 1, 10), (1, 3, 10), (3, 4, 10), (4, 8, 10)], world=2)
+    r1 = report(1, [(0, 9, 10)], world=2)
+    props = benchmark_properties([r0, r1], number_gpus=2, stop_after_seconds=-1)
+    # durations 1, 2, 1, 4 -> sorted 1 1 2 4: p50 1.5, p90 at 2.7 -> 2 + 0.7 * 2 = 3.4
+    assert props["train_step_seconds_p50"] == pytest.approx(1.5)
+    assert props["train_step_seconds_p90"] == pytest.approx(3.4)
+
+
+TINY = ModelParameters(total=147_776, trainable=147_776, matmul=115_008, trainable_matmul=115_008,
+                       layers=2, attention_width=64)  # fmt: skip
+
+
+def test_model_flops_per_device_and_utilisation():
+    r = report(0, [], world=1)
+    # two steps, each 2 sequences of 100 tokens: sum s^2 = 40000, sum s = 400 -> s = 100
+    r.steps = [step(1, 0, 1, 200, squares=20_000), step(2, 1, 2, 200, squares=20_000)]
+    r.model_parameters = TINY
+    r.gpu_indices = [0]
+    per_token = 6 * 115_008 + 12 * 2 * 64 * 100  # 843648, as in test_flops
+    assert model_flops_per_token([r], None) == per_token
+    props = benchmark_properties([r], number_gpus=1, stop_after_seconds=-1,
+                                 gpu_model="NVIDIA-A100-SXM4-80GB")  # fmt: skip
+    assert props["model_tflops_per_device"] == pytest.approx(per_token * 400 / 2 / 1e12)
+    assert props["model_flops_utilization"] == pytest.approx(props["model_tflops_per_device"] / 312)
+    # the consistency a user can check: TFLOP/s x 1e12 / tokens per second per device
+    assert props["model_tflops_per_device"] * 1e12 / props["dataset_tokens_per_second_per_gpu"] == pytest.approx(per_token)
+
+
+def test_no_utilisation_without_a_known_peak_and_on_cpu():
+    r = report(0, [(0, 1, 10)], world=1)
+    r.model_parameters = TINY
+    on_cpu = benchmark_properties([r], number_gpus=0, stop_after_seconds=-1)
+    assert on_cpu["model_tflops_per_device"] > 0 and "model_flops_utilization" not in on_cpu
+    stand_in = benchmark_properties([r], number_gpus=1, stop_after_seconds=-1,
+                                    gpu_model="NVIDIA-A100-SXM4-80GB")  # fmt: skip
+    assert "model_flops_utilization" not in stand_in  # use_cpu: no GPU was sampled
+    r.gpu_indices = [0]
+    unknown = benchmark_properties([r], number_gpus=1, stop_after_seconds=-1, gpu_model="Acme-X1")
+    assert "model_flops_utilization" not in unknown
+
+
+def test_energy_per_token_sums_the_gpus_and_memory_is_the_max_over_ranks():
+    r0, r1 = report(0, [(0, 2, 300)]), report(1, [(0, 2, 100)])
+    r0.gpu_indices = [0, 1]
+    r0.gpu_energy = [GpuEnergy(index=i, start_time=0, start_millijoules=1_000, end_time=2,
+                               end_millijoules=1_000 + 200_000 * (i + 1)) for i in (0, 1)]  # fmt: skip
+    r0.gpu_memory_max_allocated_bytes, r1.gpu_memory_max_allocated_bytes = 3 * 2**30, 5 * 2**30
+    props = benchmark_properties([r0, r1], number_gpus=2, stop_after_seconds=-1)
+    assert props["gpu_energy_joules_per_token"] == pytest.approx((200 + 400) / 400)
+    assert props["gpu_memory_max_allocated_gib"] == 5.0
+    cpu = benchmark_properties([report(0, [(0, 1, 10)], world=1)], number_gpus=0, stop_after_seconds=-1)
+    assert cpu["gpu_energy_joules_per_token"] == 0.0 and cpu["gpu_memory_max_allocated_gib"] == 0.0
+
+
+def test_energy_is_omitted_when_a_counter_was_unreadable():
+    r = report(0, [(0, 1, 10)], world=1)
+    r.gpu_indices = [0]
+    assert "gpu_energy_joules_per_token" not in benchmark_properties([r], number_gpus=1, stop_after_seconds=-1)
+
+
+def gpu_report(good_times=(), failed_times=(), problem=None):
+    r = report(0, [(0, 10, 10)], world=1)
+    r.gpu_indices = [0]
+    r.gpu_sampling_problem = problem
+    r.gpu_samples = [GpuSample(time=t, index=0, compute_percent=50, memory_percent=50,
+                               power_watts=100, power_percent=25) for t in good_times]  # fmt: skip
+    r.gpu_sample_failures = [GpuSampleFailure(time=t, index=0, error="NVMLError: GPU is lost")
+                             for t in failed_times]  # fmt: skip
+    return r
+
+
+def test_gpu_sampling_that_never_started_is_a_problem():
+    why = gpu_sampling_problem([gpu_report(problem="NVML failed to start (NVMLError_LibraryNotFound)")])
+    assert "GPU sampling failed" in why and "LibraryNotFound" in why
+
+
+def test_a_gpu_without_readings_in_the_window_is_a_problem():
+    why = gpu_sampling_problem([gpu_report(good_times=[1], failed_times=[5, 6])], since=4)
+    assert "GPU 0" in why and "no readings in the measured window, 2 failed" in why and "GPU is lost" in why
+
+
+def test_more_than_a_tenth_of_failed_readings_is_a_problem_fewer_is_not():
+    assert gpu_sampling_problem([gpu_report(good_times=range(9), failed_times=[20])]) is None
+    why = gpu_sampling_problem([gpu_report(good_times=range(8), failed_times=[20, 21])])
+    assert "2 of 10 readings failed" in why
+
+
+def test_ranks_that_sample_no_gpu_have_no_problem():
+    assert gpu_sampling_problem([report(0, [(0, 1, 10)])]) is None
 
 
 def test_two_nodes_gpus_all_count_and_dp_tokens_are_per_gpu():
@@ -92,10 +213,13 @@ def test_two_nodes_gpus_all_count_and_dp_tokens_are_per_gpu():
     # node-local index 0 exists on both nodes: two GPUs, not one
     reports = [report(0, [(100, 101, 300)], gpu=[gpu("a#0", 0, 20)]),
                report(1, [(100, 101, 100)], gpu=[gpu("a#1", 0, 60)])]  # fmt: skip
-    props = benchmark_properties(reports, devices=2, stop_after_seconds=-1)
+    props = benchmark_properties(reports, number_gpus=2, stop_after_seconds=-1)
     assert (props["gpu_compute_utilization_min"], props["gpu_compute_utilization_max"]) == (20, 60)
     assert props["dataset_tokens_per_second"] == 400
     # DP: one process drives 4 GPUs; Hugging Face's per-process figure covers all of them
-    dp = benchmark_properties([report(0, [(0, 1, 10)], world=1)], devices=4, stop_after_seconds=-1)
+    dp = benchmark_properties([report(0, [(0, 1, 10)], world=1)], number_gpus=4, stop_after_seconds=-1)
     assert dp["train_tokens_per_second"] == 1000.0
     assert dp["train_tokens_per_gpu_per_second"] == 250.0
+    # number_gpus 0 on two nodes: batch_size is split over the two CPU ranks
+    cpu = benchmark_properties(reports, number_gpus=0, devices=2, stop_after_seconds=-1)
+    assert cpu["dataset_tokens_per_second_per_gpu"] == 200

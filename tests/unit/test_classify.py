@@ -15,13 +15,14 @@ def report(rank, outcome=Outcome.OK, failure=None):
 
 
 def process(tmp_path, returncode=0, watchdog=None, log=""):
+    """One node's run as the node task returns it."""
     signal_name = "SIGKILL" if returncode == -9 else None
     return NodeRun(returncode=returncode, stopped_by_watchdog=watchdog, log_tail=log,
                    signal_name=signal_name)  # fmt: skip
 
 
 def classify(reports, proc):
-    return launch_outcome(reports, [proc], world_size=2, devices=2, stop_after_seconds=-1)
+    return launch_outcome(reports, [proc], world_size=2, number_gpus=2, stop_after_seconds=-1)
 
 
 def test_success(tmp_path):
@@ -61,12 +62,39 @@ def test_watchdog_stop_is_failed(tmp_path):
     assert isinstance(outcome, Failed) and "no output for 31 s" in outcome.reason
 
 
+def test_a_refused_setting_fails_with_the_fix_not_the_log(tmp_path):
+    refused = report(0, Outcome.ERROR, Failure(
+        exception_type="ado_actuators.sfttrainer.trainer.adapt.SettingUnavailable",
+        message="flash_attn: true ... set flash_attn: false"))  # fmt: skip
+    outcome = classify([refused, report(1)], process(tmp_path, returncode=1, log="noise\n"))
+    assert isinstance(outcome, Failed)
+    assert outcome.reason == "the configuration cannot run as requested: flash_attn: true ... set flash_attn: false"
+
+
+def test_gpus_that_could_not_be_read_fail_a_completed_training(tmp_path):
+    sampler = report(0)
+    sampler.gpu_indices = [0, 1]
+    sampler.gpu_sampling_problem = "NVML failed to start (NVMLError_DriverNotLoaded)"
+    outcome = classify([sampler, report(1)], process(tmp_path))
+    assert isinstance(outcome, Failed) and "DriverNotLoaded" in outcome.reason
+    assert outcome.metadata["training_completed"] is True
+
+
+def test_metadata_says_why_figures_are_omitted(tmp_path):
+    outcome = classify([report(0), report(1)], process(tmp_path))
+    notes = outcome.metadata["notes"]
+    assert any(n.startswith("model_tflops_per_device omitted: the trainer did not report") for n in notes)
+
+
+# ---- several nodes ------------------------------------------------------------------------
+
+
 def node(rank, returncode=0, **fields):
     return NodeRun(machine_rank=rank, hostname=f"host{rank}", returncode=returncode, **fields)
 
 
 def two_nodes(runs, reports):
-    return launch_outcome(reports, runs, world_size=2, devices=2, stop_after_seconds=-1)
+    return launch_outcome(reports, runs, world_size=2, number_gpus=2, stop_after_seconds=-1)
 
 
 def test_two_nodes_combine_their_ranks():
@@ -84,7 +112,8 @@ def test_a_rank_killed_on_one_node_names_that_node_not_the_cancelled_one():
 
 
 def test_a_node_that_could_not_launch_says_which():
-    runs = [node(0, returncode=None, cancelled=True), node(1, returncode=None, problem="dataset file x does not exist")]
+    runs = [node(0, returncode=None, cancelled=True),
+            node(1, returncode=None, problem="dataset file x does not exist")]  # fmt: skip
     outcome = two_nodes(runs, [])
     assert isinstance(outcome, Failed)
     assert outcome.reason == "dataset file x does not exist on node 1 (host1)"

@@ -4,7 +4,7 @@ import subprocess
 import sys
 from importlib.metadata import entry_points
 
-HEAVY = ("torch", "transformers", "datasets", "aim", "trl", "peft", "accelerate")
+HEAVY = ("torch", "transformers", "datasets", "aim", "trl", "peft", "accelerate", "matplotlib")
 
 
 def test_entry_point_names_the_actuator_class():

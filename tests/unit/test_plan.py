@@ -144,8 +144,8 @@ def test_unsupported_settings_are_plan_errors_naming_the_field():
     with pytest.raises(PlanError, match="batch_size 3 is not divisible by number_nodes 2"):
         plan_launch(inputs(number_gpus=0, gpu_model=None, number_nodes=2, batch_size=3,
                            main_process_ip="10.0.0.1"))  # fmt: skip
-    with pytest.raises(PlanError, match="dataset_kwargs_skip_prepare_dataset"):
-        plan_launch(inputs(dataset_kwargs_skip_prepare_dataset=True))
+    with pytest.raises(PlanError, match="dataset_kwargs_skip_prepare_dataset: fms-hf-tuning 3.0.0"):
+        plan_launch(inputs(dataset_kwargs_skip_prepare_dataset=True, fms_hf_tuning_version="3.0.0"))
 
 
 def test_stop_after_seconds_and_labels_reach_the_trainer_job():

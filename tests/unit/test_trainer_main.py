@@ -47,28 +47,52 @@ def test_versions_name_the_training_stack():
     assert {"torch", "transformers", "trl", "peft", "accelerate", "fms-hf-tuning"} <= set(versions)
 
 
-def test_flash_attention_is_dropped_with_a_note_where_it_cannot_run(monkeypatch):
-    monkeypatch.setattr(
-        adapt, "flash_attention_unavailable_reason", lambda: "CUDA is not available"
-    )
+def test_flash_attention_goes_without_a_note_only_where_no_cuda_exists():
     args = types.SimpleNamespace(use_flash_attn=True)
-    note = adapt.disable_unavailable_flash_attention(args)
+    note = adapt.check_flash_attention(args, cuda=False, installed=False)
     assert args.use_flash_attn is False and "CUDA is not available" in note
-    assert adapt.disable_unavailable_flash_attention(args) is None  # nothing left to change
+    assert adapt.check_flash_attention(args, cuda=False) is None  # nothing left to change
 
 
-def test_flash_attention_is_kept_where_it_can_run(monkeypatch):
-    monkeypatch.setattr(adapt, "flash_attention_unavailable_reason", lambda: None)
+def test_flash_attention_missing_on_a_cuda_device_refuses_with_every_fix():
     args = types.SimpleNamespace(use_flash_attn=True)
-    assert adapt.disable_unavailable_flash_attention(args) is None and args.use_flash_attn
+    with pytest.raises(adapt.SettingUnavailable) as refused:
+        adapt.check_flash_attention(args, cuda=True, installed=False)
+    message = str(refused.value)
+    assert "flash_attn package is not installed" in message
+    for fix in ("pip install flash-attn", "match_exact_dependencies: true", "flash_attn: false"):
+        assert fix in message
+    assert args.use_flash_attn is True  # not silently changed
 
 
-def test_this_machine_reports_why_flash_attention_is_unavailable():
+def test_flash_attention_is_kept_where_it_can_run():
+    args = types.SimpleNamespace(use_flash_attn=True)
+    assert adapt.check_flash_attention(args, cuda=True, installed=True) is None
+    assert args.use_flash_attn is True
+
+
+def test_this_machine_has_no_cuda_so_flash_attention_is_dropped():
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("has CUDA")
-    assert adapt.flash_attention_unavailable_reason() == "CUDA is not available"
+    args = types.SimpleNamespace(use_flash_attn=True)
+    assert "CUDA is not available" in adapt.check_flash_attention(args)
+
+
+def test_gpus_without_cuda_refuse_to_train_on_the_cpu():
+    adapt.require_cuda_for_gpus([], cuda=False)  # number_gpus 0 (or CPU stand-ins): fine
+    adapt.require_cuda_for_gpus([0, 1], cuda=True)
+    with pytest.raises(adapt.SettingUnavailable, match=r"number_gpus > 0 \(GPUs \[0, 1\] of "
+                       r"this node\) but the training process sees no CUDA device"):  # fmt: skip
+        adapt.require_cuda_for_gpus([0, 1], cuda=False)
+
+
+def test_arguments_fms_would_drop_are_refused_naming_them():
+    adapt.refuse_ignored_arguments([], "3.2.2")
+    with pytest.raises(adapt.SettingUnavailable, match=r"fms-hf-tuning 3.2.2 does not recognise "
+                       r"--fast_moe 2: it would train without them"):  # fmt: skip
+        adapt.refuse_ignored_arguments(["--fast_moe", "2"], "3.2.2")
 
 
 def test_ranks_get_one_data_seed():

@@ -10,7 +10,6 @@ import textwrap
 
 import pytest
 
-from ado_actuators.sfttrainer.execute.workspace import free_port
 from ado_actuators.sfttrainer.trainer.stopping import (
     AnyOf,
     Decision,
@@ -124,7 +123,9 @@ _AGREE_SCRIPT = textwrap.dedent(
     import json, os, sys
     import torch.distributed as dist
     from ado_actuators.sfttrainer.trainer.stopping import Decision, agree
-    dist.init_process_group("gloo")
+    # a file rendezvous: no port to choose, so none another process can take meanwhile
+    dist.init_process_group("gloo", init_method=os.environ["INIT_METHOD"],
+                            rank=int(os.environ["RANK"]), world_size=2)
     rank = dist.get_rank()
     rounds = [Decision(), Decision(stop=rank == 0), Decision(end_warmup=rank == 1)]
     print(json.dumps([[d.end_warmup, d.stop] for d in map(agree, rounds)]))
@@ -134,18 +135,17 @@ _AGREE_SCRIPT = textwrap.dedent(
 )
 
 
-def test_agree_is_an_or_over_real_gloo_ranks():
+@pytest.mark.slow  # two processes importing torch
+def test_agree_is_an_or_over_real_gloo_ranks(tmp_path):
     """Rank 0 alone wants to stop, rank 1 alone ends warm-up: both ranks must see both."""
-    port = str(free_port())
+    init_method = f"file://{tmp_path / 'rendezvous'}"
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _AGREE_SCRIPT],
             env={
                 **os.environ,
                 "RANK": str(r),
-                "WORLD_SIZE": "2",
-                "MASTER_ADDR": "127.0.0.1",
-                "MASTER_PORT": port,
+                "INIT_METHOD": init_method,
             },  # fmt: skip
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

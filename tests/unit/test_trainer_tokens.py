@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import transformers
 
-from ado_actuators.sfttrainer.trainer.tokens import TokenMeter, count_dataset_tokens
+from ado_actuators.sfttrainer.trainer.tokens import StepCounts, TokenMeter, count_dataset_tokens
 
 EOS, PAD, BOS = 2, 3, 1
 
@@ -56,14 +56,20 @@ def test_meter_sums_micro_batches_and_resets_per_step():
     for rows in ([[BOS, 5, EOS]], [[BOS, 6, 7, EOS], [BOS, 8]]):
         ids, mask = batch(rows)
         meter.add({"input_ids": ids, "attention_mask": mask})
-    assert meter.take() == 2 + 3 + 2
-    assert meter.take() == 0
+    counts = meter.take()
+    assert counts.dataset_tokens == 2 + 3 + 2
+    # 3 sequences of 3, 4 and 2 real tokens (EOS included: the model processes it)
+    assert counts.samples == 3
+    assert counts.padded_tokens == 3 + 2 * 4
+    assert counts.sequence_tokens_squared == 3**2 + 4**2 + 2**2
+    assert meter.take() == StepCounts()
 
 
 def test_meter_counts_packed_batches_without_a_mask_by_their_positions():
     meter = TokenMeter()
     meter.add({"input_ids": torch.ones(1, 37, dtype=torch.long)})
-    assert meter.take() == 37
+    assert meter.take() == StepCounts(dataset_tokens=37, samples=1, padded_tokens=37,
+                                      sequence_tokens_squared=37**2)  # fmt: skip
 
 
 def test_installed_wraps_training_step_and_restores_it():
@@ -88,6 +94,6 @@ def test_installed_counts_what_training_step_receives():
         with meter.installed():
             ids, mask = batch([[BOS, 5, 6]])
             FakeTrainer().training_step(None, {"input_ids": ids, "attention_mask": mask}, None)
-        assert meter.take() == 3 and len(calls) == 1
+        assert meter.take().dataset_tokens == 3 and len(calls) == 1
     finally:
         transformers.Trainer.training_step = original

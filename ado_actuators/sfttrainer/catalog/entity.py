@@ -121,8 +121,9 @@ FIELDS: dict[str, Field] = _fields(
           fms_flag="--optim"),
     Field("bf16", "bf16 mixed precision (Ampere or newer).", Domain.BINARY, default=False,
           fms_flag="--bf16"),
-    Field("flash_attn", "Train with flash attention 2 where a CUDA device and the flash_attn "
-          "package allow it (the result metadata says when it could not be used).",
+    Field("flash_attn", "Train with flash attention 2. On a CUDA device without the flash_attn "
+          "package the measurement fails (install it, or set this false); without CUDA "
+          "(number_gpus 0) training goes on without it and the result metadata says so.",
           Domain.BINARY, default=True, fms_flag="--use_flash_attn"),
     Field("distributed_backend", "Backend of multi-device runs; single-device runs use none.",
           Domain.CATEGORICAL, values=("FSDP", "DDP", "None"), default="FSDP"),
@@ -197,3 +198,32 @@ def entity_values(values: dict[str, Any], overrides: dict[str, Any] | None = Non
     merged = {**(overrides or {}), **values}
     known = {k: FIELDS[k].normalise(v) for k, v in merged.items() if k in FIELDS}
     return EntityValues(**known)
+
+
+# Lower bounds the spec's validity rules answer with is_valid = 0 instead (catalog/validity.py).
+_BOUNDS_LEFT_TO_VALIDITY = {"batch_size", "number_nodes"}
+
+
+def domain_problems(values: Any) -> list[str]:
+    """Values of `values` (an `EntityValues`) outside the domain their field declares.
+
+    ado checks a space against the experiments' domains, but parameterizations, hand-made
+    entities and other clients reach the actuator too: such a value must end in an error
+    naming the field, not in a crash of the planner or the trainer.
+    """
+    problems = []
+    for name, field in FIELDS.items():
+        value = getattr(values, name)
+        if field.domain is Domain.DISCRETE:
+            low, high = field.range
+            if name in _BOUNDS_LEFT_TO_VALIDITY:
+                low = float("-inf")
+            if not low <= value < high:
+                problems.append(f"{name} {value!r} is outside its domain [{field.range[0]:g}, "
+                                f"{field.range[1] - 1:g}]")  # fmt: skip
+        elif field.domain is Domain.CATEGORICAL and value not in field.values:
+            shown = ", ".join(repr(v) for v in field.values if v is not None)
+            problems.append(f"{name} {value!r} is not one of {shown}")
+        elif isinstance(value, str) and (not value.isprintable() or not value.strip()):
+            problems.append(f"{name} {value!r} must be a non-empty name without control characters")
+    return problems

@@ -76,9 +76,11 @@ def catalog_data() -> CatalogData:
     for identifier, spec in raw["experiments"].items():
         spec = dict(spec)
         extra = spec.pop("extra_optional_fields", [])
+        sets = spec.pop("targets")
+        sets = [sets] if isinstance(sets, str) else sets
         definitions[identifier] = ExperimentDefinition(
             identifier=identifier,
-            targets=target_sets[spec.pop("targets")],
+            targets=tuple(t for name in sets for t in target_sets[name]),
             optional_fields=tuple(extra) + tuple(common),
             **spec,
         )

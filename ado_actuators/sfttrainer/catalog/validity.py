@@ -49,14 +49,22 @@ class ModelConfigUnavailable(LookupError):
 
 def read_model_config(location: str, hf_home: str | None) -> dict[str, Any]:
     """The model's config.json, from a local directory or the Hugging Face cache; no weights."""
-    local = Path(location)
+    local = Path(location).expanduser()
     if local.is_dir():
         path = local / "config.json"
+    elif location.startswith(("/", ".", "~")):
+        raise ModelConfigUnavailable(f"no model directory at {location}")
     else:
         from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub.errors import HFValidationError
 
         cache_dir = Path(hf_home) / "hub" if hf_home else None
-        found = try_to_load_from_cache(location, "config.json", cache_dir=cache_dir)
+        try:
+            found = try_to_load_from_cache(location, "config.json", cache_dir=cache_dir)
+        except HFValidationError as error:
+            raise ModelConfigUnavailable(
+                f"{location!r} is neither a model directory nor a hub id: {error}"
+            ) from None
         if not isinstance(found, str):
             raise ModelConfigUnavailable(
                 f"no config.json for {location!r} in {cache_dir or 'the Hugging Face cache'}; "

@@ -24,6 +24,7 @@ from ado_actuators.sfttrainer.cli.output_files import (
     EntriesOption,
     SeedOption,
     UsageError,
+    check_length,
     output_dir_option,
     output_option,
     progress_bar,
@@ -139,16 +140,14 @@ def generate_dataset_text(
                     f"--min-tokens applies to news-tokens-* datasets, not {shape.id!r}; "
                     "use --chars"
                 )
-            if min_tokens < 1:
-                raise UsageError(f"--min-tokens {min_tokens}: give a number >= 1")
+            check_length("--min-tokens", min_tokens, 1)
         if chars is not None:
             if shape.length_unit != "chars":
                 raise UsageError(
                     f"--chars applies to news-chars-* datasets, not {shape.id!r}; "
                     "use --min-tokens"
                 )
-            if chars < MIN_CHARS:
-                raise UsageError(f"--chars {chars}: give a number >= {MIN_CHARS}")
+            check_length("--chars", chars, MIN_CHARS)
         n = entries or shape.entries
         size = generate(path, shape, entries=n, seed=seed, min_tokens=min_tokens, chars=chars)
         return f"Wrote {n} entries ({size / 1e6:.1f} MB) of {shape.id} to {path}"

@@ -34,6 +34,7 @@ from ado_actuators.sfttrainer.cli.output_files import (
     EntriesOption,
     SeedOption,
     UsageError,
+    check_length,
     output_dir_option,
     output_option,
     progress_bar,
@@ -217,6 +218,7 @@ def generate_dataset_vision(
                               ("--entries", entries), ("--min-tokens", min_tokens)):  # fmt: skip
             if value is not None and value < 1:
                 raise UsageError(f"{option} {value}: give a number >= 1")
+        check_length("--min-tokens", min_tokens, 1)
         shape = _resolve_shape(dataset_id, output, image_width, image_height)
         path = _resolve_path(output, output_dir, shape)
         n = entries or shape.entries

@@ -43,6 +43,16 @@ class UsageError(Exception):
     """Bad input: reported as one line, exit status 2."""
 
 
+MAX_ENTRY_LENGTH = 1 << 20
+"""Cap of --chars and --min-tokens: 8x the longest shape (128k tokens). Past it a typo (an
+extra digit or three) would fill the disk or never finish instead of being reported."""
+
+
+def check_length(option: str, value: int | None, low: int) -> None:
+    if value is not None and not low <= value <= MAX_ENTRY_LENGTH:
+        raise UsageError(f"{option} {value}: give a number >= {low} and <= {MAX_ENTRY_LENGTH}")
+
+
 def resolve_output(output: Path | None, output_dir: Path | None, shape: DatasetShape) -> Path:
     """`-o FILE`, or `--output-dir DIR` with the file name the actuator looks for."""
     if output is not None and output_dir is not None:

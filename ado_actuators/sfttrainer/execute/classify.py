@@ -7,9 +7,13 @@ import re
 from ado_actuators.sfttrainer.contract import Outcome as RankOutcome
 from ado_actuators.sfttrainer.contract import RankReport
 from ado_actuators.sfttrainer.execute.node import NodeRun
+from ado_actuators.sfttrainer.metrics import flops
 from ado_actuators.sfttrainer.metrics.aggregate import (
     NoTrainingSteps,
     benchmark_properties,
+    energy_note,
+    gpu_sampling_problem,
+    model_flops_per_token,
     warmup_end,
 )
 from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured, Outcome
@@ -21,11 +25,18 @@ _GPU_OOM_IN_LOG = re.compile(
 )
 
 
+SETTING_UNAVAILABLE = "SettingUnavailable"
+"""trainer/adapt.py's exception: a requested setting the training environment cannot honour."""
+TRAINING_COMPLETED = "training_completed"
+"""Metadata of a Failed whose training itself succeeded (the figures are what failed)."""
+
+
 def _describe(report: RankReport) -> str:
     failure = report.failure
     if failure is None:
         return f"rank {report.rank} ended with {report.outcome}"
-    return f"rank {report.rank}: {failure.exception_type}: {failure.message}"
+    kind = failure.exception_type.removeprefix("builtins.")
+    return f"rank {report.rank}: {kind}: {failure.message}"
 
 
 def _where(run: NodeRun, runs: list[NodeRun]) -> str:
@@ -45,28 +56,31 @@ def launch_outcome(
     runs: list[NodeRun],
     *,
     world_size: int,
-    devices: int,
+    number_gpus: int,
     stop_after_seconds: float,
+    gpu_model: str | None = None,
+    devices: int | None = None,
 ) -> Outcome:
     """Every node's reports and exit -> one outcome.
 
     GPU OOM in any rank wins (other ranks then fail in collectives); then a node the
-    watchdog stopped or that could not launch; then any rank's failure.
+    watchdog stopped or that could not launch; then any rank's failure. A node cancelled
+    because another failed is not the news: the node that failed first is.
     """
     oom = [r for r in reports if r.outcome is RankOutcome.GPU_OOM]
     if oom:
         return Invalid(reason=f"GPU out of memory: {_describe(oom[0])}", gpu_oom=True)
     ran = [r for r in runs if not r.cancelled] or runs
     tail = _tails(ran, multi_node=len(runs) > 1)
-    if stalled := next((r for r in runs if r.stopped_by_watchdog), None):
+    if stalled := next((r for r in ran if r.stopped_by_watchdog), None):
         return Failed(
-            f"the training was stopped{_where(stalled, runs)}: {stalled.stopped_by_watchdog}. "
-            f"Log tail:\n{tail}"
+            f"the training was stopped{_where(stalled, runs)}: {stalled.stopped_by_watchdog}; "
+            f"a process hung (e.g. waiting on a dead peer), or the job is silent longer than "
+            f"that on purpose: then raise stall_timeout_seconds.\nLog tail:\n{tail}"
         )
     if unlaunched := next((r for r in ran if r.problem), None):
         return Failed(f"{unlaunched.problem}{_where(unlaunched, runs)}")
     errors = [r for r in reports if r.outcome is RankOutcome.ERROR]
-    # a cancelled node's ranks are not news: the node that failed first is
     per_node = world_size // max(1, len(runs))
     expected = {n.machine_rank * per_node + i for n in ran for i in range(per_node)}
     missing = sorted(expected - {r.rank for r in reports})
@@ -74,31 +88,62 @@ def launch_outcome(
     if errors or missing or exited:
         if not errors and _GPU_OOM_IN_LOG.search(tail):
             return Invalid(reason="GPU out of memory (from the training log)", gpu_oom=True)
+        refused = [r for r in errors if r.failure and
+                   r.failure.exception_type.endswith(SETTING_UNAVAILABLE)]  # fmt: skip
+        if refused:
+            message = refused[0].failure.message
+            return Failed(f"the configuration cannot run as requested: {message}")
+        label = "Log tail"
         if errors:
             why = _describe(errors[0])
+            if errors[0].failure and errors[0].failure.traceback_tail:
+                # the rank's own traceback says more than a log full of other ranks' noise
+                label, tail = f"Traceback of rank {errors[0].rank}", errors[0].failure.traceback_tail
         elif missing:
             first = next(n for n in ran if n.machine_rank == missing[0] // per_node)
-            signals = [f"{r.signal_name}{_where(r, runs)}" for r in runs if r.signal_name]
+            signals = [f"{r.signal_name}{_where(r, runs)}" for r in ran if r.signal_name]
             died = f" (the launcher exited by {', '.join(signals)})" if signals else ""
-            why = f"rank(s) {missing} ended without a report{_where(first, runs)}{died}, e.g. killed"
+            why = (
+                f"rank(s) {missing} ended without a report{_where(first, runs)}{died}: killed "
+                f"from outside, or by the kernel's out-of-memory killer (check the node's memory)"
+            )
         else:
             why = f"the launcher exited with status {exited[0].returncode}{_where(exited[0], runs)}"
-        return Failed(f"training failed: {why}. Log tail:\n{tail}")
+        return Failed(f"training failed: {why}\n{label}:\n{tail}")
+    since = warmup_end(reports)
+    completed = {TRAINING_COMPLETED: True}
     try:
         properties = benchmark_properties(
             reports,
-            devices=devices,
+            number_gpus=number_gpus,
             stop_after_seconds=stop_after_seconds,
-            since=warmup_end(reports),
+            since=since,
+            gpu_model=gpu_model,
+            devices=devices,
         )
     except NoTrainingSteps as error:
-        return Failed(f"training produced no measurement: {error}. Log tail:\n{tail}")
+        return Failed(f"training produced no measurement: {error}. Log tail:\n{tail}", completed)
+    if problem := gpu_sampling_problem(reports, since):
+        return Failed(problem, completed)
     rank0 = reports[0]
+    notes = {n for r in reports for n in r.notes}
+    if note := energy_note(reports):
+        notes.add(f"gpu_energy_joules_per_token omitted: {note}")
+    if (per_token := model_flops_per_token(reports, since)) is None:
+        notes.add(f"model_tflops_per_device omitted: {flops.why_no_flops(rank0.model_parameters)}")
+    elif "model_flops_utilization" not in properties:
+        notes.add(f"model_flops_utilization omitted: no dense peak known for gpu_model "
+                  f"{gpu_model if number_gpus else 'None (CPU)'}")  # fmt: skip
     metadata = {
         "flash_attention": rank0.flash_attention,
-        "notes": sorted({n for r in reports for n in r.notes}),
+        "distributed_type": rank0.distributed_type,
+        "notes": sorted(notes),
         "versions": rank0.versions,
         "steps": max(len(r.steps) for r in reports),
+        "warmup_steps": rank0.warmup_steps,
+        "measured_steps": len(rank0.steps) - (rank0.warmup_steps if since is not None else 0),
+        "model_flops_per_token": per_token,
+        "model_parameters": rank0.model_parameters.model_dump() if rank0.model_parameters else None,
         "stopped_by": rank0.stopped_by,
         "aim_run_hash": rank0.aim_run_hash,
     }

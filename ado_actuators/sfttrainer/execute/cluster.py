@@ -122,12 +122,16 @@ def _outcome(request: NodeRequest, runs: list[NodeRun]) -> Outcome:
         reports,
         runs,
         world_size=world_size(values),
-        devices=batch_devices(values),
+        number_gpus=values.number_gpus,
         stop_after_seconds=values.stop_after_seconds,
+        gpu_model=values.gpu_model,
+        devices=batch_devices(values),
     )
     first = runs[0]
     if first.workdir:
-        outcome.metadata.update({"workdir": first.workdir, "log": first.log_path})
+        outcome.metadata.update(
+            {"workdir": first.workdir, "log": first.log_path, "environment": first.environment}
+        )
     if len(runs) > 1:
         outcome.metadata["nodes"] = [
             {"machine_rank": r.machine_rank, "hostname": r.hostname, "workdir": r.workdir}

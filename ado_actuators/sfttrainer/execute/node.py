@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import uuid
 from pathlib import Path
 
@@ -14,8 +13,9 @@ from ado_actuators.sfttrainer import hf_cache
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.contract import Outcome as RankOutcome
 from ado_actuators.sfttrainer.contract import RankReport
-from ado_actuators.sfttrainer.execute import workspace
+from ado_actuators.sfttrainer.execute import environment, workspace
 from ado_actuators.sfttrainer.execute.process import run_process
+from ado_actuators.sfttrainer.outcomes import Failed
 from ado_actuators.sfttrainer.plan.launch import PlanError, PlanInputs, plan_launch
 
 
@@ -31,6 +31,7 @@ class NodeRequest(pydantic.BaseModel):
     output_root: Path
     label: str
     stall_timeout: float
+    environment: environment.EnvironmentRequest
     run_name: str = pydantic.Field(
         default_factory=lambda: uuid.uuid4().hex[:8],
         description="Names the measurement's directory; the same on every node of a run.",
@@ -69,6 +70,9 @@ class NodeRun(pydantic.BaseModel):
     reports: list[RankReport] = pydantic.Field(default_factory=list)
     workdir: str | None = None
     log_path: str | None = None
+    environment: dict | None = pydantic.Field(
+        default=None, description="Which environment trained (execute/environment.py)."
+    )
 
     @property
     def succeeded(self) -> bool:
@@ -87,6 +91,15 @@ def download_hint(model_name: str, weights_format: str, location: str, hf_home: 
     )
 
 
+def _hub_offline() -> bool:
+    """huggingface_hub fixes offline mode when imported (TRANSFORMERS_OFFLINE counts too)."""
+    from huggingface_hub import constants
+
+    return constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").lower() in (
+        "1", "true", "yes", "on",
+    )  # fmt: skip
+
+
 def weights_problem(location: str, hf_home: str, hint: str) -> tuple[str | None, bool]:
     """(why the weights cannot be loaded on this node, whether they load without the hub).
 
@@ -102,8 +115,11 @@ def weights_problem(location: str, hf_home: str, hint: str) -> tuple[str | None,
         return None, True
     if hf_cache.is_cached(location, hf_home):
         return None, True
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
-        return f"{location} is not in the cache under {hf_home} and HF_HUB_OFFLINE is set; {hint}", False
+    if _hub_offline():
+        return (
+            f"{location} is not in the cache under {hf_home} and offline mode is on "
+            f"(HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE); {hint}"
+        ), False
     try:
         from huggingface_hub import HfApi
 
@@ -133,13 +149,17 @@ def run_node(
             f"dataset file {dataset} does not exist on {here.hostname}; "
             f"create it with: {command}"
         )})  # fmt: skip
+    on_gpus = values.number_gpus > 0 and not inputs.get("use_cpu")
+    chosen = environment.choose(values, inputs["definition"], request.environment, on_gpus=on_gpus)
+    if isinstance(chosen, Failed):
+        return here.model_copy(update={"problem": chosen.reason})
     workdir = request.workdir(machine_rank, values.number_nodes)
     ephemeral_aim = inputs.get("aim_repo") is None
     plan_inputs = PlanInputs(
         **{**inputs, "aim_repo": inputs.get("aim_repo") or str(workdir / "aim")},
         workdir=workdir,
         weights_offline=offline,
-        python=sys.executable,
+        python=chosen.python,
         machine_rank=machine_rank,
         main_process_ip=rendezvous.ip if rendezvous else None,
         main_process_port=rendezvous.port if rendezvous else workspace.free_port(),
@@ -150,6 +170,8 @@ def run_node(
         return here.model_copy(update={"problem": str(error)})
     try:
         workspace.prepare(plan)
+    except workspace.MalformedDataset as error:
+        return here.model_copy(update={"problem": str(error)})
     except OSError as error:
         return here.model_copy(
             update={"problem": f"cannot prepare the measurement directory {workdir}: {error}"}
@@ -170,6 +192,7 @@ def run_node(
         "reports": RankReport.read_all(plan.report_dir),
         "workdir": str(workdir),
         "log_path": str(result.log_path),
+        "environment": chosen.metadata,
     })  # fmt: skip
     if plan.training_data_path != plan.dataset_path:
         plan.training_data_path.unlink(missing_ok=True)

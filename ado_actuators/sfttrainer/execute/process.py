@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
 import subprocess
 import time
@@ -14,6 +15,30 @@ import psutil
 from ado_actuators.sfttrainer.pdeathsig import die_with_parent
 
 TERMINATE_GRACE_SECONDS = 15.0
+
+# Lines that never explain a failure: debug logging (file locks, tokenizer reprs), progress bars.
+_CHATTER = re.compile(
+    r"\[DEBUG\]|\bDEBUG\b[:\]]|^\s*\d+: AddedToken\(|\d+%\||examples/s\]|it/s\]|"
+    r"You are resizing the embedding layer"
+)
+_TRACEBACK = "Traceback (most recent call last):"
+_CHAINED = ("The above exception was the direct cause", "During handling of the above exception")
+
+
+def explaining_lines(text: str, lines: int = 40) -> list[str]:
+    """The log lines that explain an ending: from the start of the last (chained) traceback
+    when there is one, else the last `lines`; chatter dropped either way."""
+    kept = [line for line in text.splitlines() if line.strip() and not _CHATTER.search(line)]
+    starts = [i for i, line in enumerate(kept) if line.startswith(_TRACEBACK)]
+    if not starts:
+        return kept[-lines:]
+    first = starts[-1]
+    for earlier in reversed(starts[:-1]):
+        between = kept[earlier:first]
+        if not any(line.startswith(_CHAINED) for line in between):
+            break
+        first = earlier
+    return kept[first:][-lines:]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +58,7 @@ class ProcessResult:
         return None
 
     def log_tail(self, lines: int = 25) -> str:
+        """The end of the log, reduced to what explains how the process ended."""
         try:
             with self.log_path.open("rb") as handle:
                 handle.seek(0, os.SEEK_END)
@@ -40,7 +66,7 @@ class ProcessResult:
                 text = handle.read().decode(errors="replace")
         except OSError:
             return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return "\n".join(explaining_lines(text, lines))
 
 
 def _last_activity(paths: list[Path]) -> float:

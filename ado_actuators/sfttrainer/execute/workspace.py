@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from pathlib import Path
@@ -18,10 +19,16 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+class MalformedDataset(ValueError):
+    """A record of the dataset does not parse: the message names the file and the line."""
+
+
 def write_first_entries(source: Path, target: Path, entries: int) -> int:
     """Copy the first `entries` records of a jsonl or parquet dataset; returns how many.
 
-    Reads only what it copies, so its cost does not grow with the dataset.
+    Reads only what it copies, so its cost does not grow with the dataset. JSON lines are
+    parsed on the way (cheap: only the lines copied), so a damaged one is reported with
+    the user's file and line number rather than as the trainer's error about the copy.
     """
     # unique: nodes sharing a filesystem may write the same target at once
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
@@ -40,13 +47,25 @@ def write_first_entries(source: Path, target: Path, entries: int) -> int:
     else:
         copied = 0
         with source.open("rb") as reader, tmp.open("wb") as writer:
-            for line in reader:
+            for number, line in enumerate(reader, start=1):
                 if not line.strip():
                     continue
+                try:
+                    if not isinstance(json.loads(line), dict):
+                        raise ValueError("not a JSON object")
+                except ValueError as error:  # UnicodeDecodeError included
+                    tmp.unlink(missing_ok=True)
+                    raise MalformedDataset(
+                        f"dataset {source}: line {number} does not parse as a JSON object "
+                        f"({error}); repair or delete that line, or create the file again"
+                    ) from None
                 writer.write(line if line.endswith(b"\n") else line + b"\n")
                 copied += 1
                 if copied >= entries:
                     break
+        if copied == 0:
+            tmp.unlink(missing_ok=True)
+            raise MalformedDataset(f"dataset {source} has no entries; create the file again")
     tmp.replace(target)
     return copied
 

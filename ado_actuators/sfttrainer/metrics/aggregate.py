@@ -1,4 +1,8 @@
-"""RankReports -> the measured properties of the benchmark experiments. Pure."""
+"""RankReports -> the measured properties of the benchmark experiments. Pure.
+
+Every figure covers one window: all optimisation steps, or, when the stop policy reported
+warm-up steps (auto_stop_method), those from the first measured step of rank 0 on (`since`).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,9 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 
-from ado_actuators.sfttrainer.contract import GpuSample, RankReport
+from ado_actuators.sfttrainer.contract import GpuSample, RankReport, StepTiming
+from ado_actuators.sfttrainer.metrics import flops, gpu_peaks
+from ado_actuators.sfttrainer.metrics.steps import step_time_properties
 
 GPU_SERIES = {
     "gpu_compute_utilization": "compute_percent",
@@ -14,6 +20,9 @@ GPU_SERIES = {
     "gpu_power_watts": "power_watts",
     "gpu_power_percent": "power_percent",
 }
+MAX_FAILED_SAMPLE_FRACTION = 0.1
+"""A GPU whose readings failed more often than this has no trustworthy average."""
+GIB = 2**30
 
 
 class NoTrainingSteps(ValueError):
@@ -51,54 +60,175 @@ def warmup_end(reports: list[RankReport]) -> float | None:
     return None
 
 
+def _in_window(time: float, since: float | None) -> bool:
+    return since is None or time >= since
+
+
+def window_steps(report: RankReport, since: float | None) -> list[StepTiming]:
+    return [s for s in report.steps if _in_window(s.start, since)]
+
+
+def gpu_sampling_problem(reports: list[RankReport], since: float | None = None) -> str | None:
+    """Why the GPU figures cannot be trusted, or None.
+
+    Every GPU a rank was asked to sample must have readings in the window, and at most
+    MAX_FAILED_SAMPLE_FRACTION of its readings may have failed: a GPU NVML could not read
+    must not look idle (0 %).
+    """
+    problems = []
+    for report in reports:
+        if not report.gpu_indices:
+            continue
+        if report.gpu_sampling_problem:
+            problems.append(f"on {report.hostname}: {report.gpu_sampling_problem}")
+            continue
+        for index in report.gpu_indices:
+            good = sum(
+                1 for s in report.gpu_samples if s.index == index and _in_window(s.time, since)
+            )
+            failed = [
+                f for f in report.gpu_sample_failures
+                if f.index == index and _in_window(f.time, since)
+            ]  # fmt: skip
+            where = f"GPU {index} on {report.hostname}"
+            if good == 0:
+                first = f" (e.g. {failed[0].error})" if failed else ""
+                problems.append(f"{where}: no readings in the measured window, "
+                                f"{len(failed)} failed{first}")  # fmt: skip
+            elif len(failed) > MAX_FAILED_SAMPLE_FRACTION * (good + len(failed)):
+                problems.append(f"{where}: {len(failed)} of {good + len(failed)} readings "
+                                f"failed (e.g. {failed[0].error})")  # fmt: skip
+    if not problems:
+        return None
+    return "GPU sampling failed, so the GPU figures would be wrong: " + "; ".join(problems)
+
+
+def _energy_joules(reports: list[RankReport]) -> tuple[float | None, str | None]:
+    """NVML's energy counters over the window, summed over the sampled GPUs."""
+    total = 0.0
+    for report in reports:
+        by_index = {e.index: e for e in report.gpu_energy}
+        for index in report.gpu_indices:
+            energy = by_index.get(index)
+            if energy is None or energy.joules is None:
+                return None, f"GPU {index} on {report.hostname}: no energy counter readings"
+            total += energy.joules
+    return total, None
+
+
+def model_flops_per_token(reports: list[RankReport], since: float | None) -> float | None:
+    rank0 = min(reports, key=lambda r: r.rank)
+    if rank0.model_parameters is None:
+        return None
+    steps = [s for r in reports for s in window_steps(r, since)]
+    mean_length = flops.token_weighted_sequence_length(
+        sum(s.sequence_tokens_squared for s in steps), sum(s.dataset_tokens for s in steps)
+    )
+    return flops.flops_per_token(rank0.model_parameters, mean_length)
+
+
 def benchmark_properties(
     reports: list[RankReport],
     *,
-    devices: int,
+    number_gpus: int,
     stop_after_seconds: float,
     since: float | None = None,
+    gpu_model: str | None = None,
+    devices: int | None = None,
 ) -> dict[str, float]:
-    """Properties of a successful run, over every rank of every node.
-
-    `devices`: what batch_size was split over (the GPUs; with number_gpus 0 the CPU ranks).
-    `since` excludes everything before it (warm-up)."""
-    steps = [s for r in reports for s in r.steps if since is None or s.start >= since]
+    """Properties of a successful run over every rank of every node. `since` excludes
+    everything before it (warm-up). `devices`: what batch_size was split over, when not the
+    GPUs (number_gpus 0 on several nodes: one CPU rank each)."""
+    per_rank = {r.rank: window_steps(r, since) for r in reports}
+    steps = [s for rank_steps in per_rank.values() for s in rank_steps]
     if not steps:
         raise NoTrainingSteps("the trainer completed no optimisation step")
     runtime = max(s.end for s in steps) - min(s.start for s in steps)
     if runtime <= 0:
         raise NoTrainingSteps(f"non-positive training time {runtime}")
     tokens = sum(s.dataset_tokens for s in steps)
-    devices = max(1, devices)
-
-    def in_window(time: float) -> bool:
-        return since is None or time >= since
-
+    devices = max(1, number_gpus if devices is None else devices)
     rank0 = min(reports, key=lambda r: r.rank)
-    hf = rank0.hf_metrics
+    rank0_steps = per_rank[rank0.rank]
+
     props: dict[str, float] = {
         "train_runtime": runtime,
         "dataset_tokens_per_second": tokens / runtime,
         "dataset_tokens_per_second_per_gpu": tokens / runtime / devices,
         "cpu_compute_utilization": _mean(
-            _mean(p.cpu_percent for p in r.process_samples if in_window(p.time))
+            _mean(p.cpu_percent for p in r.process_samples if _in_window(p.time, since))
             for r in reports
         ),
         "cpu_memory_utilization": _mean(
-            _mean(p.memory_percent for p in r.process_samples if in_window(p.time))
+            _mean(p.memory_percent for p in r.process_samples if _in_window(p.time, since))
             for r in reports
         ),
-        **gpu_properties([g for r in reports for g in r.gpu_samples if in_window(g.time)]),
+        **gpu_properties(
+            [g for r in reports for g in r.gpu_samples if _in_window(g.time, since)]
+        ),
         "is_valid": 1,
     }
+    props |= _hugging_face_figures(reports, steps, rank0_steps, runtime, since, devices)
+    if stop_after_seconds > 0:
+        # the spec omits them when training is stopped by time
+        props.pop("train_tokens_per_second", None)
+        props.pop("train_tokens_per_gpu_per_second", None)
+    if rank0_steps:
+        props |= step_time_properties([s.end - s.start for s in rank0_steps])
+    per_token = model_flops_per_token(reports, since)
+    if per_token is not None:
+        props["model_tflops_per_device"] = per_token * tokens / runtime / devices / 1e12
+        # CPU processes standing in for GPUs (use_cpu) sample no GPU and have no GPU peak
+        on_gpus = number_gpus > 0 and any(r.gpu_indices for r in reports)
+        peak = gpu_peaks.peak_tflops(gpu_model) if on_gpus else None
+        if peak:
+            props["model_flops_utilization"] = props["model_tflops_per_device"] / peak
+    if number_gpus == 0 or not any(r.gpu_indices for r in reports):
+        props["gpu_energy_joules_per_token"] = 0.0
+    else:
+        joules, _why = _energy_joules(reports)
+        if joules is not None and tokens:
+            props["gpu_energy_joules_per_token"] = joules / tokens
+    props["gpu_memory_max_allocated_gib"] = (
+        max(r.gpu_memory_max_allocated_bytes for r in reports) / GIB
+    )
+    return props
+
+
+def _hugging_face_figures(
+    reports, steps, rank0_steps, runtime, since, devices
+) -> dict[str, float]:
+    """train_samples/steps/tokens_*: Hugging Face's whole-run figures, or the window's.
+
+    With warm-up excluded (`since`), HF's figures would cover a different span than every
+    other property: they are recomputed from the steps of the window instead (tokens padded,
+    as HF counts them, but counted, not estimated from the first batch).
+    """
+    rank0 = min(reports, key=lambda r: r.rank)
+    if since is not None:
+        padded = sum(s.padded_tokens for s in steps)
+        return {
+            "train_samples_per_second": sum(s.samples for s in steps) / runtime,
+            "train_steps_per_second": len(rank0_steps) / runtime,
+            "train_tokens_per_second": padded / runtime,
+            "train_tokens_per_gpu_per_second": padded / runtime / devices,
+        }
+    hf, props = rank0.hf_metrics, {}
     if hf.train_samples_per_second is not None:
         props["train_samples_per_second"] = hf.train_samples_per_second
     if hf.train_steps_per_second is not None:
         props["train_steps_per_second"] = hf.train_steps_per_second
-    if stop_after_seconds <= 0 and hf.train_tokens_per_second is not None:
+    if hf.train_tokens_per_second is not None:
         # Hugging Face's figure is per process, estimated from the first padded batch; one
         # DP process feeds several GPUs.
         total = hf.train_tokens_per_second * rank0.world_size
         props["train_tokens_per_second"] = total
         props["train_tokens_per_gpu_per_second"] = total / devices
     return props
+
+
+def energy_note(reports: list[RankReport]) -> str | None:
+    """Why gpu_energy_joules_per_token is missing where GPUs were sampled."""
+    if not any(r.gpu_indices for r in reports):
+        return None
+    return _energy_joules(reports)[1]

@@ -69,5 +69,6 @@ def accelerate_config(
             fsdp["fsdp_sync_module_states"] = False
         config |= {"distributed_type": "FSDP", "fsdp_config": fsdp}
     else:
-        config |= {"distributed_type": "MULTI_GPU", "debug": False}
+        # The spec's DDP file writes `downcast_bf16: no` unquoted: YAML reads it as False.
+        config |= {"distributed_type": "MULTI_GPU", "debug": False, "downcast_bf16": False}
     return config

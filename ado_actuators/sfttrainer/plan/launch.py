@@ -11,6 +11,7 @@ import pydantic
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
 from ado_actuators.sfttrainer.contract import JOB_FLAG, TrainerJob
 from ado_actuators.sfttrainer.plan.accelerate import accelerate_config
+from ado_actuators.sfttrainer.plan.environments import skip_prepare_dataset_problem
 
 TRAINER_MODULE = "ado_actuators.sfttrainer.trainer"
 MIN_CPUS_PER_NODE = 2
@@ -198,11 +199,10 @@ def plan_resources(values: Any) -> ResourceRequest:
 
 def _check_launchable(inputs: PlanInputs) -> None:
     values = inputs.values
-    if values.dataset_kwargs_skip_prepare_dataset:
-        raise PlanError(
-            "dataset_kwargs_skip_prepare_dataset: fms-hf-tuning 3.2.2 decides this itself "
-            "(it skips preparation for vision datasets); leave it at its default (False)"
-        )
+    if values.dataset_kwargs_skip_prepare_dataset and (
+        problem := skip_prepare_dataset_problem(values.fms_hf_tuning_version)
+    ):
+        raise PlanError(problem)
     if values.number_nodes > 1 and values.distributed_backend == DATA_PARALLEL:
         raise PlanError(
             f"distributed_backend None (Data Parallel) trains in one process on one node; "
@@ -245,7 +245,8 @@ def plan_launch(inputs: PlanInputs) -> LaunchPlan:
         run_labels=inputs.run_labels,
         stop_after_seconds=values.stop_after_seconds,
         auto_stop_method=values.auto_stop_method,
-        gpu_indices=list(range(gpus_per_node)),
+        # use_cpu stands CPU processes in for GPUs: there is no GPU to sample
+        gpu_indices=[] if inputs.use_cpu else list(range(gpus_per_node)),
     )
     trainer = [
         "-m", TRAINER_MODULE, JOB_FLAG, str(inputs.workdir / "job.json"),

@@ -63,5 +63,7 @@ class AdoCLI:
             "show", "measurements", "space", space_id, "-o", "csv",
             "--property-format", "target", "--output-file", str(target),
         )  # fmt: skip
+        if not target.exists():  # ado writes no file for a space without measurements
+            return []
         with target.open(newline="") as handle:
             return list(csv.DictReader(handle))

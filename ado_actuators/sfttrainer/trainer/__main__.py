@@ -24,7 +24,11 @@ from ado_actuators.sfttrainer.trainer import adapt, fms, stopping
 from ado_actuators.sfttrainer.trainer.callback import MeasurementCallback
 from ado_actuators.sfttrainer.trainer.failures import classify
 from ado_actuators.sfttrainer.trainer.faults import Fault
-from ado_actuators.sfttrainer.trainer.identity import RankIdentity, library_versions
+from ado_actuators.sfttrainer.trainer.identity import (
+    RankIdentity,
+    accelerate_distributed_type,
+    library_versions,
+)
 from ado_actuators.sfttrainer.trainer.monitor import SystemMonitor
 from ado_actuators.sfttrainer.trainer.tokens import TokenMeter
 
@@ -89,14 +93,14 @@ class Measurement:
 
     def run(self, fms_argv: list[str]) -> None:
         notes = self.report.notes
-        fault = Fault.from_env()
+        fault = Fault.from_env(repeat=self.job.run_labels.get("repeat"))
+        adapt.require_cuda_for_gpus(self.job.gpu_indices)
         if note := adapt.use_cpu_for_multi_process(self.ident.world_size):
             notes.append(note)
         args = fms.parse(fms_argv)
-        if args.ignored:
-            notes.append(f"fms-hf-tuning ignored unrecognised arguments: {' '.join(args.ignored)}")
+        adapt.refuse_ignored_arguments(args.ignored, self.report.versions.get("fms-hf-tuning"))
         for note in (
-            adapt.disable_unavailable_flash_attention(args.model_args),
+            adapt.check_flash_attention(args.model_args),
             adapt.same_shuffle_on_every_rank(args.train_args, self.ident.world_size),
         ):
             if note:
@@ -106,10 +110,11 @@ class Measurement:
             self.job.stop_after_seconds, self.job.auto_stop_method
         )
         self._open_aim()
-        owns_node = self.ident.local_rank == 0
+        # local rank 0 samples the node's GPUs of this measurement
+        self.report.gpu_indices = list(self.job.gpu_indices) if self.ident.local_rank == 0 else []
         self.monitor = SystemMonitor(
             self.job.sample_interval_seconds,
-            gpu_indices=self.job.gpu_indices if owns_node else [],
+            gpu_indices=self.report.gpu_indices,
             on_process_sample=self.aim.record_process if self.aim else None,
             on_gpu_samples=self.aim.record_gpus if self.aim else None,
         )
@@ -141,21 +146,41 @@ class Measurement:
     def finish(self) -> None:
         """Collects what was measured into the report; safe after any failure."""
         report = self.report
+        report.distributed_type = accelerate_distributed_type()
         if self.monitor is not None:
             self.monitor.stop()  # already stopped at train end unless training raised
             report.process_samples = self.monitor.process_samples
             report.gpu_samples = self.monitor.gpu_samples
+            report.gpu_sample_failures = self.monitor.gpu_sample_failures
+            report.gpu_sampling_problem = self.monitor.gpu_problem
+            report.gpu_energy = list(self.monitor.gpu_energy.values())
             report.notes.extend(self.monitor.notes)
         if self.callback is not None:
             report.steps = self.callback.steps
             report.hf_metrics = self.callback.hf_metrics
             report.stopped_by = self.callback.stopped_by
             report.warmup_steps = self.policy.warmup_steps
+            report.model_parameters = self.callback.model_parameters
             report.notes.extend(self.callback.notes)
+        report.gpu_memory_max_allocated_bytes = _max_memory_allocated()
         if self.aim is not None:
             with contextlib.suppress(Exception):
                 self.aim.record_params(outcome=report.outcome.value)
             self.aim.close()
+
+
+def _max_memory_allocated() -> int:
+    """The peak of torch's CUDA allocator in this process (0 where CUDA was never used)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return 0
+    try:
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return 0
+        return int(torch.cuda.max_memory_allocated())
+    except Exception as e:  # a broken CUDA context after a failure must not lose the report
+        log.warning("torch.cuda.max_memory_allocated failed: %s", e)
+        return 0
 
 
 def _finish_distributed(ok: bool, exit_code: int) -> None:

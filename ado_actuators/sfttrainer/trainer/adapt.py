@@ -1,7 +1,12 @@
-"""Adjustments that let a spec command line train where it otherwise could not.
+"""Adjustments that let a spec command line train where it otherwise could not, and the
+last line of defence against settings that would be silently dropped.
 
-Each returns a note for RankReport.notes, so a user can see the measurement was not run
-exactly as asked.
+Each adjustment returns a note for RankReport.notes, so a user can see what was done. None of
+them changes what is measured, except flash attention where no CUDA device exists (it can never
+run there). A requested setting the training environment cannot honour raises
+SettingUnavailable: the rank fails, saying how to fix it, instead of measuring something else.
+(Environments that cannot provide a feature are refused before launch where that is known;
+this module catches what is only visible inside the training process.)
 """
 
 from __future__ import annotations
@@ -10,25 +15,79 @@ import importlib.util
 import os
 
 
-def flash_attention_unavailable_reason() -> str | None:
+class SettingUnavailable(RuntimeError):
+    """A requested setting this process cannot honour. Training without it would store a
+    figure under a configuration that did not run, so the rank fails with the fix instead."""
+
+
+def cuda_available() -> bool:
     import torch
 
-    if not torch.cuda.is_available():
-        return "CUDA is not available"
-    if importlib.util.find_spec("flash_attn") is None:
-        return "the flash_attn package is not installed"
+    return torch.cuda.is_available()
+
+
+def flash_attn_installed() -> bool:
+    return importlib.util.find_spec("flash_attn") is not None
+
+
+def require_cuda_for_gpus(gpu_indices: list[int], *, cuda: bool | None = None) -> None:
+    """The job names GPUs (number_gpus > 0) but this process sees no CUDA device: training
+    would run on the CPU and be stored as a GPU measurement."""
+    if not gpu_indices or (cuda_available() if cuda is None else cuda):
+        return
+    import torch
+
+    why = (
+        f"torch {torch.__version__} in the training environment has no CUDA support"
+        if torch.version.cuda is None
+        else "CUDA found no device (check the driver and CUDA_VISIBLE_DEVICES="
+        f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r})"
+    )
+    raise SettingUnavailable(
+        f"number_gpus > 0 (GPUs {gpu_indices} of this node) but the training process sees no "
+        f"CUDA device: {why}. Install a CUDA build of torch in the training environment, or "
+        "measure on the CPU with number_gpus: 0"
+    )
+
+
+def check_flash_attention(
+    model_args, *, cuda: bool | None = None, installed: bool | None = None
+) -> str | None:
+    """`--use_flash_attn True` (fms's default and the experiments'):
+
+    - no CUDA device (number_gpus 0): flash attention can never run here, so training goes on
+      without it and the returned note says so;
+    - a CUDA device without the flash_attn package: SettingUnavailable, naming the fixes.
+    """
+    if not model_args.use_flash_attn:
+        return None
+    if not (cuda_available() if cuda is None else cuda):
+        model_args.use_flash_attn = False
+        return (
+            "use_flash_attn=True was requested but CUDA is not available (number_gpus 0): "
+            "trained without flash attention"
+        )
+    if not (flash_attn_installed() if installed is None else installed):
+        raise SettingUnavailable(
+            "flash_attn: true (fms-hf-tuning --use_flash_attn True) was requested on a CUDA "
+            "device, but the flash_attn package is not installed in the training environment. "
+            "Install it there (pip install flash-attn --no-build-isolation), or set the actuator "
+            "parameter match_exact_dependencies: true so the measurement runs in the requested "
+            "fms-hf-tuning version's pinned environment, or set flash_attn: false in the space "
+            "to measure without flash attention"
+        )
     return None
 
 
-def disable_unavailable_flash_attention(model_args) -> str | None:
-    """`--use_flash_attn True` (fms's default) without CUDA or flash_attn: the model cannot load."""
-    if not model_args.use_flash_attn:
-        return None
-    reason = flash_attention_unavailable_reason()
-    if reason is None:
-        return None
-    model_args.use_flash_attn = False
-    return f"use_flash_attn=True was requested but {reason}: trained without flash attention"
+def refuse_ignored_arguments(ignored: list[str], fms_version: str | None) -> None:
+    """fms-hf-tuning's parser drops arguments it does not know without a word."""
+    if ignored:
+        raise SettingUnavailable(
+            f"fms-hf-tuning {fms_version or '(unknown version)'} does not recognise "
+            f"{' '.join(ignored)}: it would train without them. Measure with an "
+            "fms_hf_tuning_version that supports these settings, or leave the fields that "
+            "produce them at their defaults"
+        )
 
 
 def use_cpu_for_multi_process(world_size: int, environ=os.environ) -> str | None:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from ado_actuators.sfttrainer.contract import HfTrainMetrics, StepTiming
-from ado_actuators.sfttrainer.trainer import adapt, stopping
+from ado_actuators.sfttrainer.contract import HfTrainMetrics, ModelParameters, StepTiming
+from ado_actuators.sfttrainer.trainer import adapt, model_size, stopping
 from ado_actuators.sfttrainer.trainer.faults import Fault
 from ado_actuators.sfttrainer.trainer.monitor import SystemMonitor
 from ado_actuators.sfttrainer.trainer.tokens import TokenMeter
@@ -44,7 +44,13 @@ class MeasurementCallback(TrainerCallback):
         self.hf_metrics = HfTrainMetrics()
         self.stopped_by: str | None = None
         self.notes: list[str] = []
+        self.model_parameters: ModelParameters | None = None
         self._step_start: float | None = None
+
+    def on_init_end(self, args, state, control, **kwargs):
+        # before accelerate wraps (FSDP would shard the parameters being counted)
+        if (model := kwargs.get("model")) is not None:
+            self.model_parameters = model_size.count_parameters(model)
 
     def on_train_begin(self, args, state, control, **kwargs):
         tokenizer = kwargs.get("processing_class") or kwargs.get("tokenizer")
@@ -61,20 +67,32 @@ class MeasurementCallback(TrainerCallback):
         self._step_start = time.time()
         self.meter.take()  # nothing counted outside a step belongs to this one
         self.policy.begin(self._step_start)
+        if self.monitor is not None and len(self.steps) == self.policy.warmup_steps:
+            # the first step of the measured window (again, when warm-up just ended)
+            self.monitor.mark_window_start(self._step_start)
         if self.fault is not None:
             self.fault.maybe_fire(state.global_step + 1, args.process_index)
 
     def on_step_end(self, args, state, control, **kwargs):
         end = time.time()
         start = self._step_start if self._step_start is not None else end
+        counts = self.meter.take()
         self.steps.append(
             StepTiming(
-                step=state.global_step, start=start, end=end, dataset_tokens=self.meter.take()
+                step=state.global_step,
+                start=start,
+                end=end,
+                dataset_tokens=counts.dataset_tokens,
+                samples=counts.samples,
+                padded_tokens=counts.padded_tokens,
+                sequence_tokens_squared=counts.sequence_tokens_squared,
             )
         )
         self._step_start = None
         if self.heartbeat is not None:
             self.heartbeat.touch()
+        if self.monitor is not None:
+            self.monitor.mark_window_end(end)
         if not self.policy.synchronised:
             return
         decision = stopping.agree(self.policy.propose(start, end), device=args.device)

@@ -6,9 +6,12 @@ was encountered` make a run invalid (GPU memory exhausted); anything else is a f
 
 from __future__ import annotations
 
+import sys
 import traceback
+from pathlib import Path
 
 from ado_actuators.sfttrainer.contract import Failure, Outcome
+from ado_actuators.sfttrainer.trainer import input_files
 
 GPU_MEMORY_MESSAGES = (
     "CUDA error: an illegal memory access was encountered",
@@ -44,9 +47,17 @@ def is_gpu_memory_exhaustion(exc: BaseException) -> bool:
     return False
 
 
+def _training_data_paths(argv: list[str]) -> list[Path]:
+    """The dataset named on this process's own sft_trainer command line."""
+    return [Path(v) for k, v in zip(argv, argv[1:]) if k == "--training_data_path"]
+
+
 def describe(exc: BaseException) -> Failure:
     lines = "".join(traceback.format_exception(exc)).splitlines()
     message = str(exc) or repr(exc)
+    # e.g. "Failed to generate the dataset ..." says neither which file nor which line
+    if explanation := input_files.explain(exc, _training_data_paths(sys.argv)):
+        message = f"{explanation}\n(raised as: {message.splitlines()[0][:500]})"
     return Failure(
         exception_type=f"{type(exc).__module__}.{type(exc).__qualname__}",
         message=message[:MESSAGE_LIMIT],

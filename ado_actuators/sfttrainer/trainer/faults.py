@@ -1,5 +1,8 @@
 """The FAULT_ENV test hook: `KIND@STEP` makes every rank fail at the start of optimisation step
 STEP; `KIND@STEP@RANK` only the rank with that global rank (the others then see a dead peer).
+For experiments that repeat a run (stability), `REPEAT:FAULT` entries, comma-separated, give
+each repeat (0-based, TrainerJob.run_labels["repeat"]) its own fault; repeats not named run
+clean, e.g. `0:oom@1,1:oom@1,2:exception@2`.
 
 It lets the layers above test how they handle crashes, GPU OOMs, dead and hung ranks without
 a GPU. Unset in production; a malformed value is an error, so a typo cannot silently disable
@@ -42,9 +45,19 @@ class Fault:
         return fault
 
     @classmethod
-    def from_env(cls, environ=os.environ) -> Fault | None:
+    def from_env(cls, environ=os.environ, repeat: str | None = None) -> Fault | None:
         value = environ.get(FAULT_ENV, "").strip()
-        return cls.parse(value) if value else None
+        if not value:
+            return None
+        if ":" not in value:
+            return cls.parse(value)
+        per_repeat = {}
+        for entry in value.split(","):
+            which, _, fault = entry.partition(":")
+            if not which.strip().isdigit() or not fault.strip():
+                raise ValueError(f"{FAULT_ENV}={value!r}: expected REPEAT:KIND@STEP[@RANK], ...")
+            per_repeat[which.strip()] = cls.parse(fault)
+        return per_repeat.get(repeat) if repeat is not None else None
 
     def maybe_fire(self, step: int, rank: int = 0) -> None:
         if step == self.step and self.rank in (None, rank):

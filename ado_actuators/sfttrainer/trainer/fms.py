@@ -1,17 +1,20 @@
-"""Everything that depends on the fms-hf-tuning version (3.2.x, with TRL 0.19 and PEFT 0.19).
+"""Everything that depends on the fms-hf-tuning version (2.x and 3.x; fms_api holds the
+differences between their APIs).
 
 fms-hf-tuning's `main()` passes no callbacks to `train()`, so the wrapper parses the same command
-line with fms's own parser and calls `train()` itself. Other fms versions get a sibling module
-exposing the same four names: `parse`, `train`, `appends_eos`, `PROMPT_LOGITS_NEED_ALIGNMENT`.
+line with fms's own parser and calls `train()` itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
+import inspect
 import json
 import sys
 from typing import Any
+
+from ado_actuators.sfttrainer.trainer import fms_api
 
 
 def _version_tuple(name: str) -> tuple[int, ...]:
@@ -29,19 +32,12 @@ real tokens and crashes computing token accuracy; TRL 0.20 slices the logits its
 
 @dataclasses.dataclass
 class FmsArguments:
-    """What `tuning.sft_trainer.parse_arguments` returns, by name."""
+    """What `tuning.sft_trainer.parse_arguments` returns, by name (see fms_api)."""
 
     model_args: Any
     data_args: Any
     train_args: Any
-    trainer_controller_args: Any
-    tune_config: Any
-    quantization_config: Any
-    quantized_lora_config: Any
-    fusedops_kernels_config: Any
-    attention_and_distributed_packing_config: Any
-    fast_moe_config: Any
-    tracker_configs: Any
+    configs: dict[str, Any]  # the rest, by the names train() takes
     exp_metadata: dict | None
     ignored: list[str]  # arguments fms's parser did not recognise (it silently drops them)
 
@@ -49,41 +45,46 @@ class FmsArguments:
 def parse(argv: list[str]) -> FmsArguments:
     from tuning import sft_trainer
 
+    api = fms_api.detect(sft_trainer)
     parser = sft_trainer.get_parser()
     _, ignored = parser.parse_known_args(argv)
     saved = sys.argv
     # parse_arguments reads sys.argv itself (parse_args_into_dataclasses without args)
     sys.argv = [saved[0] if saved else "sft_trainer", *argv]
     try:
-        parsed = sft_trainer.parse_arguments(parser, None)
+        parsed = dict(zip(api.parsed_names, sft_trainer.parse_arguments(parser, None), strict=True))
     finally:
         sys.argv = saved
-    *configs, exp_metadata = parsed
+    exp_metadata = parsed.pop("exp_metadata")
     metadata = json.loads(exp_metadata) if exp_metadata else None
     if metadata is not None and not isinstance(metadata, dict):
         raise ValueError(f"--exp_metadata must be a JSON object, got {exp_metadata!r}")
-    return FmsArguments(*configs, exp_metadata=metadata, ignored=list(ignored))
+    parsed["tracker_configs"] = api.tracker_configs(sft_trainer, parsed)
+    parsed["peft_config"] = parsed.pop("tune_config")
+    return FmsArguments(
+        model_args=parsed.pop("model_args"),
+        data_args=parsed.pop("data_args"),
+        train_args=parsed.pop("train_args"),
+        configs=parsed,
+        exp_metadata=metadata,
+        ignored=list(ignored),
+    )
 
 
 def train(args: FmsArguments, callbacks: list) -> Any:
     from tuning import sft_trainer
 
-    trainer, _metadata, _tc_callback = sft_trainer.train(
+    accepted = inspect.signature(sft_trainer.train).parameters
+    configs = {name: value for name, value in args.configs.items() if name in accepted}
+    result = sft_trainer.train(
         model_args=args.model_args,
         data_args=args.data_args,
         train_args=args.train_args,
-        peft_config=args.tune_config,
-        quantization_config=args.quantization_config,
-        trainer_controller_args=args.trainer_controller_args,
-        tracker_configs=args.tracker_configs,
         additional_callbacks=callbacks,
         exp_metadata=args.exp_metadata,
-        quantized_lora_config=args.quantized_lora_config,
-        fusedops_kernels_config=args.fusedops_kernels_config,
-        attention_and_distributed_packing_config=args.attention_and_distributed_packing_config,
-        fast_moe_config=args.fast_moe_config,
+        **configs,
     )
-    return trainer
+    return result[0]  # 2.x: (trainer, metadata); 3.x: (trainer, metadata, tc_callback)
 
 
 def appends_eos(args: FmsArguments) -> bool:
@@ -94,11 +95,14 @@ def appends_eos(args: FmsArguments) -> bool:
     TRL 0.19's add_eos sees the EOS already there and adds none, then TRL tokenises with the
     tokenizer's special tokens (BOS for Llama-style ones) and truncates to
     min(max_seq_length, tokenizer.model_max_length). Chat, vision and pre-tokenised datasets
-    take other paths with no appended EOS.
+    take other paths with no appended EOS. 2.x does the same in
+    preprocessing_utils.get_formatted_dataset_with_single_sequence (text + eos_token), and TRL
+    0.11-0.17 tokenise with special tokens and truncate alike (checked by the per-version
+    measurements in tests/e2e).
     """
     data = args.data_args
     return bool(
         (data.dataset_text_field or data.data_formatter_template)
-        and not data.instruction_template
+        and not getattr(data, "instruction_template", None)
         and not getattr(data, "dataset_image_field", None)
     )

@@ -37,3 +37,23 @@ def library_versions(packages=VERSIONED_PACKAGES) -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return versions
+
+
+def accelerate_distributed_type() -> str | None:
+    """The distributed mode accelerate actually ran this rank in (e.g. FSDP, MULTI_GPU,
+    MULTI_CPU, NO); None when accelerate never initialised.
+
+    It can differ from the config file's `distributed_type`: on CPU accelerate runs an FSDP
+    config as MULTI_CPU (DDP over gloo), and a report must say what was measured.
+    """
+    import sys
+
+    if "accelerate.state" not in sys.modules:
+        return None
+    from accelerate.state import AcceleratorState, PartialState
+
+    for state in (AcceleratorState, PartialState):
+        kind = state._shared_state.get("distributed_type")
+        if kind is not None:
+            return str(getattr(kind, "value", kind))
+    return None

@@ -19,6 +19,7 @@ would be under-counted by one; generated datasets never contain the EOS text.)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 
 def count_dataset_tokens(attention_mask, input_ids=None, appended_eos_id: int | None = None):
@@ -40,30 +41,54 @@ def count_dataset_tokens(attention_mask, input_ids=None, appended_eos_id: int | 
     return real - ((last_ids == appended_eos_id) & has_tokens).sum()
 
 
+@dataclasses.dataclass(frozen=True)
+class StepCounts:
+    dataset_tokens: int = 0
+    samples: int = 0
+    padded_tokens: int = 0
+    sequence_tokens_squared: int = 0
+
+
 class TokenMeter:
-    """Accumulates `count_dataset_tokens` over the micro-batches of the current step."""
+    """Accumulates, over the micro-batches of the current step: `count_dataset_tokens`, the
+    sequences, the batch positions (padding included) and the sum of squared sequence lengths
+    (what attention costs, metrics/flops.py)."""
 
     def __init__(self) -> None:
         self.appended_eos_id: int | None = None
-        self._pending: list = []
+        self._tokens: list = []
+        self._squares: list = []
+        self._samples = 0
+        self._padded = 0
 
     def add(self, inputs) -> None:
-        mask = inputs.get("attention_mask") if hasattr(inputs, "get") else None
+        get = inputs.get if hasattr(inputs, "get") else lambda _name: None
+        mask, ids = get("attention_mask"), get("input_ids")
         if mask is None:
             # padding-free / packed batches carry no mask: every position is a real token
-            ids = inputs.get("input_ids") if hasattr(inputs, "get") else None
             if ids is not None:
-                self._pending.append(ids.numel())
+                rows = ids.shape[0] if ids.dim() > 1 else 1
+                self._tokens.append(ids.numel())
+                self._squares.append(rows * ids.shape[-1] ** 2)
+                self._samples += rows
+                self._padded += ids.numel()
             return
-        self._pending.append(
-            count_dataset_tokens(mask, inputs.get("input_ids"), self.appended_eos_id)
-        )
+        self._tokens.append(count_dataset_tokens(mask, ids, self.appended_eos_id))
+        lengths = mask.sum(dim=-1)
+        self._squares.append((lengths * lengths).sum())
+        self._samples += mask.shape[0] if mask.dim() > 1 else 1
+        self._padded += mask.numel()
 
-    def take(self) -> int:
-        """The tokens since the last take(): one device sync per optimisation step."""
-        total = sum(int(t) for t in self._pending)
-        self._pending = []
-        return total
+    def take(self) -> StepCounts:
+        """What was counted since the last take(): one device sync per optimisation step."""
+        counts = StepCounts(
+            dataset_tokens=sum(int(t) for t in self._tokens),
+            samples=self._samples,
+            padded_tokens=self._padded,
+            sequence_tokens_squared=sum(int(t) for t in self._squares),
+        )
+        self._tokens, self._squares, self._samples, self._padded = [], [], 0, 0
+        return counts
 
     @contextlib.contextmanager
     def installed(self):

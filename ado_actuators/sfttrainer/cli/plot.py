@@ -1,0 +1,99 @@
+"""`sfttrainer_plot`: a space's measurements as a PNG and a self-contained HTML page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+@app.command(
+    help="Plot a space's SFTTrainer measurements: dataset tokens per second (total and per "
+    "GPU) against batch size, one line per sequence length (model_max_length), one panel per "
+    "number of GPUs and experiment, invalid configurations (is_valid = 0, e.g. out of GPU "
+    "memory) marked with an X; step-time spread, model TFLOP/s and MFU too when the space has "
+    "them. Writes DIR/NAME.png and DIR/NAME.html (the picture embedded, plus the plotted "
+    "values; no network needed to view it) and prints both paths. "
+    "Examples: sfttrainer_plot space-3b2a1c-7d9e0f  |  "
+    "sfttrainer_plot --csv measurements.csv -o plots/"
+)
+def plot(
+    space_id: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[SPACE_ID]", show_default=False,
+            help="A stored space, read through ado's API in the active ado context (the one "
+            "`ado show measurements space SPACE_ID` reads).",
+        ),
+    ] = None,  # fmt: skip
+    csv_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--csv", metavar="FILE", show_default=False,
+            help="Instead of SPACE_ID: the CSV written by `ado show measurements space "
+            "SPACE_ID -o csv --property-format target --output-file FILE`.",
+        ),
+    ] = None,  # fmt: skip
+    context: Annotated[
+        Path | None,
+        typer.Option(
+            "--context", "-c", metavar="FILE", show_default=False,
+            help="With SPACE_ID: the ado ProjectContext file to read from, as for `ado "
+            "--context FILE` (default: ado's active context).",
+        ),
+    ] = None,  # fmt: skip
+    output_dir: Annotated[
+        Path,
+        typer.Option("--output-dir", "-o", metavar="DIR", help="Where to write the files."),
+    ] = Path("."),
+    name: Annotated[
+        str | None,
+        typer.Option(
+            "--name", metavar="NAME", show_default=False,
+            help="File name stem (default: the space id, or the CSV file's stem).",
+        ),
+    ] = None,  # fmt: skip
+) -> None:
+    from ado_actuators.sfttrainer.report.table import TableError
+
+    try:
+        files = _plot(space_id, csv_file, context, output_dir, name)
+    except TableError as err:
+        typer.echo(f"Error: {err}", err=True)
+        raise typer.Exit(2) from None
+    except OSError as err:
+        typer.echo(f"Error: writing to {str(output_dir)!r} failed: {err}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(files.png)
+    typer.echo(files.html)
+
+
+def _plot(space_id, csv_file, context, output_dir, name):
+    from ado_actuators.sfttrainer.report import files, sources, table
+
+    if (space_id is None) == (csv_file is None):
+        raise table.TableError("give either SPACE_ID or --csv FILE (exactly one)")
+    if csv_file is not None:
+        if context is not None:
+            raise table.TableError("--context applies to SPACE_ID, not to --csv FILE")
+        rows, source, stem = sources.rows_from_csv(csv_file), str(csv_file), csv_file.stem
+        title = csv_file.name
+    else:
+        rows, source, stem = sources.rows_from_space(space_id, context), f"space {space_id}", space_id
+        title = space_id
+    stem = name or stem
+    if not stem or "/" in stem or stem.startswith("."):
+        raise table.TableError(f"--name {stem!r}: give a plain file name stem, e.g. my-space")
+    data = table.space_table(rows, source)
+    return files.write_report(data, output_dir, stem, f"SFTTrainer measurements: {title}")
+
+
+def main() -> None:
+    app(prog_name="sfttrainer_plot")
+
+
+if __name__ == "__main__":
+    main()

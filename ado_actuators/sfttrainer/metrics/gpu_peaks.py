@@ -1,0 +1,47 @@
+"""Dense bf16/fp16 peak TFLOP/s per gpu_model: the denominator of model_flops_utilization.
+
+The figures and their sources are data (gpu_peaks.yaml); a gpu_model not listed has no
+utilisation figure (the property is omitted), CPUs included.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+import pydantic
+import yaml
+
+
+class GpuPeak(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    tflops: float
+    dtype: str
+    source: str
+    aliases: tuple[str, ...] = ()
+
+
+@functools.cache
+def peak_table() -> dict[str, GpuPeak]:
+    raw = yaml.safe_load(
+        resources.files("ado_actuators.sfttrainer.metrics").joinpath("gpu_peaks.yaml").read_text()
+    )
+    table = {name: GpuPeak(**entry) for name, entry in raw.items()}
+    for peak in list(table.values()):
+        for alias in peak.aliases:
+            table[alias] = peak
+    return table
+
+
+def peak_tflops(gpu_model: str | None) -> float | None:
+    if not gpu_model:
+        return None
+    peak = peak_table().get(gpu_model)
+    return peak.tflops if peak else None
+
+
+def gpu_model_from_device_name(name: str) -> str:
+    """torch.cuda.get_device_name() -> the node label spelling ("NVIDIA H100 80GB HBM3" ->
+    "NVIDIA-H100-80GB-HBM3"), which is what gpu_model holds."""
+    return "-".join(name.split())

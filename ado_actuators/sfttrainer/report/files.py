@@ -1,0 +1,47 @@
+"""Writes the picture and the page side by side."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from pathlib import Path
+
+from ado_actuators.sfttrainer.report.figure import render_png
+from ado_actuators.sfttrainer.report.page import render_html
+from ado_actuators.sfttrainer.report.table import FIELD_LABELS, SpaceTable
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportFiles:
+    png: Path
+    html: Path
+
+
+def write_report(table: SpaceTable, out_dir: Path, stem: str, title: str) -> ReportFiles:
+    """Writes OUT_DIR/STEM.png and OUT_DIR/STEM.html; each appears whole or not at all."""
+    valid = sum(p.valid for p in table.points)
+    subtitle = ", ".join(f"{FIELD_LABELS.get(name, name)} {value}" for name, value in table.shared)
+    subtitle += ("; " if subtitle else "") + (
+        f"{len(table.points)} configurations: {valid} measured, "
+        f"{len(table.points) - valid} invalid"
+    )
+    png = render_png(table, title, subtitle)
+    page = render_html(table, png, title, subtitle)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = ReportFiles(out_dir / f"{stem}.png", out_dir / f"{stem}.html")
+    _publish(files.png, png)
+    _publish(files.html, page.encode("utf-8"))
+    return files
+
+
+def _publish(path: Path, data: bytes) -> None:
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(name, 0o644)
+        os.replace(name, path)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise

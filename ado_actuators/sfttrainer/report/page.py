@@ -1,0 +1,83 @@
+"""A self-contained HTML page: the picture embedded as base64 plus the values it plots.
+
+Nothing is fetched when the page opens (no CDN, no script): it can be mailed or archived.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+
+from ado_actuators.sfttrainer.report.metrics import COMPANION_TITLES
+from ado_actuators.sfttrainer.report.table import FIELD_LABELS, Point, SpaceTable
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #222; }
+img { max-width: 100%; height: auto; border: 1px solid #ddd; }
+table { border-collapse: collapse; font-size: 0.85rem; margin-top: 1rem; }
+th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; }
+tr.invalid td { color: #a00; background: #fff4f4; }
+caption { text-align: left; font-weight: bold; margin-bottom: 0.3rem; }
+"""
+
+
+def render_html(table: SpaceTable, png: bytes, title: str, subtitle: str = "") -> str:
+    image = base64.b64encode(png).decode("ascii")
+    value_columns = [(c, t) for m in table.metrics
+                     for c, t in ((m.column, m.title),
+                                  *((x, COMPANION_TITLES.get(x, x)) for x in m.companions))]  # fmt: skip
+    scale = {m.column: m.scale for m in table.metrics}
+    head = ["GPUs", "experiment", *(FIELD_LABELS.get(v, v) for v in table.varying),
+            "sequence length", "batch size", "valid",
+            "measurements", *(t for _, t in value_columns)]  # fmt: skip
+    body = "\n".join(_row(p, value_columns, scale) for p in table.points)
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{html.escape(title)}</title>
+<style>{_STYLE}</style>
+</head>
+<body>
+<h1>{html.escape(title)}</h1>
+<p>{html.escape(subtitle)}</p>
+<figure>
+<img alt="{html.escape(title)}: dataset tokens per second against batch size" src="data:image/png;base64,{image}">
+</figure>
+<table>
+<caption>The plotted values (mean over repeated measurements; invalid configurations in red)</caption>
+<thead><tr>{"".join(f"<th>{html.escape(h)}</th>" for h in head)}</tr></thead>
+<tbody>
+{body}
+</tbody>
+</table>
+</body>
+</html>
+"""
+
+
+def _row(point: Point, value_columns: list[tuple[str, str]], scale: dict[str, float]) -> str:
+    cells = [
+        point.panel.gpus_label, *point.panel.column, str(point.sequence_length),
+        str(point.batch_size), "yes" if point.valid else "no (is_valid = 0)",
+        str(point.measurements),
+    ]  # fmt: skip
+    numbers = [_number(point, column, scale.get(column, 1.0)) for column, _ in value_columns]
+    css = "" if point.valid else ' class="invalid"'
+    text = "".join(f"<td>{html.escape(c)}</td>" for c in cells)
+    text += "".join(f'<td class="n">{html.escape(n)}</td>' for n in numbers)
+    return f"<tr{css}>{text}</tr>"
+
+
+def _number(point: Point, column: str, scale: float) -> str:
+    if column not in point.values:
+        return ""
+    return format_value(point.values[column][0] * scale)
+
+
+def format_value(value: float) -> str:
+    """Four significant digits, no exponent for everyday magnitudes."""
+    if value == 0 or 1e-3 <= abs(value) < 1e7:
+        return f"{value:,.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
+    return f"{value:.3e}"

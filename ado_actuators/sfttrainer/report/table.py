@@ -1,0 +1,247 @@
+"""A space's measurements as plot-ready points: which panel, which line, where, valid or not.
+
+Input is the table `ado show measurements space ID -o csv --property-format target` writes
+(or the DataFrame ado's API returns): one row per (entity, experiment), the entity's
+constitutive properties and the experiment's target properties as columns. Cells may be
+strings (from a CSV), numbers, or lists when an entity was measured more than once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import statistics
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ado_actuators.sfttrainer.catalog.entity import FIELDS
+from ado_actuators.sfttrainer.report.metrics import METRICS, Metric
+
+# The axes of every panel: x, one line per value, and the row facet.
+X, LINE, ROW = "batch_size", "model_max_length", "number_gpus"
+EXPERIMENT = "experiment_id"
+VALIDITY = "is_valid"
+REQUIRED = (EXPERIMENT, X, LINE, VALIDITY)
+# Named in the picture's subtitle when the whole space shares one value.
+CONTEXT_FIELDS = ("model_name", "gpu_model", "number_nodes", "dataset_id", "fms_hf_tuning_version")
+# How entity fields read in labels ("model tiny-llama"); others keep their own name.
+FIELD_LABELS = {"model_name": "model", "gpu_model": "GPU", "number_nodes": "nodes",
+                "dataset_id": "dataset", "fms_hf_tuning_version": "fms-hf-tuning"}  # fmt: skip
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf", re.IGNORECASE)
+
+
+class TableError(ValueError):
+    """The table cannot be plotted; the message names what is missing and how to get it."""
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Panel:
+    """One facet: a GPU count (row) and an experiment plus any other varying entity field
+    (column)."""
+
+    number_gpus: int | None
+    column: tuple[str, ...]
+
+    @property
+    def gpus_label(self) -> str:
+        if self.number_gpus is None:
+            return "GPUs not recorded"
+        if self.number_gpus == 0:
+            return "0 GPUs (CPU)"
+        return f"{self.number_gpus} GPU" + ("s" if self.number_gpus > 1 else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    panel: Panel
+    sequence_length: int
+    batch_size: int
+    valid: bool
+    # metric column -> (mean, min, max) over the valid measurements of this configuration
+    values: Mapping[str, tuple[float, float, float]]
+    measurements: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SpaceTable:
+    points: tuple[Point, ...]
+    metrics: tuple[Metric, ...]  # those with at least one value to plot, in display order
+    varying: tuple[str, ...]  # entity fields besides the axes that split the facets
+    shared: tuple[tuple[str, str], ...] = ()  # (field, value) every configuration has
+
+    @property
+    def panels(self) -> tuple[Panel, ...]:
+        """Facets in reading order: by GPU count, then experiment (and other fields)."""
+        return tuple(sorted({p.panel for p in self.points},
+                            key=lambda p: (_none_first(p.number_gpus), p.column)))  # fmt: skip
+
+    @property
+    def sequence_lengths(self) -> tuple[int, ...]:
+        return tuple(sorted({p.sequence_length for p in self.points}))
+
+    @property
+    def batch_sizes(self) -> tuple[int, ...]:
+        return tuple(sorted({p.batch_size for p in self.points}))
+
+    def in_panel(self, panel: Panel) -> list[Point]:
+        return sorted((p for p in self.points if p.panel == panel),
+                      key=lambda p: (p.sequence_length, p.batch_size))  # fmt: skip
+
+    @property
+    def invalid(self) -> tuple[Point, ...]:
+        return tuple(p for p in self.points if not p.valid)
+
+
+def space_table(rows: Iterable[Mapping[str, Any]], source: str = "the table") -> SpaceTable:
+    """Groups the rows by configuration; raises TableError when the table cannot be plotted."""
+    rows = [_with_parameterised_axes(dict(row)) for row in rows]
+    if not rows:
+        raise TableError(f"{source} holds no measurements; run an operation on the space first")
+    columns = set().union(*rows)
+    missing = [name for name in REQUIRED if name not in columns]
+    if not any(m.column in columns for m in METRICS if m.required):
+        missing.append(" or ".join(m.column for m in METRICS if m.required))
+    if missing:
+        raise TableError(
+            f"{source} lacks the column(s) {', '.join(missing)}; write it with `ado show "
+            "measurements space SPACE_ID -o csv --property-format target --output-file FILE` "
+            "(a space of SFTTrainer benchmark experiments, with batch_size and "
+            "model_max_length in its entity space)"
+        )
+    rows = _without_experiments_measuring_no_throughput(rows, source)
+    labels = _experiment_labels({str(row[EXPERIMENT]) for row in rows})
+    varying = tuple(
+        name for name in FIELDS
+        if name not in (X, LINE, ROW) and name in columns
+        and len({_hashable(row.get(name)) for row in rows}) > 1
+    )  # fmt: skip
+
+    groups: dict[tuple[Panel, int, int], list[dict[str, Any]]] = {}
+    for index, row in enumerate(rows, start=1):
+        try:
+            gpus = _integer(row[ROW]) if row.get(ROW) not in (None, "") else None
+            key_x, key_line = _integer(row[X]), _integer(row[LINE])
+        except ValueError as err:
+            raise TableError(f"{source}, row {index}: {err}") from None
+        column = (labels[str(row[EXPERIMENT])],
+                  *(f"{FIELD_LABELS.get(name, name)} {_text(row.get(name))}" for name in varying))  # fmt: skip
+        groups.setdefault((Panel(gpus, column), key_line, key_x), []).append(row)
+
+    points = tuple(_point(key, members) for key, members in sorted(groups.items(), key=_sort_key))
+    present = tuple(
+        m for m in METRICS
+        if any(m.column in p.values and (m.required or p.values[m.column][0] != 0)
+               for p in points)
+    )  # fmt: skip
+    shared = tuple(
+        (name, _text(rows[0][name])) for name in CONTEXT_FIELDS
+        if name in columns and len({_hashable(row.get(name)) for row in rows}) == 1
+    )  # fmt: skip
+    return SpaceTable(points, present, varying, shared)
+
+
+def _without_experiments_measuring_no_throughput(rows: list[dict[str, Any]], source: str):
+    """Stability experiments (fractions of runs that failed) share a space with benchmarks
+    but have no throughput to draw: leave them out rather than draw empty panels."""
+    required = [m.column for m in METRICS if m.required]
+    drawable = {
+        str(row[EXPERIMENT]) for row in rows
+        if any(math.isfinite(v) for c in required for v in _numbers(row.get(c)))
+        or not any(v >= 1 for v in _numbers(row.get(VALIDITY)))
+    }  # fmt: skip
+    kept = [row for row in rows if str(row[EXPERIMENT]) in drawable]
+    if not kept:
+        raise TableError(f"{source} holds no throughput measurement ({' or '.join(required)}); "
+                         "plot a space of SFTTrainer benchmark experiments")  # fmt: skip
+    return kept
+
+
+def _with_parameterised_axes(row: dict[str, Any]) -> dict[str, Any]:
+    """A space may fix an axis in its experiments' parameterization rather than its entity
+    space; ado then names the value only in the experiment id ("...-number_gpus.4-...")."""
+    identifier = str(row.get(EXPERIMENT, ""))
+    for name in (X, LINE, ROW):
+        if row.get(name) in (None, ""):
+            found = re.search(rf"-{name}\.(\d+)(?:-|$)", identifier)
+            if found:
+                row[name] = found.group(1)
+    return row
+
+
+def _point(key: tuple[Panel, int, int], rows: list[dict[str, Any]]) -> Point:
+    panel, sequence_length, batch_size = key
+    valid_rows = [r for r in rows if any(v >= 1 for v in _numbers(r.get(VALIDITY)))]
+    values: dict[str, tuple[float, float, float]] = {}
+    for metric in METRICS:
+        for column in (metric.column, *metric.companions):
+            found = [v for r in valid_rows for v in _numbers(r.get(column)) if math.isfinite(v)]
+            if found:
+                values[column] = (statistics.fmean(found), min(found), max(found))
+    measurements = sum(max(1, len(_numbers(r.get(VALIDITY)))) for r in rows)
+    return Point(panel, sequence_length, batch_size, bool(valid_rows), values, measurements)
+
+
+def _numbers(cell: Any) -> list[float]:
+    """The numbers in a cell: a number, a numeric string, a list (repeated measurements) or
+    its CSV rendering "[1.0, 2.0]". Empty cells give none."""
+    if cell is None:
+        return []
+    if isinstance(cell, bool):
+        return [float(cell)]
+    if isinstance(cell, int | float):
+        return [float(cell)]
+    if isinstance(cell, list | tuple):
+        return [v for item in cell for v in _numbers(item)]
+    text = str(cell).strip()
+    if text.lower() == "true":
+        return [1.0]
+    if text.lower() == "false":
+        return [0.0]
+    return [float(match) for match in _NUMBER.findall(text)]
+
+
+def _integer(cell: Any) -> int:
+    numbers = _numbers(cell)
+    if len(numbers) != 1 or not math.isfinite(numbers[0]) or numbers[0] != int(numbers[0]):
+        raise ValueError(f"expected a whole number, got {cell!r}")
+    return int(numbers[0])
+
+
+def _text(cell: Any) -> str:
+    numbers = _numbers(cell) if not isinstance(cell, str) or _NUMBER.fullmatch(cell.strip()) else []
+    if len(numbers) == 1 and numbers[0] == int(numbers[0]):
+        return str(int(numbers[0]))
+    return str(cell)
+
+
+def _hashable(cell: Any) -> Any:
+    return tuple(cell) if isinstance(cell, list) else _text(cell)
+
+
+def _experiment_labels(identifiers: set[str]) -> dict[str, str]:
+    """Short, unique names: "SFTTrainer.finetune_lora_benchmark-v1.0.0-..." -> "lora".
+    Parameterised variants of one experiment keep their full identifier to stay apart."""
+    short = {i: _short_experiment(i) for i in identifiers}
+    counts: dict[str, int] = {}
+    for name in short.values():
+        counts[name] = counts.get(name, 0) + 1
+    return {i: name if counts[name] == 1 else i.removeprefix("SFTTrainer.")
+            for i, name in short.items()}  # fmt: skip
+
+
+def _short_experiment(identifier: str) -> str:
+    name = identifier.split(".", 1)[-1] if identifier.startswith("SFTTrainer.") else identifier
+    match = re.match(r"finetune_(.+?)_(benchmark|stability)-v\d", name)
+    if not match:
+        return identifier
+    return match.group(1) if match.group(2) == "benchmark" else f"{match.group(1)} stability"
+
+
+def _none_first(value: int | None) -> tuple[int, int]:
+    return (0, 0) if value is None else (1, value)
+
+
+def _sort_key(item: tuple[tuple[Panel, int, int], Any]) -> tuple:
+    (panel, line, x), _ = item
+    return (_none_first(panel.number_gpus), panel.column, line, x)

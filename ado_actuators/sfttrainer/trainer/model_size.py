@@ -1,0 +1,81 @@
+"""The trained model's parameter counts and shape, as metrics/flops.py needs them."""
+
+from __future__ import annotations
+
+from ado_actuators.sfttrainer.contract import ModelParameters
+
+_MOE_ATTRIBUTES = ("num_local_experts", "num_experts", "moe_num_experts", "n_routed_experts")
+
+
+def _config(model):
+    config = getattr(model, "config", None)
+    # multimodal models keep the language model's shape in text_config
+    return getattr(config, "text_config", None) or config
+
+
+def attention_shape(config) -> tuple[int | None, int | None]:
+    """(attention layers, query heads x head dimension) from a transformers config.
+
+    Hybrid models (granite-4.0-h: Mamba + attention) name each layer's kind in layer_types;
+    only attention layers pay the attention term.
+    """
+    if config is None:
+        return None, None
+    layers = getattr(config, "num_hidden_layers", None)
+    kinds = getattr(config, "layer_types", None)
+    if kinds and any("mamba" in str(k) for k in kinds):
+        layers = sum("attention" in str(k) for k in kinds)
+    heads = getattr(config, "num_attention_heads", None)
+    hidden = getattr(config, "hidden_size", None)
+    head_dim = getattr(config, "head_dim", None) or (hidden // heads if hidden and heads else None)
+    width = heads * head_dim if heads and head_dim else None
+    return layers, width
+
+
+def is_mixture_of_experts(config) -> bool:
+    return any((getattr(config, name, None) or 0) > 1 for name in _MOE_ATTRIBUTES)
+
+
+def count_parameters(model) -> ModelParameters:
+    """Counts each parameter once (tied weights are shared tensors).
+
+    Embedding tables are looked up, not multiplied, so they are left out of `matmul`, unless
+    the table is also the LM head's weight (tied embeddings), which multiplies every token.
+    Prompt-tuning's virtual-token table is an embedding too.
+    """
+    import torch
+
+    total = trainable = 0
+    for p in model.parameters():
+        total += p.numel()
+        trainable += p.numel() if p.requires_grad else 0
+    try:
+        head = model.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        head = None
+    head_weight = getattr(head, "weight", None)
+    lookup = lookup_trainable = 0
+    seen: set[int] = set()
+    for module in model.modules():
+        if not isinstance(module, torch.nn.Embedding):
+            continue
+        weight = module.weight
+        if weight is head_weight or id(weight) in seen:
+            continue
+        seen.add(id(weight))
+        lookup += weight.numel()
+        lookup_trainable += weight.numel() if weight.requires_grad else 0
+    config = _config(model)
+    layers, width = attention_shape(config)
+    if getattr(getattr(model, "config", None), "vision_config", None) is not None:
+        # a vision tower's work is per image, not per token: no per-token convention fits
+        layers = width = None
+    return ModelParameters(
+        total=total,
+        trainable=trainable,
+        matmul=total - lookup,
+        trainable_matmul=trainable - lookup_trainable,
+        layers=layers,
+        attention_width=width,
+        mixture_of_experts=is_mixture_of_experts(config),
+    )

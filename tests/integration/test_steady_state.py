@@ -1,0 +1,84 @@
+"""WARMUP_60S_STABLE_120S_OR_10_STEPS for real: two ranks on CPU through the engine (no ado),
+about three minutes of training. Every reported figure must cover the same window."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ado_actuators.sfttrainer.catalog import datasets
+from ado_actuators.sfttrainer.cli.generate_dataset_text import generate
+from ado_actuators.sfttrainer.contract import RankReport
+from ado_actuators.sfttrainer.measurement import installed_fms_hf_tuning, measure
+from ado_actuators.sfttrainer.outcomes import Measured
+from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
+from ado_actuators.sfttrainer.trainer.stopping import WARMUP_60S_STABLE_120S_OR_10_STEPS
+
+pytestmark = pytest.mark.slow
+DATASET = "news-chars-512-entries-4096"
+WARMUP, STABLE, STABLE_STEPS = 60.0, 120.0, 10
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory, tiny_model_dir):
+    root = tmp_path_factory.mktemp("steady")
+    data = root / "data"
+    data.mkdir()
+    generate(data / datasets.dataset_filename(DATASET), datasets.get_shape(DATASET),
+             entries=64, progress=False)  # fmt: skip
+    params = SFTTrainerParameters(
+        data_directory=str(data), hf_home=str(root / "hf"), output_dir=str(root / "out"),
+        model_map={"tiny": {"Vanilla": str(tiny_model_dir)}}, stall_timeout_seconds=300,
+    )  # fmt: skip
+    entity = {
+        "model_name": "tiny", "model_max_length": 64, "batch_size": 2, "number_gpus": 2,
+        "gpu_model": "NVIDIA-A100-SXM4-80GB", "distributed_backend": "DDP",
+        "dataset_id": DATASET, "max_steps": -1, "num_train_epochs": 100000.0,
+        "gradient_accumulation_steps": 1, "torch_dtype": "float32",
+        "auto_stop_method": WARMUP_60S_STABLE_120S_OR_10_STEPS,
+        "fms_hf_tuning_version": installed_fms_hf_tuning(),
+    }  # fmt: skip
+    outcome = measure(entity, "finetune_full_benchmark-v1.0.0", params, label="steady", use_cpu=True)
+    assert isinstance(outcome, Measured), getattr(outcome, "reason", outcome)
+    reports = RankReport.read_all(Path(outcome.metadata["workdir"]) / "reports")
+    return outcome, reports
+
+
+def test_both_ranks_stopped_together_by_the_method(measured):
+    outcome, reports = measured
+    assert len(reports) == 2
+    assert len(reports[0].steps) == len(reports[1].steps)
+    assert reports[0].steps[-1].step == reports[1].steps[-1].step
+    assert all(r.stopped_by == f"auto_stop_method={WARMUP_60S_STABLE_120S_OR_10_STEPS}" for r in reports)
+    assert reports[0].warmup_steps == reports[1].warmup_steps > 0
+
+
+def test_the_window_starts_after_the_warm_up_on_both_ranks(measured):
+    _, reports = measured
+    for r in reports:
+        first, warm = r.steps[0], r.warmup_steps
+        assert r.steps[warm - 1].end - first.start >= WARMUP  # the last warm-up step ended past 60 s
+        assert warm == 1 or r.steps[warm - 2].end - first.start < WARMUP  # ... and was the first to
+        window = r.steps[warm:]
+        assert len(window) >= STABLE_STEPS
+        assert window[-1].end - r.steps[warm - 1].end >= STABLE
+
+
+def test_step_count_and_tokens_in_the_report_are_the_window(measured):
+    outcome, reports = measured
+    props, rank0 = outcome.properties, reports[0]
+    since = rank0.steps[rank0.warmup_steps].start
+    window = [s for r in reports for s in r.steps if s.start >= since]
+    measured_steps = len(rank0.steps) - rank0.warmup_steps
+    assert outcome.metadata["measured_steps"] == measured_steps
+    runtime = props["train_runtime"]
+    assert runtime == pytest.approx(max(s.end for s in window) - since)
+    assert props["train_steps_per_second"] * runtime == pytest.approx(measured_steps)
+    assert props["dataset_tokens_per_second"] * runtime == pytest.approx(sum(s.dataset_tokens for s in window))
+    assert props["train_samples_per_second"] * runtime == pytest.approx(2 * measured_steps)  # batch 2
+    assert props["train_tokens_per_second"] * runtime == pytest.approx(sum(s.padded_tokens for s in window))
+    durations = sorted(s.end - s.start for s in rank0.steps[rank0.warmup_steps:])
+    assert durations[0] <= props["train_step_seconds_p50"] <= props["train_step_seconds_p90"] <= durations[-1]
+    per_token = outcome.metadata["model_flops_per_token"]
+    assert props["model_tflops_per_device"] * 1e12 / props["dataset_tokens_per_second_per_gpu"] == pytest.approx(per_token)

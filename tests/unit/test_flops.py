@@ -1,0 +1,81 @@
+"""The FLOP convention against a hand count, and the parameter counts it is fed."""
+
+from __future__ import annotations
+
+import pytest
+
+from ado_actuators.sfttrainer.contract import ModelParameters
+from ado_actuators.sfttrainer.metrics.flops import flops_per_token, token_weighted_sequence_length
+from ado_actuators.sfttrainer.trainer.model_size import count_parameters
+
+# The tiny Llama of the tests (testing/tiny_model.py), with a round vocabulary:
+HIDDEN, INTER, LAYERS, HEADS, VOCAB = 64, 128, 2, 4, 512
+# Per layer, counted by hand: q, k, v, o (64 x 64 each), gate, up, down (64 x 128 each),
+# two RMSNorm weights (64 each).
+PER_LAYER = 4 * 64 * 64 + 3 * 64 * 128 + 2 * 64  # 16384 + 24576 + 128 = 41088
+EMBEDDING = 512 * 64  # a lookup table: no FLOPs
+LM_HEAD = 64 * 512  # untied: a 64 x 512 matmul per token
+TOTAL = EMBEDDING + 2 * PER_LAYER + 64 + LM_HEAD  # 32768 + 82176 + 64 + 32768 = 147776
+MATMUL = TOTAL - EMBEDDING  # 115008
+
+
+def tiny_llama(tie=False):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTER,
+                         num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                         num_key_value_heads=HEADS, tie_word_embeddings=tie)  # fmt: skip
+    return LlamaForCausalLM(config)
+
+
+def test_full_fine_tuning_counts_every_matmul_weight():
+    params = count_parameters(tiny_llama())
+    assert (params.total, params.trainable) == (147_776, 147_776) == (TOTAL, TOTAL)
+    assert (params.matmul, params.trainable_matmul) == (MATMUL, MATMUL)
+    assert (params.layers, params.attention_width) == (2, 64)
+    # 6N + 12 L A s at s = 100: 6 * 115008 + 12 * 2 * 64 * 100 = 690048 + 153600
+    assert flops_per_token(params, 100.0) == 843_648
+
+
+def test_tied_embeddings_are_the_lm_head_and_multiply():
+    params = count_parameters(tiny_llama(tie=True))
+    assert params.total == TOTAL - LM_HEAD
+    assert params.matmul == params.total  # the one table is the head's weight
+
+
+def test_lora_adds_its_adapters_and_only_their_weight_gradients():
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(tiny_llama(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    params = count_parameters(model)
+    adapters = LAYERS * 2 * (4 * 64 + 64 * 4)  # A (4 x 64) and B (64 x 4) on q and v: 2048
+    assert params.total == TOTAL + adapters
+    assert params.trainable == params.trainable_matmul == adapters
+    assert params.matmul == MATMUL + adapters
+    # 4N + 2T + 12 L A s = 4 * 117056 + 2 * 2048 + 153600 = 468224 + 4096 + 153600
+    assert flops_per_token(params, 100.0) == 625_920
+
+
+def test_prompt_tuning_trains_a_lookup_table_only():
+    from peft import PromptTuningConfig, get_peft_model
+
+    model = get_peft_model(tiny_llama(), PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=8))
+    params = count_parameters(model)
+    assert params.trainable == 8 * 64
+    assert params.trainable_matmul == 0 and params.matmul == MATMUL
+    assert flops_per_token(params, 100.0) == 4 * MATMUL + 153_600
+
+
+def test_no_figure_for_mixture_of_experts_or_unknown_shapes():
+    moe = ModelParameters(total=10, trainable=10, matmul=10, trainable_matmul=10, layers=2,
+                          attention_width=64, mixture_of_experts=True)  # fmt: skip
+    assert flops_per_token(moe, 100) is None
+    assert flops_per_token(moe.model_copy(update={"mixture_of_experts": False, "layers": None}), 100) is None
+
+
+def test_attention_uses_the_token_weighted_sequence_length():
+    # sequences of 10 and 30 tokens: sum s^2 = 1000, sum s = 40 -> 25 (not the plain mean, 20)
+    assert token_weighted_sequence_length(10**2 + 30**2, 40) == pytest.approx(25.0)
+    assert token_weighted_sequence_length(0, 0) == 0.0
