@@ -38,7 +38,8 @@ from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.contract import FAULT_ENV, JOB_FLAG, RankReport
 from ado_actuators.sfttrainer.execute import workspace
 from ado_actuators.sfttrainer.execute.process import run_process
-from ado_actuators.sfttrainer.measurement import installed_fms_hf_tuning, measure
+from ado_actuators.sfttrainer.execute.environment import installed_fms_hf_tuning
+from ado_actuators.sfttrainer.measurement import measure
 from ado_actuators.sfttrainer.metrics.gpu_peaks import gpu_model_from_device_name
 from ado_actuators.sfttrainer.outcomes import Invalid, Measured
 from ado_actuators.sfttrainer.parameters import SFTTrainerParameters

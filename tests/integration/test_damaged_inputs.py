@@ -9,7 +9,8 @@ import pytest
 
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.cli.generate_dataset_text import generate
-from ado_actuators.sfttrainer.measurement import installed_fms_hf_tuning, measure
+from ado_actuators.sfttrainer.execute.environment import installed_fms_hf_tuning
+from ado_actuators.sfttrainer.measurement import measure
 from ado_actuators.sfttrainer.outcomes import Failed
 from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
 

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from ado_actuators.sfttrainer import measurement
 from ado_actuators.sfttrainer.catalog import datasets
+from ado_actuators.sfttrainer.execute.environment import installed_fms_hf_tuning
 from ado_actuators.sfttrainer.catalog.entity import FIELDS, Domain
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured
@@ -54,7 +55,7 @@ def _field_value(field) -> st.SearchStrategy:
 
 STRING_FIELDS = sorted(n for n, f in FIELDS.items() if f.domain in (Domain.CATEGORICAL, Domain.OPEN_CATEGORICAL))
 VALID = {"model_name": "tiny", "model_max_length": 64, "batch_size": 4, "number_gpus": 0,
-         "fms_hf_tuning_version": measurement.installed_fms_hf_tuning()}  # fmt: skip
+         "fms_hf_tuning_version": installed_fms_hf_tuning()}  # fmt: skip
 # A valid entity with a few fields changed: one bad value must not hide behind another.
 ENTITY = st.builds(
     lambda base, changed, junk: {**base, **changed, **junk},
