@@ -120,7 +120,7 @@ PARAMS = SFTTrainerParameters(
 def test_any_entity_ends_in_a_named_error_invalid_or_a_safe_plan(values, experiment):
     planned = []
 
-    def plan_instead_of_launching(request, resources):
+    def plan_instead_of_launching(request, resources, **_options):
         try:
             plan = _plan(request)
         except PlanError as error:
