@@ -127,11 +127,13 @@ def _outcome(request: NodeRequest, runs: list[NodeRun]) -> Outcome:
         gpu_model=values.gpu_model,
         devices=batch_devices(values),
     )
-    first = runs[0]
-    if first.workdir:
+    # the first node that launched (a node cancelled early has no directory): a Failed
+    # without "workdir" means nothing was launched at all (measurement._repeat relies on it)
+    if launched := next((r for r in runs if r.workdir), None):
         outcome.metadata.update(
-            {"workdir": first.workdir, "log": first.log_path, "environment": first.environment}
-        )
+            {"workdir": launched.workdir, "log": launched.log_path,
+             "environment": launched.environment}
+        )  # fmt: skip
     if len(runs) > 1:
         outcome.metadata["nodes"] = [
             {"machine_rank": r.machine_rank, "hostname": r.hostname, "workdir": r.workdir}
