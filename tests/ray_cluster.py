@@ -71,7 +71,10 @@ class RayCluster:
                     head, cpus, "head.log")  # fmt: skip
         self.wait_for_nodes(1, timeout)
         for index, resources in enumerate(workers, start=1):
-            self._start(["--address", self.address], resources, cpus, f"worker-{index}.log")
+            # its own temp dir: raylets sharing one would build a job's runtime environment
+            # into the same directory at once (a real cluster's nodes never share one)
+            self._start(["--address", self.address, "--temp-dir", f"{self.temp_dir}-w{index}"],
+                        resources, cpus, f"worker-{index}.log")  # fmt: skip
         self.wait_for_nodes(len(nodes), timeout)
 
     def wait_for_nodes(self, count: int, timeout: float) -> None:
