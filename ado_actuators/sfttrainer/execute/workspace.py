@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import socket
-from pathlib import Path
 
 import yaml
 
+from ado_actuators.sfttrainer.entries import write_first_entries
 from ado_actuators.sfttrainer.plan.launch import LaunchPlan
+
+__all__ = ["free_port", "prepare", "write_first_entries"]
 
 
 def free_port() -> int:
@@ -15,38 +17,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("", 0))
         return probe.getsockname()[1]
-
-
-def write_first_entries(source: Path, target: Path, entries: int) -> int:
-    """Copy the first `entries` records of a jsonl or parquet dataset; returns how many.
-
-    Reads only what it copies, so its cost does not grow with the dataset.
-    """
-    tmp = target.with_name(target.name + ".tmp")
-    if source.suffix == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        parquet = pq.ParquetFile(source)
-        batches, copied = [], 0
-        for batch in parquet.iter_batches(batch_size=min(entries, 1024)):
-            batches.append(batch.slice(0, entries - copied))
-            copied += batches[-1].num_rows
-            if copied >= entries:
-                break
-        pq.write_table(pa.Table.from_batches(batches, schema=parquet.schema_arrow), tmp)
-    else:
-        copied = 0
-        with source.open("rb") as reader, tmp.open("wb") as writer:
-            for line in reader:
-                if not line.strip():
-                    continue
-                writer.write(line if line.endswith(b"\n") else line + b"\n")
-                copied += 1
-                if copied >= entries:
-                    break
-    tmp.replace(target)
-    return copied
 
 
 def prepare(plan: LaunchPlan) -> None:
