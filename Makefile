@@ -32,6 +32,7 @@ demo: env
 
 bench: env
 	$(BIN)/python benchmarks/time_to_first_step.py
+	$(BIN)/python benchmarks/operation_overhead.py
 
 clean:
 	rm -rf $(VENV) demo-work

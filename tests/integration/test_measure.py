@@ -72,7 +72,7 @@ def test_full_lora_and_prompt_tuning_measure(params, experiment):
     assert outcome.metadata["aim_dashboard_url"] == "https://aim.example"
     # without aim_db no AIM repository is written (it would be deleted unread); the
     # samples are in the rank reports, which stay with the logs
-    assert "aim_run_hash" not in outcome.metadata
+    assert outcome.metadata.get("aim_run_hash") is None
     workdir = Path(outcome.metadata["workdir"])
     assert not (workdir / "aim").exists() and (workdir / "reports" / "rank-0.json").exists()
 
