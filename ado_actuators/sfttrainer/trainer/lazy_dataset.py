@@ -20,7 +20,9 @@ The fms/TRL/transformers APIs this relies on (the only module that knows them):
 - `tuning.sft_trainer.process_dataargs`, looked up as a module global by `train()`, returning
   (train_dataset, eval_dataset, text_field, collator, max_seq_length, dataset_kwargs);
 - TRL's `SFTConfig.dataset_kwargs["skip_prepare_dataset"]` (TRL then leaves the dataset alone);
-- `transformers.Trainer._get_train_sampler` (returns the training sampler).
+- `transformers.Trainer._get_train_sampler` (returns the training sampler);
+- `transformers.Trainer.num_tokens` (a staticmethod that, for `include_tokens_per_second` on
+  an epoch-bounded run, iterates the whole training dataloader).
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class LeadingEntries:
         self.entries, self.encode = entries, encode
         self.bounds = block_bounds(len(entries), first_block)
         self.waited_seconds = 0.0
+        self.encoded_entries = 0
         self._closed = False
         self._blocks: dict[int, concurrent.futures.Future] = {}
         self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tokenise")
@@ -109,6 +112,7 @@ class LeadingEntries:
             if self._closed:  # the interpreter joins this thread at exit: do not make it wait
                 break
             encoded.append(self.encode(entry))
+        self.encoded_entries += len(encoded)
         return encoded
 
     def close(self) -> None:
@@ -153,9 +157,9 @@ class LazyData:
     def summary(self) -> list[str]:
         if self.dataset is None:
             return self.notes
-        waited = self.dataset.waited_seconds
-        return [*self.notes, f"tokenised entries as training reached them (training waited "
-                f"{waited:.2f} s for them)"]  # fmt: skip
+        data = self.dataset
+        return [*self.notes, f"tokenised {data.encoded_entries} of {len(data)} entries as "
+                f"training reached them (training waited {data.waited_seconds:.2f} s for them)"]  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -210,13 +214,25 @@ def installed(args: Any, world_size: int, rank: int, workdir: Path):
             return torch.utils.data.SequentialSampler(trainer.train_dataset)
         return original_sampler(trainer, *a, **kw)
 
+    original_num_tokens = transformers.Trainer.num_tokens
+
+    def num_tokens(train_dl, max_steps=None):
+        # With include_tokens_per_second, an epoch-bounded Trainer draws the whole epoch to
+        # count its padded tokens, which would tokenise the whole file; HF's estimate for
+        # step-bounded runs (first batch x batches) is what this run's figure gets instead.
+        if isinstance(getattr(train_dl, "dataset", None), LeadingEntries):
+            return original_num_tokens(train_dl, max_steps or len(train_dl))
+        return original_num_tokens(train_dl, max_steps)
+
     sft_trainer.process_dataargs = process_dataargs
     transformers.Trainer._get_train_sampler = get_train_sampler
+    transformers.Trainer.num_tokens = staticmethod(num_tokens)
     try:
         yield result
     finally:
         sft_trainer.process_dataargs = original
         transformers.Trainer._get_train_sampler = original_sampler
+        transformers.Trainer.num_tokens = staticmethod(original_num_tokens)
         args.data_args.training_data_path = str(dataset)
         head.unlink(missing_ok=True)
         if result.dataset is not None:
