@@ -79,8 +79,9 @@ def test_full_lora_and_prompt_tuning_measure(params, experiment):
     assert any("flash" in note for note in outcome.metadata["notes"])
     assert outcome.metadata["steps"] == 2
     assert outcome.metadata["aim_dashboard_url"] == "https://aim.example"
-    assert len(outcome.metadata["aim_run_hash"]) > 8
-    # the temporary AIM repository is gone with the measurement; logs and reports stay
+    # without aim_db no AIM repository is written (it would be deleted unread); the
+    # samples are in the rank reports, which stay with the logs
+    assert outcome.metadata.get("aim_run_hash") is None
     workdir = Path(outcome.metadata["workdir"])
     assert not (workdir / "aim").exists() and (workdir / "reports" / "rank-0.json").exists()
 

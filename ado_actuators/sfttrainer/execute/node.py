@@ -102,12 +102,10 @@ def measure_here(request: NodeRequest) -> Outcome:
     if isinstance(chosen, Failed):
         return chosen
     workdir = request.output_root / f"{request.label}-{uuid.uuid4().hex[:8]}"
-    ephemeral_aim = inputs.get("aim_repo") is None
+    # No aim_db, no AIM: a temporary repository would cost ~2 s per measurement (import,
+    # repository creation) to be deleted unread; the rank reports carry every sample.
     inputs = PlanInputs(
-        **{
-            **inputs,
-            "aim_repo": inputs.get("aim_repo") or str(workdir / "aim"),
-        },
+        **inputs,
         workdir=workdir,
         weights_offline=offline,
         python=chosen.python,
@@ -145,7 +143,5 @@ def measure_here(request: NodeRequest) -> Outcome:
     )
     if plan.training_data_path != plan.dataset_path:
         plan.training_data_path.unlink(missing_ok=True)
-    if ephemeral_aim:
-        shutil.rmtree(workdir / "aim", ignore_errors=True)
     shutil.rmtree(workdir / "output", ignore_errors=True)
     return outcome
