@@ -34,6 +34,7 @@ demo: env
 
 bench: env
 	$(BIN)/python benchmarks/time_to_first_step.py
+	$(BIN)/python benchmarks/operation_overhead.py
 
 # one GPU, offline (benchmarks/gpu/README.md); BENCH_ARGS=--cpu runs the tiny model on the CPU
 bench-gpu: env

@@ -53,7 +53,7 @@ class SFTTrainerParameters(ExperimentExecutorSupervisorParameters):
     aim_db: str | None = pydantic.Field(
         default=None,
         description="AIM repository (path or aim://host:port) to record system metrics in. "
-        "None: a temporary repository per measurement, removed afterwards.",
+        "None: no AIM recording (the rank reports hold every sample either way).",
     )
     aim_dashboard_url: str | None = pydantic.Field(
         default=None,

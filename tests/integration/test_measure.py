@@ -79,8 +79,9 @@ def test_full_lora_and_prompt_tuning_measure(params, experiment):
     assert any("flash" in note for note in outcome.metadata["notes"])
     assert outcome.metadata["steps"] == 2
     assert outcome.metadata["aim_dashboard_url"] == "https://aim.example"
-    assert len(outcome.metadata["aim_run_hash"]) > 8
-    # the temporary AIM repository is gone with the measurement; logs and reports stay
+    # without aim_db no AIM repository is written (it would be deleted unread); the
+    # samples are in the rank reports, which stay with the logs
+    assert outcome.metadata.get("aim_run_hash") is None
     workdir = Path(outcome.metadata["workdir"])
     assert not (workdir / "aim").exists() and (workdir / "reports" / "rank-0.json").exists()
 
@@ -192,7 +193,8 @@ def test_gpus_requested_where_the_trainer_sees_no_cuda_fail_before_training(para
     """number_gpus 1 where torch has no CUDA: it would train on the CPU and be stored as a GPU
     figure. (That GPUs which cannot be sampled fail too is covered with NVML's own failure and
     a stand-in NVML in tests/unit: on this machine the CUDA check comes first.)"""
-    outcome = run(params, number_gpus=1, gpu_model="NVIDIA-A100-SXM4-80GB")
+    # flash_attn off: with it on, the environment check refuses the run even earlier
+    outcome = run(params, number_gpus=1, gpu_model="NVIDIA-A100-SXM4-80GB", flash_attn=False)
     assert isinstance(outcome, Failed), outcome
     assert outcome.reason.startswith("the configuration cannot run as requested: number_gpus > 0")
     assert "measure on the CPU with number_gpus: 0" in outcome.reason

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -161,7 +162,9 @@ def run_process(
     try:
         last_seen = time.time()
         while process.poll() is None:
-            time.sleep(poll_seconds)
+            # returns as soon as the process exits: no measurement waits out a poll interval
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=poll_seconds)
             last_seen = max(last_seen, _last_activity(watched))
             idle = time.time() - last_seen
             if idle > stall_timeout:
