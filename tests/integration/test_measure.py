@@ -111,6 +111,9 @@ def test_stop_after_seconds_stops_early_and_omits_token_estimates(params):
     # stopped long before 50 epochs of 64 entries at batch size 2 (counted in steps, not seconds)
     assert outcome.metadata["steps"] < 50 * 64 // 2
     assert outcome.properties["train_runtime"] >= 2
+    # counted over the steps that ran, not HF's planned 50 epochs over the runtime
+    props = outcome.properties
+    assert props["train_steps_per_second"] * props["train_runtime"] == pytest.approx(outcome.metadata["steps"])
 
 
 def test_configuration_invalid_entity_is_answered_without_launching(params):

@@ -65,6 +65,17 @@ def test_token_estimates_are_omitted_when_stopped_by_time():
     assert props["dataset_tokens_per_second"] == 10
 
 
+def test_time_bounded_runs_count_samples_and_steps_instead_of_hf_planned_figures():
+    # HF divides the steps it planned (num_train_epochs' worth) by the runtime: 5e4 samples/s
+    planned = HfTrainMetrics(train_samples_per_second=5e4, train_steps_per_second=2.5e4)
+    steps = [StepTiming(step=i + 1, start=i, end=i + 1, dataset_tokens=10, samples=4) for i in range(3)]
+    r = report(0, [], world=1, hf=planned).model_copy(update={"steps": steps})
+    props = benchmark_properties([r], number_gpus=1, stop_after_seconds=3)
+    assert props["train_runtime"] == 3
+    assert props["train_samples_per_second"] == pytest.approx(12 / 3)
+    assert props["train_steps_per_second"] == pytest.approx(3 / 3)
+
+
 def test_warm_up_can_be_excluded():
     reports = [report(0, [(0, 50, 10_000), (60, 61, 100), (61, 62, 100)], world=1, cpu=(0, 0, 0))]
     props = benchmark_properties(reports, number_gpus=1, stop_after_seconds=-1, since=60)

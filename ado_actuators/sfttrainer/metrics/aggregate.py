@@ -168,7 +168,8 @@ def benchmark_properties(
         ),
         "is_valid": 1,
     }
-    props |= _hugging_face_figures(reports, steps, rank0_steps, runtime, since, devices)
+    counted = since is not None or stop_after_seconds > 0
+    props |= _hugging_face_figures(reports, steps, rank0_steps, runtime, counted, devices)
     if stop_after_seconds > 0:
         # the spec omits them when training is stopped by time
         props.pop("train_tokens_per_second", None)
@@ -196,16 +197,17 @@ def benchmark_properties(
 
 
 def _hugging_face_figures(
-    reports, steps, rank0_steps, runtime, since, devices
+    reports, steps, rank0_steps, runtime, counted, devices
 ) -> dict[str, float]:
-    """train_samples/steps/tokens_*: Hugging Face's whole-run figures, or the window's.
+    """train_samples/steps/tokens_*: Hugging Face's whole-run figures, or counted ones.
 
-    With warm-up excluded (`since`), HF's figures would cover a different span than every
-    other property: they are recomputed from the steps of the window instead (tokens padded,
-    as HF counts them, but counted, not estimated from the first batch).
+    `counted`: with warm-up excluded, HF's figures would cover a different span than every
+    other property, and with a time limit HF divides the samples and steps it *planned*
+    (num_train_epochs' worth) by the runtime. Both are recomputed from the steps measured
+    instead (tokens padded, as HF counts them, but counted, not estimated from one batch).
     """
     rank0 = min(reports, key=lambda r: r.rank)
-    if since is not None:
+    if counted:
         padded = sum(s.padded_tokens for s in steps)
         return {
             "train_samples_per_second": sum(s.samples for s in steps) / runtime,
