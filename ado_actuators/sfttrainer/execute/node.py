@@ -86,6 +86,15 @@ def measure_here(request: NodeRequest) -> Outcome:
     hint = download_hint(
         inputs["values"].model_name, inputs["definition"].weights_format, location, hf_home
     )
+    writes = {"hf_home": hf_home, "output_dir": str(request.output_root.parent)}
+    if inputs.get("aim_repo") and "://" not in inputs["aim_repo"]:
+        writes["aim_db"] = inputs["aim_repo"]
+    for setting, directory in writes.items():
+        if why := workspace.unwritable(Path(directory).expanduser()):
+            return Failed(
+                f"{setting} {directory} cannot be written on {os.uname().nodename} ({why}); "
+                f"set {setting} to a directory every node can write"
+            )
     problem, offline = weights_problem(location, hf_home, hint)
     if problem:
         return Failed(problem)

@@ -11,6 +11,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from ado_actuators.sfttrainer.pdeathsig import die_with_parent
+
 TERMINATE_GRACE_SECONDS = 15.0
 
 # Lines that never explain a failure: debug logging (file locks, tokenizer reprs), progress bars.
@@ -127,6 +129,9 @@ def run_process(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            # If the worker running this is SIGKILLed, the launcher dies with it (each rank
+            # does the same towards the launcher: trainer/__main__.py).
+            preexec_fn=die_with_parent,
         )
     watched = [log_path, *activity_paths]
     stopped_by = None

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from ado_actuators.sfttrainer.contract import JOB_FLAG, Outcome, RankReport, TrainerJob
+from ado_actuators.sfttrainer.pdeathsig import die_with_parent
 from ado_actuators.sfttrainer.trainer import adapt, fms, lazy_dataset, stopping
 from ado_actuators.sfttrainer.trainer.callback import MeasurementCallback
 from ado_actuators.sfttrainer.trainer.failures import classify
@@ -269,4 +270,7 @@ def exit_without_teardown(code: int):
 
 
 if __name__ == "__main__":
+    # A rank whose launcher is killed outright (SIGKILL: no chance to stop its ranks) must not
+    # train on, holding GPUs and a half-dead rendezvous.
+    die_with_parent()
     exit_without_teardown(main())
