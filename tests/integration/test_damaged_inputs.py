@@ -76,6 +76,18 @@ def test_truncated_weights_file_is_named(setup, tiny_model_dir, tmp_path):
     assert f"the weights file {weights} cannot be read" in first, outcome.reason
 
 
+def test_model_directory_without_its_tokenizer_is_named(setup, tiny_model_dir, tmp_path):
+    params, _ = setup
+    model = shutil.copytree(tiny_model_dir, tmp_path / "model")
+    for tokenizer_file in model.glob("tokenizer*"):
+        tokenizer_file.unlink()  # a copy that stopped before the tokenizer's files
+    damaged = params.model_copy(update={"model_map": {"tiny": {"Vanilla": str(model)}}})
+    outcome = run(damaged, max_steps=1)
+    assert isinstance(outcome, Failed)
+    first = outcome.reason.splitlines()[0]
+    assert f"the model directory {model} on " in first and "has no tokenizer file" in first, first
+
+
 @pytest.mark.parametrize("max_steps", [-1, 1])  # the trainer reads it / its first entries are copied
 def test_empty_dataset_file_is_named(setup, max_steps):
     params, path = setup

@@ -20,6 +20,10 @@ from ado_actuators.sfttrainer.plan.launch import PlanError, PlanInputs, plan_lau
 
 
 HUB_PROBE_SECONDS = 15
+# Any one of these lets transformers build a tokenizer from a local model directory (fast,
+# sentencepiece, BPE and WordPiece vocabularies); without all of them it fails obscurely
+# ("Either model_file or model_proto must be specified").
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json", "vocab.txt")
 
 
 class NodeRequest(pydantic.BaseModel):
@@ -61,6 +65,12 @@ def weights_problem(location: str, hf_home: str, hint: str) -> tuple[str | None,
             return (
                 f"the model weights are not at {path} on {os.uname().nodename} (no "
                 f"config.json); fix the model_map entry or copy the weights there"
+            ), False
+        if not any((path / name).is_file() for name in TOKENIZER_FILES):
+            return (
+                f"the model directory {path} on {os.uname().nodename} has no tokenizer file "
+                f"(none of {', '.join(TOKENIZER_FILES)}): a copy cut short? copy the model's "
+                f"tokenizer files there"
             ), False
         return None, True
     if hf_cache.is_cached(location, hf_home):
