@@ -113,12 +113,12 @@ class WorkerKiller(threading.Thread):
             if workdir is None:
                 time.sleep(0.5)
                 continue
-            trainers = []
-            for proc in psutil.process_iter(["cwd"]):
-                if proc.info["cwd"] == str(workdir):
-                    trainers.append(proc)
-            top = next(p for p in trainers if p.ppid() not in {t.pid for t in trainers})
-            worker = top.parent()
+            trainers = [p for p in psutil.process_iter(["cwd"]) if p.info["cwd"] == str(workdir)]
+            tops = [p for p in trainers if p.ppid() not in {t.pid for t in trainers}]
+            if len(tops) != 1:  # not started yet, or already gone: the test then fails on .worker
+                time.sleep(0.5)
+                continue
+            worker = tops[0].parent()
             self.trainer_pids = [p.pid for p in trainers]
             self.worker = " ".join(worker.cmdline())
             worker.send_signal(signal.SIGKILL)
