@@ -30,7 +30,7 @@ from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.execute import workspace
 from ado_actuators.sfttrainer.plan.launch import TRAINER_MODULE, PlanInputs, plan_launch
-from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI
+from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI, generate_text_dataset
 from ado_actuators.sfttrainer.testing.tiny_model import build_tiny_model
 
 DATASET_ID = "news-chars-512-entries-4096"
@@ -67,7 +67,7 @@ def bare_trainings(root: Path, model: Path, data: Path, steps: int, offline: dic
                 aim_repo=None,
             ))  # fmt: skip
             workspace.prepare(plan)
-            argv = plan.nodes[0].argv
+            argv = plan.node.argv
             fms_args = argv[argv.index(TRAINER_MODULE) + 3 :]  # after -m MODULE --job PATH
             # the wrapper turns flash attention off where it is unavailable; bare fms would fail
             flash = fms_args.index("--use_flash_attn") + 1
@@ -129,11 +129,7 @@ def main() -> None:
                "HF_HOME": str(root / "hf")}  # fmt: skip
     model = build_tiny_model(root / "tiny-llama")
     data = root / "data"
-    subprocess.run(
-        [str(Path(sys.executable).with_name("sfttrainer_generate_dataset_text")),
-         "--dataset-id", DATASET_ID, "--entries", "256", "--output-dir", str(data)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    generate_text_dataset(data, DATASET_ID, 256)
     ado = AdoCLI(home=root / "ado-config", extra_env=offline)
     config = root / "actuator_configuration.yaml"
     config.write_text(yaml.safe_dump({"actuatorIdentifier": "SFTTrainer", "parameters": {

@@ -49,7 +49,7 @@ def first_step_seconds(root: Path, model: Path, dataset: Path, name: str, **enti
     started = time.time()
     workspace.prepare(plan)
     result = run_process(
-        plan.nodes[0].argv, env={**_env(root)}, cwd=workdir, log_path=workdir / "train.log",
+        plan.node.argv, env={**_env(root)}, cwd=workdir, log_path=workdir / "train.log",
         stall_timeout=3600,
     )  # fmt: skip
     reports = RankReport.read_all(plan.report_dir)

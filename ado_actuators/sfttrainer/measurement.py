@@ -22,7 +22,7 @@ from ado_actuators.sfttrainer.catalog.validity import (
 from ado_actuators.sfttrainer.execute.classify import TRAINING_COMPLETED
 from ado_actuators.sfttrainer.execute.environment import EnvironmentRequest
 from ado_actuators.sfttrainer.execute.node import NodeRequest
-from ado_actuators.sfttrainer.execute.ray_tasks import measure_on_cluster
+from ado_actuators.sfttrainer.execute.cluster import measure_on_cluster
 from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured, Outcome
 from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
 from ado_actuators.sfttrainer.plan.launch import plan_resources
@@ -103,9 +103,10 @@ def measure(
             environment=_environment_request(params),
         )
         resources = plan_resources(values)
+        placement_timeout = params.placement_timeout_seconds
         if definition.repeats > 1:
-            return _stability(_repeat(request, resources, definition.repeats))
-        outcome = measure_on_cluster(request, resources)
+            return _stability(_repeat(request, resources, definition.repeats, placement_timeout))
+        outcome = measure_on_cluster(request, resources, placement_timeout=placement_timeout)
         if isinstance(outcome, Measured) and params.aim_dashboard_url:
             outcome.metadata["aim_dashboard_url"] = params.aim_dashboard_url
         return outcome
@@ -129,7 +130,9 @@ def _safe_label(label: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in label)[:80]
 
 
-def _repeat(request: NodeRequest, resources, repeats: int) -> list[Outcome]:
+def _repeat(
+    request: NodeRequest, resources, repeats: int, placement_timeout: float
+) -> list[Outcome]:
     """The runs of a stability measurement, each labelled with its repeat (AIM, FAULT_ENV).
 
     A run that fails before it launches (missing dataset or weights, wrong environment) would
@@ -140,7 +143,7 @@ def _repeat(request: NodeRequest, resources, repeats: int) -> list[Outcome]:
         inputs = request.plan_inputs
         labelled = request.model_copy(update={"plan_inputs": {
             **inputs, "run_labels": {**inputs["run_labels"], "repeat": str(repeat)}}})  # fmt: skip
-        outcome = measure_on_cluster(labelled, resources)
+        outcome = measure_on_cluster(labelled, resources, placement_timeout=placement_timeout)
         if isinstance(outcome, Failed) and "workdir" not in outcome.metadata:
             return [outcome]
         runs.append(outcome)

@@ -82,6 +82,14 @@ class SFTTrainerParameters(ExperimentExecutorSupervisorParameters):
         "for this long is stopped and reported Failed (a hung rank never holds an operation).",
     )
 
+    placement_timeout_seconds: float = pydantic.Field(
+        default=600.0,
+        gt=0,
+        description="A multi-node measurement whose nodes (one Ray placement-group bundle "
+        "each) are not all placed within this many seconds is reported Failed, naming what "
+        "the cluster lacks. Allow for an autoscaler adding workers.",
+    )
+
     @pydantic.field_validator("model_map", mode="before")
     @classmethod
     def _normalise_model_map(cls, value: Any) -> Any:

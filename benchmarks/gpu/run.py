@@ -153,7 +153,7 @@ def bare_run(root: Path, config: Config, values: dict, model: Path, dataset: Pat
         )  # fmt: skip
     )
     workspace.prepare(plan)
-    argv = list(plan.nodes[0].argv)
+    argv = list(plan.node.argv)
     at = argv.index(TRAINER_MODULE)
     assert argv[at + 1] == JOB_FLAG
     argv[at : at + 3] = ["tuning.sft_trainer"]

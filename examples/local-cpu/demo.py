@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
-from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI
+from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI, generate_text_dataset
 from ado_actuators.sfttrainer.testing.tiny_model import build_tiny_model
 
 HERE = Path(__file__).parent
@@ -44,11 +44,7 @@ def main() -> int:
     with console.status("building a tiny Llama model and tokenizer"):
         model = build_tiny_model(work / "tiny-llama")
     dataset_id = "news-chars-512-entries-4096"
-    subprocess.run(
-        [str(Path(sys.executable).with_name("sfttrainer_generate_dataset_text")),
-         "--dataset-id", dataset_id, "--entries", "256", "--output-dir", str(work / "data")],
-        check=True,
-    )  # fmt: skip
+    generate_text_dataset(work / "data", dataset_id, 256)
 
     ado = AdoCLI(home=work / "ado-config", extra_env=offline)
     config = work / "actuator_configuration.yaml"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI, AdoError
+from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI, AdoError, generate_text_dataset
 from ado_actuators.sfttrainer.testing.tiny_model import build_tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,12 +70,7 @@ def flops_per_token_bounds(model_dir: Path, max_seq: int) -> dict[str, tuple[flo
 def test_operation_measures_valid_rows_and_leaves_failures_unstored(ado, tmp_path):
     model = build_tiny_model(tmp_path / "tiny-llama")
     data = tmp_path / "data"
-    subprocess.run(
-        [str(Path(sys.executable).with_name("sfttrainer_generate_dataset_text")),
-         "--dataset-id", "news-chars-512-entries-4096", "--entries", "64",
-         "--output-dir", str(data)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    generate_text_dataset(data, "news-chars-512-entries-4096", 64)
     config_id = ado.create("actuatorconfiguration", write_yaml(tmp_path / "ac.yaml", {
         "actuatorIdentifier": "SFTTrainer",
         "parameters": {"data_directory": str(data), "hf_home": str(tmp_path / "hf"),

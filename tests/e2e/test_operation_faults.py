@@ -15,8 +15,6 @@ from __future__ import annotations
 import csv
 import os
 import re
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -24,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI, AdoError
+from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI, AdoError, generate_text_dataset
 from ado_actuators.sfttrainer.testing.tiny_model import build_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -57,11 +55,7 @@ def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("faults")
     model = build_tiny_model(root / "tiny-llama")
     data = root / "data"
-    subprocess.run(
-        [str(Path(sys.executable).with_name("sfttrainer_generate_dataset_text")),
-         "--dataset-id", DATASET, "--entries", "16", "--output-dir", str(data)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    generate_text_dataset(data, DATASET, 16)
     python_path = os.pathsep.join(p for p in (str(INJECT), os.environ.get("PYTHONPATH")) if p)
     ado = AdoCLI(home=root / "ado", extra_env={
         "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",

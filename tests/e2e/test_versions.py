@@ -4,15 +4,13 @@ CLI, a local Ray, environments built on the node (uv, the registry), real traini
 from __future__ import annotations
 
 import importlib.metadata
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from ado_actuators.sfttrainer.contract import RankReport
-from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI
+from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI, generate_text_dataset
 from ado_actuators.sfttrainer.testing.tiny_model import build_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -34,11 +32,7 @@ def setup(tmp_path_factory, environments_dir):
         "HF_HOME": str(root / "hf")})  # fmt: skip
     model = build_tiny_model(root / "tiny-llama")
     data = root / "data"
-    subprocess.run(
-        [str(Path(sys.executable).with_name("sfttrainer_generate_dataset_text")),
-         "--dataset-id", DATASET, "--entries", "16", "--output-dir", str(data)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    generate_text_dataset(data, DATASET, 16)
     config_id = ado.create("actuatorconfiguration", write_yaml(root / "ac.yaml", {
         "actuatorIdentifier": "SFTTrainer",
         "parameters": {"data_directory": str(data), "hf_home": str(root / "hf"),

@@ -35,7 +35,7 @@ def measured(tmp_path_factory, tiny_model_dir):
     entity = {
         "model_name": "tiny", "model_max_length": 64, "batch_size": 2, "number_gpus": 2,
         "gpu_model": "NVIDIA-A100-SXM4-80GB", "distributed_backend": "DDP",
-        "dataset_id": DATASET, "max_steps": -1, "num_train_epochs": 100000.0,
+        "dataset_id": DATASET, "max_steps": -1, "num_train_epochs": 10000.0,
         "gradient_accumulation_steps": 1, "torch_dtype": "float32",
         "auto_stop_method": WARMUP_60S_STABLE_120S_OR_10_STEPS,
         "fms_hf_tuning_version": installed_fms_hf_tuning(),

@@ -203,3 +203,23 @@ def test_more_than_a_tenth_of_failed_readings_is_a_problem_fewer_is_not():
 
 def test_ranks_that_sample_no_gpu_have_no_problem():
     assert gpu_sampling_problem([report(0, [(0, 1, 10)])]) is None
+
+
+def test_two_nodes_gpus_all_count_and_dp_tokens_are_per_gpu():
+    def gpu(node, index, compute):
+        return GpuSample(time=100, index=index, node=node, compute_percent=compute,
+                         memory_percent=10, power_watts=100, power_percent=25)  # fmt: skip
+
+    # node-local index 0 exists on both nodes: two GPUs, not one
+    reports = [report(0, [(100, 101, 300)], gpu=[gpu("a#0", 0, 20)]),
+               report(1, [(100, 101, 100)], gpu=[gpu("a#1", 0, 60)])]  # fmt: skip
+    props = benchmark_properties(reports, number_gpus=2, stop_after_seconds=-1)
+    assert (props["gpu_compute_utilization_min"], props["gpu_compute_utilization_max"]) == (20, 60)
+    assert props["dataset_tokens_per_second"] == 400
+    # DP: one process drives 4 GPUs; Hugging Face's per-process figure covers all of them
+    dp = benchmark_properties([report(0, [(0, 1, 10)], world=1)], number_gpus=4, stop_after_seconds=-1)
+    assert dp["train_tokens_per_second"] == 1000.0
+    assert dp["train_tokens_per_gpu_per_second"] == 250.0
+    # number_gpus 0 on two nodes: batch_size is split over the two CPU ranks
+    cpu = benchmark_properties(reports, number_gpus=0, devices=2, stop_after_seconds=-1)
+    assert cpu["dataset_tokens_per_second_per_gpu"] == 200

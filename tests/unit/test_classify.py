@@ -3,7 +3,7 @@
 
 from ado_actuators.sfttrainer.contract import Failure, Outcome, RankReport, StepTiming
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
-from ado_actuators.sfttrainer.execute.process import ProcessResult
+from ado_actuators.sfttrainer.execute.node import NodeRun
 from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured
 
 
@@ -15,13 +15,14 @@ def report(rank, outcome=Outcome.OK, failure=None):
 
 
 def process(tmp_path, returncode=0, watchdog=None, log=""):
-    path = tmp_path / "train.log"
-    path.write_text(log)
-    return ProcessResult(returncode=returncode, stopped_by_watchdog=watchdog, log_path=path, seconds=1)
+    """One node's run as the node task returns it."""
+    signal_name = "SIGKILL" if returncode == -9 else None
+    return NodeRun(returncode=returncode, stopped_by_watchdog=watchdog, log_tail=log,
+                   signal_name=signal_name)  # fmt: skip
 
 
 def classify(reports, proc):
-    return launch_outcome(reports, proc, world_size=2, number_gpus=2, stop_after_seconds=-1)
+    return launch_outcome(reports, [proc], world_size=2, number_gpus=2, stop_after_seconds=-1)
 
 
 def test_success(tmp_path):
@@ -83,3 +84,42 @@ def test_metadata_says_why_figures_are_omitted(tmp_path):
     outcome = classify([report(0), report(1)], process(tmp_path))
     notes = outcome.metadata["notes"]
     assert any(n.startswith("model_tflops_per_device omitted: the trainer did not report") for n in notes)
+
+
+# ---- several nodes ------------------------------------------------------------------------
+
+
+def node(rank, returncode=0, **fields):
+    return NodeRun(machine_rank=rank, hostname=f"host{rank}", returncode=returncode, **fields)
+
+
+def two_nodes(runs, reports):
+    return launch_outcome(reports, runs, world_size=2, number_gpus=2, stop_after_seconds=-1)
+
+
+def test_two_nodes_combine_their_ranks():
+    outcome = two_nodes([node(0), node(1)], [report(0), report(1)])
+    assert isinstance(outcome, Measured)
+    assert outcome.properties["dataset_tokens_per_second"] == 10
+
+
+def test_a_rank_killed_on_one_node_names_that_node_not_the_cancelled_one():
+    runs = [node(0, returncode=None, cancelled=True), node(1, returncode=1, log_tail="rank died")]
+    outcome = two_nodes(runs, [])
+    assert isinstance(outcome, Failed)
+    assert "rank(s) [1] ended without a report on node 1 (host1)" in outcome.reason
+    assert "rank died" in outcome.reason
+
+
+def test_a_node_that_could_not_launch_says_which():
+    runs = [node(0, returncode=None, cancelled=True),
+            node(1, returncode=None, problem="dataset file x does not exist")]  # fmt: skip
+    outcome = two_nodes(runs, [])
+    assert isinstance(outcome, Failed)
+    assert outcome.reason == "dataset file x does not exist on node 1 (host1)"
+
+
+def test_gpu_oom_on_any_node_is_invalid():
+    oom = report(1, Outcome.GPU_OOM, Failure(exception_type="OutOfMemoryError", message="CUDA out of memory"))
+    outcome = two_nodes([node(0, returncode=None, cancelled=True), node(1, returncode=3)], [oom])
+    assert isinstance(outcome, Invalid) and outcome.gpu_oom

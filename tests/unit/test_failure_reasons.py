@@ -12,6 +12,7 @@ import pytest
 
 from ado_actuators.sfttrainer.contract import Failure, Outcome, RankReport
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
+from ado_actuators.sfttrainer.execute.node import NodeRun
 from ado_actuators.sfttrainer.execute.process import ProcessResult, explaining_lines
 from ado_actuators.sfttrainer.trainer.failures import classify
 from ado_actuators.sfttrainer.trainer.input_files import first_bad_json_line
@@ -115,7 +116,8 @@ def test_failed_rank_reason_leads_with_the_explanation_then_its_traceback(tmp_pa
     report = RankReport(rank=0, local_rank=0, world_size=1, hostname="h", outcome=Outcome.ERROR,
                         failure=failure)  # fmt: skip
     result = ProcessResult(returncode=1, stopped_by_watchdog=None, log_path=log, seconds=1)
-    outcome = launch_outcome([report], result, world_size=1, number_gpus=0, stop_after_seconds=-1)
+    run = NodeRun(returncode=result.returncode, log_tail=result.log_tail())  # as the node returns it
+    outcome = launch_outcome([report], [run], world_size=1, number_gpus=0, stop_after_seconds=-1)
     first, *rest = outcome.reason.splitlines()
     assert first == ("training failed: rank 0: ValueError: dataset /d/x.jsonl: line 5 does not "
                      "parse as a JSON object (...)")  # fmt: skip

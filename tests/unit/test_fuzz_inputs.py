@@ -78,12 +78,13 @@ EXPERIMENTS = st.sampled_from(sorted(catalog_data().experiments))
 
 def _plan(request) -> object:
     """What the node does with the request, up to the launch (as execute/node.py's
-    measure_here builds it: keep the two in step)."""
+    run_node builds it, for the first node: keep the two in step)."""
     inputs = request.plan_inputs
     workdir = request.output_root / f"{request.label}-0123abcd"
     return plan_launch(PlanInputs(
         **{**inputs, "aim_repo": inputs.get("aim_repo") or str(workdir / "aim")},
         workdir=workdir, weights_offline=True, python=sys.executable, main_process_port=29500,
+        main_process_ip="10.0.0.1",
     ))  # fmt: skip
 
 
@@ -92,7 +93,7 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 def _check_plan(plan) -> None:
-    for node in plan.nodes:
+    for node in [plan.node]:
         assert all(type(word) is str and "\x00" not in word for word in node.argv), node.argv
     assert _inside(plan.workdir, OUTPUT_DIR), plan.workdir
     assert _inside(plan.dataset_path, DATA_DIR), plan.dataset_path
@@ -119,7 +120,7 @@ PARAMS = SFTTrainerParameters(
 def test_any_entity_ends_in_a_named_error_invalid_or_a_safe_plan(values, experiment):
     planned = []
 
-    def plan_instead_of_launching(request, resources):
+    def plan_instead_of_launching(request, resources, **_options):
         try:
             plan = _plan(request)
         except PlanError as error:

@@ -1,6 +1,6 @@
 """Which Ray node can run a measurement, and what a user is told when none can."""
 
-from ado_actuators.sfttrainer.execute.ray_tasks import placement
+from ado_actuators.sfttrainer.execute.cluster import node_task_options, placement, unplaceable_reason
 from ado_actuators.sfttrainer.plan.launch import ResourceRequest
 
 CPU_NODE = {"Alive": True, "Resources": {"CPU": 2.0, "memory": 1e9, "node:10.0.0.1": 1.0}}
@@ -26,3 +26,26 @@ def test_infeasible_request_says_what_the_cluster_offers():
     assert "NVIDIA-H100-PCIe" in reason and "NVIDIA-A100-SXM4-80GB=8" in reason
     assert "node:" not in reason
     assert isinstance(placement(ResourceRequest(cpus=2, gpus=1), [DEAD_GPU_NODE, CPU_NODE]), str)
+
+
+WORKER = {"Alive": True, "Resources": {"CPU": 64.0, "GPU": 8.0, "NVIDIA-A100-SXM4-80GB": 8.0,
+                                       "full-worker": 1.0, "node:10.0.0.2": 1.0}}  # fmt: skip
+BUNDLE = {"CPU": 16.0, "GPU": 8.0, "NVIDIA-A100-SXM4-80GB": 8.0, "full-worker": 1.0}
+
+
+def test_unplaced_nodes_say_what_the_cluster_lacks():
+    too_few = unplaceable_reason(BUNDLE, 3, [WORKER, WORKER, CPU_NODE], waited=30)
+    assert "could not place 3 nodes" in too_few and "within 30 s" in too_few
+    assert "only 2 node(s) offer that much" in too_few
+    assert "full-worker=1" in too_few and "placement_timeout_seconds" in too_few
+    no_roce = unplaceable_reason({**BUNDLE, "RoCE": 1.0}, 2, [WORKER, WORKER], waited=30)
+    assert "no node offers RoCE" in no_roce
+    busy = unplaceable_reason(BUNDLE, 2, [WORKER, WORKER], waited=30)
+    assert "stayed in use" in busy
+
+
+def test_node_task_options_carry_an_optional_runtime_env():
+    plain = node_task_options(num_cpus=2, num_gpus=0, resources={})
+    assert plain == {"max_retries": 0, "num_cpus": 2, "num_gpus": 0, "resources": {}}
+    env = {"pip": ["fms-hf-tuning==3.2.2"]}
+    assert node_task_options(num_cpus=2, num_gpus=0, resources={}, runtime_env=env)["runtime_env"] == env

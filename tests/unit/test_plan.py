@@ -11,7 +11,8 @@ from ado_actuators.sfttrainer.contract import JOB_FLAG
 from ado_actuators.sfttrainer.plan.launch import PlanError, PlanInputs, plan_launch, plan_resources
 
 
-def inputs(experiment="finetune_full_benchmark-v1.0.0", use_cpu=False, **overrides):
+def inputs(experiment="finetune_full_benchmark-v1.0.0", use_cpu=False, machine_rank=0,
+           main_process_ip=None, **overrides):  # fmt: skip
     definition = catalog_data().experiment(experiment)
     base = {"model_name": "granite-3.1-2b", "model_max_length": 512, "batch_size": 8,
             "number_gpus": 1, "gpu_model": "NVIDIA-A100-SXM4-80GB"}  # fmt: skip
@@ -27,6 +28,8 @@ def inputs(experiment="finetune_full_benchmark-v1.0.0", use_cpu=False, **overrid
         main_process_port=29511,
         aim_repo="/work/m1/aim",
         use_cpu=use_cpu,
+        machine_rank=machine_rank,
+        main_process_ip=main_process_ip,
     )
 
 
@@ -36,7 +39,7 @@ def option(argv, flag):
 
 def test_single_device_runs_the_trainer_directly_with_the_spec_command_line():
     plan = plan_launch(inputs(max_steps=3))
-    (node,) = plan.nodes
+    node = plan.node
     argv = node.argv
     assert argv[:5] == ["/venv/bin/python", "-m", "ado_actuators.sfttrainer.trainer", JOB_FLAG,
                         "/work/m1/job.json"]  # fmt: skip
@@ -57,7 +60,7 @@ def test_single_device_runs_the_trainer_directly_with_the_spec_command_line():
 def test_max_steps_bounds_the_entries_trained_on():
     plan = plan_launch(inputs(max_steps=3, batch_size=4, gradient_accumulation_steps=2))
     assert plan.dataset_entries_needed == 3 * 4 * 2
-    assert option(plan.nodes[0].argv, "--training_data_path") == str(plan.training_data_path)
+    assert option(plan.node.argv, "--training_data_path") == str(plan.training_data_path)
     assert plan.training_data_path != plan.dataset_path
     unbounded = plan_launch(inputs())
     assert unbounded.dataset_entries_needed is None
@@ -67,7 +70,7 @@ def test_max_steps_bounds_the_entries_trained_on():
 def test_multi_gpu_fsdp_uses_accelerate_with_the_spec_config():
     plan = plan_launch(inputs(number_gpus=4, fsdp_sharding_strategy="HYBRID_SHARD",
                               accelerate_config_fsdp_transformer_layer_cls_to_wrap="LlamaDecoderLayer"))
-    (node,) = plan.nodes
+    node = plan.node
     assert node.argv[1:3] == ["-m", "accelerate.commands.launch"]
     assert option(node.argv, "--num_processes") == "4"
     assert option(node.argv, "--per_device_train_batch_size") == "2"
@@ -87,9 +90,9 @@ def test_multi_gpu_fsdp_uses_accelerate_with_the_spec_config():
 
 
 def test_ddp_and_cpu_variants():
-    ddp = plan_launch(inputs(number_gpus=2, distributed_backend="DDP")).nodes[0].accelerate_config
+    ddp = plan_launch(inputs(number_gpus=2, distributed_backend="DDP")).node.accelerate_config
     assert ddp["distributed_type"] == "MULTI_GPU" and "fsdp_config" not in ddp
-    cpu = plan_launch(inputs(number_gpus=2, use_cpu=True)).nodes[0].accelerate_config
+    cpu = plan_launch(inputs(number_gpus=2, use_cpu=True)).node.accelerate_config
     assert cpu["use_cpu"] is True
     assert plan_launch(inputs(number_gpus=2, use_cpu=True)).env["ACCELERATE_USE_CPU"] == "true"
     assert cpu["fsdp_config"]["fsdp_sync_module_states"] is False
@@ -105,13 +108,13 @@ def test_cpu_only_entity_hides_gpus_and_asks_for_two_cores():
 
 def test_lora_pt_and_gptq_command_lines():
     lora = plan_launch(inputs("finetune_lora_benchmark-v1.0.0", model_name="granite-13b-v2", r=8))
-    argv = lora.nodes[0].argv
+    argv = lora.node.argv
     assert option(argv, "--peft_method") == "lora"
     assert argv[argv.index("--target_modules") + 1 : argv.index("--target_modules") + 3] == ["c_attn", "c_proj"]
     assert option(argv, "--r") == "8" and option(argv, "--lora_alpha") == "16"
-    pt = plan_launch(inputs("finetune_pt_benchmark-v1.0.0")).nodes[0].argv
+    pt = plan_launch(inputs("finetune_pt_benchmark-v1.0.0")).node.argv
     assert option(pt, "--peft_method") == "pt" and "--r" not in pt
-    gptq = plan_launch(inputs("finetune_gptq-lora_benchmark-v1.0.0", model_name="llama-7b")).nodes[0].argv
+    gptq = plan_launch(inputs("finetune_gptq-lora_benchmark-v1.0.0", model_name="llama-7b")).node.argv
     assert option(gptq, "--torch_dtype") == "float16"
     assert option(gptq, "--auto_gptq") == "triton_v2"
     i = gptq.index("--fast_kernels")
@@ -122,21 +125,25 @@ def test_lora_pt_and_gptq_command_lines():
 
 def test_stability_runs_five_steps():
     plan = plan_launch(inputs("finetune_full_stability-v1.0.0", batch_size=2))
-    assert option(plan.nodes[0].argv, "--max_steps") == "5"
+    assert option(plan.node.argv, "--max_steps") == "5"
     assert plan.dataset_entries_needed == 5 * 2 * 4
 
 
 def test_values_stay_single_arguments_never_shell_text():
     hostile = inputs().model_copy(update={"dataset_path": Path("/data/a b; rm -rf ~ #.jsonl"),
                                           "model_location": "$(reboot)"})
-    argv = plan_launch(hostile).nodes[0].argv
+    argv = plan_launch(hostile).node.argv
     assert option(argv, "--training_data_path") == "/data/a b; rm -rf ~ #.jsonl"
     assert option(argv, "--model_name_or_path") == "$(reboot)"
 
 
 def test_unsupported_settings_are_plan_errors_naming_the_field():
-    with pytest.raises(PlanError, match="number_nodes"):
-        plan_launch(inputs(number_gpus=2, number_nodes=2))
+    with pytest.raises(PlanError, match="distributed_backend None .* use distributed_backend DDP or FSDP"):
+        plan_launch(inputs(number_gpus=4, number_nodes=2, distributed_backend="None",
+                           main_process_ip="10.0.0.1"))  # fmt: skip
+    with pytest.raises(PlanError, match="batch_size 3 is not divisible by number_nodes 2"):
+        plan_launch(inputs(number_gpus=0, gpu_model=None, number_nodes=2, batch_size=3,
+                           main_process_ip="10.0.0.1"))  # fmt: skip
     with pytest.raises(PlanError, match="dataset_kwargs_skip_prepare_dataset: fms-hf-tuning 3.0.0"):
         plan_launch(inputs(dataset_kwargs_skip_prepare_dataset=True, fms_hf_tuning_version="3.0.0"))
 
@@ -151,11 +158,11 @@ def test_stop_after_seconds_and_labels_reach_the_trainer_job():
 def test_vision_datasets_name_their_image_and_conversation_columns():
     vision = inputs(dataset_id="vision-384x384-16384plus-entries-4096").model_copy(
         update={"text_field": "messages", "image_field": "images", "conversation_field": "messages"})
-    argv = plan_launch(vision).nodes[0].argv
+    argv = plan_launch(vision).node.argv
     assert option(argv, "--dataset_image_field") == "images"
     assert option(argv, "--dataset_conversation_field") == "messages"
     assert option(argv, "--dataset_text_field") == "messages"
-    text = plan_launch(inputs()).nodes[0].argv
+    text = plan_launch(inputs()).node.argv
     assert "--dataset_image_field" not in text and "--dataset_conversation_field" not in text
 
 
@@ -163,3 +170,64 @@ def test_local_or_cached_weights_train_offline_from_hf_homes_cache():
     plan = plan_launch(inputs().model_copy(update={"weights_offline": True}))
     assert plan.env["HF_HUB_OFFLINE"] == "1" and plan.env["HF_HUB_CACHE"] == "/hf/hub"
     assert "HF_HUB_OFFLINE" not in plan_launch(inputs()).env
+
+
+def test_each_node_of_a_multi_node_run_gets_its_machine_rank_and_rank_0s_address():
+    entity = dict(number_gpus=16, number_nodes=2, batch_size=32, distributed_backend="DDP",
+                  main_process_ip="10.1.2.3")  # fmt: skip
+    plans = [plan_launch(inputs(machine_rank=rank, **entity)) for rank in (0, 1)]
+    for rank, plan in enumerate(plans):
+        config = plan.node.accelerate_config
+        assert plan.node.machine_rank == config["machine_rank"] == rank
+        assert (config["num_machines"], config["num_processes"]) == (2, 16)
+        assert (config["main_process_ip"], config["main_process_port"]) == ("10.1.2.3", 29511)
+        # accelerate's --num_processes is the total over all machines, as in the spec
+        assert option(plan.node.argv, "--num_processes") == "16"
+        assert option(plan.node.argv, "--per_device_train_batch_size") == "2"
+        assert plan.world_size == 16 and plan.processes_per_node == 8
+        assert plan.job.gpu_indices == list(range(8))
+        assert plan.env["NCCL_IB_DISABLE"] == "1"
+    assert plans[0].node.argv == plans[1].node.argv  # the config file carries the rank
+
+
+def test_multi_node_bundles_ask_for_a_full_worker_and_roce_when_enabled():
+    values = inputs(number_gpus=16, number_nodes=2, enable_roce=True).values
+    resources = plan_resources(values)
+    assert (resources.cpus, resources.gpus) == (16, 8)
+    assert resources.custom == {"NVIDIA-A100-SXM4-80GB": 8.0, "full-worker": 1.0, "RoCE": 1.0}
+    assert resources.bundle() == {"CPU": 16.0, "GPU": 8.0, **resources.custom}
+    plan = plan_launch(inputs(number_gpus=16, number_nodes=2, enable_roce=True,
+                              main_process_ip="10.1.2.3"))  # fmt: skip
+    assert plan.env["NCCL_IB_DISABLE"] == "0"
+    # one node: neither resource, and RoCE is a multi-node setting
+    single = plan_resources(inputs(number_gpus=8, enable_roce=True).values)
+    assert single.custom == {"NVIDIA-A100-SXM4-80GB": 8.0}
+    assert "NCCL_IB_DISABLE" not in plan_launch(inputs(number_gpus=8, enable_roce=True)).env
+
+
+def test_cpu_nodes_train_one_gloo_rank_each_and_split_the_batch():
+    plan = plan_launch(inputs(number_gpus=0, gpu_model=None, number_nodes=2, batch_size=4,
+                              distributed_backend="DDP", machine_rank=1,
+                              main_process_ip="10.1.2.3"))  # fmt: skip
+    assert plan.world_size == 2 and plan.processes_per_node == 1
+    assert option(plan.node.argv, "--num_processes") == "2"
+    assert option(plan.node.argv, "--per_device_train_batch_size") == "2"
+    config = plan.node.accelerate_config
+    assert config["use_cpu"] is True and config["machine_rank"] == 1
+    assert plan.env["ACCELERATE_USE_CPU"] == "true" and plan.env["CUDA_VISIBLE_DEVICES"] == ""
+    resources = plan_resources(inputs(number_gpus=0, gpu_model=None, number_nodes=2).values)
+    assert resources.bundle() == {"CPU": 2.0}  # no GPUs: no full-worker needed
+
+
+def test_data_parallel_is_one_process_seeing_every_gpu_of_the_node():
+    plan = plan_launch(inputs(number_gpus=4, batch_size=8, distributed_backend="None"))
+    argv = plan.node.argv
+    assert argv[:3] == ["/venv/bin/python", "-m", "ado_actuators.sfttrainer.trainer"]
+    assert "accelerate.commands.launch" not in argv and plan.node.accelerate_config is None
+    # HF's Trainer wraps the model in DataParallel: each GPU gets batch_size / number_gpus
+    assert option(argv, "--per_device_train_batch_size") == "2"
+    assert plan.world_size == 1 and plan.processes_per_node == 1
+    assert plan.job.gpu_indices == [0, 1, 2, 3]
+    assert "CUDA_VISIBLE_DEVICES" not in plan.env and "ACCELERATE_USE_CPU" not in plan.env
+    assert plan.resources_per_node.gpus == 4
+    assert inputs(distributed_backend="None").values.distributed_backend == "None"  # stored as asked

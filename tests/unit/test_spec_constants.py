@@ -98,7 +98,7 @@ def test_fsdp_config_is_the_specs():
     ours = plan(fsdp_sharding_strategy="HYBRID_SHARD", fsdp_state_dict_type="SHARDED_STATE_DICT",
                 accelerate_config_mixed_precision="bf16",
                 accelerate_config_fsdp_transformer_layer_cls_to_wrap="LlamaDecoderLayer",
-                ).nodes[0].accelerate_config  # fmt: skip
+                ).node.accelerate_config  # fmt: skip
     spec_fsdp, our_fsdp = spec.pop("fsdp_config"), dict(ours.pop("fsdp_config"))
     assert ours == spec
     assert {k: our_fsdp[k] for k in spec_fsdp} == spec_fsdp
@@ -107,11 +107,11 @@ def test_fsdp_config_is_the_specs():
 
 def test_ddp_config_is_the_specs():
     ours = plan(distributed_backend="DDP", accelerate_config_mixed_precision="fp16")
-    assert ours.nodes[0].accelerate_config == yaml.safe_load(SPEC_DDP)
+    assert ours.node.accelerate_config == yaml.safe_load(SPEC_DDP)
 
 
 def test_fixed_sft_trainer_arguments_are_the_specs():
-    argv = plan().nodes[0].argv
+    argv = plan().node.argv
     ours = dict(zip(argv, argv[1:]))
     words = shlex.split(SPEC_COMMAND.replace("--gradient_checkpointing_kwargs=", "--gradient_checkpointing_kwargs "))
     spec = dict(zip(words[::2], words[1::2]))

@@ -1,4 +1,4 @@
-"""A finished launch (exit status + rank reports) -> Outcome. Pure."""
+"""A finished launch (each node's exit status + every rank's report) -> Outcome. Pure."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 from ado_actuators.sfttrainer.contract import Outcome as RankOutcome
 from ado_actuators.sfttrainer.contract import RankReport
-from ado_actuators.sfttrainer.execute.process import ProcessResult
+from ado_actuators.sfttrainer.execute.node import NodeRun
 from ado_actuators.sfttrainer.metrics import flops
 from ado_actuators.sfttrainer.metrics.aggregate import (
     NoTrainingSteps,
@@ -39,29 +39,53 @@ def _describe(report: RankReport) -> str:
     return f"rank {report.rank}: {kind}: {failure.message}"
 
 
+def _where(run: NodeRun, runs: list[NodeRun]) -> str:
+    return f" on node {run.machine_rank} ({run.hostname})" if len(runs) > 1 else ""
+
+
+def _tails(runs: list[NodeRun], multi_node: bool) -> str:
+    if not multi_node:
+        return runs[0].log_tail
+    return "\n".join(
+        f"--- node {r.machine_rank} ({r.hostname}):\n{r.log_tail}" for r in runs if r.log_tail
+    )
+
+
 def launch_outcome(
     reports: list[RankReport],
-    process: ProcessResult,
+    runs: list[NodeRun],
     *,
     world_size: int,
     number_gpus: int,
     stop_after_seconds: float,
     gpu_model: str | None = None,
+    devices: int | None = None,
 ) -> Outcome:
-    """GPU OOM in any rank wins (other ranks then fail in collectives); then any failure."""
+    """Every node's reports and exit -> one outcome.
+
+    GPU OOM in any rank wins (other ranks then fail in collectives); then a node the
+    watchdog stopped or that could not launch; then any rank's failure. A node cancelled
+    because another failed is not the news: the node that failed first is.
+    """
     oom = [r for r in reports if r.outcome is RankOutcome.GPU_OOM]
     if oom:
         return Invalid(reason=f"GPU out of memory: {_describe(oom[0])}", gpu_oom=True)
-    tail = process.log_tail()
-    if process.stopped_by_watchdog:
+    ran = [r for r in runs if not r.cancelled] or runs
+    tail = _tails(ran, multi_node=len(runs) > 1)
+    if stalled := next((r for r in ran if r.stopped_by_watchdog), None):
         return Failed(
-            f"the training was stopped: {process.stopped_by_watchdog}; a process hung (e.g. "
-            f"waiting on a dead peer), or the job is silent longer than that on purpose: then "
-            f"raise stall_timeout_seconds.\nLog tail:\n{tail}"
+            f"the training was stopped{_where(stalled, runs)}: {stalled.stopped_by_watchdog}; "
+            f"a process hung (e.g. waiting on a dead peer), or the job is silent longer than "
+            f"that on purpose: then raise stall_timeout_seconds.\nLog tail:\n{tail}"
         )
+    if unlaunched := next((r for r in ran if r.problem), None):
+        return Failed(f"{unlaunched.problem}{_where(unlaunched, runs)}")
     errors = [r for r in reports if r.outcome is RankOutcome.ERROR]
-    missing = sorted(set(range(world_size)) - {r.rank for r in reports})
-    if errors or missing or process.returncode != 0:
+    per_node = world_size // max(1, len(runs))
+    expected = {n.machine_rank * per_node + i for n in ran for i in range(per_node)}
+    missing = sorted(expected - {r.rank for r in reports})
+    exited = [r for r in ran if r.returncode != 0]
+    if errors or missing or exited:
         if not errors and _GPU_OOM_IN_LOG.search(tail):
             return Invalid(reason="GPU out of memory (from the training log)", gpu_oom=True)
         refused = [r for r in errors if r.failure and
@@ -76,13 +100,15 @@ def launch_outcome(
                 # the rank's own traceback says more than a log full of other ranks' noise
                 label, tail = f"Traceback of rank {errors[0].rank}", errors[0].failure.traceback_tail
         elif missing:
-            died = f" (the launcher exited by {process.signal_name})" if process.signal_name else ""
+            first = next(n for n in ran if n.machine_rank == missing[0] // per_node)
+            signals = [f"{r.signal_name}{_where(r, runs)}" for r in ran if r.signal_name]
+            died = f" (the launcher exited by {', '.join(signals)})" if signals else ""
             why = (
-                f"rank(s) {missing} ended without a report{died}: killed from outside, or "
-                f"by the kernel's out-of-memory killer (check the node's memory)"
+                f"rank(s) {missing} ended without a report{_where(first, runs)}{died}: killed "
+                f"from outside, or by the kernel's out-of-memory killer (check the node's memory)"
             )
         else:
-            why = f"the launcher exited with status {process.returncode}"
+            why = f"the launcher exited with status {exited[0].returncode}{_where(exited[0], runs)}"
         return Failed(f"training failed: {why}\n{label}:\n{tail}")
     since = warmup_end(reports)
     completed = {TRAINING_COMPLETED: True}
@@ -93,6 +119,7 @@ def launch_outcome(
             stop_after_seconds=stop_after_seconds,
             since=since,
             gpu_model=gpu_model,
+            devices=devices,
         )
     except NoTrainingSteps as error:
         return Failed(f"training produced no measurement: {error}. Log tail:\n{tail}", completed)

@@ -1,4 +1,4 @@
-"""One measurement on the node this code runs on: plan, prepare, launch, classify."""
+"""A measurement's part on the node this code runs on: plan, prepare, launch, collect."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pydantic
 
 from ado_actuators.sfttrainer import hf_cache
 from ado_actuators.sfttrainer.catalog import datasets
+from ado_actuators.sfttrainer.contract import Outcome as RankOutcome
 from ado_actuators.sfttrainer.contract import RankReport
 from ado_actuators.sfttrainer.execute import environment, workspace
-from ado_actuators.sfttrainer.execute.classify import launch_outcome
 from ado_actuators.sfttrainer.execute.process import run_process
-from ado_actuators.sfttrainer.outcomes import Failed, Outcome
+from ado_actuators.sfttrainer.outcomes import Failed
 from ado_actuators.sfttrainer.plan.launch import PlanError, PlanInputs, plan_launch
 
 
@@ -36,6 +36,56 @@ class NodeRequest(pydantic.BaseModel):
     label: str
     stall_timeout: float
     environment: environment.EnvironmentRequest
+    run_name: str = pydantic.Field(
+        default_factory=lambda: uuid.uuid4().hex[:8],
+        description="Names the measurement's directory; the same on every node of a run.",
+    )
+
+    def workdir(self, machine_rank: int, number_nodes: int) -> Path:
+        """Each node its own directory, also where nodes share a filesystem."""
+        base = self.output_root / f"{self.label}-{self.run_name}"
+        return base / f"node-{machine_rank}" if number_nodes > 1 else base
+
+
+class Rendezvous(pydantic.BaseModel):
+    """Where the ranks of a multi-node measurement meet: rank 0's node, a port free there."""
+
+    ip: str
+    port: int
+
+
+class NodeRun(pydantic.BaseModel):
+    """What one node's part of a measurement left: its ranks' reports and how it ended.
+
+    Built on the node and returned through Ray, so nothing needs a shared filesystem."""
+
+    machine_rank: int = 0
+    hostname: str = ""
+    cancelled: bool = pydantic.Field(
+        default=False, description="Stopped because another node of the measurement failed."
+    )
+    problem: str | None = pydantic.Field(
+        default=None, description="Why this node did not launch (or was stopped), if so."
+    )
+    returncode: int | None = None
+    signal_name: str | None = None
+    stopped_by_watchdog: str | None = None
+    log_tail: str = ""
+    reports: list[RankReport] = pydantic.Field(default_factory=list)
+    workdir: str | None = None
+    log_path: str | None = None
+    environment: dict | None = pydantic.Field(
+        default=None, description="Which environment trained (execute/environment.py)."
+    )
+
+    @property
+    def succeeded(self) -> bool:
+        return (
+            not self.cancelled
+            and self.problem is None
+            and self.returncode == 0
+            and all(r.outcome is RankOutcome.OK for r in self.reports)
+        )
 
 
 def download_hint(model_name: str, weights_format: str, location: str, hf_home: str) -> str:
@@ -90,77 +140,81 @@ def weights_problem(location: str, hf_home: str, hint: str) -> tuple[str | None,
     return None, False
 
 
-def measure_here(request: NodeRequest) -> Outcome:
+def run_node(
+    request: NodeRequest, machine_rank: int = 0, rendezvous: Rendezvous | None = None
+) -> NodeRun:
+    """This node's part of the measurement: check inputs, plan, prepare, launch, collect."""
     inputs = request.plan_inputs
+    values = inputs["values"]
+    here = NodeRun(machine_rank=machine_rank, hostname=os.uname().nodename)
     location, hf_home = inputs["model_location"], inputs["hf_home"]
-    hint = download_hint(
-        inputs["values"].model_name, inputs["definition"].weights_format, location, hf_home
-    )
+    hint = download_hint(values.model_name, inputs["definition"].weights_format, location, hf_home)
     writes = {"hf_home": hf_home, "output_dir": str(request.output_root.parent)}
     if inputs.get("aim_repo") and "://" not in inputs["aim_repo"]:
         writes["aim_db"] = inputs["aim_repo"]
     for setting, directory in writes.items():
         if why := workspace.unwritable(Path(directory).expanduser()):
-            return Failed(
-                f"{setting} {directory} cannot be written on {os.uname().nodename} ({why}); "
+            return here.model_copy(update={"problem": (
+                f"{setting} {directory} cannot be written on {here.hostname} ({why}); "
                 f"set {setting} to a directory every node can write"
-            )
+            )})  # fmt: skip
     problem, offline = weights_problem(location, hf_home, hint)
     if problem:
-        return Failed(problem)
+        return here.model_copy(update={"problem": problem})
     dataset = Path(inputs["dataset_path"])
     if not dataset.is_file():
-        command = " ".join(datasets.creation_command(inputs["values"].dataset_id, dataset))
-        return Failed(
-            f"dataset file {dataset} does not exist on {os.uname().nodename}; "
+        command = " ".join(datasets.creation_command(values.dataset_id, dataset))
+        return here.model_copy(update={"problem": (
+            f"dataset file {dataset} does not exist on {here.hostname}; "
             f"create it with: {command}"
-        )
-    values = inputs["values"]
+        )})  # fmt: skip
     on_gpus = values.number_gpus > 0 and not inputs.get("use_cpu")
     chosen = environment.choose(values, inputs["definition"], request.environment, on_gpus=on_gpus)
     if isinstance(chosen, Failed):
-        return chosen
-    workdir = request.output_root / f"{request.label}-{uuid.uuid4().hex[:8]}"
+        return here.model_copy(update={"problem": chosen.reason})
+    workdir = request.workdir(machine_rank, values.number_nodes)
     # No aim_db, no AIM: a temporary repository would cost ~2 s per measurement (import,
     # repository creation) to be deleted unread; the rank reports carry every sample.
-    inputs = PlanInputs(
+    plan_inputs = PlanInputs(
         **inputs,
         workdir=workdir,
         weights_offline=offline,
         python=chosen.python,
-        main_process_port=workspace.free_port(),
+        machine_rank=machine_rank,
+        main_process_ip=rendezvous.ip if rendezvous else None,
+        main_process_port=rendezvous.port if rendezvous else workspace.free_port(),
     )
     try:
-        plan = plan_launch(inputs)
+        plan = plan_launch(plan_inputs)
     except PlanError as error:
-        return Failed(str(error))
+        return here.model_copy(update={"problem": str(error)})
     try:
         workspace.prepare(plan)
     except workspace.MalformedDataset as error:
-        return Failed(str(error))
+        return here.model_copy(update={"problem": str(error)})
     except OSError as error:
-        return Failed(f"cannot prepare the measurement directory {workdir}: {error}")
+        return here.model_copy(
+            update={"problem": f"cannot prepare the measurement directory {workdir}: {error}"}
+        )
     result = run_process(
-        plan.nodes[0].argv,
+        plan.node.argv,
         env={**os.environ, **plan.env},
         cwd=workdir,
         log_path=workdir / "train.log",
         stall_timeout=request.stall_timeout,
         activity_paths=(plan.report_dir,),
     )
-    reports = RankReport.read_all(plan.report_dir)
-    outcome = launch_outcome(
-        reports,
-        result,
-        world_size=plan.world_size,
-        number_gpus=inputs.values.number_gpus,
-        stop_after_seconds=inputs.values.stop_after_seconds,
-        gpu_model=inputs.values.gpu_model,
-    )
-    outcome.metadata.update(
-        {"workdir": str(workdir), "log": str(result.log_path), "environment": chosen.metadata}
-    )
+    run = here.model_copy(update={
+        "returncode": result.returncode,
+        "signal_name": result.signal_name,
+        "stopped_by_watchdog": result.stopped_by_watchdog,
+        "log_tail": result.log_tail(),
+        "reports": RankReport.read_all(plan.report_dir),
+        "workdir": str(workdir),
+        "log_path": str(result.log_path),
+        "environment": chosen.metadata,
+    })  # fmt: skip
     if plan.training_data_path != plan.dataset_path:
         plan.training_data_path.unlink(missing_ok=True)
     shutil.rmtree(workdir / "output", ignore_errors=True)
-    return outcome
+    return run

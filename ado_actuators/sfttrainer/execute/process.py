@@ -11,6 +11,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
+
 from ado_actuators.sfttrainer.pdeathsig import die_with_parent
 
 TERMINATE_GRACE_SECONDS = 15.0
@@ -91,15 +93,37 @@ def _signal_group(process: subprocess.Popen, sig: signal.Signals) -> None:
         pass
 
 
+def _descendants(process: subprocess.Popen) -> list[psutil.Process]:
+    """The launcher's process tree now. torchrun starts each rank in a session of its own,
+    so signalling the launcher's process group does not reach the ranks."""
+    try:
+        return psutil.Process(process.pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _signal_all(processes: list[psutil.Process], sig: signal.Signals) -> None:
+    for proc in processes:
+        try:
+            proc.send_signal(sig)
+        except psutil.Error:
+            pass
+
+
 def _stop_group(process: subprocess.Popen) -> None:
-    """SIGTERM the whole process group (launcher and ranks), SIGKILL it after a grace."""
+    """SIGTERM the launcher's group and every rank (each writes its report), SIGKILL all of
+    them after a grace."""
+    tree = _descendants(process)
     _signal_group(process, signal.SIGTERM)
+    _signal_all(tree, signal.SIGTERM)
     try:
         process.wait(timeout=TERMINATE_GRACE_SECONDS)
     except subprocess.TimeoutExpired:
         pass
-    # Even when the launcher exited, ranks of its group may linger.
+    psutil.wait_procs(tree, timeout=max(1.0, TERMINATE_GRACE_SECONDS / 3))
+    # Even when the launcher exited, ranks of its tree may linger.
     _signal_group(process, signal.SIGKILL)
+    _signal_all(tree + _descendants(process), signal.SIGKILL)
     process.wait()
 
 
@@ -150,7 +174,8 @@ def run_process(
     finally:
         if process.poll() is None:
             _stop_group(process)
-        # Ranks are in the launcher's session: make sure none outlives it.
+        # Nothing of the launcher's group outlives it; ranks that torchrun put in sessions of
+        # their own die with the launcher (their parent-death signal).
         _signal_group(process, signal.SIGKILL)
     return ProcessResult(
         returncode=process.wait(),

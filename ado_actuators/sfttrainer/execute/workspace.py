@@ -40,7 +40,7 @@ def prepare(plan: LaunchPlan) -> None:
     plan.workdir.mkdir(parents=True, exist_ok=True)
     plan.report_dir.mkdir(parents=True, exist_ok=True)
     plan.job_path.write_text(plan.job.model_dump_json(indent=1))
-    accelerate = plan.nodes[0].accelerate_config
+    accelerate = plan.node.accelerate_config
     if accelerate is not None:
         plan.accelerate_config_path.write_text(yaml.safe_dump(accelerate, sort_keys=False))
     if plan.training_data_path != plan.dataset_path:

@@ -134,8 +134,11 @@ def benchmark_properties(
     stop_after_seconds: float,
     since: float | None = None,
     gpu_model: str | None = None,
+    devices: int | None = None,
 ) -> dict[str, float]:
-    """Properties of a successful run. `since` excludes everything before it (warm-up)."""
+    """Properties of a successful run over every rank of every node. `since` excludes
+    everything before it (warm-up). `devices`: what batch_size was split over, when not the
+    GPUs (number_gpus 0 on several nodes: one CPU rank each)."""
     per_rank = {r.rank: window_steps(r, since) for r in reports}
     steps = [s for rank_steps in per_rank.values() for s in rank_steps]
     if not steps:
@@ -144,7 +147,7 @@ def benchmark_properties(
     if runtime <= 0:
         raise NoTrainingSteps(f"non-positive training time {runtime}")
     tokens = sum(s.dataset_tokens for s in steps)
-    devices = max(1, number_gpus)
+    devices = max(1, number_gpus if devices is None else devices)
     rank0 = min(reports, key=lambda r: r.rank)
     rank0_steps = per_rank[rank0.rank]
 
@@ -165,7 +168,7 @@ def benchmark_properties(
         ),
         "is_valid": 1,
     }
-    props |= _hugging_face_figures(reports, steps, rank0_steps, runtime, since)
+    props |= _hugging_face_figures(reports, steps, rank0_steps, runtime, since, devices)
     if stop_after_seconds > 0:
         # the spec omits them when training is stopped by time
         props.pop("train_tokens_per_second", None)
@@ -192,7 +195,9 @@ def benchmark_properties(
     return props
 
 
-def _hugging_face_figures(reports, steps, rank0_steps, runtime, since) -> dict[str, float]:
+def _hugging_face_figures(
+    reports, steps, rank0_steps, runtime, since, devices
+) -> dict[str, float]:
     """train_samples/steps/tokens_*: Hugging Face's whole-run figures, or the window's.
 
     With warm-up excluded (`since`), HF's figures would cover a different span than every
@@ -201,13 +206,12 @@ def _hugging_face_figures(reports, steps, rank0_steps, runtime, since) -> dict[s
     """
     rank0 = min(reports, key=lambda r: r.rank)
     if since is not None:
-        processes = max(1, rank0.world_size)
         padded = sum(s.padded_tokens for s in steps)
         return {
             "train_samples_per_second": sum(s.samples for s in steps) / runtime,
             "train_steps_per_second": len(rank0_steps) / runtime,
             "train_tokens_per_second": padded / runtime,
-            "train_tokens_per_gpu_per_second": padded / runtime / processes,
+            "train_tokens_per_gpu_per_second": padded / runtime / devices,
         }
     hf, props = rank0.hf_metrics, {}
     if hf.train_samples_per_second is not None:
@@ -215,9 +219,11 @@ def _hugging_face_figures(reports, steps, rank0_steps, runtime, since) -> dict[s
     if hf.train_steps_per_second is not None:
         props["train_steps_per_second"] = hf.train_steps_per_second
     if hf.train_tokens_per_second is not None:
-        # Hugging Face's figure is per process, estimated from the first padded batch.
-        props["train_tokens_per_gpu_per_second"] = hf.train_tokens_per_second
-        props["train_tokens_per_second"] = hf.train_tokens_per_second * rank0.world_size
+        # Hugging Face's figure is per process, estimated from the first padded batch; one
+        # DP process feeds several GPUs.
+        total = hf.train_tokens_per_second * rank0.world_size
+        props["train_tokens_per_second"] = total
+        props["train_tokens_per_gpu_per_second"] = total / devices
     return props
 
 

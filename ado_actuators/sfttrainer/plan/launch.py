@@ -16,6 +16,12 @@ from ado_actuators.sfttrainer.plan.environments import skip_prepare_dataset_prob
 TRAINER_MODULE = "ado_actuators.sfttrainer.trainer"
 MIN_CPUS_PER_NODE = 2
 CPUS_PER_GPU = 2
+FULL_WORKER = "full-worker"
+"""Ray custom resource of a worker that is a whole machine (the spec's RayCluster setup)."""
+ROCE = "RoCE"
+"""Ray custom resource of a worker whose NICs do RDMA over Converged Ethernet."""
+DATA_PARALLEL = "None"
+"""distributed_backend value of the spec's DP: one process driving all of a node's GPUs."""
 
 
 class PlanError(ValueError):
@@ -29,16 +35,26 @@ class ResourceRequest(pydantic.BaseModel):
     gpus: int
     custom: dict[str, float] = pydantic.Field(default_factory=dict)
 
+    def bundle(self) -> dict[str, float]:
+        """This request as a placement-group bundle."""
+        gpus = {"GPU": float(self.gpus)} if self.gpus else {}
+        return {"CPU": float(self.cpus), **gpus, **self.custom}
+
 
 class NodeLaunch(pydantic.BaseModel):
+    """What one node runs: its accelerate machine_rank, the command, the accelerate config."""
+
     machine_rank: int
     argv: list[str]
     accelerate_config: dict[str, Any] | None = None
 
 
 class LaunchPlan(pydantic.BaseModel):
+    """One node's part of a measurement (multi-node: each node plans its own, by machine_rank)."""
+
     workdir: Path
-    nodes: list[NodeLaunch]
+    node: NodeLaunch
+    number_nodes: int = 1
     env: dict[str, str]
     job: TrainerJob
     resources_per_node: ResourceRequest
@@ -64,7 +80,7 @@ class LaunchPlan(pydantic.BaseModel):
 
     @property
     def world_size(self) -> int:
-        return self.processes_per_node * len(self.nodes)
+        return self.processes_per_node * self.number_nodes
 
 
 class PlanInputs(pydantic.BaseModel):
@@ -83,6 +99,9 @@ class PlanInputs(pydantic.BaseModel):
     python: str
     hf_home: str
     main_process_port: int
+    main_process_ip: str | None = None
+    """Rank 0's node address; multi-node plans need it (the executor asks Ray for it)."""
+    machine_rank: int = 0
     aim_repo: str | None
     run_labels: dict[str, str] = pydantic.Field(default_factory=dict)
     use_cpu: bool = False
@@ -105,12 +124,11 @@ def sft_trainer_arguments(inputs: PlanInputs, training_data_path: Path) -> list[
 
     values, definition = inputs.values, inputs.definition
     constants = catalog_data().sft_trainer_constants
-    devices = max(1, values.number_gpus)
     args = [
         "--model_name_or_path", inputs.model_location,
         "--training_data_path", str(training_data_path),
         "--dataset_text_field", inputs.text_field,
-        "--per_device_train_batch_size", str(values.batch_size // devices),
+        "--per_device_train_batch_size", str(values.batch_size // batch_devices(values)),
         "--max_seq_length", str(values.model_max_length),
         "--output_dir", str(inputs.workdir / "output"),
         "--peft_method", definition.peft_method,
@@ -138,27 +156,78 @@ def sft_trainer_arguments(inputs: PlanInputs, training_data_path: Path) -> list[
     return args
 
 
+def batch_devices(values: Any) -> int:
+    """How many devices share batch_size: the GPUs, or with number_gpus 0 one CPU rank per node.
+
+    Under DP the one process still feeds each GPU batch_size / number_gpus samples (torch
+    DataParallel splits the process's batch), so the per-device size is the same."""
+    return max(1, values.number_gpus, values.number_nodes)
+
+
+def is_data_parallel(values: Any) -> bool:
+    """The spec's DP: distributed_backend None with several GPUs on one node, one process."""
+    return values.distributed_backend == DATA_PARALLEL and values.number_gpus > 1
+
+
+def processes_per_node(values: Any) -> int:
+    """One rank per GPU of the node (one CPU rank without GPUs); DP: one process in all."""
+    if is_data_parallel(values):
+        return 1
+    return max(1, values.number_gpus // max(1, values.number_nodes))
+
+
+def world_size(values: Any) -> int:
+    return processes_per_node(values) * max(1, values.number_nodes)
+
+
 def plan_resources(values: Any) -> ResourceRequest:
-    gpus_per_node = values.number_gpus // max(1, values.number_nodes)
+    nodes = max(1, values.number_nodes)
+    gpus_per_node = values.number_gpus // nodes
     custom = {values.gpu_model: float(gpus_per_node)} if gpus_per_node and values.gpu_model else {}
+    if nodes > 1:
+        # The spec's RayCluster: a GPU worker that is a whole machine has one `full-worker`,
+        # so a multi-node measurement's GPU ranks land on distinct machines; RoCE-capable
+        # workers have one `RoCE` each.
+        if gpus_per_node:
+            custom[FULL_WORKER] = 1.0
+        if values.enable_roce:
+            custom[ROCE] = 1.0
     return ResourceRequest(
         cpus=max(MIN_CPUS_PER_NODE, CPUS_PER_GPU * gpus_per_node), gpus=gpus_per_node, custom=custom
     )
 
 
-def plan_launch(inputs: PlanInputs) -> LaunchPlan:
+def _check_launchable(inputs: PlanInputs) -> None:
     values = inputs.values
     if values.dataset_kwargs_skip_prepare_dataset and (
         problem := skip_prepare_dataset_problem(values.fms_hf_tuning_version)
     ):
         raise PlanError(problem)
-    if values.number_nodes > 1:
+    if values.number_nodes > 1 and values.distributed_backend == DATA_PARALLEL:
         raise PlanError(
-            f"number_nodes {values.number_nodes}: multi-node measurements are not available "
-            "in this release; use number_nodes: 1"
+            f"distributed_backend None (Data Parallel) trains in one process on one node; "
+            f"with number_nodes {values.number_nodes} use distributed_backend DDP or FSDP"
         )
+    if values.number_gpus == 0 and values.batch_size % values.number_nodes:
+        raise PlanError(
+            f"batch_size {values.batch_size} is not divisible by number_nodes "
+            f"{values.number_nodes}: with number_gpus 0 each node trains one CPU rank and "
+            "batch_size is split evenly over them"
+        )
+    if values.number_nodes > 1 and not inputs.main_process_ip:
+        raise PlanError("a multi-node plan needs the address of rank 0's node")
+    if not 0 <= inputs.machine_rank < values.number_nodes:
+        raise PlanError(f"machine_rank {inputs.machine_rank} outside 0..{values.number_nodes - 1}")
+
+
+def plan_launch(inputs: PlanInputs) -> LaunchPlan:
+    """The launch of node `inputs.machine_rank` (the only node unless number_nodes > 1)."""
+    _check_launchable(inputs)
+    values = inputs.values
     gpus_per_node = values.number_gpus // values.number_nodes
-    processes = max(1, gpus_per_node)
+    processes, ranks = processes_per_node(values), world_size(values)
+    # number_gpus 0: the ranks are CPU processes over gloo (machines without GPUs, CI).
+    use_cpu = inputs.use_cpu or values.number_gpus == 0
     max_steps = effective_max_steps(inputs)
     needed = (
         max_steps * values.batch_size * values.gradient_accumulation_steps
@@ -183,23 +252,28 @@ def plan_launch(inputs: PlanInputs) -> LaunchPlan:
         "-m", TRAINER_MODULE, JOB_FLAG, str(inputs.workdir / "job.json"),
         *sft_trainer_arguments(inputs, training_data),
     ]  # fmt: skip
-    if processes == 1:
-        nodes = [NodeLaunch(machine_rank=0, argv=[inputs.python, *trainer])]
+    if ranks == 1:
+        # One process; under DP it sees every GPU of the node and HF's Trainer wraps the
+        # model in torch.nn.DataParallel.
+        node = NodeLaunch(machine_rank=0, argv=[inputs.python, *trainer])
     else:
         config = accelerate_config(
             values,
             processes_per_node=processes,
-            machine_rank=0,
-            main_process_ip=None,
+            machine_rank=inputs.machine_rank,
+            main_process_ip=inputs.main_process_ip if values.number_nodes > 1 else None,
             main_process_port=inputs.main_process_port,
-            use_cpu=inputs.use_cpu,
+            use_cpu=use_cpu,
         )
         launcher = [
             inputs.python, "-m", "accelerate.commands.launch",
             "--config_file", str(inputs.workdir / "accelerate_config.yaml"),
-            "--num_processes", str(processes),
+            # accelerate's --num_processes counts every machine's processes
+            "--num_processes", str(ranks),
         ]  # fmt: skip
-        nodes = [NodeLaunch(machine_rank=0, argv=[*launcher, *trainer], accelerate_config=config)]
+        node = NodeLaunch(
+            machine_rank=inputs.machine_rank, argv=[*launcher, *trainer], accelerate_config=config
+        )
     env = {
         "HF_HOME": inputs.hf_home,
         # an inherited HF_HUB_CACHE would send the trainer to another cache than hf_home's
@@ -213,14 +287,17 @@ def plan_launch(inputs: PlanInputs) -> LaunchPlan:
         env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     if values.number_gpus == 0:
         env["CUDA_VISIBLE_DEVICES"] = ""
-    if inputs.use_cpu and processes > 1:
+    if use_cpu and ranks > 1:
         # accelerate's multi-GPU launcher ignores the config file's use_cpu.
         env["ACCELERATE_USE_CPU"] = "true"
     if values.number_nodes > 1:
+        # The measured setting wins over the worker's own NCCL_IB_DISABLE; every other
+        # NCCL_* variable of the worker (NCCL_IB_HCA, NCCL_IB_GID_INDEX, ...) passes through.
         env["NCCL_IB_DISABLE"] = "0" if values.enable_roce else "1"
     return LaunchPlan(
         workdir=inputs.workdir,
-        nodes=nodes,
+        node=node,
+        number_nodes=values.number_nodes,
         env=env,
         job=job,
         resources_per_node=plan_resources(values),

@@ -67,3 +67,14 @@ class AdoCLI:
             return []
         with target.open(newline="") as handle:
             return list(csv.DictReader(handle))
+
+
+def generate_text_dataset(directory: Path, dataset_id: str, entries: int) -> Path:
+    """Write `dataset_id` with `entries` entries where the actuator looks for it, through the
+    shipped CLI (as a user prepares a cluster); returns the file."""
+    subprocess.run(
+        [str(Path(sys.executable).with_name("sfttrainer_generate_dataset_text")),
+         "--dataset-id", dataset_id, "--entries", str(entries), "--output-dir", str(directory)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return directory / f"{dataset_id}.jsonl"

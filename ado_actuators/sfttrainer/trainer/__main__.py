@@ -126,6 +126,7 @@ class Measurement:
             fault=fault,
             appends_eos=fms.appends_eos(args),
             align_prompt_logits=fms.PROMPT_LOGITS_NEED_ALIGNMENT,
+            heartbeat=self.job.report_dir / f"heartbeat-{self.ident.rank}",
         )
         data = contextlib.nullcontext(None)
         if self.job.stop_after_seconds > 0 and args.train_args.max_steps <= 0:

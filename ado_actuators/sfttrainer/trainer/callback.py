@@ -9,6 +9,7 @@ data loading between steps fall inside it.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from transformers import TrainerCallback
 
@@ -31,10 +32,14 @@ class MeasurementCallback(TrainerCallback):
         fault: Fault | None = None,
         appends_eos: bool = False,
         align_prompt_logits: bool = False,
+        heartbeat: Path | None = None,
     ) -> None:
         self.meter, self.policy, self.monitor, self.fault = meter, policy, monitor, fault
         self.appends_eos = appends_eos
         self.align_prompt_logits = align_prompt_logits
+        # Touched every step: the watchdog's sign of progress on a node whose ranks print
+        # nothing (only global rank 0 shows a progress bar; other nodes' logs stay quiet).
+        self.heartbeat = heartbeat
         self.steps: list[StepTiming] = []
         self.hf_metrics = HfTrainMetrics()
         self.stopped_by: str | None = None
@@ -84,6 +89,8 @@ class MeasurementCallback(TrainerCallback):
             )
         )
         self._step_start = None
+        if self.heartbeat is not None:
+            self.heartbeat.touch()
         if self.monitor is not None:
             self.monitor.mark_window_end(end)
         if not self.policy.synchronised:

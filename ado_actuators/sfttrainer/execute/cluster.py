@@ -1,0 +1,245 @@
+"""Where a measurement's node tasks run on a Ray cluster, and how they end together.
+
+One node: a task on a node that offers the resources (or this process when Ray is not up).
+Several: a STRICT_SPREAD placement group with one bundle per node and one task per bundle;
+rank 0's address and port come from a small task in bundle 0, so this works on any Ray
+cluster (KubeRay or bare metal). When one node fails, the others are cancelled (each node
+task's clean-up stops its ranks) and the placement group is removed.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from ado_actuators.sfttrainer.execute.classify import launch_outcome
+from ado_actuators.sfttrainer.execute.node import NodeRequest, NodeRun, Rendezvous, run_node
+from ado_actuators.sfttrainer.execute.workspace import free_port
+from ado_actuators.sfttrainer.outcomes import Failed, Outcome
+from ado_actuators.sfttrainer.plan.launch import ResourceRequest, batch_devices, world_size
+
+RENDEZVOUS_PROBE_SECONDS = 120.0
+CANCEL_GRACE_SECONDS = 60.0
+"""How long cancelled node tasks get to stop their ranks before their workers are killed."""
+
+
+def node_task_options(
+    *,
+    num_cpus: float,
+    num_gpus: float,
+    resources: dict[str, float],
+    scheduling_strategy: Any = None,
+    runtime_env: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Ray options of every node task: the one place a runtime_env is attached."""
+    options: dict[str, Any] = {
+        "max_retries": 0,  # a measurement that died is reported, never silently rerun
+        "num_cpus": num_cpus,
+        "num_gpus": num_gpus,
+        "resources": resources,
+    }
+    if scheduling_strategy is not None:
+        options["scheduling_strategy"] = scheduling_strategy
+    if runtime_env:
+        options["runtime_env"] = runtime_env
+    return options
+
+
+_BYTES = ("memory", "object_store_memory")
+
+
+def _offered(resources: dict[str, float]) -> str:
+    return ", ".join(
+        f"{k}={v / 2**30:.1f}GiB" if k in _BYTES else f"{k}={v:g}"
+        for k, v in sorted(resources.items())
+        if not k.startswith("node:")
+    )
+
+
+def _fits(wanted: dict[str, float], offered: dict[str, float]) -> bool:
+    return all(offered.get(k, 0) >= v for k, v in wanted.items() if v)
+
+
+def placement(request: ResourceRequest, nodes: list[dict[str, Any]]) -> dict[str, Any] | str:
+    """Ray resource options for a one-node measurement, or why no alive node can ever run it.
+
+    CPUs are capped at the largest fitting node's: the spec's 2-per-GPU is a share of a node,
+    not a reason to wait forever on a smaller one.
+    """
+    alive = [n["Resources"] for n in nodes if n.get("Alive")]
+    wanted = {"GPU": request.gpus, **request.custom} if request.gpus else dict(request.custom)
+    fitting = [r for r in alive if _fits(wanted, r)]
+    if not fitting:
+        offered = "; ".join(_offered(r) for r in alive)
+        return (
+            f"no Ray node offers {wanted} (nodes offer: {offered or 'nothing'}); add a worker "
+            f"with these resources (see README, 'Ray cluster resources') or change "
+            f"number_gpus/gpu_model"
+        )
+    cpus = min(request.cpus, max(int(r.get("CPU", 0)) for r in fitting))
+    return {"num_cpus": cpus, "num_gpus": request.gpus, "resources": dict(request.custom)}
+
+
+def unplaceable_reason(
+    bundle: dict[str, float], count: int, nodes: list[dict[str, Any]], waited: float
+) -> str:
+    """Why `count` bundles, one per node, were not placed in `waited` seconds. Pure."""
+    alive = [n["Resources"] for n in nodes if n.get("Alive")]
+    fitting = sum(_fits(bundle, r) for r in alive)
+    absent = sorted(k for k in bundle if bundle[k] and not any(k in r for r in alive))
+    offered = "; ".join(f"[{_offered(r)}]" for r in alive) or "nothing"
+    if absent:
+        why = f"no node offers {', '.join(absent)}"
+    elif fitting < count:
+        why = f"only {fitting} node(s) offer that much"
+    else:
+        why = f"{fitting} nodes offer it, but their resources stayed in use"
+    return (
+        f"could not place {count} nodes of {_offered(bundle)} each (one per node, "
+        f"STRICT_SPREAD) within {waited:g} s: {why}. Alive nodes offer: {offered}. Add "
+        f"workers with these resources (see README, 'Ray cluster resources'), lower "
+        f"number_nodes, or raise placement_timeout_seconds"
+    )
+
+
+def rendezvous_here() -> Rendezvous:
+    """Runs in bundle 0: the address the other nodes reach this node at, and a free port."""
+    import ray
+
+    return Rendezvous(ip=ray.util.get_node_ip_address(), port=free_port())
+
+
+def _outcome(request: NodeRequest, runs: list[NodeRun]) -> Outcome:
+    values = request.plan_inputs["values"]
+    if len(runs) > 1:
+        for run in runs:  # (node, index) names a GPU; two raylets may share a hostname
+            for report in run.reports:
+                for sample in report.gpu_samples:
+                    sample.node = f"{run.hostname}#{run.machine_rank}"
+    reports = sorted((r for run in runs for r in run.reports), key=lambda r: r.rank)
+    outcome = launch_outcome(
+        reports,
+        runs,
+        world_size=world_size(values),
+        number_gpus=values.number_gpus,
+        stop_after_seconds=values.stop_after_seconds,
+        gpu_model=values.gpu_model,
+        devices=batch_devices(values),
+    )
+    # the first node that launched (a node cancelled early has no directory): a Failed
+    # without "workdir" means nothing was launched at all (measurement._repeat relies on it)
+    if launched := next((r for r in runs if r.workdir), None):
+        outcome.metadata.update(
+            {"workdir": launched.workdir, "log": launched.log_path,
+             "environment": launched.environment}
+        )  # fmt: skip
+    if len(runs) > 1:
+        outcome.metadata["nodes"] = [
+            {"machine_rank": r.machine_rank, "hostname": r.hostname, "workdir": r.workdir}
+            for r in runs
+        ]
+    return outcome
+
+
+def measure_on_cluster(
+    request: NodeRequest,
+    resources: ResourceRequest,
+    *,
+    placement_timeout: float,
+    runtime_env: dict[str, Any] | None = None,
+) -> Outcome:
+    """Run the measurement's node task(s) and classify what they left. Never raises RayError."""
+    import ray
+
+    request = request.model_copy(update={"run_name": uuid.uuid4().hex[:8]})
+    number_nodes = request.plan_inputs["values"].number_nodes
+    if not ray.is_initialized():
+        if number_nodes > 1:
+            return Failed(f"number_nodes {number_nodes} needs a Ray cluster; none is running")
+        return _outcome(request, [run_node(request)])
+    if number_nodes == 1:
+        options = placement(resources, ray.nodes())
+        if isinstance(options, str):
+            return Failed(options)
+        task = ray.remote(run_node).options(**node_task_options(**options, runtime_env=runtime_env))
+        try:
+            return _outcome(request, [ray.get(task.remote(request))])
+        except ray.exceptions.RayError as error:
+            return Failed(f"the measurement task died: {error}")
+    runs = _run_nodes(request, resources, number_nodes, placement_timeout, runtime_env)
+    return runs if isinstance(runs, Failed) else _outcome(request, runs)
+
+
+def _run_nodes(
+    request: NodeRequest,
+    resources: ResourceRequest,
+    count: int,
+    placement_timeout: float,
+    runtime_env: dict[str, Any] | None,
+) -> list[NodeRun] | Failed:
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    bundle = resources.bundle()
+    group = placement_group([dict(bundle) for _ in range(count)], strategy="STRICT_SPREAD")
+    try:
+        if not group.wait(timeout_seconds=placement_timeout):
+            return Failed(unplaceable_reason(bundle, count, ray.nodes(), placement_timeout))
+
+        def in_bundle(index: int) -> PlacementGroupSchedulingStrategy:
+            return PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
+
+        probe = ray.remote(rendezvous_here).options(
+            num_cpus=0, max_retries=0, scheduling_strategy=in_bundle(0)
+        )
+        try:
+            rendezvous = ray.get(probe.remote(), timeout=RENDEZVOUS_PROBE_SECONDS)
+        except (ray.exceptions.RayError, TimeoutError) as error:
+            return Failed(f"could not find rank 0's address on the first node: {error}")
+        refs = {
+            ray.remote(run_node)
+            .options(**node_task_options(
+                num_cpus=resources.cpus, num_gpus=resources.gpus, resources=resources.custom,
+                scheduling_strategy=in_bundle(rank), runtime_env=runtime_env,
+            ))
+            .remote(request, rank, rendezvous): rank
+            for rank in range(count)
+        }  # fmt: skip
+        return _collect(refs)
+    finally:
+        remove_placement_group(group)
+
+
+def _collect(refs: dict[Any, int]) -> list[NodeRun]:
+    """Every node's run; the first failure cancels the others (their ranks are stopped)."""
+    import ray
+
+    runs: dict[int, NodeRun] = {}
+    pending = list(refs)
+    cancelled_at: float | None = None
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1, timeout=5.0)
+        for ref in done:
+            rank = refs[ref]
+            try:
+                run = ray.get(ref)
+            except ray.exceptions.TaskCancelledError:
+                run = NodeRun(machine_rank=rank, cancelled=True)
+            except ray.exceptions.RayError as error:
+                run = NodeRun(machine_rank=rank, problem=f"the node task died: {error}")
+            runs[rank] = run
+            if not run.succeeded and cancelled_at is None and pending:
+                # Cooperative: KeyboardInterrupt in each task, whose clean-up stops its ranks.
+                for other in pending:
+                    ray.cancel(other, force=False)
+                cancelled_at = time.monotonic()
+        if pending and cancelled_at and time.monotonic() - cancelled_at > CANCEL_GRACE_SECONDS:
+            # A task that did not stop in time: kill its worker; the launcher and its ranks
+            # follow by their parent-death signal.
+            for other in pending:
+                ray.cancel(other, force=True)
+            cancelled_at = float("inf")
+    return [runs[rank] for rank in sorted(runs)]
+

@@ -1,0 +1,252 @@
+"""Multi-node measurements on a real 2-node Ray cluster on this machine (two raylets, token
+authentication, a job server), driven as users drive them: the `ado` CLI attached through
+RAY_ADDRESS, and the spec's remote workflow (wheel + runtime env + `ray job submit`).
+
+One cluster serves the whole module; every node trains one CPU rank (number_gpus 0, gloo).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from ray_cluster import RayCluster, outcome_of, start_cluster, start_measurement
+
+from ado_actuators.sfttrainer.catalog import datasets
+from ado_actuators.sfttrainer.contract import RankReport
+from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+DATASET = "news-chars-512-entries-4096"
+EXPERIMENT = "finetune_full_benchmark-v1.0.0"
+MAX_SEQ, BATCH, STEPS = 64, 2, 2
+ENTITY = {"model_name": "tiny", "model_max_length": MAX_SEQ, "batch_size": BATCH,
+          "number_gpus": 0, "number_nodes": 2, "distributed_backend": "DDP",
+          "dataset_id": DATASET, "max_steps": STEPS, "gradient_accumulation_steps": 1,
+          "torch_dtype": "float32", "fms_hf_tuning_version": "3.2.2"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cluster(isolated_env) -> RayCluster:
+    # The nodes' workers import this checkout (the venv's editable install may be another).
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+           "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
+    started = start_cluster([{"full-worker": 1.0}, {"full-worker": 1.0}], env=env)
+    yield started
+    started.stop()
+    assert not started.processes(), "a Ray process outlived the cluster"
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, tiny_model_dir) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("multinode")
+    return {"root": root, "model": tiny_model_dir, "data": root / "data", "hf": root / "hf",
+            "out": root / "out"}  # fmt: skip
+
+
+def dataset_file(inputs) -> Path:
+    return inputs["data"] / datasets.dataset_filename(DATASET)
+
+
+def ensure_dataset(inputs) -> Path:
+    target = dataset_file(inputs)
+    if not target.exists():
+        subprocess.run([str(BIN / "sfttrainer_generate_dataset_text"), "--dataset-id", DATASET,
+                        "--entries", "64", "-o", str(target)], check=True, capture_output=True)  # fmt: skip
+    return target
+
+
+def actuator_parameters(inputs, **extra) -> dict:
+    return {"data_directory": str(inputs["data"]), "hf_home": str(inputs["hf"]),
+            "output_dir": str(inputs["out"]), "model_map": {"tiny": {"Vanilla": str(inputs["model"])}},
+            "stall_timeout_seconds": 120, **extra}  # fmt: skip
+
+
+def write_yaml(path: Path, document: dict) -> Path:
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def space_document(entity_space: dict[str, list]) -> dict:
+    fixed = {k: v for k, v in ENTITY.items() if k not in entity_space and k not in
+             ("model_name", "batch_size", "number_gpus", "model_max_length")}  # fmt: skip
+    return {
+        "experiments": [{
+            "experimentIdentifier": EXPERIMENT, "actuatorIdentifier": "SFTTrainer",
+            "parameterization": [{"property": {"identifier": k}, "value": v} for k, v in fixed.items()],
+        }],
+        "entitySpace": [
+            {"identifier": name, "propertyDomain": {"values": values}}
+            for name, values in {"model_name": ["tiny"], "number_gpus": [0],
+                                 "model_max_length": [MAX_SEQ], "batch_size": [BATCH],
+                                 **entity_space}.items()
+        ],
+    }  # fmt: skip
+
+
+def operation_document(space_id: str, config_id: str) -> dict:
+    operation = yaml.safe_load((REPO / "examples/remote-raycluster/operation.yaml").read_text())
+    return operation | {"spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id]}
+
+
+def independent_token_count(inputs, tmp_path: Path, trainer_tools) -> int:
+    """The spec's note 3 over the entries the measurement trains on (max_steps x batch_size)."""
+    lines = dataset_file(inputs).read_text().splitlines()[: STEPS * BATCH]
+    first = tmp_path / "first.jsonl"
+    first.write_text("\n".join(lines) + "\n")
+    return sum(trainer_tools.spec_dataset_tokens(inputs["model"], first, MAX_SEQ))
+
+
+def test_two_node_measurement_through_ado_and_a_three_node_one_that_cannot_be_placed(
+    cluster, inputs, tmp_path, trainer_tools
+):
+    ensure_dataset(inputs)
+    ado = AdoCLI(home=tmp_path / "ado", extra_env={"RAY_ADDRESS": cluster.address, "RAY_AUTH_MODE": "token"})
+    config_id = ado.create("actuatorconfiguration", write_yaml(tmp_path / "ac.yaml", {
+        "actuatorIdentifier": "SFTTrainer",
+        "parameters": actuator_parameters(inputs, placement_timeout_seconds=20),
+    }))  # fmt: skip
+    space_id = ado.create("space", write_yaml(tmp_path / "space.yaml",
+                                              space_document({"number_nodes": [2, 3]})),
+                          "--new-sample-store")  # fmt: skip
+    started = time.monotonic()
+    result = ado.run("create", "operation", "-f",
+                     str(write_yaml(tmp_path / "op.yaml", operation_document(space_id, config_id))),
+                     timeout=900)  # fmt: skip
+    print(f"ado create operation (2-node + unplaceable 3-node): {time.monotonic() - started:.1f} s")
+    rows = ado.measurements(space_id)
+    # the 3-node request failed (placement timed out): nothing stored, a rerun retries it
+    assert [r["number_nodes"] for r in rows] == ["2"], result.stdout[-3000:] + result.stderr[-3000:]
+    (row,) = rows
+    assert float(row["is_valid"]) == 1
+    expected = independent_token_count(inputs, tmp_path, trainer_tools)
+    measured = float(row["dataset_tokens_per_second"]) * float(row["train_runtime"])
+    assert measured == pytest.approx(expected, rel=1e-6)
+    assert float(row["dataset_tokens_per_second_per_gpu"]) == pytest.approx(
+        float(row["dataset_tokens_per_second"]) / 2)  # fmt: skip
+    # each node kept its own directory; rank 0 trained on node 0, rank 1 on node 1
+    # (the 3-node request never launched: the only multi-node directory is the 2-node run's)
+    (run_dir,) = {p.parent for p in (inputs["out"] / EXPERIMENT).glob("*/node-1")}
+    per_node = [RankReport.read_all(run_dir / f"node-{k}" / "reports") for k in (0, 1)]
+    assert [[r.rank for r in reports] for reports in per_node] == [[0], [1]]
+    assert all(r.world_size == 2 and len(r.steps) == STEPS for reports in per_node for r in reports)
+    assert sum(s.dataset_tokens for reports in per_node for r in reports for s in r.steps) == expected
+
+
+def _run_processes(run_dir_marker: str) -> dict[int, str]:
+    """pid -> command line of every launcher and rank whose command names the run."""
+    found = {}
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or ())
+        if run_dir_marker in cmdline and "ado_actuators.sfttrainer.trainer" in cmdline:
+            found[proc.info["pid"]] = cmdline
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_rank_killed_on_one_node_fails_the_measurement_and_stops_every_rank(cluster, inputs):
+    """Rank 1 is SIGKILLed while rank 0 is stuck (SIGSTOP: it cannot notice its peer died):
+    only node 1 fails by itself, so node 0's ranks end only if the measurement stops them."""
+    ensure_dataset(inputs)
+    label = "killed-rank"
+    measuring = start_measurement(cluster, {**ENTITY, "max_steps": 1000}, EXPERIMENT,
+                                  actuator_parameters(inputs, stall_timeout_seconds=600), label)  # fmt: skip
+    marker = f"/{label}-"
+    deadline = time.monotonic() + 300
+    ranks: dict[int, int] = {}
+    while len(ranks) < 2 and time.monotonic() < deadline and measuring.poll() is None:
+        time.sleep(1)
+        logs = list((inputs["out"] / EXPERIMENT).glob(f"{label}-*/node-0/train.log"))
+        # rank 0's progress bar past step 2: under DDP both ranks are mid-training
+        if logs and re.search(r"\| *([3-9]|\d\d+)/1000 \[", logs[0].read_text(errors="replace")):
+            ranks = {int(cmd.split("/node-")[1][0]): pid for pid, cmd in _run_processes(marker).items()
+                     if "accelerate.commands.launch" not in cmd}  # fmt: skip
+    assert set(ranks) == {0, 1}, f"the ranks never trained (measurement exit {measuring.poll()})"
+    everyone = _run_processes(marker)  # both nodes' launchers and ranks
+    os.kill(ranks[0], signal.SIGSTOP)
+    os.kill(ranks[1], signal.SIGKILL)
+    killed = time.monotonic()
+    outcome, output = outcome_of(measuring, timeout=300)
+    print(f"rank killed -> measurement Failed in {time.monotonic() - killed:.1f} s")
+    assert outcome["kind"] == "Failed", output[-3000:]
+    # the node that failed is named, not the one that was stopped because of it
+    assert "rank(s) [1] ended without a report on node 1" in outcome["reason"], outcome["reason"]
+    survivors = {pid: cmd for pid, cmd in everyone.items() if _alive(pid)}
+    assert not survivors, survivors
+
+
+def _submit(cluster: RayCluster, workdir: Path, *entrypoint: str) -> str:
+    """The spec's `ray job submit` line, run where the user keeps the job files."""
+    started = time.monotonic()
+    result = subprocess.run(
+        [str(BIN / "ray"), "job", "submit", "--address", cluster.job_server,
+         "--runtime-env", "ray_runtime_env.yaml", "--working-dir", str(workdir), "-v", "--",
+         *entrypoint],
+        cwd=workdir, env=cluster.client_env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    print(f"ray job {entrypoint[0]}: {time.monotonic() - started:.1f} s")
+    assert result.returncode == 0 and "succeeded" in output, output[-5000:]
+    return output
+
+
+def test_remote_workflow_wheel_runtime_env_and_ray_jobs(cluster, inputs, tmp_path):
+    """examples/remote-raycluster/README.md, step by step, against the cluster's job server."""
+    started = time.monotonic()
+    jobs = tmp_path / "my-remote-measurements"
+    jobs.mkdir()
+    # built from a copy: setuptools leaves build/ and *.egg-info in the tree it builds
+    source = shutil.copytree(REPO, tmp_path / "source", ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "demo-work"))  # fmt: skip
+    build = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation",
+                            "--outdir", str(jobs), str(source)],
+                           capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    (wheel,) = jobs.glob("ado_sfttrainer-*.whl")
+    runtime_env = yaml.safe_load((REPO / "examples/remote-raycluster/ray_runtime_env.yaml").read_text())
+    runtime_env["pip"] = [f"${{RAY_RUNTIME_ENV_CREATE_WORKING_DIR}}/{wheel.name}"]
+    write_yaml(jobs / "ray_runtime_env.yaml", runtime_env)
+
+    data = tmp_path / "remote-data"
+    _submit(cluster, jobs, "sfttrainer_generate_dataset_text", "--dataset-id", DATASET,
+            "--entries", "32", "-o", str(data / datasets.dataset_filename(DATASET)))  # fmt: skip
+    assert (data / datasets.dataset_filename(DATASET)).is_file()
+    # the jobs run in the runtime environment Ray built, with the wheel installed into it
+    probe = _submit(cluster, jobs, "python", "-c", "import glob, sys; print('PREFIX', sys.prefix, "
+                    "glob.glob(sys.prefix + '/lib/python*/site-packages/ado_sfttrainer-*.dist-info'))")  # fmt: skip
+    prefix = next(line for line in probe.splitlines() if line.startswith("PREFIX"))
+    assert "runtime_resources/pip" in prefix and "ado_sfttrainer-0.1.0.dist-info" in prefix, prefix
+    write_yaml(jobs / "models.yaml", {"tiny": {"Vanilla": str(inputs["model"])}})
+    _submit(cluster, jobs, "sfttrainer_download_hf_weights", "-i", "models.yaml", "-o", str(inputs["hf"]))
+
+    ado = AdoCLI(home=tmp_path / "ado")
+    params = actuator_parameters(inputs) | {"data_directory": str(data)}
+    config_id = ado.create("actuatorconfiguration", write_yaml(jobs / "ac.yaml", {
+        "actuatorIdentifier": "SFTTrainer", "parameters": params}))  # fmt: skip
+    space_id = ado.create("space", write_yaml(jobs / "space.yaml", space_document(
+        {"number_nodes": [1]})), "--new-sample-store")  # fmt: skip
+    write_yaml(jobs / "operation.yaml", operation_document(space_id, config_id))
+    (jobs / "context.yaml").write_text(ado.run("get", "context", "--output", "yaml", "local").stdout)
+    output = _submit(cluster, jobs, "ado", "-c", "context.yaml", "create", "operation", "-f", "operation.yaml")
+    print(f"remote workflow (wheel, 3 ray jobs): {time.monotonic() - started:.1f} s")
+    rows = ado.measurements(space_id)
+    assert [(r["number_nodes"], float(r["is_valid"])) for r in rows] == [("1", 1.0)], output[-4000:]
+    assert float(rows[0]["dataset_tokens_per_second"]) > 0

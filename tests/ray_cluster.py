@@ -1,0 +1,182 @@
+"""A real multi-node Ray cluster on this machine: a head (`ray start --head`, job server
+included) plus worker nodes (`ray start --address ...`), each a raylet with its own custom
+resources. Started with `--block` in their own sessions and stopped by pid, never `ray stop`
+(which would stop every cluster on the machine)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from ado_actuators.sfttrainer.execute.workspace import free_port
+
+RAY = str(Path(sys.executable).with_name("ray"))
+NODE_IP = "127.0.0.1"
+
+
+@dataclasses.dataclass
+class RayCluster:
+    temp_dir: Path  # short: Ray's socket paths must stay under 107 bytes
+    gcs_port: int
+    dashboard_port: int
+    env: dict[str, str]
+    starters: list[subprocess.Popen] = dataclasses.field(default_factory=list)
+
+    @property
+    def address(self) -> str:
+        return f"{NODE_IP}:{self.gcs_port}"
+
+    @property
+    def job_server(self) -> str:
+        return f"http://{NODE_IP}:{self.dashboard_port}"
+
+    @property
+    def client_env(self) -> dict[str, str]:
+        """For a process that attaches to this cluster (ado, ray job submit)."""
+        return {**self.env, "RAY_ADDRESS": self.address}
+
+    def _start(self, extra: list[str], resources: dict[str, float], cpus: int, log: str) -> None:
+        ports = ["--node-manager-port", "--object-manager-port", "--min-worker-port",
+                 "--dashboard-agent-grpc-port", "--dashboard-agent-listen-port",
+                 "--metrics-export-port", "--runtime-env-agent-port"]  # fmt: skip
+        argv = [RAY, "start", "--block", "--node-ip-address", NODE_IP,
+                "--num-cpus", str(cpus), "--num-gpus", "0", "--resources", json.dumps(resources),
+                "--object-store-memory", str(80 * 1024**2), "--disable-usage-stats", *extra]  # fmt: skip
+        for flag in ports:
+            argv += [flag, str(free_port())]
+        minimum = int(argv[argv.index("--min-worker-port") + 1])
+        argv += ["--max-worker-port", str(minimum + 60)] if minimum + 60 < 65535 else []
+        with (self.temp_dir.parent / log).open("wb") as out:
+            self.starters.append(subprocess.Popen(
+                argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            ))  # fmt: skip
+
+    def start(self, nodes: list[dict[str, float]], cpus: int = 4, timeout: float = 120) -> None:
+        head, *workers = nodes
+        self._start(["--head", "--port", str(self.gcs_port), "--temp-dir", str(self.temp_dir),
+                     "--include-dashboard", "true", "--dashboard-host", NODE_IP,
+                     "--dashboard-port", str(self.dashboard_port),
+                     "--ray-client-server-port", str(free_port())],
+                    head, cpus, "head.log")  # fmt: skip
+        self.wait_for_nodes(1, timeout)
+        for index, resources in enumerate(workers, start=1):
+            # its own temp dir: raylets sharing one would build a job's runtime environment
+            # into the same directory at once (a real cluster's nodes never share one)
+            self._start(["--address", self.address, "--temp-dir", f"{self.temp_dir}-w{index}"],
+                        resources, cpus, f"worker-{index}.log")  # fmt: skip
+        self.wait_for_nodes(len(nodes), timeout)
+
+    def wait_for_nodes(self, count: int, timeout: float) -> None:
+        probe = (
+            "import ray, sys; ray.init(logging_level='ERROR');"
+            "print(sum(n['Alive'] for n in ray.nodes()))"
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for starter in self.starters:
+                if starter.poll() is not None:
+                    raise RuntimeError(f"ray start exited {starter.returncode}: {self.logs()}")
+            result = subprocess.run([sys.executable, "-c", probe], env=self.client_env,
+                                    capture_output=True, text=True, timeout=60)  # fmt: skip
+            if result.returncode == 0 and result.stdout.strip().splitlines()[-1:] == [str(count)]:
+                return
+            time.sleep(1)
+        raise TimeoutError(f"{count} Ray nodes did not come up in {timeout} s: {self.logs()}")
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace")[-3000:] for p in self.temp_dir.parent.glob("*.log"))
+
+    def processes(self) -> list[psutil.Process]:
+        """Every process of this cluster: the starters' trees and whatever names its temp dir."""
+        found: dict[int, psutil.Process] = {}
+        for starter in self.starters:
+            try:
+                root = psutil.Process(starter.pid)
+                for proc in [root, *root.children(recursive=True)]:
+                    found[proc.pid] = proc
+            except psutil.NoSuchProcess:
+                pass
+        marker = str(self.temp_dir)
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            if any(marker in part for part in proc.info["cmdline"] or ()):
+                found[proc.pid] = proc
+        return list(found.values())
+
+    def stop(self) -> None:
+        """SIGTERM each `ray start --block` (it stops its node), then SIGKILL what is left."""
+        leftovers = self.processes()
+        for starter in reversed(self.starters):
+            if starter.poll() is None:
+                starter.send_signal(signal.SIGTERM)
+        for starter in reversed(self.starters):
+            try:
+                starter.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+        for proc in leftovers + self.processes():
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(leftovers, timeout=10)
+        shutil.rmtree(self.temp_dir.parent, ignore_errors=True)
+
+
+def start_cluster(nodes: list[dict[str, float]], env: dict[str, str] | None = None) -> RayCluster:
+    """`nodes`: the custom resources of each node, head first."""
+    root = Path(tempfile.mkdtemp(prefix="sftc-", dir="/tmp"))
+    # RAY_memory_monitor_refresh_ms=0: on a machine shared with other test runs, Ray's OOM
+    # killer would pick this cluster's workers for memory others use.
+    environ = {**os.environ, **(env or {}), "RAY_AUTH_MODE": "token",
+               "RAY_memory_monitor_refresh_ms": "0"}
+    environ.pop("RAY_ADDRESS", None)
+    cluster = RayCluster(temp_dir=root / "r", gcs_port=free_port(),
+                         dashboard_port=free_port(), env=environ)  # fmt: skip
+    try:
+        cluster.start(nodes)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+_MEASURE = """
+import json, sys
+import ray
+from ado_actuators.sfttrainer.measurement import measure
+from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
+entity, experiment, params, label = json.loads(sys.argv[1])
+ray.init(logging_level="ERROR")
+outcome = measure(entity, experiment, SFTTrainerParameters(**params), label=label)
+print("OUTCOME " + json.dumps({"kind": type(outcome).__name__, **vars(outcome)}, default=str))
+"""
+
+
+def start_measurement(
+    cluster: RayCluster, entity: dict, experiment: str, params: dict, label: str
+) -> subprocess.Popen:
+    """measure() in a process of its own attached to `cluster` (a test process must not join
+    a cluster: RAY_AUTH_MODE is read when ray is imported)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", _MEASURE, json.dumps([entity, experiment, params, label])],
+        env=cluster.client_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def outcome_of(process: subprocess.Popen, timeout: float) -> tuple[dict, str]:
+    output, _ = process.communicate(timeout=timeout)
+    line = next((x for x in output.splitlines() if x.startswith("OUTCOME ")), None)
+    if line is None:
+        raise AssertionError(f"no outcome (exit {process.returncode}):\n{output[-5000:]}")
+    return json.loads(line.removeprefix("OUTCOME ")), output
