@@ -76,6 +76,18 @@ def test_truncated_weights_file_is_named(setup, tiny_model_dir, tmp_path):
     assert f"the weights file {weights} cannot be read" in first, outcome.reason
 
 
+def test_model_directory_without_its_tokenizer_is_named(setup, tiny_model_dir, tmp_path):
+    params, _ = setup
+    model = shutil.copytree(tiny_model_dir, tmp_path / "model")
+    for tokenizer_file in model.glob("tokenizer*"):
+        tokenizer_file.unlink()  # a copy that stopped before the tokenizer's files
+    damaged = params.model_copy(update={"model_map": {"tiny": {"Vanilla": str(model)}}})
+    outcome = run(damaged, max_steps=1)
+    assert isinstance(outcome, Failed)
+    first = outcome.reason.splitlines()[0]
+    assert f"the model directory {model} on " in first and "has no tokenizer file" in first, first
+
+
 @pytest.mark.parametrize("max_steps", [-1, 1])  # the trainer reads it / its first entries are copied
 def test_empty_dataset_file_is_named(setup, max_steps):
     params, path = setup
@@ -86,10 +98,16 @@ def test_empty_dataset_file_is_named(setup, max_steps):
     assert f"dataset {path} " in first and ("is empty" in first or "has no entries" in first), first
 
 
-def test_output_dir_that_is_a_file_is_named(setup, tmp_path):
+@pytest.mark.parametrize("setting", ["hf_home", "output_dir", "aim_db"])
+def test_directory_setting_that_is_a_file_is_named(setup, tmp_path, setting):
+    """A stray file where a directory should be (a copy or sync gone wrong): without the check,
+    hf_home failed deep in the trainer (NotADirectoryError on .../datasets) and aim_db lost
+    the run silently."""
     params, _ = setup
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
-    outcome = run(params.model_copy(update={"output_dir": str(blocker)}), max_steps=1)
+    outcome = run(params.model_copy(update={setting: str(blocker)}), max_steps=1)
     assert isinstance(outcome, Failed)
-    assert outcome.reason.startswith(f"cannot prepare the measurement directory {blocker}/")
+    first = outcome.reason.splitlines()[0]
+    assert first.startswith(f"{setting} {blocker} cannot be written on "), first
+    assert f"set {setting} to a directory every node can write" in first, first

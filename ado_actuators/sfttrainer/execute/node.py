@@ -20,6 +20,10 @@ from ado_actuators.sfttrainer.plan.launch import PlanError, PlanInputs, plan_lau
 
 
 HUB_PROBE_SECONDS = 15
+# Any one of these lets transformers build a tokenizer from a local model directory (fast,
+# sentencepiece, BPE and WordPiece vocabularies); without all of them it fails obscurely
+# ("Either model_file or model_proto must be specified").
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json", "vocab.txt")
 
 
 class NodeRequest(pydantic.BaseModel):
@@ -112,6 +116,12 @@ def weights_problem(location: str, hf_home: str, hint: str) -> tuple[str | None,
                 f"the model weights are not at {path} on {os.uname().nodename} (no "
                 f"config.json); fix the model_map entry or copy the weights there"
             ), False
+        if not any((path / name).is_file() for name in TOKENIZER_FILES):
+            return (
+                f"the model directory {path} on {os.uname().nodename} has no tokenizer file "
+                f"(none of {', '.join(TOKENIZER_FILES)}): a copy cut short? copy the model's "
+                f"tokenizer files there"
+            ), False
         return None, True
     if hf_cache.is_cached(location, hf_home):
         return None, True
@@ -139,6 +149,15 @@ def run_node(
     here = NodeRun(machine_rank=machine_rank, hostname=os.uname().nodename)
     location, hf_home = inputs["model_location"], inputs["hf_home"]
     hint = download_hint(values.model_name, inputs["definition"].weights_format, location, hf_home)
+    writes = {"hf_home": hf_home, "output_dir": str(request.output_root.parent)}
+    if inputs.get("aim_repo") and "://" not in inputs["aim_repo"]:
+        writes["aim_db"] = inputs["aim_repo"]
+    for setting, directory in writes.items():
+        if why := workspace.unwritable(Path(directory).expanduser()):
+            return here.model_copy(update={"problem": (
+                f"{setting} {directory} cannot be written on {here.hostname} ({why}); "
+                f"set {setting} to a directory every node can write"
+            )})  # fmt: skip
     problem, offline = weights_problem(location, hf_home, hint)
     if problem:
         return here.model_copy(update={"problem": problem})

@@ -3,13 +3,29 @@
 from __future__ import annotations
 
 import socket
+import tempfile
+from pathlib import Path
 
 import yaml
 
 from ado_actuators.sfttrainer.entries import MalformedDataset, write_first_entries
 from ado_actuators.sfttrainer.plan.launch import LaunchPlan
 
-__all__ = ["MalformedDataset", "free_port", "prepare", "write_first_entries"]
+__all__ = ["MalformedDataset", "free_port", "prepare", "unwritable", "write_first_entries"]
+
+
+def unwritable(directory: Path) -> str | None:
+    """Why the processes cannot write under `directory` (created if missing), or None.
+
+    A write is tried, not permissions read: a read-only mount or a full quota shows only then,
+    and a failure found here names the setting, where the trainer's would not."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as error:
+        return f"{type(error).__name__}: {error.strerror or error}"
+    return None
 
 
 def free_port() -> int:

@@ -1,12 +1,14 @@
 """The AIM Run owned by local rank 0: run labels as params, system samples as metrics.
 
-Only one process per node opens the repo: a second writer fails on RocksDB's LOCK file.
+Only one process per measurement opens the repo; measurements sharing one aim_db (several at
+once on a node, or on a shared filesystem) take turns creating it (ensure_repo).
 AIM's own system tracker and parameter logging stay off (see monitor.py).
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from ado_actuators.sfttrainer.contract import GpuSample, ProcessSample, TrainerJob
 
@@ -25,13 +27,31 @@ GPU_METRICS = {
 }
 
 
+def ensure_repo(path: Path) -> None:
+    """Create the repository at `path` unless it exists.
+
+    Creating (`Repo.from_path(init=True)`) opens the repository's index for writing: a
+    measurement doing so while another one sharing the aim_db does fails on RocksDB's
+    `meta/index/LOCK`. Measurements take turns on a file lock, and only the first creates.
+    Runs themselves write to their own chunk databases and need no turn.
+    """
+    import aim
+    from aim.sdk.utils import get_aim_repo_name
+    from filelock import FileLock
+
+    path.mkdir(parents=True, exist_ok=True)
+    with FileLock(path / ".sfttrainer-create.lock"):
+        if not (path / get_aim_repo_name() / "meta" / "index").is_dir():
+            aim.Repo.from_path(str(path), init=True)
+
+
 class AimRecorder:
     def __init__(self, job: TrainerJob, rank: int) -> None:
         import aim
 
         repo = job.aim_repo
         if repo and "://" not in repo:
-            aim.Repo.from_path(repo, init=True)  # a fresh measurement directory has no repo yet
+            ensure_repo(Path(repo))
         self.rank = rank
         self.run = aim.Run(
             repo=repo,

@@ -1,0 +1,56 @@
+"""Measurements sharing one aim_db each record their run, even when they start at once.
+
+Before ensure_repo took turns, 5 of 6 processes opening a repository at the same moment
+failed on RocksDB's meta/index/LOCK and their runs were silently missing (the trainer only
+notes "AIM recording disabled").
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.slow
+WRITERS = 6
+
+_WRITER = """
+import sys, time
+from pathlib import Path
+from ado_actuators.sfttrainer.contract import TrainerJob
+from ado_actuators.sfttrainer.trainer import aim_run
+repo, start, label = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+while time.time() < start:  # every writer opens the repository at the same moment
+    time.sleep(0.001)
+job = TrainerJob.model_construct(aim_repo=repo, aim_experiment="shared", run_labels={"entity": label})
+recorder = aim_run.AimRecorder(job, rank=0)
+recorder.record_params(outcome="ok")
+recorder.close()
+"""
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["new-repository", "existing-repository"])
+def test_writers_starting_at_once_all_record_their_run(tmp_path, fresh):
+    import aim
+    from aim.sdk.index_manager import RepoIndexManager
+
+    repo = tmp_path / "aim"
+    if not fresh:
+        aim.Repo.from_path(str(repo), init=True)
+    start = time.time() + 8  # after every writer has imported aim
+    writers = [
+        subprocess.Popen([sys.executable, "-c", _WRITER, str(repo), str(start), f"run-{i}"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for i in range(WRITERS)
+    ]  # fmt: skip
+    outputs = [w.communicate(timeout=300)[0] for w in writers]
+    assert [w.returncode for w in writers] == [0] * WRITERS, "\n".join(outputs)
+    writer = aim.Repo.from_path(str(repo))
+    hashes = writer.list_all_runs()
+    for run_hash in hashes:
+        RepoIndexManager.get_index_manager(writer).index(run_hash)
+    reader = aim.Repo.from_path(str(repo))
+    labels = sorted(reader.get_run(h)["entity"] for h in hashes)
+    assert labels == [f"run-{i}" for i in range(WRITERS)]
