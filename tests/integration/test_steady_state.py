@@ -69,12 +69,14 @@ def test_the_window_starts_after_the_warm_up_on_both_ranks(measured):
 def test_step_count_and_tokens_in_the_report_are_the_window(measured):
     outcome, reports = measured
     props, rank0 = outcome.properties, reports[0]
-    since = rank0.steps[rank0.warmup_steps].start
-    window = [s for r in reports for s in r.steps if s.start >= since]
+    # the window is a step number on: both ranks' steps from rank 0's first after the warm-up
+    first = rank0.steps[rank0.warmup_steps].step
+    window = [s for r in reports for s in r.steps if s.step >= first]
     measured_steps = len(rank0.steps) - rank0.warmup_steps
     assert outcome.metadata["measured_steps"] == measured_steps
+    assert len(window) == 2 * measured_steps
     runtime = props["train_runtime"]
-    assert runtime == pytest.approx(max(s.end for s in window) - since)
+    assert runtime == pytest.approx(max(s.end for s in window) - min(s.start for s in window))
     assert props["train_steps_per_second"] * runtime == pytest.approx(measured_steps)
     assert props["dataset_tokens_per_second"] * runtime == pytest.approx(sum(s.dataset_tokens for s in window))
     assert props["train_samples_per_second"] * runtime == pytest.approx(2 * measured_steps)  # batch 2

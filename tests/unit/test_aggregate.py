@@ -83,6 +83,14 @@ def test_warm_up_can_be_excluded():
     assert props["dataset_tokens_per_second"] == pytest.approx(100)
 
 
+def test_a_peer_starting_its_first_window_step_early_keeps_it():
+    # rank 1 starts step 2 a millisecond before rank 0 does: the window is rank 0's step 2 on
+    r0 = report(0, [(0, 50, 10_000), (60.000, 61, 100), (61, 62, 100)], world=2)
+    r1 = report(1, [(0, 50, 10_000), (59.999, 61, 100), (61, 62, 100)], world=2)
+    props = benchmark_properties([r0, r1], number_gpus=2, stop_after_seconds=-1, since=warmup_end([r0]) or 60.0)
+    assert props["dataset_tokens_per_second"] * props["train_runtime"] == pytest.approx(400)
+
+
 def test_no_completed_step_is_an_error():
     with pytest.raises(NoTrainingSteps):
         benchmark_properties([report(0, [], world=1)], number_gpus=1, stop_after_seconds=-1)

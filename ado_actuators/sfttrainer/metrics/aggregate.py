@@ -64,8 +64,15 @@ def _in_window(time: float, since: float | None) -> bool:
     return since is None or time >= since
 
 
-def window_steps(report: RankReport, since: float | None) -> list[StepTiming]:
-    return [s for s in report.steps if _in_window(s.start, since)]
+def window_steps(reports: list[RankReport], report: RankReport, since: float | None) -> list[StepTiming]:
+    """`report`'s steps in the window: from rank 0's first step starting at `since` on, by
+    step number, not by clock (ranks start the same step a few milliseconds apart: a clock cut
+    would drop a peer's first window step)."""
+    if since is None:
+        return report.steps
+    rank0 = min(reports, key=lambda r: r.rank)
+    first = next((s.step for s in rank0.steps if s.start >= since), None)
+    return [s for s in report.steps if first is not None and s.step >= first]
 
 
 def gpu_sampling_problem(reports: list[RankReport], since: float | None = None) -> str | None:
@@ -120,7 +127,7 @@ def model_flops_per_token(reports: list[RankReport], since: float | None) -> flo
     rank0 = min(reports, key=lambda r: r.rank)
     if rank0.model_parameters is None:
         return None
-    steps = [s for r in reports for s in window_steps(r, since)]
+    steps = [s for r in reports for s in window_steps(reports, r, since)]
     mean_length = flops.token_weighted_sequence_length(
         sum(s.sequence_tokens_squared for s in steps), sum(s.dataset_tokens for s in steps)
     )
@@ -139,7 +146,7 @@ def benchmark_properties(
     """Properties of a successful run over every rank of every node. `since` excludes
     everything before it (warm-up). `devices`: what batch_size was split over, when not the
     GPUs (number_gpus 0 on several nodes: one CPU rank each)."""
-    per_rank = {r.rank: window_steps(r, since) for r in reports}
+    per_rank = {r.rank: window_steps(reports, r, since) for r in reports}
     steps = [s for rank_steps in per_rank.values() for s in rank_steps]
     if not steps:
         raise NoTrainingSteps("the trainer completed no optimisation step")
