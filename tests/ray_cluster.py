@@ -151,32 +151,20 @@ def start_cluster(nodes: list[dict[str, float]], env: dict[str, str] | None = No
     return cluster
 
 
-_MEASURE = """
-import json, sys
-import ray
-from ado_actuators.sfttrainer.measurement import measure
-from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
-entity, experiment, params, label = json.loads(sys.argv[1])
+_PLACEMENT_GROUPS = """
+import json, ray
+from ray.util import placement_group_table
 ray.init(logging_level="ERROR")
-outcome = measure(entity, experiment, SFTTrainerParameters(**params), label=label)
-print("OUTCOME " + json.dumps({"kind": type(outcome).__name__, **vars(outcome)}, default=str))
+print("GROUPS " + json.dumps([g["state"] for g in placement_group_table().values()]))
 """
 
 
-def start_measurement(
-    cluster: RayCluster, entity: dict, experiment: str, params: dict, label: str
-) -> subprocess.Popen:
-    """measure() in a process of its own attached to `cluster` (a test process must not join
-    a cluster: RAY_AUTH_MODE is read when ray is imported)."""
-    return subprocess.Popen(
-        [sys.executable, "-c", _MEASURE, json.dumps([entity, experiment, params, label])],
-        env=cluster.client_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-
-
-def outcome_of(process: subprocess.Popen, timeout: float) -> tuple[dict, str]:
-    output, _ = process.communicate(timeout=timeout)
-    line = next((x for x in output.splitlines() if x.startswith("OUTCOME ")), None)
+def live_placement_groups(cluster: RayCluster) -> list[str]:
+    """The state of every placement group of `cluster` not removed (from a process of its
+    own: a test process must not join a cluster, RAY_AUTH_MODE is read when ray is imported)."""
+    result = subprocess.run([sys.executable, "-c", _PLACEMENT_GROUPS], env=cluster.client_env,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    line = next((x for x in result.stdout.splitlines() if x.startswith("GROUPS ")), None)
     if line is None:
-        raise AssertionError(f"no outcome (exit {process.returncode}):\n{output[-5000:]}")
-    return json.loads(line.removeprefix("OUTCOME ")), output
+        raise AssertionError(f"could not list placement groups:\n{result.stdout}{result.stderr}")
+    return [state for state in json.loads(line.removeprefix("GROUPS ")) if state != "REMOVED"]

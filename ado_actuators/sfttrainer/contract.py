@@ -138,6 +138,9 @@ class Failure(pydantic.BaseModel):
     exception_type: str
     message: str
     traceback_tail: str = ""
+    # what failed in the user's terms, with the fix, where the exception does not say it
+    # (e.g. which input file is damaged); "" when the exception's message is the best there is
+    cause: str = ""
 
 
 class RankReport(pydantic.BaseModel):

@@ -28,9 +28,8 @@ import pytest
 from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI
 from ado_actuators.sfttrainer.testing.tiny_model import build_tiny_model
 import yaml
-from test_operation_faults import (  # pytest puts this test's directory on sys.path
-    DATASET, INJECT, REPO, leftover_processes, run_operation, trace, write_yaml,
-)  # fmt: skip
+from ado_operations import leftover_processes, run_operation, trace
+from test_operation_faults import DATASET, INJECT, REPO, write_yaml  # pytest puts tests/e2e on sys.path
 
 pytestmark = pytest.mark.slow
 EXPERIMENT = "finetune_full_benchmark-v1.0.0"

@@ -13,13 +13,15 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 import yaml
-from ray_cluster import RayCluster, outcome_of, start_cluster, start_measurement
+from ado_operations import operation_id, trace
+from ray_cluster import RayCluster, live_placement_groups, start_cluster
 
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.contract import RankReport
@@ -145,12 +147,12 @@ def test_two_node_measurement_through_ado_and_a_three_node_one_that_cannot_be_pl
     assert sum(s.dataset_tokens for reports in per_node for r in reports for s in r.steps) == expected
 
 
-def _run_processes(run_dir_marker: str) -> dict[int, str]:
-    """pid -> command line of every launcher and rank whose command names the run."""
+def _run_processes(marker: str) -> dict[int, str]:
+    """pid -> command line of every launcher and rank whose command line names `marker`."""
     found = {}
     for proc in psutil.process_iter(["pid", "cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or ())
-        if run_dir_marker in cmdline and "ado_actuators.sfttrainer.trainer" in cmdline:
+        if marker in cmdline and "ado_actuators.sfttrainer.trainer" in cmdline:
             found[proc.info["pid"]] = cmdline
     return found
 
@@ -162,35 +164,79 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_a_rank_killed_on_one_node_fails_the_measurement_and_stops_every_rank(cluster, inputs):
-    """Rank 1 is SIGKILLed while rank 0 is stuck (SIGSTOP: it cannot notice its peer died):
-    only node 1 fails by itself, so node 0's ranks end only if the measurement stops them."""
+class RankKiller(threading.Thread):
+    """Once rank 0 is past step 2 of the run under `out` (under DDP both ranks are then
+    mid-training), SIGSTOPs rank 0 (stuck: it cannot notice its peer died) and SIGKILLs
+    rank 1, remembering every launcher and rank of both nodes."""
+
+    def __init__(self, out: Path) -> None:
+        super().__init__(daemon=True)
+        self.out = out
+        self.everyone: dict[int, str] = {}
+        self.killed_at: float | None = None
+        self.done = threading.Event()
+
+    def _ranks(self) -> dict[int, int]:
+        logs = list(self.out.glob("*/*/node-0/train.log"))
+        if not logs or not re.search(r"\| *([3-9]|\d\d+)/1000 \[", logs[0].read_text(errors="replace")):
+            return {}
+        return {int(cmd.split("/node-")[1][0]): pid for pid, cmd in _run_processes(str(self.out)).items()
+                if "accelerate.commands.launch" not in cmd}  # fmt: skip
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            ranks = self._ranks()
+            if set(ranks) != {0, 1}:
+                time.sleep(0.5)
+                continue
+            self.everyone = _run_processes(str(self.out))
+            os.kill(ranks[0], signal.SIGSTOP)
+            os.kill(ranks[1], signal.SIGKILL)
+            self.killed_at = time.monotonic()
+            return
+
+
+def test_a_rank_killed_mid_step_through_ado_fails_stops_every_rank_and_is_measured_again(
+    cluster, inputs, tmp_path
+):
     ensure_dataset(inputs)
-    label = "killed-rank"
-    measuring = start_measurement(cluster, {**ENTITY, "max_steps": 1000}, EXPERIMENT,
-                                  actuator_parameters(inputs, stall_timeout_seconds=600), label)  # fmt: skip
-    marker = f"/{label}-"
-    deadline = time.monotonic() + 300
-    ranks: dict[int, int] = {}
-    while len(ranks) < 2 and time.monotonic() < deadline and measuring.poll() is None:
-        time.sleep(1)
-        logs = list((inputs["out"] / EXPERIMENT).glob(f"{label}-*/node-0/train.log"))
-        # rank 0's progress bar past step 2: under DDP both ranks are mid-training
-        if logs and re.search(r"\| *([3-9]|\d\d+)/1000 \[", logs[0].read_text(errors="replace")):
-            ranks = {int(cmd.split("/node-")[1][0]): pid for pid, cmd in _run_processes(marker).items()
-                     if "accelerate.commands.launch" not in cmd}  # fmt: skip
-    assert set(ranks) == {0, 1}, f"the ranks never trained (measurement exit {measuring.poll()})"
-    everyone = _run_processes(marker)  # both nodes' launchers and ranks
-    os.kill(ranks[0], signal.SIGSTOP)
-    os.kill(ranks[1], signal.SIGKILL)
-    killed = time.monotonic()
-    outcome, output = outcome_of(measuring, timeout=300)
-    print(f"rank killed -> measurement Failed in {time.monotonic() - killed:.1f} s")
-    assert outcome["kind"] == "Failed", output[-3000:]
-    # the node that failed is named, not the one that was stopped because of it
-    assert "rank(s) [1] ended without a report on node 1" in outcome["reason"], outcome["reason"]
-    survivors = {pid: cmd for pid, cmd in everyone.items() if _alive(pid)}
+    out = tmp_path / "out"
+    ado = AdoCLI(home=tmp_path / "ado", extra_env={"RAY_ADDRESS": cluster.address, "RAY_AUTH_MODE": "token"})
+    config_id = ado.create("actuatorconfiguration", write_yaml(tmp_path / "ac.yaml", {
+        "actuatorIdentifier": "SFTTrainer",
+        "parameters": actuator_parameters(inputs, output_dir=str(out), stall_timeout_seconds=600),
+    }))  # fmt: skip
+    # time-bounded, so the re-run measures in seconds what the first run was killed in
+    space_id = ado.create("space", write_yaml(tmp_path / "space.yaml", space_document(
+        {"number_nodes": [2], "max_steps": [1000], "stop_after_seconds": [15]})), "--new-sample-store")  # fmt: skip
+    operation = write_yaml(tmp_path / "op.yaml", operation_document(space_id, config_id))
+    killer = RankKiller(out)
+    killer.start()
+    result = ado.run("create", "operation", "-f", str(operation), timeout=900)
+    ended = time.monotonic()
+    killer.done.set()
+    output = result.stdout + result.stderr
+    assert killer.killed_at is not None, f"the ranks never trained: {output[-3000:]}"
+    print(f"rank killed -> ado operation ended in {ended - killer.killed_at:.1f} s")
+    (request,) = trace(ado, operation_id(output))  # answered once
+    assert request["Status"] == "Failed", request
+    # the reason, on the operation's own output, names the node that failed, not the one
+    # that was stopped because of it
+    (line,) = [x for x in output.splitlines() if f"SFTTrainer {EXPERIMENT}" in x]
+    assert "Failed: " in line and "rank(s) [1] ended without a report on node 1" in line, line
+    assert not ado.measurements(space_id)  # nothing Failed is stored
+    survivors = {pid: cmd for pid, cmd in killer.everyone.items() if _alive(pid)}
     assert not survivors, survivors
+    assert not live_placement_groups(cluster)
+
+    started = time.monotonic()
+    second = ado.run("create", "operation", "-f", str(operation), timeout=900)
+    print(f"re-run (measures it again): {time.monotonic() - started:.1f} s")
+    (again,) = trace(ado, operation_id(second.stdout + second.stderr))
+    assert (again["Request type"], again["Status"]) == ("measured", "Success"), again
+    (row,) = ado.measurements(space_id)
+    assert float(row["is_valid"]) == 1 and float(row["dataset_tokens_per_second"]) > 0, row
+    assert not _run_processes(str(out)) and not live_placement_groups(cluster)
 
 
 def _submit(cluster: RayCluster, workdir: Path, *entrypoint: str) -> str:

@@ -53,9 +53,8 @@ def test_malformed_dataset_line_is_named_with_its_file_and_number(tmp_path):
     except ValueError as wrapped:
         outcome, failure = classify(wrapped)
     assert outcome is Outcome.ERROR
-    first = failure.message.splitlines()[0]
-    assert first.startswith(f"dataset {path}: line 2500 does not parse as a JSON object")
-    assert "Failed to generate the dataset" in failure.message  # the original, after it
+    assert failure.cause.startswith(f"dataset {path}: line 2500 does not parse as a JSON object")
+    assert failure.message == "Failed to generate the dataset from the provided builder json."
 
 
 def test_truncated_safetensors_file_is_named(tmp_path, tiny_model_dir):
@@ -68,15 +67,16 @@ def test_truncated_safetensors_file_is_named(tmp_path, tiny_model_dir):
     with pytest.raises(Exception) as info:
         transformers.AutoModelForCausalLM.from_pretrained(model)
     _, failure = classify(info.value)
-    assert failure.message.startswith(f"the weights file {weights} cannot be read (")
-    assert "download or copy the model's weights again" in failure.message
+    assert failure.cause.startswith(f"the weights file {weights} cannot be read (")
+    assert failure.cause.endswith("download or copy the model's weights again")
 
 
 def test_unrelated_errors_keep_their_own_message():
     try:
         raise RuntimeError("NCCL Error 2")
     except RuntimeError as error:
-        assert classify(error)[1].message == "NCCL Error 2"
+        _, failure = classify(error)
+    assert (failure.message, failure.cause) == ("NCCL Error 2", "")
 
 
 NOISY_LOG = """\
@@ -107,21 +107,25 @@ def test_log_tail_keeps_the_chained_traceback_and_drops_chatter():
     assert not [line for line in lines if "DEBUG" in line or "AddedToken" in line]
 
 
-def test_failed_rank_reason_leads_with_the_explanation_then_its_traceback(tmp_path):
+def test_failed_rank_reason_leads_with_the_cause_then_the_exception_then_its_traceback(tmp_path):
     log = tmp_path / "train.log"
     log.write_text(NOISY_LOG)
-    failure = Failure(exception_type="builtins.ValueError",
-                      message="dataset /d/x.jsonl: line 5 does not parse as a JSON object (...)",
+    failure = Failure(exception_type="builtins.ValueError", message="Failed to generate the dataset",
+                      cause="dataset /d/x.jsonl: line 5 does not parse as a JSON object (...)",
                       traceback_tail="Traceback (most recent call last):\nValueError: boom")  # fmt: skip
     report = RankReport(rank=0, local_rank=0, world_size=1, hostname="h", outcome=Outcome.ERROR,
                         failure=failure)  # fmt: skip
     result = ProcessResult(returncode=1, stopped_by_watchdog=None, log_path=log, seconds=1)
     run = NodeRun(returncode=result.returncode, log_tail=result.log_tail())  # as the node returns it
     outcome = launch_outcome([report], [run], world_size=1, number_gpus=0, stop_after_seconds=-1)
-    first, *rest = outcome.reason.splitlines()
-    assert first == ("training failed: rank 0: ValueError: dataset /d/x.jsonl: line 5 does not "
-                     "parse as a JSON object (...)")  # fmt: skip
+    first, raised, *rest = outcome.reason.splitlines()
+    assert first == "dataset /d/x.jsonl: line 5 does not parse as a JSON object (...)"
+    assert raised == "(raised on rank 0: ValueError: Failed to generate the dataset)"
     assert rest == ["Traceback of rank 0:", "Traceback (most recent call last):", "ValueError: boom"]
+    # an exception nobody explained leads with itself
+    report.failure = failure.model_copy(update={"cause": ""})
+    outcome = launch_outcome([report], [run], world_size=1, number_gpus=0, stop_after_seconds=-1)
+    assert outcome.reason.splitlines()[0] == "training failed: rank 0: ValueError: Failed to generate the dataset"
 
 
 def test_copying_the_first_entries_names_a_bad_line_of_the_users_file(tmp_path):
@@ -149,7 +153,7 @@ def test_truncated_parquet_dataset_is_named(tmp_path):
         error = raised
     assert error is not None
     _, failure = classify(error)
-    assert failure.message.startswith(f"dataset {path} cannot be read as parquet ("), failure.message
+    assert failure.cause.startswith(f"dataset {path} cannot be read as parquet ("), failure
 
 
 def test_copying_from_an_empty_dataset_says_so(tmp_path):

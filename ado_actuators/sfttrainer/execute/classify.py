@@ -31,12 +31,21 @@ TRAINING_COMPLETED = "training_completed"
 """Metadata of a Failed whose training itself succeeded (the figures are what failed)."""
 
 
-def _describe(report: RankReport) -> str:
+def _describe(report: RankReport, where: str = "") -> str:
     failure = report.failure
     if failure is None:
-        return f"rank {report.rank} ended with {report.outcome}"
+        return f"rank {report.rank}{where} ended with {report.outcome}"
     kind = failure.exception_type.removeprefix("builtins.")
-    return f"rank {report.rank}: {kind}: {failure.message}"
+    return f"rank {report.rank}{where}: {kind}: {failure.message}"
+
+
+def _failed_rank(report: RankReport, where: str) -> str:
+    """The reason's first line(s): what failed in the user's terms where the rank knew them
+    (a damaged input file and its fix), then what it raised."""
+    raised = _describe(report, where)
+    if report.failure and report.failure.cause:
+        return f"{report.failure.cause}\n(raised on {raised.splitlines()[0][:500]})"
+    return f"training failed: {raised}"
 
 
 def _where(run: NodeRun, runs: list[NodeRun]) -> str:
@@ -95,7 +104,8 @@ def launch_outcome(
             return Failed(f"the configuration cannot run as requested: {message}")
         label = "Log tail"
         if errors:
-            why = _describe(errors[0])
+            node = next((n for n in ran if n.machine_rank == errors[0].rank // per_node), None)
+            why = _failed_rank(errors[0], _where(node, runs) if node else "")
             if errors[0].failure and errors[0].failure.traceback_tail:
                 # the rank's own traceback says more than a log full of other ranks' noise
                 label, tail = f"Traceback of rank {errors[0].rank}", errors[0].failure.traceback_tail
@@ -104,12 +114,14 @@ def launch_outcome(
             signals = [f"{r.signal_name}{_where(r, runs)}" for r in ran if r.signal_name]
             died = f" (the launcher exited by {', '.join(signals)})" if signals else ""
             why = (
-                f"rank(s) {missing} ended without a report{_where(first, runs)}{died}: killed "
-                f"from outside, or by the kernel's out-of-memory killer (check the node's memory)"
+                f"training failed: rank(s) {missing} ended without a report{_where(first, runs)}"
+                f"{died}: killed from outside, or by the kernel's out-of-memory killer "
+                f"(check the node's memory)"
             )
         else:
-            why = f"the launcher exited with status {exited[0].returncode}{_where(exited[0], runs)}"
-        return Failed(f"training failed: {why}\n{label}:\n{tail}")
+            status, where = exited[0].returncode, _where(exited[0], runs)
+            why = f"training failed: the launcher exited with status {status}{where}"
+        return Failed(f"{why}\n{label}:\n{tail}")
     since = warmup_end(reports)
     completed = {TRAINING_COMPLETED: True}
     try:

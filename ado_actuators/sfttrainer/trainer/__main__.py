@@ -240,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
             report.outcome = Outcome.OK
         except BaseException as exc:  # SystemExit from argparse and Terminated included
             report.outcome, report.failure = classify(exc)
-            log.error("training failed (%s): %s", report.outcome.value, report.failure.message)
+            failure = report.failure
+            log.error("training failed (%s): %s", report.outcome.value, failure.cause or failure.message)
         finally:
             try:
                 measurement.finish()

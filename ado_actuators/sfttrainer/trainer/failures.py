@@ -56,12 +56,12 @@ def describe(exc: BaseException) -> Failure:
     lines = "".join(traceback.format_exception(exc)).splitlines()
     message = str(exc) or repr(exc)
     # e.g. "Failed to generate the dataset ..." says neither which file nor which line
-    if explanation := input_files.explain(exc, _training_data_paths(sys.argv)):
-        message = f"{explanation}\n(raised as: {message.splitlines()[0][:500]})"
+    cause = input_files.explain(exc, _training_data_paths(sys.argv)) or ""
     return Failure(
         exception_type=f"{type(exc).__module__}.{type(exc).__qualname__}",
         message=message[:MESSAGE_LIMIT],
         traceback_tail="\n".join(lines[-TRACEBACK_TAIL_LINES:]),
+        cause=cause[:MESSAGE_LIMIT],
     )
 
 
