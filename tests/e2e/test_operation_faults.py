@@ -15,8 +15,8 @@ and the re-run measures again exactly the entities that failed.
 from __future__ import annotations
 
 import os
-import shutil
 import re
+import shutil
 from collections import Counter
 from pathlib import Path
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from ado_operations import operation_id, trace
+from ado_operations import run_operation, trace
 from ray_cluster import RayCluster, live_placement_groups, start_cluster
 
 from ado_actuators.sfttrainer.catalog import datasets
@@ -164,6 +164,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
+KILLED_MAX_STEPS = 1000
+
+
 class RankKiller(threading.Thread):
     """Once rank 0 is past step 2 of the run under `out` (under DDP both ranks are then
     mid-training), SIGSTOPs rank 0 (stuck: it cannot notice its peer died) and SIGKILLs
@@ -178,7 +181,8 @@ class RankKiller(threading.Thread):
 
     def _ranks(self) -> dict[int, int]:
         logs = list(self.out.glob("*/*/node-0/train.log"))
-        if not logs or not re.search(r"\| *([3-9]|\d\d+)/1000 \[", logs[0].read_text(errors="replace")):
+        progress = rf"\| *([3-9]|\d\d+)/{KILLED_MAX_STEPS} \["
+        if not logs or not re.search(progress, logs[0].read_text(errors="replace")):
             return {}
         return {int(cmd.split("/node-")[1][0]): pid for pid, cmd in _run_processes(str(self.out)).items()
                 if "accelerate.commands.launch" not in cmd}  # fmt: skip
@@ -208,17 +212,16 @@ def test_a_rank_killed_mid_step_through_ado_fails_stops_every_rank_and_is_measur
     }))  # fmt: skip
     # time-bounded, so the re-run measures in seconds what the first run was killed in
     space_id = ado.create("space", write_yaml(tmp_path / "space.yaml", space_document(
-        {"number_nodes": [2], "max_steps": [1000], "stop_after_seconds": [15]})), "--new-sample-store")  # fmt: skip
+        {"number_nodes": [2], "max_steps": [KILLED_MAX_STEPS], "stop_after_seconds": [15]})), "--new-sample-store")  # fmt: skip
     operation = write_yaml(tmp_path / "op.yaml", operation_document(space_id, config_id))
     killer = RankKiller(out)
     killer.start()
-    result = ado.run("create", "operation", "-f", str(operation), timeout=900)
+    first_id, output = run_operation(ado, operation)
     ended = time.monotonic()
     killer.done.set()
-    output = result.stdout + result.stderr
     assert killer.killed_at is not None, f"the ranks never trained: {output[-3000:]}"
     print(f"rank killed -> ado operation ended in {ended - killer.killed_at:.1f} s")
-    (request,) = trace(ado, operation_id(output))  # answered once
+    (request,) = trace(ado, first_id)  # answered once
     assert request["Status"] == "Failed", request
     # the reason, on the operation's own output, names the node that failed, not the one
     # that was stopped because of it
@@ -229,10 +232,8 @@ def test_a_rank_killed_mid_step_through_ado_fails_stops_every_rank_and_is_measur
     assert not survivors, survivors
     assert not live_placement_groups(cluster)
 
-    started = time.monotonic()
-    second = ado.run("create", "operation", "-f", str(operation), timeout=900)
-    print(f"re-run (measures it again): {time.monotonic() - started:.1f} s")
-    (again,) = trace(ado, operation_id(second.stdout + second.stderr))
+    second_id, _ = run_operation(ado, operation)  # the re-run measures it again
+    (again,) = trace(ado, second_id)
     assert (again["Request type"], again["Status"]) == ("measured", "Success"), again
     (row,) = ado.measurements(space_id)
     assert float(row["is_valid"]) == 1 and float(row["dataset_tokens_per_second"]) > 0, row
