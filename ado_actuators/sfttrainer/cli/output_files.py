@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from ado_actuators.sfttrainer.catalog.datasets import DatasetShape
+from ado_actuators.sfttrainer.cli.errors import UsageError, one_line_errors
 
 
 def output_option(suffix: str) -> Any:
@@ -37,10 +38,6 @@ EntriesOption = Annotated[
     int | None, typer.Option(metavar="N", help="Number of entries (default: the dataset's own).")
 ]
 SeedOption = Annotated[int, typer.Option(metavar="N", help="Random seed.")]
-
-
-class UsageError(Exception):
-    """Bad input: reported as one line, exit status 2."""
 
 
 MAX_ENTRY_LENGTH = 1 << 20
@@ -111,17 +108,7 @@ def progress_bar(path: Path):
 
 
 def report_errors(write: Callable[[], str], target: Path | None) -> None:
-    """Runs `write` (which returns the success line) turning failures into one-line errors:
-    bad input exits 2, a failed write 1, an interrupt 130; never a traceback."""
-    try:
+    """Runs `write` (which returns the success line), its failures each one line."""
+    with one_line_errors(target, "Interrupted; no dataset file was written."):
         done = write()
-    except UsageError as err:
-        typer.echo(f"Error: {err}", err=True)
-        raise typer.Exit(2) from None
-    except OSError as err:
-        typer.echo(f"Error: writing {str(target)!r} failed: {err}", err=True)
-        raise typer.Exit(1) from None
-    except KeyboardInterrupt:
-        typer.echo("Interrupted; no dataset file was written.", err=True)
-        raise typer.Exit(130) from None
     typer.echo(done, err=True)

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from ado_actuators.sfttrainer.cli.errors import one_line_errors
+
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
@@ -59,14 +61,8 @@ def plot(
 ) -> None:
     from ado_actuators.sfttrainer.report.table import TableError
 
-    try:
+    with one_line_errors(output_dir, "Interrupted; no file was left half-written.", (TableError,)):
         files = _plot(space_id, csv_file, context, output_dir, name)
-    except TableError as err:
-        typer.echo(f"Error: {err}", err=True)
-        raise typer.Exit(2) from None
-    except OSError as err:
-        typer.echo(f"Error: writing to {str(output_dir)!r} failed: {err}", err=True)
-        raise typer.Exit(1) from None
     typer.echo(files.png)
     typer.echo(files.html)
 
