@@ -25,6 +25,7 @@ from ado_actuators.sfttrainer.execute.node import NodeRequest
 from ado_actuators.sfttrainer.execute.cluster import measure_on_cluster
 from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured, Outcome
 from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
+from ado_actuators.sfttrainer.plan.environments import vision_problem
 from ado_actuators.sfttrainer.plan.launch import plan_resources
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,9 @@ def _resolve(
         return Invalid(reason="; ".join(problems))
     if problems := domain_problems(values):
         return Failed("entity value(s) outside the experiment's domain: " + "; ".join(problems))
+    vision = bool(values.dataset_image_field or datasets.get_shape(values.dataset_id).image_field)
+    if problem := vision_problem(values.fms_hf_tuning_version, vision):
+        return Invalid(reason=problem)
     try:
         location = model_location(values.model_name, definition.weights_format, params.model_map)
     except UnknownModelError as error:
@@ -123,6 +127,7 @@ def _environment_request(params: SFTTrainerParameters) -> EnvironmentRequest:
         directory=Path(params.environments_directory).expanduser(),
         build_timeout_seconds=params.environment_build_timeout_seconds,
         package_lists_directory=Path(lists).expanduser() if lists else None,
+        find_links=tuple(params.find_links),
     )
 
 

@@ -41,6 +41,13 @@ class SFTTrainerParameters(ExperimentExecutorSupervisorParameters):
         description="Directory of `fms-hf-tuning_v<version>.txt` package lists replacing the "
         "shipped ones (plan/packages/); null uses the shipped lists.",
     )
+    find_links: list[str] = pydantic.Field(
+        default_factory=list,
+        description="Directories or URLs of wheels (and source archives) the environment "
+        "builder looks in before the package registry, for every install phase: prebuilt "
+        "flash-attn, mamba-ssm or causal-conv1d wheels for the cluster's torch and CUDA "
+        "spare hours of compiling.",
+    )
     output_dir: str = pydantic.Field(
         default="output",
         description="Directory prefix under which each measurement's working directory "

@@ -5,7 +5,9 @@ and a build that cannot succeed is a Failed outcome carrying the installer's mes
 from __future__ import annotations
 
 import importlib.metadata
+import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import pytest
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.cli.generate_dataset_text import generate
 from ado_actuators.sfttrainer.contract import RankReport
-from ado_actuators.sfttrainer.execute import environment
+from ado_actuators.sfttrainer.execute import install
 from ado_actuators.sfttrainer.measurement import measure
 from ado_actuators.sfttrainer.outcomes import Failed, Measured
 from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
@@ -96,14 +98,90 @@ def test_an_environment_that_cannot_be_built_fails_with_the_installers_message(p
 
 def test_a_build_step_past_its_time_is_stopped_and_said(tmp_path):
     deadline = time.monotonic() + 1
-    problem = environment._run([sys.executable, "-c", "import time; time.sleep(60)"], deadline)
+    problem, _ = install.run([sys.executable, "-c", "import time; time.sleep(60)"], deadline)
     assert problem and "ran past environment_build_timeout_seconds" in problem
 
 
 def test_a_failing_build_step_reports_its_last_lines():
-    problem = environment._run(
+    problem, _ = install.run(
         [sys.executable, "-c", "import sys; print('\\n'.join(map(str, range(40))), file=sys.stderr); sys.exit(3)"],
         time.monotonic() + 60,
     )
     assert problem.splitlines()[-1] == "39" and "exited 3" in problem
     assert "24" not in problem.splitlines()[1:], "only the last lines"
+
+
+TORCH_KERNELS = "torchy-kernels"
+SETUP_PY = f"""import torch  # builds against the installed torch, as flash-attn does
+from setuptools import setup
+setup(name="{TORCH_KERNELS}", version="0.1.0", py_modules=["torchy_kernels"])
+"""
+
+
+def torch_importing_sdist(directory: Path) -> Path:
+    """A source package standing in for flash-attn: its setup.py imports torch."""
+    source = directory / "torchy_kernels-0.1.0"
+    source.mkdir(parents=True)
+    (source / "setup.py").write_text(SETUP_PY)
+    (source / "torchy_kernels.py").write_text("import torch\nBUILT_FOR = torch.__version__\n")
+    archive = directory / "links" / "torchy_kernels-0.1.0.tar.gz"
+    archive.parent.mkdir()
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(source, arcname=source.name)
+    return archive.parent
+
+
+@pytest.mark.slow
+def test_exact_mode_builds_a_torch_importing_package_from_find_links_against_torch(
+    params, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))  # no wheel built earlier
+    links = torch_importing_sdist(tmp_path)
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    (lists / list_path("3.1.0").name).write_text(f"{TORCH_KERNELS}==0.1.0\n")
+    # without the phases: one isolated install, as before, fails at once for want of torch
+    from uv import find_uv_bin
+
+    venv = tmp_path / "one-phase"
+    assert install.run([find_uv_bin(), "venv", "--quiet", str(venv)], time.monotonic() + 60)[0] is None
+    problem, output = install.run(
+        [find_uv_bin(), "pip", "install", "--no-deps", "--python", str(venv / "bin" / "python"),
+         "--find-links", str(links), f"{TORCH_KERNELS}==0.1.0"], time.monotonic() + 120)  # fmt: skip
+    assert problem and "No module named 'torch'" in output
+    exact = params.model_copy(update={
+        "package_lists_directory": str(lists), "match_exact_dependencies": True,
+        "environments_directory": str(tmp_path / "envs"), "find_links": [str(links)]})  # fmt: skip
+    outcome = measure(entity(fms_hf_tuning_version="3.1.0"), "finetune_full_benchmark-v1.0.0",
+                      exact, label="torch-kernels")  # fmt: skip
+    assert isinstance(outcome, Measured), getattr(outcome, "reason", "")
+    env = outcome.metadata["environment"]
+    assert env["built_against_torch"] == [f"{TORCH_KERNELS}==0.1.0"]
+    assert outcome.metadata["versions"]["fms-hf-tuning"] == "3.1.0"
+    assert outcome.metadata["versions"]["transformers"] == importlib.metadata.version("transformers")
+    built = subprocess.run([env["path"] + "/bin/python", "-c",
+                            "import torchy_kernels; print(torchy_kernels.BUILT_FOR)"],
+                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    assert built == importlib.metadata.version("torch")
+
+
+@pytest.mark.slow
+def test_a_package_that_does_not_build_is_named_with_its_phase_and_the_fix(params, tmp_path):
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    (lists / list_path("3.1.0").name).write_text("flash-attn==0.0.1\n")  # an sdist that is not there
+    source = tmp_path / "links" / "flash_attn-0.0.1"
+    source.mkdir(parents=True)
+    (source / "setup.py").write_text("raise SystemExit('nvcc not found')\n")
+    with tarfile.open(source.parent / "flash_attn-0.0.1.tar.gz", "w:gz") as tar:
+        tar.add(source, arcname=source.name)
+    exact = params.model_copy(update={
+        "package_lists_directory": str(lists), "match_exact_dependencies": True,
+        "environments_directory": str(tmp_path / "envs"),
+        "find_links": [str(source.parent)]})  # fmt: skip
+    outcome = measure(entity(fms_hf_tuning_version="3.1.0"), "finetune_full_benchmark-v1.0.0",
+                      exact, label="no-build")  # fmt: skip
+    assert isinstance(outcome, Failed)
+    assert "flash-attn==0.0.1 did not build in phase 2" in outcome.reason
+    assert "find_links" in outcome.reason and "match_exact_dependencies: false" in outcome.reason
+    assert "nvcc not found" in outcome.reason

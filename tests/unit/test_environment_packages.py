@@ -19,7 +19,7 @@ def spec(version, exact, **kwargs):
 
 
 def pinned(s: env.EnvironmentSpec) -> dict[str, str]:
-    return {env._name(line): line for line in s.packages}
+    return {env.package_name(line): line for line in s.packages}
 
 
 def test_every_version_in_the_domain_has_a_shipped_list():
@@ -39,7 +39,7 @@ def test_cpu_mode_drops_what_needs_nvidia_gpus_and_keeps_the_workers_torch():
     s = spec("3.0.0", exact=False)
     names = s.names
     for package in GPU_PACKAGES:
-        assert env._name(package) not in names, package
+        assert env.package_name(package) not in names, package
     assert not [n for n in names if n.startswith(("nvidia-", "fms-acceleration"))]
     assert {"transformers", "trl", "peft", "accelerate", "datasets"} <= names
     assert pinned(s)["transformers"] == "transformers==4.52.4"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import shutil
@@ -28,15 +29,16 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
+from ado_actuators.sfttrainer.execute import install
 from ado_actuators.sfttrainer.outcomes import Failed
 from ado_actuators.sfttrainer.plan import environments as plan
+from ado_actuators.sfttrainer.trainer import fms_api
 
 READY = "sfttrainer-environment.json"
 PROBE_MODULES = ("tuning.sft_trainer", "transformers", "trl", "peft", "accelerate", "datasets",
                  "torch", "ado_actuators.sfttrainer.trainer.callback")  # fmt: skip
 WORKER_ROOTS = ("pydantic", "pydantic-core")
 """The worker's packages the trainer imports next to any list (this package's own contract)."""
-ERROR_LINES = 15
 
 
 class EnvironmentRequest(pydantic.BaseModel):
@@ -46,6 +48,7 @@ class EnvironmentRequest(pydantic.BaseModel):
     directory: Path
     build_timeout_seconds: float
     package_lists_directory: Path | None = None
+    find_links: tuple[str, ...] = ()
 
 
 class Environment(pydantic.BaseModel):
@@ -98,10 +101,12 @@ def choose(
         names = (d.metadata["Name"] for d in importlib.metadata.distributions())
         if problems := plan.feature_problems(wanted, plan.provided_features(names), version, None):
             return Failed("; ".join(problems))
-        return Environment(
+        chosen = Environment(
             python=sys.executable,
             metadata={"fms_hf_tuning_version": version, "installed": True},
         )
+        source = importlib.metadata.distribution(plan.FMS).locate_file(fms_api.SOURCE)
+        return _readable_api(chosen, Path(str(source)), version)
     exact = request.match_exact_dependencies
     try:
         lines = plan.read_package_list(version, request.package_lists_directory)
@@ -110,9 +115,50 @@ def choose(
     except plan.NoEnvironment as error:
         return Failed(str(error))
     provided = plan.provided_features(spec.names)
-    if problems := plan.feature_problems(wanted, provided, version, exact):
+    from_worker = {} if exact else worker_features(wanted.keys() - provided)
+    if problems := plan.feature_problems(wanted, provided | from_worker.keys(), version, exact):
         return Failed("; ".join(problems))
-    return build(spec, request.directory, request.build_timeout_seconds)
+    chosen = build(spec, request.directory, request.build_timeout_seconds, request.find_links)
+    if isinstance(chosen, Failed):
+        return chosen
+    if from_worker:
+        chosen.metadata["features_from_worker"] = from_worker
+    sources = sorted(Path(chosen.metadata["path"]).glob(f"lib/python*/site-packages/{fms_api.SOURCE}"))
+    if not sources:
+        return Failed(f"the fms-hf-tuning {version} environment {chosen.metadata['path']} has no "
+                      f"{fms_api.SOURCE}; remove it so the next measurement builds it again")  # fmt: skip
+    return _readable_api(chosen, sources[0], version)
+
+
+def worker_features(features) -> dict[str, str]:
+    """The features among `features` that the worker's own site provides: feature -> where.
+
+    A non-exact environment sees the worker's site-packages behind its own, so a package the
+    worker has (a site's flash-attn built for its torch) is importable in training."""
+    found = {}
+    for feature in sorted(features):
+        spec = importlib.util.find_spec(plan.FEATURE_MODULES[feature])
+        if spec is None:
+            continue
+        package = plan.FEATURE_PACKAGES[feature]
+        try:
+            version = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            version = "(no package metadata)"
+        found[feature] = f"the worker's {package} {version} ({spec.origin})"
+    return found
+
+
+def _readable_api(chosen: Environment, source: Path, version: str) -> Environment | Failed:
+    """The release can be called as its main() calls it (read before anything launches)."""
+    try:
+        fms_api.read_api(source.read_text(), str(source))
+    except (OSError, fms_api.ApiNotUnderstood) as error:
+        return Failed(
+            f"fms-hf-tuning {version}: the trainer cannot tell how to call this release: "
+            f"{error}. Choose another fms_hf_tuning_version"
+        )
+    return chosen
 
 
 def _worker_site_dirs() -> list[str]:
@@ -131,21 +177,22 @@ def environment_key(spec: plan.EnvironmentSpec) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def build(spec: plan.EnvironmentSpec, directory: Path, timeout: float) -> Environment | Failed:
+def build(
+    spec: plan.EnvironmentSpec, directory: Path, timeout: float, find_links: tuple[str, ...] = ()
+) -> Environment | Failed:
     directory = Path(directory).expanduser().absolute()
     name = f"fms-hf-tuning-{spec.fms_hf_tuning_version}-{environment_key(spec)}"
     target = directory / name
-    metadata = {**spec.summary(), "path": str(target)}
     started = time.monotonic()
     if (target / READY).is_file():
-        return Environment(python=_python(target), metadata={**metadata, "reused": True})
+        return _ready(target, reused=True)
     directory.mkdir(parents=True, exist_ok=True)
     try:
         with filelock.FileLock(directory / f"{name}.lock", timeout=timeout):
             if (target / READY).is_file():  # built by a concurrent measurement while we waited
-                return Environment(python=_python(target), metadata={**metadata, "reused": True})
+                return _ready(target, reused=True)
             remaining = timeout - (time.monotonic() - started)
-            if problem := _build_into(spec, target, directory, remaining):
+            if problem := _build_into(spec, target, directory, remaining, find_links):
                 return Failed(f"could not build the fms-hf-tuning {spec.fms_hf_tuning_version} "
                               f"environment in {directory}: {problem}")  # fmt: skip
     except filelock.Timeout:
@@ -153,9 +200,16 @@ def build(spec: plan.EnvironmentSpec, directory: Path, timeout: float) -> Enviro
             f"timed out after {timeout:g}s waiting for another measurement to build {target}; "
             f"raise environment_build_timeout_seconds or remove {target}.lock if no build runs"
         )
-    seconds = round(time.monotonic() - started, 1)
+    built = _ready(target, reused=False)
+    built.metadata["build_seconds"] = round(time.monotonic() - started, 1)
+    return built
+
+
+def _ready(target: Path, *, reused: bool) -> Environment:
+    """A published environment, described by what its build wrote (what went in, and how)."""
+    metadata = json.loads((target / READY).read_text())
     return Environment(
-        python=_python(target), metadata={**metadata, "reused": False, "build_seconds": seconds}
+        python=_python(target), metadata={**metadata, "path": str(target), "reused": reused}
     )
 
 
@@ -164,7 +218,11 @@ def _python(env: Path) -> str:
 
 
 def _build_into(
-    spec: plan.EnvironmentSpec, target: Path, directory: Path, timeout: float
+    spec: plan.EnvironmentSpec,
+    target: Path,
+    directory: Path,
+    timeout: float,
+    find_links: tuple[str, ...],
 ) -> str | None:
     """Builds in a scratch directory and renames it into place; returns why it failed."""
     from uv import find_uv_bin
@@ -173,29 +231,30 @@ def _build_into(
     deadline = time.monotonic() + timeout
     try:
         uv = find_uv_bin()
-        steps = [
-            [uv, "venv", "--quiet", "--system-site-packages", "--python", sys.executable,
-             str(scratch)],
-            None,  # the worker's site-packages, written below
-            [uv, "pip", "install", "--no-deps", "--python", _python(scratch),
-             "-r", str(scratch / "requirements.txt")],
-            [_python(scratch), "-c",
-             f"import importlib; [importlib.import_module(m) for m in {PROBE_MODULES!r}]"],
-        ]  # fmt: skip
-        for step in steps:
-            if step is None:
-                _extend_with_worker_site(scratch, spec)
-                continue
-            if problem := _run(step, deadline):
-                return problem
-        (scratch / READY).write_text(json.dumps(spec.summary(), indent=1))
+        venv = [uv, "venv", "--quiet", "--system-site-packages", "--python", sys.executable,
+                str(scratch)]  # fmt: skip
+        if problem := install.run(venv, deadline)[0]:
+            return problem
+        _extend_with_worker_site(scratch)
+        try:
+            against_torch = install.install(uv, _python(scratch), spec.packages,
+                                            find_links=find_links, scratch=scratch,
+                                            deadline=deadline)  # fmt: skip
+        except install.InstallFailed as error:
+            return str(error)
+        probe = [_python(scratch), "-c",
+                 f"import importlib; [importlib.import_module(m) for m in {PROBE_MODULES!r}]"]  # fmt: skip
+        if problem := install.run(probe, deadline)[0]:
+            return problem
+        ready = {**spec.summary(), "built_against_torch": against_torch}
+        (scratch / READY).write_text(json.dumps(ready, indent=1))
         os.replace(scratch, target)
         return None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _extend_with_worker_site(env: Path, spec: plan.EnvironmentSpec) -> None:
+def _extend_with_worker_site(env: Path) -> None:
     """A .pth that appends the worker's site-packages after the environment's own.
 
     A virtual environment's --system-site-packages reaches the base interpreter's, not the
@@ -208,28 +267,3 @@ def _extend_with_worker_site(env: Path, spec: plan.EnvironmentSpec) -> None:
     ).stdout.strip()  # fmt: skip
     lines = [f"import site; site.addsitedir({d!r})" for d in _worker_site_dirs()]
     (Path(purelib) / "_sfttrainer_worker_site.pth").write_text("\n".join(lines) + "\n")
-    (env / "requirements.txt").write_text("\n".join(spec.packages) + "\n")
-
-
-def _run(argv: list[str], deadline: float) -> str | None:
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        return "environment_build_timeout_seconds ran out"
-    env = {**os.environ, "UV_NO_PROGRESS": "1", "PYTHONNOUSERSITE": "1"}
-    env.pop("VIRTUAL_ENV", None)
-    try:
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=remaining, env=env)
-    except subprocess.TimeoutExpired as error:
-        tail = _tail(error.stderr or error.stdout)
-        return f"{Path(argv[0]).name} {argv[1]} ran past environment_build_timeout_seconds{tail}"
-    if result.returncode != 0:
-        tail = _tail(result.stderr or result.stdout)
-        return f"`{Path(argv[0]).name} {argv[1]}` exited {result.returncode}{tail}"
-    return None
-
-
-def _tail(output: str | bytes | None) -> str:
-    if isinstance(output, bytes):
-        output = output.decode(errors="replace")
-    lines = [line for line in (output or "").splitlines() if line.strip()]
-    return (":\n" + "\n".join(lines[-ERROR_LINES:])) if lines else ""

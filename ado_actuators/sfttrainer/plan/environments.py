@@ -23,6 +23,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 PACKAGES_DIR = Path(__file__).parent / "packages"
 FMS = "fms-hf-tuning"
@@ -48,6 +49,23 @@ FEATURE_PACKAGES: Mapping[str, str] = {
 }
 """Optional feature -> the package that provides it (canonical name)."""
 
+FEATURE_MODULES: Mapping[str, str] = {
+    "flash_attn": "flash_attn",
+    "fast_kernels": "fms_acceleration_foak",
+    "fast_moe": "fms_acceleration_moe",
+    "gptq": "fms_acceleration_peft",
+}
+"""Optional feature -> the module its package installs (what the trainer imports)."""
+
+BUILDS_AGAINST_TORCH = ("flash-attn", "mamba-ssm", "causal-conv1d")
+"""Source-only packages whose build imports the installed torch (the spec's "Requirements":
+install them after torch, without build isolation). Others are found by the installer saying
+so (execute/environment.py)."""
+
+VISION_DATASET_ARGUMENT = ("--dataset_image_field", "2.8.2")
+"""The argument fms-hf-tuning reads image datasets with, and the first release that has it
+(tests/unit/test_fms_releases.py checks this against every published release's parser)."""
+
 SKIP_PREPARE_DATASET_VERSIONS: frozenset[str] = frozenset()
 """Versions whose command line can set TRL's skip_prepare_dataset. None can: every release
 decides it itself (pre-tokenised datasets in 2.x, vision datasets in 3.x)."""
@@ -68,7 +86,7 @@ class EnvironmentSpec:
 
     @property
     def names(self) -> frozenset[str]:
-        return frozenset(_name(line) for line in self.packages)
+        return frozenset(package_name(line) for line in self.packages)
 
     def summary(self) -> dict:
         return {
@@ -79,7 +97,8 @@ class EnvironmentSpec:
         }
 
 
-def _name(line: str) -> str:
+def package_name(line: str) -> str:
+    """The canonical name a requirement line installs."""
     return canonicalize_name(re.split(r"[\s=<>!~;\[@]", line, maxsplit=1)[0])
 
 
@@ -115,7 +134,7 @@ def environment_spec(
     packages, left_out, urls = [], [], []
     has_fms = False
     for line in lines:
-        name = _name(line)
+        name = package_name(line)
         if name == FMS:
             has_fms = True
             line = f"{FMS}=={version}"  # the lists name a local wheel; the registry has it
@@ -152,6 +171,17 @@ def _pin_fits(line: str, needs: SpecifierSet) -> bool:
         return True
     pinned = [s.version for s in requirement.specifier if s.operator in ("==", "===")]
     return not pinned or needs.contains(pinned[0], prereleases=True)
+
+
+def vision_problem(version: str, vision: bool) -> str | None:
+    """Why `version` cannot train on a vision dataset (None: it can, or the data is text)."""
+    argument, first = VISION_DATASET_ARGUMENT
+    if not vision or Version(version) >= Version(first):
+        return None
+    return (
+        f"fms-hf-tuning {version} cannot read vision datasets (it has no {argument}); "
+        f"choose fms_hf_tuning_version {first} or later, or a text dataset_id"
+    )
 
 
 def provided_features(package_names: Iterable[str]) -> frozenset[str]:

@@ -1,5 +1,5 @@
-"""Everything that depends on the fms-hf-tuning version (2.x and 3.x; fms_api holds the
-differences between their APIs).
+"""Everything that depends on the fms-hf-tuning version (fms_api reads how each release
+is called from the release itself).
 
 fms-hf-tuning's `main()` passes no callbacks to `train()`, so the wrapper parses the same command
 line with fms's own parser and calls `train()` itself.
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
-import inspect
 import json
 import sys
 from typing import Any
@@ -32,12 +31,12 @@ real tokens and crashes computing token accuracy; TRL 0.20 slices the logits its
 
 @dataclasses.dataclass
 class FmsArguments:
-    """What `tuning.sft_trainer.parse_arguments` returns, by name (see fms_api)."""
+    """What `tuning.sft_trainer.parse_arguments` returned, as train() takes it (see fms_api)."""
 
     model_args: Any
     data_args: Any
     train_args: Any
-    configs: dict[str, Any]  # the rest, by the names train() takes
+    configs: dict[str, Any]  # train()'s other keywords, built as the release's main() builds them
     exp_metadata: dict | None
     ignored: list[str]  # arguments fms's parser did not recognise (it silently drops them)
 
@@ -45,27 +44,30 @@ class FmsArguments:
 def parse(argv: list[str]) -> FmsArguments:
     from tuning import sft_trainer
 
-    api = fms_api.detect(sft_trainer)
+    api = fms_api.read_installed(sft_trainer)
     parser = sft_trainer.get_parser()
     _, ignored = parser.parse_known_args(argv)
     saved = sys.argv
     # parse_arguments reads sys.argv itself (parse_args_into_dataclasses without args)
     sys.argv = [saved[0] if saved else "sft_trainer", *argv]
     try:
-        parsed = dict(zip(api.parsed_names, sft_trainer.parse_arguments(parser, None), strict=True))
+        values = sft_trainer.parse_arguments(parser, None)
     finally:
         sys.argv = saved
-    exp_metadata = parsed.pop("exp_metadata")
+    if len(values) != len(api.parsed_names):
+        raise fms_api.ApiNotUnderstood(
+            f"parse_arguments returned {len(values)} values; main() unpacks "
+            f"{len(api.parsed_names)} ({', '.join(api.parsed_names)})"
+        )
+    parsed = dict(zip(api.parsed_names, values, strict=True))
+    exp_metadata = parsed[fms_api.METADATA]
     metadata = json.loads(exp_metadata) if exp_metadata else None
     if metadata is not None and not isinstance(metadata, dict):
         raise ValueError(f"--exp_metadata must be a JSON object, got {exp_metadata!r}")
-    parsed["tracker_configs"] = api.tracker_configs(sft_trainer, parsed)
-    parsed["peft_config"] = parsed.pop("tune_config")
+    configs = api.train_keywords(sft_trainer, parsed)
     return FmsArguments(
-        model_args=parsed.pop("model_args"),
-        data_args=parsed.pop("data_args"),
-        train_args=parsed.pop("train_args"),
-        configs=parsed,
+        **{role: configs.pop(role) for role in fms_api.ROLES},
+        configs=configs,
         exp_metadata=metadata,
         ignored=list(ignored),
     )
@@ -74,15 +76,13 @@ def parse(argv: list[str]) -> FmsArguments:
 def train(args: FmsArguments, callbacks: list) -> Any:
     from tuning import sft_trainer
 
-    accepted = inspect.signature(sft_trainer.train).parameters
-    configs = {name: value for name, value in args.configs.items() if name in accepted}
     result = sft_trainer.train(
         model_args=args.model_args,
         data_args=args.data_args,
         train_args=args.train_args,
         additional_callbacks=callbacks,
         exp_metadata=args.exp_metadata,
-        **configs,
+        **args.configs,
     )
     return result[0]  # 2.x: (trainer, metadata); 3.x: (trainer, metadata, tc_callback)
 

@@ -1,69 +1,217 @@
-"""One adapter per fms-hf-tuning API generation, chosen by what `tuning.sft_trainer` offers.
+"""How to call the fms-hf-tuning the wrapper runs in, read from that release's own source.
 
-The generations differ in what `parse_arguments` returns (2.x: file logger and AIM configs that
-`main()` combines into a TrackerConfigFactory; 3.x: fast_moe_config and one TrackerConfigs;
-3.2: a quantization_config too) and
-in what `train()` returns (2.x: trainer, metadata; 3.x: trainer, metadata, controller callback).
-Everything else the wrapper needs is the same in 2.1.2, 3.0.0 and 3.2.2.
+fms-hf-tuning's `main()` is the one caller of its API that every release keeps in step with
+itself: it unpacks what `parse_arguments` returns, may combine some of those values into a new
+object (2.x builds a `TrackerConfigFactory` from its file-logger, AIM, MLflow and
+resource-scanner configs; 3.x gets one `tracker_configs` back) and calls `train()` with
+keywords. The wrapper reads `main()` from `tuning/sft_trainer.py` (the AST; nothing is
+imported) and does the same, adding its own callbacks. No release is named here: a release
+that returns one config more, or combines them differently, is read like the others; one
+whose `main()` does something this reading cannot reproduce raises ApiNotUnderstood, naming
+what, before anything trains.
+
+Pure (ast only), so the node checks a release before it launches and the tests read every
+published release without installing it.
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import inspect
+from pathlib import Path
 from typing import Any
 
-PARSED_V3 = (
-    "model_args", "data_args", "train_args", "trainer_controller_args", "tune_config",
-    "quantized_lora_config", "fusedops_kernels_config",
-    "attention_and_distributed_packing_config", "fast_moe_config", "tracker_configs",
-    "exp_metadata",
-)  # fmt: skip
-PARSED_V3_QUANTIZATION = (*PARSED_V3[:5], "quantization_config", *PARSED_V3[5:])
-PARSED_V2 = (
-    "model_args", "data_args", "train_args", "trainer_controller_args", "tune_config",
-    "file_logger_config", "aim_config", "quantized_lora_config", "fusedops_kernels_config",
-    "attention_and_distributed_packing_config", "exp_metadata",
-)  # fmt: skip
+SOURCE = Path("tuning") / "sft_trainer.py"
+"""Where the module lives inside an fms-hf-tuning installation (site-packages or wheel)."""
+
+CALLBACKS = "additional_callbacks"
+METADATA = "exp_metadata"
+# The two train() inputs the wrapper supplies itself: its callbacks, and the metadata JSON
+# decoded once (main() decodes it with a logging fallback the wrapper replaces by an error).
+WRAPPER_INPUTS = (CALLBACKS, METADATA)
+ROLES = {"model_args": "model", "data_args": "data", "train_args": "training"}
+"""train()'s keywords for the three argument dataclasses the wrapper reads and adjusts."""
 
 
-class Api3:
-    """fms-hf-tuning 3.x: parse_arguments returns fast_moe_config and tracker_configs."""
-
-    parsed_names = PARSED_V3
-
-    @staticmethod
-    def tracker_configs(sft_trainer, parsed: dict[str, Any]) -> Any:
-        return parsed["tracker_configs"]
+class ApiNotUnderstood(RuntimeError):
+    """This release's sft_trainer cannot be called the way its main() calls it."""
 
 
-class Api3Quantization(Api3):
-    """fms-hf-tuning 3.2 (and later 3.x): also a quantization_config (Mxfp4), after tune_config."""
+@dataclasses.dataclass(frozen=True)
+class Built:
+    """A value main() constructs from parsed values before calling train():
+    `constructor(**keywords)`, then `value.attribute = parsed` for each of `attributes`."""
 
-    parsed_names = PARSED_V3_QUANTIZATION
+    constructor: str  # a name in tuning.sft_trainer's namespace
+    keywords: tuple[tuple[str, str], ...] = ()  # (keyword, parsed name)
+    attributes: tuple[tuple[str, str], ...] = ()  # (attribute, parsed name)
 
-
-class Api2:
-    """fms-hf-tuning 2.x: trackers come as separate configs; main() combines them."""
-
-    parsed_names = PARSED_V2
-
-    @staticmethod
-    def tracker_configs(sft_trainer, parsed: dict[str, Any]) -> Any:
-        combined = sft_trainer.TrackerConfigFactory()
-        combined.file_logger_config = parsed["file_logger_config"]
-        combined.aim_config = parsed["aim_config"]
-        return combined
+    def build(self, namespace: Any, parsed: dict[str, Any]) -> Any:
+        value = getattr(namespace, self.constructor)(**{k: parsed[n] for k, n in self.keywords})
+        for attribute, name in self.attributes:
+            setattr(value, attribute, parsed[name])
+        return value
 
 
-def detect(sft_trainer) -> type[Api2] | type[Api3]:
-    parameters = inspect.signature(sft_trainer.train).parameters
-    if "quantization_config" in parameters:
-        return Api3Quantization
-    if "fast_moe_config" in parameters:
-        return Api3
-    if hasattr(sft_trainer, "TrackerConfigFactory"):
-        return Api2
-    raise RuntimeError(
-        "this fms-hf-tuning's tuning.sft_trainer matches no API generation the wrapper knows "
-        "(2.x: TrackerConfigFactory; 3.x: train(fast_moe_config=...))"
+@dataclasses.dataclass(frozen=True)
+class Constant:
+    value: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class FmsApi:
+    """What parse_arguments returns (in order) and where each train() keyword comes from."""
+
+    parsed_names: tuple[str, ...]
+    train_sources: tuple[tuple[str, str | Built | Constant], ...]  # (keyword, source)
+
+    def train_keywords(self, namespace: Any, parsed: dict[str, Any]) -> dict[str, Any]:
+        """train()'s keyword arguments but the wrapper's own (callbacks, metadata)."""
+        keywords = {}
+        for keyword, source in self.train_sources:
+            if isinstance(source, str):
+                keywords[keyword] = parsed[source]
+            elif isinstance(source, Built):
+                keywords[keyword] = source.build(namespace, parsed)
+            else:
+                keywords[keyword] = source.value
+        return keywords
+
+    def parsed_name_of(self, keyword: str) -> str:
+        """The parse_arguments value train() gets as `keyword` (e.g. train_args: training_args)."""
+        source = dict(self.train_sources).get(keyword)
+        if not isinstance(source, str):
+            raise ApiNotUnderstood(f"main() passes no parsed value as train({keyword}=...)")
+        return source
+
+
+def read_api(source: str, where: str = "tuning/sft_trainer.py") -> FmsApi:
+    """The API of the release whose sft_trainer source is `source`; `where` names it in errors."""
+    try:
+        module = ast.parse(source)
+    except SyntaxError as error:
+        raise ApiNotUnderstood(f"{where} does not parse: {error}") from None
+    functions = {n.name: n for n in module.body if isinstance(n, ast.FunctionDef)}
+    for name in ("main", "parse_arguments", "train"):
+        if name not in functions:
+            raise ApiNotUnderstood(f"{where} defines no {name}()")
+    main = functions["main"]
+    parsed_names = _parse_arguments_targets(main, where)
+    returned = _returned_names(functions["parse_arguments"])
+    if returned is not None and len(returned) != len(parsed_names):
+        raise ApiNotUnderstood(
+            f"{where}: parse_arguments returns {len(returned)} values but main() unpacks "
+            f"{len(parsed_names)}"
+        )
+    if METADATA not in parsed_names:
+        raise ApiNotUnderstood(f"{where}: parse_arguments returns no {METADATA}")
+    built = _built_values(main, set(parsed_names))
+    call = _train_call(main, where)
+    train_parameters = {a.arg for a in (*functions["train"].args.args,
+                                        *functions["train"].args.kwonlyargs)}  # fmt: skip
+    sources: list[tuple[str, str | Built | Constant]] = []
+    for keyword in call.keywords:
+        if keyword.arg is None:
+            raise ApiNotUnderstood(f"{where}: main() calls train(**...), which cannot be read")
+        if keyword.arg not in train_parameters:
+            raise ApiNotUnderstood(f"{where}: main() passes train({keyword.arg}=...), "
+                                   f"which train() does not take")  # fmt: skip
+        if keyword.arg in WRAPPER_INPUTS:
+            continue
+        sources.append((keyword.arg, _source_of(keyword, parsed_names, built, where)))
+    missing = [k for k in (*ROLES, *WRAPPER_INPUTS) if k not in train_parameters]
+    if missing:
+        raise ApiNotUnderstood(f"{where}: train() takes no {', '.join(missing)}")
+    api = FmsApi(tuple(parsed_names), tuple(sources))
+    for keyword in ROLES:
+        api.parsed_name_of(keyword)
+    return api
+
+
+def read_installed(sft_trainer: Any) -> FmsApi:
+    """The API of the imported `tuning.sft_trainer` module, from its own file."""
+    path = inspect.getsourcefile(sft_trainer) or "tuning/sft_trainer.py"
+    return read_api(Path(path).read_text(), path)
+
+
+def _parse_arguments_targets(main: ast.FunctionDef, where: str) -> list[str]:
+    for node in ast.walk(main):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+            and node.value.func.id == "parse_arguments"
+        ):
+            target = node.targets[0]
+            if isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts):
+                return [e.id for e in target.elts]
+            raise ApiNotUnderstood(f"{where}: main() does not unpack parse_arguments() into names")
+    raise ApiNotUnderstood(f"{where}: main() does not call parse_arguments()")
+
+
+def _returned_names(function: ast.FunctionDef) -> list[str] | None:
+    """The names parse_arguments returns in its last `return a, b, ...` (None: not a tuple)."""
+    returns = [n for n in ast.walk(function) if isinstance(n, ast.Return)]
+    if returns and isinstance(returns[-1].value, ast.Tuple):
+        return [ast.unparse(e) for e in returns[-1].value.elts]
+    return None
+
+
+def _built_values(main: ast.FunctionDef, parsed: set[str]) -> dict[str, Built]:
+    """Names main() binds to `Constructor(keyword=parsed, ...)`, with attributes it sets after."""
+    built: dict[str, Built] = {}
+    for node in _statements(main):
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        target, value = node.targets[0], node.value
+        if (
+            isinstance(target, ast.Name)
+            and isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Name)
+            and not value.args
+            and all(isinstance(k.value, ast.Name) and k.value.id in parsed for k in value.keywords)
+        ):
+            pairs = tuple((k.arg, k.value.id) for k in value.keywords)
+            built[target.id] = Built(value.func.id, pairs)
+        elif (
+            isinstance(target, ast.Attribute)
+            and isinstance(target.value, ast.Name)
+            and target.value.id in built
+            and isinstance(value, ast.Name)
+            and value.id in parsed
+        ):
+            old = built[target.value.id]
+            built[target.value.id] = dataclasses.replace(
+                old, attributes=(*old.attributes, (target.attr, value.id))
+            )
+    return built
+
+
+def _statements(function: ast.FunctionDef) -> list[ast.stmt]:
+    """Every statement in `function`, nested ones included, in source order."""
+    statements = [n for n in ast.walk(function) if isinstance(n, ast.stmt) and n is not function]
+    return sorted(statements, key=lambda n: (n.lineno, n.col_offset))
+
+
+def _train_call(main: ast.FunctionDef, where: str) -> ast.Call:
+    for node in ast.walk(main):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "train":
+            return node
+    raise ApiNotUnderstood(f"{where}: main() does not call train()")
+
+
+def _source_of(
+    keyword: ast.keyword, parsed: list[str], built: dict[str, Built], where: str
+) -> str | Built | Constant:
+    value = keyword.value
+    if isinstance(value, ast.Name) and value.id in parsed:
+        return value.id
+    if isinstance(value, ast.Name) and value.id in built:
+        return built[value.id]
+    if isinstance(value, ast.Constant):
+        return Constant(value.value)
+    raise ApiNotUnderstood(
+        f"{where}: main() passes train({keyword.arg}={ast.unparse(value)}), which is neither a "
+        f"value parse_arguments returns nor one built from them"
     )
