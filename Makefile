@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # one list per fms-hf-tuning version, shipped in the wheel (the actuator builds the others)
 PACKAGE_LISTS := ado_actuators/sfttrainer/plan/packages
 
-.PHONY: env test test-fast demo bench bench-gpu clean
+.PHONY: env test test-fast test-versions demo bench bench-gpu clean
 
 env: $(STAMP)
 
@@ -28,6 +28,10 @@ test: env
 
 test-fast: env
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
+
+# every offered fms-hf-tuning version x {full, LoRA, prompt tuning}, trained on CPU; a table
+test-versions: env
+	$(BIN)/python tests/versions/matrix.py
 
 demo: env
 	$(BIN)/python examples/local-cpu/demo.py

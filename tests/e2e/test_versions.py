@@ -16,6 +16,7 @@ from ado_actuators.sfttrainer.testing.tiny_model import build_tiny_model
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 DATASET = "news-chars-512-entries-4096"
+FULL = "finetune_full_benchmark-v1.0.0"
 MAX_SEQ = 128
 
 
@@ -43,8 +44,12 @@ def setup(tmp_path_factory, environments_dir):
     return ado, root, model, data, config_id
 
 
-def measure_space(setup, name: str, version: str | None, batch_sizes: list[int]) -> tuple[list[dict], str]:
-    """The entities (one per batch size) of one space, measured by one operation."""
+def measure_space(
+    setup, name: str, version: str | None, batch_sizes: list[int],
+    *, versions: list[str] | None = None, experiments: tuple[str, ...] = (FULL,),
+) -> tuple[list[dict], str]:
+    """The entities of one space (batch sizes, and `versions` as an entity dimension),
+    measured under `experiments` by one operation."""
     ado, root, _, _, config_id = setup
     parameterization = [
         {"property": {"identifier": "dataset_id"}, "value": DATASET},
@@ -54,15 +59,19 @@ def measure_space(setup, name: str, version: str | None, batch_sizes: list[int])
     ]
     if version:
         parameterization.append({"property": {"identifier": "fms_hf_tuning_version"}, "value": version})
+    dimensions = [
+        {"identifier": "model_name", "propertyDomain": {"values": ["tiny-llama"]}},
+        {"identifier": "number_gpus", "propertyDomain": {"values": [0]}},
+        {"identifier": "model_max_length", "propertyDomain": {"values": [MAX_SEQ]}},
+        {"identifier": "batch_size", "propertyDomain": {"values": batch_sizes}},
+    ]
+    if versions:
+        dimensions.append({"identifier": "fms_hf_tuning_version",
+                           "propertyDomain": {"values": versions}})  # fmt: skip
     space_id = ado.create("space", write_yaml(root / f"{name}-space.yaml", {
-        "experiments": [{"experimentIdentifier": "finetune_full_benchmark-v1.0.0",
-                         "actuatorIdentifier": "SFTTrainer", "parameterization": parameterization}],
-        "entitySpace": [
-            {"identifier": "model_name", "propertyDomain": {"values": ["tiny-llama"]}},
-            {"identifier": "number_gpus", "propertyDomain": {"values": [0]}},
-            {"identifier": "model_max_length", "propertyDomain": {"values": [MAX_SEQ]}},
-            {"identifier": "batch_size", "propertyDomain": {"values": batch_sizes}},
-        ],
+        "experiments": [{"experimentIdentifier": experiment, "actuatorIdentifier": "SFTTrainer",
+                         "parameterization": parameterization} for experiment in experiments],
+        "entitySpace": dimensions,
     }), "--new-sample-store")  # fmt: skip
     operation = yaml.safe_load((REPO / "examples" / "local-cpu" / "operation.yaml").read_text())
     operation |= {"spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id]}
@@ -72,6 +81,12 @@ def measure_space(setup, name: str, version: str | None, batch_sizes: list[int])
     return ado.measurements(space_id), trace.read_text()
 
 
+def traced_results(trace: str) -> list[dict]:
+    """Each measurement's result metadata, once (the trace shows it under its request too)."""
+    found = [m for m in _walk(yaml.safe_load(trace)) if isinstance(m, dict) and "versions" in m]
+    return list({m["workdir"]: m for m in found}.values())
+
+
 def spec_tokens(model: Path, data: Path, entries: int, trainer_tools) -> int:
     first = data.parent / f"first-{entries}.jsonl"
     source = data / f"{DATASET}.jsonl"
@@ -79,32 +94,55 @@ def spec_tokens(model: Path, data: Path, entries: int, trainer_tools) -> int:
     return sum(trainer_tools.spec_dataset_tokens(model, first, MAX_SEQ))
 
 
-# Two measurements of the default version (the second reuses the environment); one of 3.0.0
-# (its reuse is tested without Ray in tests/integration/test_environments.py).
-@pytest.mark.parametrize(("version", "batch_sizes"), [(None, [2, 4]), ("3.0.0", [4])],
-                         ids=["default-2.1.2", "3.0.0"])  # fmt: skip
-def test_each_version_measures_in_its_environment(setup, version, batch_sizes, trainer_tools):
-    rows, trace = measure_space(setup, version or "default", version, batch_sizes)
-    expected_version = version or "2.1.2"
-    assert len(rows) == len(batch_sizes), trace[-3000:]
-    for row in rows:
-        assert float(row["is_valid"]) == 1, trace[-3000:]
-        assert float(row["dataset_tokens_per_second"]) > 0
-    traced = yaml.safe_load(trace)
-    # the trace shows each result under its request and on its own: one per working directory
-    found = [m for m in _walk(traced) if isinstance(m, dict) and "versions" in m]
-    results = list({m["workdir"]: m for m in found}.values())
-    assert len(results) == len(batch_sizes), trace[-3000:]
+def test_the_default_version_measures_in_its_environment_built_once(setup, trainer_tools):
+    rows, trace = measure_space(setup, "default", None, [2, 4])
+    assert len(rows) == 2, trace[-3000:]
+    assert all(float(row["is_valid"]) == 1 for row in rows), trace[-3000:]
+    results = traced_results(trace)
+    assert len(results) == 2, trace[-3000:]
     for metadata in results:
-        assert metadata["versions"]["fms-hf-tuning"] == expected_version
-        assert metadata["environment"]["fms_hf_tuning_version"] == expected_version
+        assert metadata["versions"]["fms-hf-tuning"] == "2.1.2"
+        assert metadata["environment"]["fms_hf_tuning_version"] == "2.1.2"
         assert metadata["versions"]["torch"] == importlib.metadata.version("torch")  # the worker's
     # one environment, built at most once (earlier tests of the session may have built it)
     assert len({m["environment"]["path"] for m in results}) == 1
     assert sum(not m["environment"]["reused"] for m in results) <= 1
-    # every entry trained (2 steps of 2 or 4 entries) counted as the spec counts dataset tokens
+    assert_exact_tokens(setup, results, {4: 1, 8: 1}, trainer_tools)
+
+
+# One release of every API generation (trackers set on a factory, built from 3 or 4 configs,
+# one tracker config; with quantization_config or without), in one space, one operation.
+GENERATIONS = ["2.3.1", "2.4.0", "2.8.2", "3.0.0", "3.1.0", "3.2.2"]
+
+
+def test_a_release_of_every_api_generation_trains_full_fine_tuning(setup, trainer_tools):
+    rows, trace = measure_space(setup, "generations", None, [2], versions=GENERATIONS)
+    assert sorted(row["fms_hf_tuning_version"] for row in rows) == GENERATIONS, trace[-3000:]
+    assert all(float(row["is_valid"]) == 1 for row in rows), trace[-3000:]
+    assert all(float(row["dataset_tokens_per_second"]) > 0 for row in rows)
+    results = traced_results(trace)
+    assert sorted(m["versions"]["fms-hf-tuning"] for m in results) == GENERATIONS
+    for metadata in results:  # the version the training process imported is the one asked for
+        assert metadata["versions"]["fms-hf-tuning"] == metadata["environment"]["fms_hf_tuning_version"]
+    assert_exact_tokens(setup, results, {4: len(GENERATIONS)}, trainer_tools)
+
+
+def test_lora_and_prompt_tuning_train_on_the_releases_that_could_not(setup, trainer_tools):
+    versions = ["2.4.0", "2.8.2"]
+    experiments = ("finetune_lora_benchmark-v1.0.0", "finetune_pt_benchmark-v1.0.0")
+    rows, trace = measure_space(setup, "peft", None, [2], versions=versions, experiments=experiments)
+    assert len(rows) == 4 and all(float(r["is_valid"]) == 1 for r in rows), trace[-3000:]
+    results = traced_results(trace)
+    assert sorted(m["versions"]["fms-hf-tuning"] for m in results) == sorted(versions * 2)
+    assert_exact_tokens(setup, results, {4: 4}, trainer_tools)
+
+
+def assert_exact_tokens(setup, results: list[dict], entries: dict[int, int], trainer_tools) -> None:
+    """Every entry trained (2 steps of batch_size entries) counted as the spec counts them:
+    `entries` maps the entries trained to how many measurements trained that many."""
     _, _, model, data, _ = setup
-    expected = sorted(spec_tokens(model, data, 2 * b, trainer_tools) for b in batch_sizes)
+    expected = sorted(spec_tokens(model, data, n, trainer_tools)
+                      for n, times in entries.items() for _ in range(times))  # fmt: skip
     assert sorted(trained_tokens(m["workdir"]) for m in results) == expected
 
 

@@ -83,7 +83,20 @@ def build_tokenizer(out_dir: Path, *, vocab_size: int = 512, model_max_length: i
         tokenizer_object=tok, model_max_length=model_max_length, **SPECIAL_TOKENS
     )
     fast.save_pretrained(out_dir)
+    _legacy_merges(Path(out_dir) / "tokenizer.json")
     return fast
+
+
+def _legacy_merges(path: Path) -> None:
+    """Writes the BPE merges as "a b" strings, the form every tokenizers release reads.
+
+    tokenizers >= 0.20 saves them as pairs, which 0.19 (fms-hf-tuning 2.0.1's) cannot parse
+    ("data did not match any variant of untagged enum ModelWrapper"). Byte-level tokens hold
+    no spaces, so the two forms say the same."""
+    document = json.loads(path.read_text())
+    merges = document["model"]["merges"]
+    document["model"]["merges"] = [m if isinstance(m, str) else " ".join(m) for m in merges]
+    path.write_text(json.dumps(document, ensure_ascii=False))
 
 
 def build_tiny_model(out_dir: Path, *, model_max_length: int = 512, seed: int = 0) -> Path:
