@@ -110,3 +110,18 @@ def test_flash_attention_on_cpu_is_left_to_the_trainer_which_notes_it():
 
 def test_skip_prepare_dataset_names_the_version():
     assert "fms-hf-tuning 2.1.2 has no argument" in env.skip_prepare_dataset_problem("2.1.2")
+
+
+def test_a_non_exact_environment_counts_the_feature_packages_the_worker_has(tmp_path, monkeypatch):
+    from ado_actuators.sfttrainer.execute.environment import worker_features
+
+    assert worker_features({"flash_attn", "gptq"}) == {}  # this worker has neither
+    (tmp_path / "flash_attn").mkdir()
+    (tmp_path / "flash_attn" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = worker_features({"flash_attn", "gptq"})
+    assert list(found) == ["flash_attn"]
+    assert found["flash_attn"].startswith("the worker's flash-attn (no package metadata) (")
+    assert str(tmp_path / "flash_attn") in found["flash_attn"]
+    cpu = env.feature_problems({"flash_attn": "flash_attn: true"}, frozenset(), "3.0.0", exact=False)
+    assert "or install flash-attn on the workers" in cpu[0]

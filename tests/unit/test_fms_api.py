@@ -93,3 +93,18 @@ def test_a_release_without_main_or_with_mismatched_counts_is_refused():
         fms_api.read_api(mismatched)
     with pytest.raises(fms_api.ApiNotUnderstood, match="does not parse"):
         fms_api.read_api("def main(:\n")
+
+
+def test_the_node_refuses_a_release_it_cannot_read_before_launching(tmp_path):
+    from ado_actuators.sfttrainer.execute import environment
+    from ado_actuators.sfttrainer.outcomes import Failed
+
+    source = tmp_path / "sft_trainer.py"
+    source.write_text(release(call_extra=", **more"))
+    chosen = environment.Environment(python="python", metadata={})
+    refused = environment._readable_api(chosen, source, "9.9.9")
+    assert isinstance(refused, Failed)
+    assert refused.reason.startswith("fms-hf-tuning 9.9.9: the trainer cannot tell how to call")
+    assert "train(**...)" in refused.reason and "Choose another fms_hf_tuning_version" in refused.reason
+    source.write_text(release())
+    assert environment._readable_api(chosen, source, "9.9.9") is chosen

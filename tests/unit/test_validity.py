@@ -59,3 +59,26 @@ def test_num_local_experts_read_from_config_without_weights(tmp_path):
 def test_config_of_an_uncached_hub_model_names_the_download_command(tmp_path):
     with pytest.raises(ModelConfigUnavailable, match="sfttrainer_download_hf_weights"):
         read_model_config("org/not-cached", str(tmp_path))
+
+
+@pytest.mark.parametrize(("version", "invalid"), [("2.7.1", True), ("2.1.2", True), ("2.8.2", False)])
+def test_a_vision_dataset_on_a_release_without_image_fields_is_invalid_before_anything_runs(
+    tmp_path, version, invalid
+):
+    from ado_actuators.sfttrainer.measurement import measure
+    from ado_actuators.sfttrainer.outcomes import Invalid
+    from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
+
+    params = SFTTrainerParameters(output_dir=str(tmp_path), model_map={}, hf_home=str(tmp_path))
+    outcome = measure({"model_name": "not-in-any-map", "number_gpus": 0, "batch_size": 2,
+                       "model_max_length": 512, "fms_hf_tuning_version": version,
+                       "dataset_id": "vision-384x384-16384plus-entries-4096"},
+                      "finetune_full_benchmark-v1.0.0", params, label="vision")  # fmt: skip
+    if invalid:  # answered before the model is even looked up
+        assert isinstance(outcome, Invalid)
+        assert outcome.reason == (
+            f"fms-hf-tuning {version} cannot read vision datasets (it has no "
+            "--dataset_image_field); choose fms_hf_tuning_version 2.8.2 or later, or a text "
+            "dataset_id")
+    else:  # a release that reads it goes on, here to the unknown model
+        assert not isinstance(outcome, Invalid) and "not-in-any-map" in outcome.reason

@@ -230,7 +230,10 @@ def feature_problems(
                 f"match_exact_dependencies: false leaves {package} out of the fms-hf-tuning "
                 f"{version} environment (it needs NVIDIA GPUs)"
             )
-            fix = "set match_exact_dependencies: true on a GPU cluster"
+            fix = (
+                f"set match_exact_dependencies: true on a GPU cluster, or install {package} "
+                f"on the workers (an environment built with false uses the worker's copy)"
+            )
         fix += f", or measure without {setting}" if feature != "gptq" else ""
         problems.append(f"{setting} needs {package}, but {where}; {fix}")
     return problems
