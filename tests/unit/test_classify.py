@@ -1,5 +1,13 @@
 """Launch results -> outcomes (OOM is invalid, anything else failed)."""
 
+import pytest
+from gpu_failure_texts import (
+    CUBLAS_ALLOC_FAILED,
+    CUDA_ERROR_OUT_OF_MEMORY,
+    NCCL_UNHANDLED_CUDA_ERROR_BARE,
+    NCCL_UNHANDLED_CUDA_ERROR_OOM,
+    NCCL_WARN_OOM_LINE,
+)
 
 from ado_actuators.sfttrainer.contract import Failure, Outcome, RankReport, StepTiming
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
@@ -55,6 +63,26 @@ def test_missing_report_is_failed_naming_the_rank(tmp_path):
 def test_oom_only_in_the_log_is_still_invalid(tmp_path):
     proc = process(tmp_path, returncode=1, log="torch.cuda.OutOfMemoryError: CUDA out of memory.\n")
     assert isinstance(classify([report(0)], proc), Invalid)
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        f"torch.AcceleratorError: {CUDA_ERROR_OUT_OF_MEMORY}",
+        f"RuntimeError: {CUBLAS_ALLOC_FAILED}",
+        f"torch.distributed.DistBackendError: {NCCL_UNHANDLED_CUDA_ERROR_OOM}",
+        f"{NCCL_WARN_OOM_LINE}\ntorch.distributed.DistBackendError: {NCCL_UNHANDLED_CUDA_ERROR_BARE}",
+    ],
+    ids=["cuda-error", "cublas", "nccl-last-error", "nccl-debug-log"],
+)
+def test_every_form_of_gpu_oom_in_the_log_is_invalid(tmp_path, log):
+    outcome = classify([report(0)], process(tmp_path, returncode=1, log=log))
+    assert isinstance(outcome, Invalid) and outcome.gpu_oom
+
+
+def test_a_bare_nccl_unhandled_cuda_error_in_the_log_is_failed(tmp_path):
+    log = f"torch.distributed.DistBackendError: {NCCL_UNHANDLED_CUDA_ERROR_BARE}"
+    assert isinstance(classify([report(0)], process(tmp_path, returncode=1, log=log)), Failed)
 
 
 def test_watchdog_stop_is_failed(tmp_path):

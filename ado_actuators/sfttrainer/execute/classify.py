@@ -7,6 +7,7 @@ import re
 from ado_actuators.sfttrainer.contract import Outcome as RankOutcome
 from ado_actuators.sfttrainer.contract import RankReport
 from ado_actuators.sfttrainer.execute.node import NodeRun
+from ado_actuators.sfttrainer.gpu_memory import says_gpu_memory_exhausted
 from ado_actuators.sfttrainer.metrics import flops
 from ado_actuators.sfttrainer.metrics.aggregate import (
     NoTrainingSteps,
@@ -17,12 +18,6 @@ from ado_actuators.sfttrainer.metrics.aggregate import (
     warmup_end,
 )
 from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured, Outcome
-
-# A rank that died before it could write a report may still have said why in the log.
-_GPU_OOM_IN_LOG = re.compile(
-    r"torch\.cuda\.OutOfMemoryError|CUDA out of memory|"
-    r"CUDA error: an illegal memory access was encountered"
-)
 
 
 SETTING_UNAVAILABLE = "SettingUnavailable"
@@ -95,7 +90,8 @@ def launch_outcome(
     missing = sorted(expected - {r.rank for r in reports})
     exited = [r for r in ran if r.returncode != 0]
     if errors or missing or exited:
-        if not errors and _GPU_OOM_IN_LOG.search(tail):
+        # a rank that died before it could write a report may still have said why in the log
+        if not errors and says_gpu_memory_exhausted(tail):
             return Invalid(reason="GPU out of memory (from the training log)", gpu_oom=True)
         refused = [r for r in errors if r.failure and
                    r.failure.exception_type.endswith(SETTING_UNAVAILABLE)]  # fmt: skip

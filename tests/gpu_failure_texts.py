@@ -1,0 +1,44 @@
+"""What GPUs, NCCL and launchers really print when they fail, copied from public reports, for
+the classifiers' tests (no GPU here to make them)."""
+
+# torch >= 2.8 (c10::AcceleratorError), a CUDA runtime allocation outside torch's allocator;
+# as reported e.g. in vLLM's and many training logs.
+CUDA_ERROR_OUT_OF_MEMORY = (
+    "CUDA error: out of memory\n"
+    "Search for `cudaErrorMemoryAllocation' in "
+    "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information.\n"
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+    "stacktrace below might be incorrect.\n"
+    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+)
+
+# torch's cuBLAS handle pool (QwenLM/Qwen3#873, DeepMotionAIResearch/DenseMatchingBenchmark#20)
+CUBLAS_ALLOC_FAILED = "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+
+# torch's C10D_NCCL_CHECK with NCCL >= 2.13 (ncclGetLastError appended); the OOM form, as the
+# NCCL OOM reports show it (pytorch/pytorch#152302: "Cuda failure 2 'out of memory'")
+NCCL_UNHANDLED_CUDA_ERROR_OOM = (
+    "NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, unhandled cuda error "
+    "(run with NCCL_DEBUG=INFO for details), NCCL version 2.26.2\n"
+    "ncclUnhandledCudaError: Call to CUDA function failed.\n"
+    "Last error:\n"
+    "Cuda failure 2 'out of memory'"
+)
+
+# the same exception for another CUDA failure (a real report: NCCL NVLS on some drivers)
+NCCL_UNHANDLED_CUDA_ERROR_OTHER = NCCL_UNHANDLED_CUDA_ERROR_OOM.replace(
+    "Cuda failure 2 'out of memory'", "Cuda failure 1 'invalid argument'"
+)
+
+# older NCCL / torch: no "Last error" in the exception, the cause only in NCCL_DEBUG's log
+NCCL_UNHANDLED_CUDA_ERROR_BARE = (
+    "NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1331, unhandled cuda "
+    "error (run with NCCL_DEBUG=INFO for details), NCCL version 2.18.1\n"
+    "ncclUnhandledCudaError: Call to CUDA function failed."
+)
+
+# NCCL_DEBUG=WARN's line for it (PKU-YuanGroup/Open-Sora-Plan#386, older NCCL, no error number)
+NCCL_WARN_OOM_LINE = (
+    "ins-7df6eojsifuykig9:3018451:3018451 [0] enqueue.cc:1085 NCCL WARN Cuda failure 'out of memory'"
+)
