@@ -81,6 +81,8 @@ class MeasurementCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.synchronize(getattr(args, "n_gpu", 1))
+        if self.monitor is not None:
+            self.monitor.sample_if_window_has_none()
         end = self.clock()
         start = self._step_start if self._step_start is not None else end
         counts = self.meter.take()
