@@ -129,7 +129,8 @@ def launch_outcome(
             signals = [f"{r.signal_name}{_where(r, runs)}" for r in ran if r.signal_name]
             died = f" (the launcher exited by {', '.join(signals)})" if signals else ""
             started = any(r.rank // per_node == first.machine_rank for r in reports)
-            said = None if started or signals or not first.returncode else launcher_said(first.log_tail)
+            own_failure = not (started or signals) and first.returncode
+            said = launcher_said(first.log_tail) if own_failure else None
             if said:  # no rank of the node started: a busy port, a missing package, ...
                 why = (
                     f"training failed: the launcher exited with status {first.returncode}"

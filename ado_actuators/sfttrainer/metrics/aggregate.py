@@ -179,7 +179,9 @@ def benchmark_properties(
     rank0_steps = per_rank[rank0.rank]
 
     windows = {r.rank: sample_window(reports, r, since) for r in reports}
-    process = [[p for p in r.process_samples if in_window(p.time, windows[r.rank])] for r in reports]
+    process = [
+        [p for p in r.process_samples if in_window(p.time, windows[r.rank])] for r in reports
+    ]
     props: dict[str, float] = {
         "train_runtime": runtime,
         "dataset_tokens_per_second": tokens / runtime,

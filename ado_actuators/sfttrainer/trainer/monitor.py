@@ -70,7 +70,8 @@ class GpuSampler:
                     f"fewer devices than the {len(self.indices)} to sample"
                 )
             self._handles = [
-                (i, nvml_devices.handle(nvml, d)) for i, d in zip(self.indices, devices, strict=False)
+                (i, nvml_devices.handle(nvml, d))
+                for i, d in zip(self.indices, devices, strict=False)
             ]
             self._mig = {i for i, h in self._handles if nvml_devices.is_mig(nvml, h)}
             self._nvml = nvml
@@ -106,7 +107,8 @@ class GpuSampler:
                 util = self._read(index, "utilisation", nvml.nvmlDeviceGetUtilizationRates, handle)
                 mem = nvml.nvmlDeviceGetMemoryInfo(handle)
                 power_mw = self._read(index, "power", nvml.nvmlDeviceGetPowerUsage, handle)
-                limit_mw = (self._read(index, "power limit", nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+                limit = nvml.nvmlDeviceGetEnforcedPowerLimit
+                limit_mw = (self._read(index, "power limit", limit, handle)
                             if power_mw is not None else None)  # fmt: skip
             except Exception as e:  # NVMLError: GPU lost, driver hiccup, ...
                 failures.append(
