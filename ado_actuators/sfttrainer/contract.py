@@ -73,13 +73,16 @@ class ProcessSample(pydantic.BaseModel):
 
 
 class GpuSample(pydantic.BaseModel):
+    """One reading of one GPU. None: NVML does not support that reading on this device (a MIG
+    slice reports neither utilisation nor power); it is left out, never read as 0."""
+
     time: float
     index: int  # node-local device index
     node: str = ""  # hostname: with several nodes, (node, index) names a GPU
-    compute_percent: float
+    compute_percent: float | None
     memory_percent: float
-    power_watts: float
-    power_percent: float
+    power_watts: float | None
+    power_percent: float | None
 
 
 class GpuSampleFailure(pydantic.BaseModel):

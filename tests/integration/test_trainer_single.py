@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import statistics
 
 import pytest
 
 from ado_actuators.sfttrainer.contract import Outcome, TrainerJob
+from ado_actuators.sfttrainer.metrics.aggregate import benchmark_properties
 from ado_actuators.sfttrainer.testing.tiny_model import write_text_dataset
 
 pytestmark = pytest.mark.slow
@@ -101,6 +103,21 @@ def test_process_is_sampled_during_training(full_run):
     # training ends is the only one, and it still covers the training.
     assert samples[-1].time >= report.steps[-1].end
     assert report.gpu_samples == []  # no gpu_indices
+
+
+def test_figures_average_only_the_samples_in_the_measured_window(full_run):
+    """First step start to last step end, as runtime: the closing sample (after the last step)
+    and any taken during setup are left out; the window always holds one (taken before the
+    first step's end where the sampler had not sampled yet)."""
+    report = full_run.report
+    start, end = report.steps[0].start, report.steps[-1].end
+    inside = [s for s in report.process_samples if start <= s.time <= end]
+    outside = [s for s in report.process_samples if not start <= s.time <= end]
+    assert inside and outside
+    props = benchmark_properties([report], number_gpus=0, stop_after_seconds=-1)
+    assert props["cpu_compute_utilization"] == pytest.approx(
+        statistics.fmean(s.cpu_percent for s in inside))  # fmt: skip
+    assert props["cpu_compute_utilization"] > 0
 
 
 def test_flash_attention_request_is_adapted_on_cpu(full_run):

@@ -25,7 +25,7 @@ def report(rank, steps, *, world=2, cpu=(50.0, 150.0), gpu=(), hf=None):
 
 
 def test_dataset_throughput_sums_ranks_over_the_training_span():
-    reports = [report(0, [(100, 101, 300), (101, 102, 200)]), report(1, [(100.5, 102, 500)])]
+    reports = [report(0, [(100, 101, 300), (101, 102, 200)]), report(1, [(100, 102, 500)])]
     props = benchmark_properties(reports, number_gpus=2, stop_after_seconds=-1)
     assert props["train_runtime"] == pytest.approx(2.0)
     assert props["dataset_tokens_per_second"] == pytest.approx(1000 / 2.0)
@@ -51,7 +51,7 @@ def test_gpu_min_avg_max_are_over_per_gpu_time_averages():
         GpuSample(time=2, index=0, compute_percent=30, memory_percent=40, power_watts=200, power_percent=50),
         GpuSample(time=1, index=1, compute_percent=90, memory_percent=60, power_watts=300, power_percent=75),
     ]
-    props = benchmark_properties([report(0, [(0, 1, 10)], world=1, gpu=samples)], number_gpus=2, stop_after_seconds=-1)
+    props = benchmark_properties([report(0, [(0, 2, 10)], world=1, gpu=samples)], number_gpus=2, stop_after_seconds=-1)
     assert (props["gpu_compute_utilization_min"], props["gpu_compute_utilization_max"]) == (20, 90)
     assert props["gpu_compute_utilization_avg"] == pytest.approx(55)
     assert props["gpu_memory_utilization_peak"] == 60
@@ -194,7 +194,7 @@ def test_energy_is_omitted_when_a_counter_was_unreadable():
 
 
 def gpu_report(good_times=(), failed_times=(), problem=None):
-    r = report(0, [(0, 10, 10)], world=1)
+    r = report(0, [(0, 4, 5), (4, 30, 5)], world=1)
     r.gpu_indices = [0]
     r.gpu_sampling_problem = problem
     r.gpu_samples = [GpuSample(time=t, index=0, compute_percent=50, memory_percent=50,
@@ -242,3 +242,38 @@ def test_two_nodes_gpus_all_count_and_dp_tokens_are_per_gpu():
     # number_gpus 0 on two nodes: batch_size is split over the two CPU ranks
     cpu = benchmark_properties(reports, number_gpus=0, devices=2, stop_after_seconds=-1)
     assert cpu["dataset_tokens_per_second_per_gpu"] == 200
+
+
+def test_samples_outside_the_window_are_not_counted():
+    """GPU idle during setup (model load) and after the last step must not lower the averages
+    runtime and energy do not cover: one window, first step start to last step end."""
+    def gpu(time, compute, memory=50.0):
+        return GpuSample(time=time, index=0, compute_percent=compute, memory_percent=memory,
+                         power_watts=compute * 4, power_percent=compute)  # fmt: skip
+
+    samples = [gpu(90, 0, memory=99), gpu(100, 80), gpu(104, 60), gpu(110, 80), gpu(111, 0)]
+    r = report(0, [(100, 105, 10), (105, 110, 10)], world=1, gpu=samples)
+    r.process_samples = [ProcessSample(time=t, cpu_percent=c, memory_percent=1.0)
+                         for t, c in ((95, 5.0), (101, 100.0), (109, 300.0), (112, 1.0))]  # fmt: skip
+    props = benchmark_properties([r], number_gpus=1, stop_after_seconds=-1)
+    assert props["gpu_compute_utilization_avg"] == pytest.approx(220 / 3)
+    assert props["gpu_power_watts_avg"] == pytest.approx(4 * 220 / 3)
+    assert props["gpu_memory_utilization_peak"] == 50  # the 99 % at setup is outside
+    assert props["cpu_compute_utilization"] == pytest.approx(200)
+    # with warm-up excluded the window starts at the first measured step
+    r.warmup_steps = 1
+    warm = benchmark_properties([r], number_gpus=1, stop_after_seconds=-1, since=warmup_end([r]))
+    assert warm["gpu_compute_utilization_avg"] == 80  # only the sample at 110 is in [105, 110]
+    assert warm["cpu_compute_utilization"] == pytest.approx(300)
+
+
+def test_readings_a_mig_slice_does_not_support_are_omitted_not_zero():
+    mig = [GpuSample(time=t, index=0, compute_percent=None, memory_percent=m, power_watts=None,
+                     power_percent=None) for t, m in ((1, 30.0), (2, 50.0))]  # fmt: skip
+    r = report(0, [(0, 3, 10)], world=1, gpu=mig)
+    r.gpu_indices = [0]
+    props = benchmark_properties([r], number_gpus=1, stop_after_seconds=-1)
+    assert props["gpu_memory_utilization_avg"] == 40 and props["gpu_memory_utilization_peak"] == 50
+    for name in ("compute_utilization", "power_watts", "power_percent"):
+        assert not any(key.startswith(f"gpu_{name}") for key in props)
+    assert gpu_sampling_problem([r]) is None  # the run trained: what was measured is stored

@@ -1,5 +1,17 @@
 """Launch results -> outcomes (OOM is invalid, anything else failed)."""
 
+import pytest
+from gpu_failure_texts import (
+    ACCELERATE_PORT_IN_USE,
+    CUBLAS_ALLOC_FAILED,
+    CUDA_ERROR_OUT_OF_MEMORY,
+    LAUNCHER_NOT_INSTALLED,
+    NCCL_UNHANDLED_CUDA_ERROR_BARE,
+    NCCL_UNHANDLED_CUDA_ERROR_OOM,
+    NCCL_WARN_OOM_LINE,
+    RANK_SIGKILLED,
+    TCPSTORE_EADDRINUSE,
+)
 
 from ado_actuators.sfttrainer.contract import Failure, Outcome, RankReport, StepTiming
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
@@ -55,6 +67,49 @@ def test_missing_report_is_failed_naming_the_rank(tmp_path):
 def test_oom_only_in_the_log_is_still_invalid(tmp_path):
     proc = process(tmp_path, returncode=1, log="torch.cuda.OutOfMemoryError: CUDA out of memory.\n")
     assert isinstance(classify([report(0)], proc), Invalid)
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        f"torch.AcceleratorError: {CUDA_ERROR_OUT_OF_MEMORY}",
+        f"RuntimeError: {CUBLAS_ALLOC_FAILED}",
+        f"torch.distributed.DistBackendError: {NCCL_UNHANDLED_CUDA_ERROR_OOM}",
+        f"{NCCL_WARN_OOM_LINE}\ntorch.distributed.DistBackendError: {NCCL_UNHANDLED_CUDA_ERROR_BARE}",
+    ],
+    ids=["cuda-error", "cublas", "nccl-last-error", "nccl-debug-log"],
+)
+def test_every_form_of_gpu_oom_in_the_log_is_invalid(tmp_path, log):
+    outcome = classify([report(0)], process(tmp_path, returncode=1, log=log))
+    assert isinstance(outcome, Invalid) and outcome.gpu_oom
+
+
+def test_a_bare_nccl_unhandled_cuda_error_in_the_log_is_failed(tmp_path):
+    log = f"torch.distributed.DistBackendError: {NCCL_UNHANDLED_CUDA_ERROR_BARE}"
+    assert isinstance(classify([report(0)], process(tmp_path, returncode=1, log=log)), Failed)
+
+
+@pytest.mark.parametrize(
+    "log, said",
+    [
+        (ACCELERATE_PORT_IN_USE, "ConnectionError: Tried to launch distributed communication on port `29633`"),
+        (TCPSTORE_EADDRINUSE, "torch.distributed.DistNetworkError: The server socket has failed"),
+        (LAUNCHER_NOT_INSTALLED, "(ModuleNotFoundError: No module named 'accelerate')"),
+    ],
+    ids=["accelerate-port-check", "tcpstore-eaddrinuse", "not-installed"],
+)
+def test_a_launcher_that_started_no_rank_is_headlined_with_what_it_said(tmp_path, log, said):
+    outcome = classify([], process(tmp_path, returncode=1, log=log))
+    assert isinstance(outcome, Failed)
+    headline = outcome.reason.splitlines()[0]
+    assert headline.startswith("training failed: the launcher exited with status 1 before any rank started, saying: ")
+    assert said in headline and "killed from outside" not in outcome.reason
+
+
+def test_ranks_killed_after_they_started_are_still_killed_from_outside(tmp_path):
+    outcome = classify([], process(tmp_path, returncode=1, log=RANK_SIGKILLED))
+    assert "rank(s) [0, 1] ended without a report" in outcome.reason
+    assert "killed from outside, or by the kernel's out-of-memory killer" in outcome.reason
 
 
 def test_watchdog_stop_is_failed(tmp_path):

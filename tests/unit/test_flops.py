@@ -79,3 +79,43 @@ def test_attention_uses_the_token_weighted_sequence_length():
     # sequences of 10 and 30 tokens: sum s^2 = 1000, sum s = 40 -> 25 (not the plain mean, 20)
     assert token_weighted_sequence_length(10**2 + 30**2, 40) == pytest.approx(25.0)
     assert token_weighted_sequence_length(0, 0) == 0.0
+
+
+def stand_in_quant_linear(linear, spelling, bits=4):
+    """A GPTQ linear layer as GPTQModel / AutoGPTQ build it: 4-bit weights packed eight to an
+    int32 in a `qweight` buffer, with zeros and scales buffers and no weight parameter."""
+    import torch
+
+    fan_in, fan_out = linear.in_features, linear.out_features
+    layer = torch.nn.Module()
+    if spelling:
+        setattr(layer, spelling[0], fan_in)
+        setattr(layer, spelling[1], fan_out)
+    layer.bits = bits
+    layer.register_buffer("qweight", torch.zeros((fan_in // 32 * bits, fan_out), dtype=torch.int32))
+    layer.register_buffer("qzeros", torch.zeros((1, fan_out // 32 * bits), dtype=torch.int32))
+    layer.register_buffer("scales", torch.zeros((1, fan_out), dtype=torch.float16))
+    return layer
+
+
+def quantised_llama(spelling):
+    model = tiny_llama()
+    for layer in model.model.layers:
+        for block in (layer.self_attn, layer.mlp):
+            for name, child in list(block.named_children()):
+                if name.endswith("_proj"):
+                    setattr(block, name, stand_in_quant_linear(child, spelling))
+    return model
+
+
+@pytest.mark.parametrize("spelling", [("in_features", "out_features"), ("infeatures", "outfeatures"),
+                                      None], ids=["gptqmodel", "auto-gptq", "from-packing"])  # fmt: skip
+def test_quantised_layers_count_their_unpacked_weights(spelling):
+    """GPTQ-LoRA's base model keeps its weights in buffers: counting parameters alone saw only
+    the embeddings, norms and head (5-15x too few FLOPs on real models)."""
+    params = count_parameters(quantised_llama(spelling))
+    assert (params.total, params.matmul) == (TOTAL, MATMUL)  # the same model, packed
+    norms = LAYERS * 2 * 64 + 64
+    # the quantised weights are frozen: what trains is what stayed a parameter
+    assert params.trainable == EMBEDDING + norms + LM_HEAD
+    assert params.trainable_matmul == norms + LM_HEAD

@@ -12,7 +12,7 @@ from ado_actuators.sfttrainer.plan.launch import PlanError, PlanInputs, plan_lau
 
 
 def inputs(experiment="finetune_full_benchmark-v1.0.0", use_cpu=False, machine_rank=0,
-           main_process_ip=None, **overrides):  # fmt: skip
+           main_process_ip=None, visible_devices=None, **overrides):  # fmt: skip
     definition = catalog_data().experiment(experiment)
     base = {"model_name": "granite-3.1-2b", "model_max_length": 512, "batch_size": 8,
             "number_gpus": 1, "gpu_model": "NVIDIA-A100-SXM4-80GB"}  # fmt: skip
@@ -30,6 +30,7 @@ def inputs(experiment="finetune_full_benchmark-v1.0.0", use_cpu=False, machine_r
         use_cpu=use_cpu,
         machine_rank=machine_rank,
         main_process_ip=main_process_ip,
+        visible_devices=visible_devices,
     )
 
 
@@ -228,6 +229,33 @@ def test_data_parallel_is_one_process_seeing_every_gpu_of_the_node():
     assert option(argv, "--per_device_train_batch_size") == "2"
     assert plan.world_size == 1 and plan.processes_per_node == 1
     assert plan.job.gpu_indices == [0, 1, 2, 3]
-    assert "CUDA_VISIBLE_DEVICES" not in plan.env and "ACCELERATE_USE_CPU" not in plan.env
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and "ACCELERATE_USE_CPU" not in plan.env
     assert plan.resources_per_node.gpus == 4
     assert inputs(distributed_backend="None").values.distributed_backend == "None"  # stored as asked
+
+
+def test_gpus_are_pinned_to_the_planned_ones_of_what_the_process_sees():
+    """Without pinning, a one-GPU run on an 8-GPU host is wrapped in DataParallel over all 8."""
+    alone = plan_launch(inputs(number_gpus=1)).env
+    assert alone["CUDA_VISIBLE_DEVICES"] == "0" and alone["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    ray_gave = plan_launch(inputs(number_gpus=2, distributed_backend="DDP", visible_devices="5,3"))
+    assert ray_gave.env["CUDA_VISIBLE_DEVICES"] == "5,3"
+    assert ray_gave.job.gpu_indices == [0, 1]  # CUDA's numbering inside the pinned list
+    uuids = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6,GPU-7f1d0a2e"
+    assert plan_launch(inputs(visible_devices=uuids)).env["CUDA_VISIBLE_DEVICES"] == (
+        "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"
+    )
+    mig = "MIG-c7384736-a75d-5afc-978f-d2f1294409fd"
+    assert plan_launch(inputs(visible_devices=f" {mig} ")).env["CUDA_VISIBLE_DEVICES"] == mig
+    per_node = plan_launch(inputs(number_gpus=16, number_nodes=2, main_process_ip="10.0.0.1",
+                                  visible_devices="0,1,2,3,4,5,6,7"))  # fmt: skip
+    assert per_node.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+
+
+def test_cpu_ranks_see_no_gpu_and_too_few_visible_gpus_is_refused():
+    assert plan_launch(inputs(number_gpus=2, use_cpu=True, visible_devices="0,1")).env[
+        "CUDA_VISIBLE_DEVICES"] == ""  # fmt: skip
+    with pytest.raises(PlanError, match=r"CUDA_VISIBLE_DEVICES='2'.*leaves it 1"):
+        plan_launch(inputs(number_gpus=2, distributed_backend="DDP", visible_devices="2"))
+    with pytest.raises(PlanError, match="CUDA_VISIBLE_DEVICES=''"):
+        plan_launch(inputs(number_gpus=1, visible_devices=""))

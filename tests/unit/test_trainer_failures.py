@@ -4,6 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.distributed
+from gpu_failure_texts import (
+    CUBLAS_ALLOC_FAILED,
+    CUDA_ERROR_OUT_OF_MEMORY,
+    NCCL_UNHANDLED_CUDA_ERROR_BARE,
+    NCCL_UNHANDLED_CUDA_ERROR_OOM,
+    NCCL_UNHANDLED_CUDA_ERROR_OTHER,
+)
 
 from ado_actuators.sfttrainer.contract import FAULT_ENV, FaultKind, Outcome
 from ado_actuators.sfttrainer.trainer.failures import classify
@@ -35,6 +43,29 @@ def test_cuda_out_of_memory_message_is_gpu_oom():
         classify(raised(RuntimeError("CUDA out of memory. Tried to allocate")))[0]
         is Outcome.GPU_OOM
     )
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        torch.AcceleratorError(CUDA_ERROR_OUT_OF_MEMORY),  # torch >= 2.8
+        RuntimeError(CUDA_ERROR_OUT_OF_MEMORY),  # torch < 2.8
+        RuntimeError(CUBLAS_ALLOC_FAILED),
+        torch.distributed.DistBackendError(NCCL_UNHANDLED_CUDA_ERROR_OOM),
+    ],
+    ids=["accelerator-error", "runtime-error", "cublas", "nccl"],
+)
+def test_the_other_forms_of_gpu_memory_exhaustion_are_gpu_oom(exc):
+    assert classify(raised(exc))[0] is Outcome.GPU_OOM
+
+
+@pytest.mark.parametrize(
+    "text", [NCCL_UNHANDLED_CUDA_ERROR_OTHER, NCCL_UNHANDLED_CUDA_ERROR_BARE], ids=["other", "bare"]
+)
+def test_nccl_unhandled_cuda_error_without_out_of_memory_is_an_error(text):
+    """NCCL says "unhandled cuda error" for any failed CUDA call: only its "Cuda failure ...
+    'out of memory'" line makes it an OOM."""
+    assert classify(raised(torch.distributed.DistBackendError(text)))[0] is Outcome.ERROR
 
 
 def test_oom_wrapped_by_another_exception_is_still_gpu_oom():

@@ -6,6 +6,7 @@ import types
 from pathlib import Path
 
 import pytest
+import torch
 
 from ado_actuators.sfttrainer.contract import JOB_FLAG
 from ado_actuators.sfttrainer.trainer import adapt
@@ -54,8 +55,15 @@ def test_flash_attention_goes_without_a_note_only_where_no_cuda_exists():
     assert adapt.check_flash_attention(args, cuda=False) is None  # nothing left to change
 
 
+def flash_args(dtype="bfloat16"):
+    return types.SimpleNamespace(use_flash_attn=True, torch_dtype=dtype)
+
+
+A100 = ((8, 0), "NVIDIA A100-SXM4-80GB")
+
+
 def test_flash_attention_missing_on_a_cuda_device_refuses_with_every_fix():
-    args = types.SimpleNamespace(use_flash_attn=True)
+    args = flash_args()
     with pytest.raises(adapt.SettingUnavailable) as refused:
         adapt.check_flash_attention(args, cuda=True, installed=False)
     message = str(refused.value)
@@ -66,9 +74,47 @@ def test_flash_attention_missing_on_a_cuda_device_refuses_with_every_fix():
 
 
 def test_flash_attention_is_kept_where_it_can_run():
-    args = types.SimpleNamespace(use_flash_attn=True)
-    assert adapt.check_flash_attention(args, cuda=True, installed=True) is None
-    assert args.use_flash_attn is True
+    for dtype in ("bfloat16", "float16", torch.bfloat16, "auto"):
+        args = flash_args(dtype)
+        assert adapt.check_flash_attention(args, cuda=True, installed=True, import_problem="",
+                                           capability=A100) is None  # fmt: skip
+        assert args.use_flash_attn is True
+
+
+# what importing flash_attn 2 raises when its wheel was built for another torch (as reported
+# from a verl run: flash_attn_interface.py's `import flash_attn_2_cuda as flash_attn_gpu`)
+WRONG_TORCH = ("ImportError: /usr/local/lib/python3.12/dist-packages/flash_attn_2_cuda.cpython-312-"
+               "x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEa")  # fmt: skip
+
+
+def test_a_flash_attn_extension_that_does_not_load_is_refused_before_training():
+    with pytest.raises(adapt.SettingUnavailable) as refused:
+        adapt.check_flash_attention(flash_args(), cuda=True, installed=True,
+                                    import_problem=WRONG_TORCH, capability=A100)  # fmt: skip
+    message = str(refused.value)
+    assert "undefined symbol" in message and f"torch {torch.__version__}" in message
+    for fix in ("pip install --force-reinstall", "match_exact_dependencies: true", "flash_attn: false"):
+        assert fix in message
+
+
+@pytest.mark.parametrize("gpu", [((7, 0), "Tesla V100-SXM2-32GB"), ((7, 5), "Tesla T4")])
+def test_flash_attention_on_a_gpu_older_than_ampere_is_refused(gpu):
+    with pytest.raises(adapt.SettingUnavailable, match=r"capability 8\.0.*is 7\.\d.*flash_attn: false"):
+        adapt.check_flash_attention(flash_args(), cuda=True, installed=True, import_problem="",
+                                    capability=gpu)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ["float32", torch.float32, None])
+def test_flash_attention_in_float32_is_refused_with_the_dtype_fix(dtype):
+    with pytest.raises(adapt.SettingUnavailable, match=r"torch_dtype is (float32|None).*torch_dtype: bfloat16"):
+        adapt.check_flash_attention(flash_args(dtype), cuda=True, installed=True,
+                                    import_problem="", capability=A100)  # fmt: skip
+
+
+def test_where_flash_attn_is_not_installed_its_import_problem_says_so():
+    if adapt.flash_attn_installed():
+        pytest.skip("flash_attn is installed here")
+    assert "ModuleNotFoundError" in adapt.flash_attn_import_problem()
 
 
 def test_this_machine_has_no_cuda_so_flash_attention_is_dropped():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import types
 
@@ -100,7 +101,7 @@ def test_gpu_samples_on_a_gpu_machine():
 
 
 def test_cuda_indices_map_to_nvml_physical_devices():
-    from ado_actuators.sfttrainer.trainer.monitor import physical_devices
+    from ado_actuators.sfttrainer.trainer.nvml_devices import physical_devices
 
     assert physical_devices([0, 1], None) == [0, 1]
     assert physical_devices([0, 1], "3,5") == [3, 5]
@@ -204,3 +205,52 @@ def test_a_restarted_window_replaces_the_energy_start():
     monitor.mark_window_end(4.0)
     monitor.stop()
     assert monitor.gpu_energy[0].start_time == 3.0 and monitor.gpu_energy[0].joules == 250.0
+
+
+def test_a_window_gets_one_sample_even_if_the_sampler_has_not_sampled_in_it():
+    monitor = SystemMonitor(3600)  # the sampling thread never samples in this test
+    monitor.start()
+    start = time.time()
+    monitor.mark_window_start(start)
+    monitor.sample_if_window_has_none()  # at the first step end, before it is stamped
+    monitor.sample_if_window_has_none()  # the window has one now
+    assert len(monitor.process_samples) == 1 and monitor.process_samples[0].time >= start
+    monitor.mark_window_start(time.time())  # warm-up ended: a new window
+    monitor.sample_if_window_has_none()
+    monitor.stop()
+    assert len(monitor.process_samples) == 3  # + the closing sample
+
+
+class SlowSweepNvml(FakeNvml):
+    """A sweep that hangs in NVML, in the sampling thread only, until released."""
+
+    def __init__(self):
+        super().__init__()
+        self.in_sweep, self.release = threading.Event(), threading.Event()
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        if threading.current_thread().name == "sfttrainer-monitor":
+            self.in_sweep.set()
+            assert self.release.wait(60), "never released"
+        return super().nvmlDeviceGetUtilizationRates(handle)
+
+
+def test_the_training_thread_never_waits_for_a_sweep_in_progress():
+    nvml = SlowSweepNvml()
+    monitor = SystemMonitor(0.01, gpu_indices=[0, 1], nvml=nvml)
+    monitor.start()
+    assert nvml.in_sweep.wait(60)  # the sampler is inside NVML now
+
+    def step_boundaries():  # what the training thread does at a step's start and end
+        monitor.mark_window_start(1.0)
+        monitor.sample_if_window_has_none()
+        monitor.mark_window_end(2.0)
+
+    training = threading.Thread(target=step_boundaries)
+    training.start()
+    training.join(60)  # a deadlock guard, not a timing: with the lock held it never returns
+    done = not training.is_alive()
+    nvml.release.set()
+    monitor.stop()
+    assert done, "the step boundary waited for the sampler's NVML sweep"
+    assert monitor.gpu_energy[0].joules == 250.0

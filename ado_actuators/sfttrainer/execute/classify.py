@@ -7,6 +7,7 @@ import re
 from ado_actuators.sfttrainer.contract import Outcome as RankOutcome
 from ado_actuators.sfttrainer.contract import RankReport
 from ado_actuators.sfttrainer.execute.node import NodeRun
+from ado_actuators.sfttrainer.gpu_memory import says_gpu_memory_exhausted
 from ado_actuators.sfttrainer.metrics import flops
 from ado_actuators.sfttrainer.metrics.aggregate import (
     NoTrainingSteps,
@@ -18,11 +19,24 @@ from ado_actuators.sfttrainer.metrics.aggregate import (
 )
 from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured, Outcome
 
-# A rank that died before it could write a report may still have said why in the log.
-_GPU_OOM_IN_LOG = re.compile(
-    r"torch\.cuda\.OutOfMemoryError|CUDA out of memory|"
-    r"CUDA error: an illegal memory access was encountered"
+
+# How a launcher (accelerate launch, or `python -m` of the lone trainer) says why it stopped
+# before starting any rank: a Python exception line ("ConnectionError: Tried to launch
+# distributed communication on port ...", "torch.distributed.DistNetworkError: The server socket
+# has failed to listen ... EADDRINUSE"), or python's own "-m" error for a missing package.
+_LAUNCHER_ERROR = re.compile(
+    r"^(?:[\w.]+\.)?\w+(?:Error|Exception)\b:|Error while finding module specification"
 )
+_RANK_DIED = "ChildFailedError"
+"""torch's elastic agent reporting that a rank it had started died: not the launcher's failure."""
+
+
+def launcher_said(log_tail: str) -> str | None:
+    """The line in which a launcher that started no rank says why, or None."""
+    if _RANK_DIED in log_tail:
+        return None
+    lines = (line.strip() for line in reversed(log_tail.splitlines()))
+    return next((line[:1000] for line in lines if _LAUNCHER_ERROR.search(line)), None)
 
 
 SETTING_UNAVAILABLE = "SettingUnavailable"
@@ -95,7 +109,8 @@ def launch_outcome(
     missing = sorted(expected - {r.rank for r in reports})
     exited = [r for r in ran if r.returncode != 0]
     if errors or missing or exited:
-        if not errors and _GPU_OOM_IN_LOG.search(tail):
+        # a rank that died before it could write a report may still have said why in the log
+        if not errors and says_gpu_memory_exhausted(tail):
             return Invalid(reason="GPU out of memory (from the training log)", gpu_oom=True)
         refused = [r for r in errors if r.failure and
                    r.failure.exception_type.endswith(SETTING_UNAVAILABLE)]  # fmt: skip
@@ -113,11 +128,20 @@ def launch_outcome(
             first = next(n for n in ran if n.machine_rank == missing[0] // per_node)
             signals = [f"{r.signal_name}{_where(r, runs)}" for r in ran if r.signal_name]
             died = f" (the launcher exited by {', '.join(signals)})" if signals else ""
-            why = (
-                f"training failed: rank(s) {missing} ended without a report{_where(first, runs)}"
-                f"{died}: killed from outside, or by the kernel's out-of-memory killer "
-                f"(check the node's memory)"
-            )
+            started = any(r.rank // per_node == first.machine_rank for r in reports)
+            own_failure = not (started or signals) and first.returncode
+            said = launcher_said(first.log_tail) if own_failure else None
+            if said:  # no rank of the node started: a busy port, a missing package, ...
+                why = (
+                    f"training failed: the launcher exited with status {first.returncode}"
+                    f"{_where(first, runs)} before any rank started, saying: {said}"
+                )
+            else:
+                why = (
+                    f"training failed: rank(s) {missing} ended without a report"
+                    f"{_where(first, runs)}{died}: killed from outside, or by the kernel's "
+                    f"out-of-memory killer (check the node's memory)"
+                )
         else:
             status, where = exited[0].returncode, _where(exited[0], runs)
             why = f"training failed: the launcher exited with status {status}{where}"

@@ -14,6 +14,7 @@ from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.contract import Outcome as RankOutcome
 from ado_actuators.sfttrainer.contract import RankReport
 from ado_actuators.sfttrainer.execute import environment, workspace
+from ado_actuators.sfttrainer.execute.devices import visible_devices
 from ado_actuators.sfttrainer.execute.process import run_process
 from ado_actuators.sfttrainer.outcomes import Failed
 from ado_actuators.sfttrainer.plan.launch import PlanError, PlanInputs, plan_launch
@@ -181,6 +182,7 @@ def run_node(
         weights_offline=offline,
         python=chosen.python,
         machine_rank=machine_rank,
+        visible_devices=visible_devices(),
         main_process_ip=rendezvous.ip if rendezvous else None,
         main_process_port=rendezvous.port if rendezvous else workspace.free_port(),
     )

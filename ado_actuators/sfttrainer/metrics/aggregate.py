@@ -2,6 +2,9 @@
 
 Every figure covers one window: all optimisation steps, or, when the stop policy reported
 warm-up steps (auto_stop_method), those from the first measured step of rank 0 on (`since`).
+Step-based figures take the window's steps; sampled ones (CPU, GPU utilisation, memory, power)
+only the samples a rank took between its first window step's start and its last step's end
+(each rank against its own steps: nodes' clocks may differ), never setup or teardown.
 """
 
 from __future__ import annotations
@@ -37,14 +40,19 @@ def _mean(values: Iterable[float]) -> float:
 def gpu_properties(samples: list[GpuSample]) -> dict[str, float]:
     """The spec's note 1: min/avg/max over the in-use GPUs of each GPU's time-average.
 
-    Every GPU property is 0.0 when no GPU was used.
+    Every GPU property is 0.0 when no GPU was used. A reading NVML does not support on the
+    GPUs (None: utilisation and power on MIG) leaves its properties out, never 0.0.
     """
     per_gpu: dict[tuple, list[GpuSample]] = defaultdict(list)
     for sample in samples:
         per_gpu[(sample.node, sample.index)].append(sample)
     props: dict[str, float] = {}
     for name, attribute in GPU_SERIES.items():
-        averages = [_mean(getattr(s, attribute) for s in series) for series in per_gpu.values()]
+        read = [[v for s in series if (v := getattr(s, attribute)) is not None]
+                for series in per_gpu.values()]  # fmt: skip
+        averages = [_mean(values) for values in read if values]
+        if samples and not averages:
+            continue
         props[f"{name}_min"] = min(averages, default=0.0)
         props[f"{name}_avg"] = _mean(averages)
         props[f"{name}_max"] = max(averages, default=0.0)
@@ -60,10 +68,6 @@ def warmup_end(reports: list[RankReport]) -> float | None:
     return None
 
 
-def _in_window(time: float, since: float | None) -> bool:
-    return since is None or time >= since
-
-
 def window_steps(reports: list[RankReport], report: RankReport, since: float | None) -> list[StepTiming]:
     """`report`'s steps in the window: from rank 0's first step starting at `since` on, by
     step number, not by clock (ranks start the same step a few milliseconds apart: a clock cut
@@ -73,6 +77,21 @@ def window_steps(reports: list[RankReport], report: RankReport, since: float | N
     rank0 = min(reports, key=lambda r: r.rank)
     first = next((s.step for s in rank0.steps if s.start >= since), None)
     return [s for s in report.steps if first is not None and s.step >= first]
+
+
+def sample_window(
+    reports: list[RankReport], report: RankReport, since: float | None
+) -> tuple[float, float] | None:
+    """The span `report`'s samples must fall in: its first window step's start to its last
+    step's end; None where it has no step in the window."""
+    steps = window_steps(reports, report, since)
+    if not steps:
+        return None
+    return min(s.start for s in steps), max(s.end for s in steps)
+
+
+def in_window(time: float, window: tuple[float, float] | None) -> bool:
+    return window is not None and window[0] <= time <= window[1]
 
 
 def gpu_sampling_problem(reports: list[RankReport], since: float | None = None) -> str | None:
@@ -89,13 +108,14 @@ def gpu_sampling_problem(reports: list[RankReport], since: float | None = None) 
         if report.gpu_sampling_problem:
             problems.append(f"on {report.hostname}: {report.gpu_sampling_problem}")
             continue
+        window = sample_window(reports, report, since)
         for index in report.gpu_indices:
             good = sum(
-                1 for s in report.gpu_samples if s.index == index and _in_window(s.time, since)
+                1 for s in report.gpu_samples if s.index == index and in_window(s.time, window)
             )
             failed = [
                 f for f in report.gpu_sample_failures
-                if f.index == index and _in_window(f.time, since)
+                if f.index == index and in_window(f.time, window)
             ]  # fmt: skip
             where = f"GPU {index} on {report.hostname}"
             if good == 0:
@@ -158,20 +178,18 @@ def benchmark_properties(
     rank0 = min(reports, key=lambda r: r.rank)
     rank0_steps = per_rank[rank0.rank]
 
+    windows = {r.rank: sample_window(reports, r, since) for r in reports}
+    process = [
+        [p for p in r.process_samples if in_window(p.time, windows[r.rank])] for r in reports
+    ]
     props: dict[str, float] = {
         "train_runtime": runtime,
         "dataset_tokens_per_second": tokens / runtime,
         "dataset_tokens_per_second_per_gpu": tokens / runtime / devices,
-        "cpu_compute_utilization": _mean(
-            _mean(p.cpu_percent for p in r.process_samples if _in_window(p.time, since))
-            for r in reports
-        ),
-        "cpu_memory_utilization": _mean(
-            _mean(p.memory_percent for p in r.process_samples if _in_window(p.time, since))
-            for r in reports
-        ),
+        "cpu_compute_utilization": _mean(_mean(p.cpu_percent for p in ps) for ps in process),
+        "cpu_memory_utilization": _mean(_mean(p.memory_percent for p in ps) for ps in process),
         **gpu_properties(
-            [g for r in reports for g in r.gpu_samples if _in_window(g.time, since)]
+            [g for r in reports for g in r.gpu_samples if in_window(g.time, windows[r.rank])]
         ),
         "is_valid": 1,
     }

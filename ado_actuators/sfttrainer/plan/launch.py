@@ -106,6 +106,10 @@ class PlanInputs(pydantic.BaseModel):
     run_labels: dict[str, str] = pydantic.Field(default_factory=dict)
     use_cpu: bool = False
     """Run multi-process measurements on CPUs over gloo (machines without GPUs, tests)."""
+    visible_devices: str | None = None
+    """The CUDA devices this node's part may use, as CUDA_VISIBLE_DEVICES lists them (Ray's
+    assignment, or the launching process's own list: indices, GPU UUIDs or MIG ids); None:
+    every device of the machine, numbered from 0. The ranks are pinned to the first of them."""
     weights_offline: bool = False
     """The weights are local or fully cached: the trainer need not (and will not) ask the hub."""
 
@@ -197,6 +201,27 @@ def plan_resources(values: Any) -> ResourceRequest:
     )
 
 
+def pinned_devices(visible: str | None, count: int) -> str:
+    """CUDA_VISIBLE_DEVICES for a node's ranks: the first `count` of the devices it may use.
+
+    Always set: a process that sees more GPUs than planned uses them (Hugging Face wraps a
+    one-GPU run in DataParallel over every visible GPU), while only the planned ones are
+    sampled. Entries pass through as listed (CUDA takes indices, UUIDs, UUID prefixes, MIG ids).
+    """
+    if count == 0:
+        return ""
+    if visible is None:
+        return ",".join(str(i) for i in range(count))
+    listed = [d.strip() for d in visible.split(",") if d.strip()]
+    if len(listed) < count:
+        raise PlanError(
+            f"number_gpus asks for {count} GPU(s) on this node but CUDA_VISIBLE_DEVICES="
+            f"{visible!r} leaves it {len(listed)}: widen CUDA_VISIBLE_DEVICES (or the GPUs "
+            "Ray gives the task), or measure with fewer GPUs"
+        )
+    return ",".join(listed[:count])
+
+
 def _check_launchable(inputs: PlanInputs) -> None:
     values = inputs.values
     if values.dataset_kwargs_skip_prepare_dataset and (
@@ -285,8 +310,14 @@ def plan_launch(inputs: PlanInputs) -> LaunchPlan:
     }
     if inputs.weights_offline:
         env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    if values.number_gpus == 0:
-        env["CUDA_VISIBLE_DEVICES"] = ""
+    # CPU ranks (number_gpus 0, or use_cpu standing CPU processes in for GPUs) see no GPU
+    env["CUDA_VISIBLE_DEVICES"] = pinned_devices(
+        inputs.visible_devices, 0 if use_cpu else gpus_per_node
+    )
+    if not use_cpu:
+        # CUDA's default order is fastest first, NVML's (the GPU sampler's) is PCI bus order:
+        # the same index must name the same GPU in both
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     if use_cpu and ranks > 1:
         # accelerate's multi-GPU launcher ignores the config file's use_cpu.
         env["ACCELERATE_USE_CPU"] = "true"

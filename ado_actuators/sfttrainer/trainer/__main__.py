@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ado_actuators.sfttrainer.contract import JOB_FLAG, Outcome, RankReport, TrainerJob
 from ado_actuators.sfttrainer.pdeathsig import die_with_parent
-from ado_actuators.sfttrainer.trainer import adapt, fms, lazy_dataset, stopping
+from ado_actuators.sfttrainer.trainer import adapt, cuda, fms, lazy_dataset, stopping
 from ado_actuators.sfttrainer.trainer.callback import MeasurementCallback
 from ado_actuators.sfttrainer.trainer.failures import classify
 from ado_actuators.sfttrainer.trainer.faults import Fault
@@ -169,25 +169,11 @@ class Measurement:
             report.warmup_steps = self.policy.warmup_steps
             report.model_parameters = self.callback.model_parameters
             report.notes.extend(self.callback.notes)
-        report.gpu_memory_max_allocated_bytes = _max_memory_allocated()
+        report.gpu_memory_max_allocated_bytes = cuda.max_memory_allocated()
         if self.aim is not None:
             with contextlib.suppress(Exception):
                 self.aim.record_params(outcome=report.outcome.value)
             self.aim.close()
-
-
-def _max_memory_allocated() -> int:
-    """The peak of torch's CUDA allocator in this process (0 where CUDA was never used)."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return 0
-    try:
-        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
-            return 0
-        return int(torch.cuda.max_memory_allocated())
-    except Exception as e:  # a broken CUDA context after a failure must not lose the report
-        log.warning("torch.cuda.max_memory_allocated failed: %s", e)
-        return 0
 
 
 def _finish_distributed(ok: bool, exit_code: int) -> None:

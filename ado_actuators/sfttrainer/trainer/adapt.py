@@ -30,6 +30,31 @@ def flash_attn_installed() -> bool:
     return importlib.util.find_spec("flash_attn") is not None
 
 
+def flash_attn_import_problem() -> str | None:
+    """Why flash_attn's CUDA extension does not load here, or None. transformers only checks
+    that the package is installed; a wheel built for another torch or CUDA then fails at model
+    load ("undefined symbol" from flash_attn_2_cuda), deep in a traceback."""
+    try:
+        from flash_attn import flash_attn_func  # noqa: F401 - imports flash_attn_2_cuda
+    except Exception as e:  # noqa: BLE001 - ImportError, OSError from the loader, ...
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def device_capability() -> tuple[tuple[int, int], str]:
+    """(compute capability, name) of the GPU this rank trains on."""
+    import torch
+
+    index = int(os.environ.get("LOCAL_RANK", "0")) % max(1, torch.cuda.device_count())
+    return tuple(torch.cuda.get_device_capability(index)), torch.cuda.get_device_name(index)
+
+
+FLASH_MIN_CAPABILITY = (8, 0)
+"""Flash attention 2 runs on Ampere and newer (its README): not on V100 (7.0) or T4 (7.5)."""
+FLASH_DTYPES = ("float16", "bfloat16")
+"""transformers refuses flash attention 2 in any other dtype (at model load, with a traceback)."""
+
+
 def require_cuda_for_gpus(gpu_indices: list[int], *, cuda: bool | None = None) -> None:
     """The job names GPUs (number_gpus > 0) but this process sees no CUDA device: training
     would run on the CPU and be stored as a GPU measurement."""
@@ -50,14 +75,29 @@ def require_cuda_for_gpus(gpu_indices: list[int], *, cuda: bool | None = None) -
     )
 
 
+def _dtype_name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 def check_flash_attention(
-    model_args, *, cuda: bool | None = None, installed: bool | None = None
+    model_args,
+    *,
+    cuda: bool | None = None,
+    installed: bool | None = None,
+    import_problem: str | None = None,
+    capability: tuple[tuple[int, int], str] | None = None,
 ) -> str | None:
-    """`--use_flash_attn True` (fms's default and the experiments'):
+    """`--use_flash_attn True` (fms's default and the experiments'), checked before training:
 
     - no CUDA device (number_gpus 0): flash attention can never run here, so training goes on
       without it and the returned note says so;
-    - a CUDA device without the flash_attn package: SettingUnavailable, naming the fixes.
+    - on a CUDA device, SettingUnavailable naming the fixes when the flash_attn package is
+      missing, when its CUDA extension does not load, when torch_dtype is not float16 or
+      bfloat16, or when the GPU is older than Ampere.
+
+    The keywords stand in for what is otherwise asked of this machine (unit tests): `cuda`,
+    `installed`, `import_problem` (how the extension failed to load; "": it loads),
+    `capability` ((major, minor), GPU name).
     """
     if not model_args.use_flash_attn:
         return None
@@ -67,14 +107,38 @@ def check_flash_attention(
             "use_flash_attn=True was requested but CUDA is not available (number_gpus 0): "
             "trained without flash attention"
         )
+    without = "or set flash_attn: false in the space to measure without flash attention"
     if not (flash_attn_installed() if installed is None else installed):
         raise SettingUnavailable(
             "flash_attn: true (fms-hf-tuning --use_flash_attn True) was requested on a CUDA "
             "device, but the flash_attn package is not installed in the training environment. "
             "Install it there (pip install flash-attn --no-build-isolation), or set the actuator "
             "parameter match_exact_dependencies: true so the measurement runs in the requested "
-            "fms-hf-tuning version's pinned environment, or set flash_attn: false in the space "
-            "to measure without flash attention"
+            f"fms-hf-tuning version's pinned environment, {without}"
+        )
+    dtype = _dtype_name(getattr(model_args, "torch_dtype", None))
+    if dtype not in (*FLASH_DTYPES, "auto"):  # auto: the checkpoint's own, known only at load
+        raise SettingUnavailable(
+            f"flash_attn: true needs torch_dtype float16 or bfloat16, but torch_dtype is {dtype} "
+            f"(flash attention 2 has no float32 kernels): set torch_dtype: bfloat16, {without}"
+        )
+    problem = flash_attn_import_problem() if import_problem is None else import_problem
+    if problem:
+        import torch
+
+        raise SettingUnavailable(
+            f"flash_attn is installed but its CUDA extension does not load ({problem[:500]}): "
+            f"it was built for another torch or CUDA than this environment's torch "
+            f"{torch.__version__} (CUDA {torch.version.cuda}). Reinstall it against this torch "
+            "(pip install --force-reinstall --no-cache-dir --no-build-isolation flash-attn), "
+            f"or set match_exact_dependencies: true, {without}"
+        )
+    (major, minor), name = device_capability() if capability is None else capability
+    if (major, minor) < FLASH_MIN_CAPABILITY:
+        raise SettingUnavailable(
+            f"flash_attn: true needs a GPU of compute capability 8.0 or newer (Ampere, Ada, "
+            f"Hopper); this rank's GPU {name} is {major}.{minor} (V100: 7.0, T4: 7.5): "
+            f"measure on a newer GPU, {without}"
         )
     return None
 

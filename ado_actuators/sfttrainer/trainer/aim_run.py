@@ -73,7 +73,8 @@ class AimRecorder:
         for sample in samples:
             context = {"gpu": sample.index}
             for name, field in GPU_METRICS.items():
-                self.run.track(getattr(sample, field), name=name, context=context)
+                if (value := getattr(sample, field)) is not None:  # None: not supported (MIG)
+                    self.run.track(value, name=name, context=context)
 
     def record_params(self, **params) -> None:
         for key, value in params.items():

@@ -3,18 +3,21 @@
 Step boundaries are HF's own: on_step_begin fires before the first micro-batch of an
 optimisation step (after the step's micro-batches were fetched), on_step_end after the
 optimizer step. train_runtime, computed later, is last end - first start, so the logging and
-data loading between steps fall inside it.
+data loading between steps fall inside it. A step's end is stamped once the GPU has finished
+it (CUDA kernels run asynchronously); Hugging Face's own loss logging syncs every step anyway,
+so the wait costs nothing.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from transformers import TrainerCallback
 
 from ado_actuators.sfttrainer.contract import HfTrainMetrics, ModelParameters, StepTiming
-from ado_actuators.sfttrainer.trainer import adapt, model_size, stopping
+from ado_actuators.sfttrainer.trainer import adapt, cuda, model_size, stopping
 from ado_actuators.sfttrainer.trainer.faults import Fault
 from ado_actuators.sfttrainer.trainer.monitor import SystemMonitor
 from ado_actuators.sfttrainer.trainer.tokens import TokenMeter
@@ -33,6 +36,8 @@ class MeasurementCallback(TrainerCallback):
         appends_eos: bool = False,
         align_prompt_logits: bool = False,
         heartbeat: Path | None = None,
+        synchronize: Callable[[int], None] = cuda.synchronize,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.meter, self.policy, self.monitor, self.fault = meter, policy, monitor, fault
         self.appends_eos = appends_eos
@@ -40,6 +45,7 @@ class MeasurementCallback(TrainerCallback):
         # Touched every step: the watchdog's sign of progress on a node whose ranks print
         # nothing (only global rank 0 shows a progress bar; other nodes' logs stay quiet).
         self.heartbeat = heartbeat
+        self.synchronize, self.clock = synchronize, clock
         self.steps: list[StepTiming] = []
         self.hf_metrics = HfTrainMetrics()
         self.stopped_by: str | None = None
@@ -64,7 +70,7 @@ class MeasurementCallback(TrainerCallback):
             self.monitor.start()
 
     def on_step_begin(self, args, state, control, **kwargs):
-        self._step_start = time.time()
+        self._step_start = self.clock()
         self.meter.take()  # nothing counted outside a step belongs to this one
         self.policy.begin(self._step_start)
         if self.monitor is not None and len(self.steps) == self.policy.warmup_steps:
@@ -74,7 +80,10 @@ class MeasurementCallback(TrainerCallback):
             self.fault.maybe_fire(state.global_step + 1, args.process_index)
 
     def on_step_end(self, args, state, control, **kwargs):
-        end = time.time()
+        self.synchronize(getattr(args, "n_gpu", 1))
+        if self.monitor is not None:
+            self.monitor.sample_if_window_has_none()
+        end = self.clock()
         start = self._step_start if self._step_start is not None else end
         counts = self.meter.take()
         self.steps.append(

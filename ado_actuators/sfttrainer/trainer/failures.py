@@ -1,7 +1,8 @@
 """An exception from training → the Outcome the spec gives it.
 
 The spec: `torch.cuda.OutOfMemoryError` and `RuntimeError: CUDA error: an illegal memory access
-was encountered` make a run invalid (GPU memory exhausted); anything else is a failure.
+was encountered` make a run invalid (GPU memory exhausted), and so do the other forms GPU memory
+exhaustion takes (gpu_memory.py); anything else is a failure.
 """
 
 from __future__ import annotations
@@ -11,12 +12,9 @@ import traceback
 from pathlib import Path
 
 from ado_actuators.sfttrainer.contract import Failure, Outcome
+from ado_actuators.sfttrainer.gpu_memory import says_gpu_memory_exhausted
 from ado_actuators.sfttrainer.trainer import input_files
 
-GPU_MEMORY_MESSAGES = (
-    "CUDA error: an illegal memory access was encountered",
-    "CUDA out of memory",
-)
 TRACEBACK_TAIL_LINES = 40
 MESSAGE_LIMIT = 4000
 
@@ -42,7 +40,8 @@ def is_gpu_memory_exhaustion(exc: BaseException) -> bool:
     for e in _chain(exc):
         if _is_torch_oom(e):
             return True
-        if isinstance(e, RuntimeError) and any(m in str(e) for m in GPU_MEMORY_MESSAGES):
+        # torch.AcceleratorError and torch.distributed.DistBackendError are RuntimeErrors
+        if isinstance(e, RuntimeError) and says_gpu_memory_exhausted(str(e)):
             return True
     return False
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from ado_actuators.sfttrainer.contract import ModelParameters
 
 _MOE_ATTRIBUTES = ("num_local_experts", "num_experts", "moe_num_experts", "n_routed_experts")
+# GPTQModel / fms-acceleration's kernels spell them the nn.Linear way, AutoGPTQ without "_"
+_FEATURES = (("in_features", "out_features"), ("infeatures", "outfeatures"))
 
 
 def _config(model):
@@ -36,12 +38,35 @@ def is_mixture_of_experts(config) -> bool:
     return any((getattr(config, name, None) or 0) > 1 for name in _MOE_ATTRIBUTES)
 
 
+def quantised_linear_size(module) -> int:
+    """The weights a quantised linear layer multiplies by (in x out), 0 for any other module.
+
+    GPTQ-style layers (GPTQ-LoRA's base model) keep their weights packed into an integer
+    `qweight` buffer, so model.parameters() never sees them: the model would look 5-15x
+    smaller than the one that runs. Without feature attributes the size comes from the packing
+    (`bits` per weight, `in x bits / word bits` rows of `out` columns).
+    """
+    qweight = module._buffers.get("qweight", module._parameters.get("qweight"))
+    if qweight is None:
+        return 0
+    for in_name, out_name in _FEATURES:
+        fan_in, fan_out = getattr(module, in_name, None), getattr(module, out_name, None)
+        if isinstance(fan_in, int) and isinstance(fan_out, int):
+            return fan_in * fan_out
+    bits = getattr(module, "bits", None)
+    if isinstance(bits, int) and bits > 0 and qweight.dim() == 2:
+        rows, columns = qweight.shape
+        return rows * (qweight.element_size() * 8 // bits) * columns
+    return 0
+
+
 def count_parameters(model) -> ModelParameters:
     """Counts each parameter once (tied weights are shared tensors).
 
     Embedding tables are looked up, not multiplied, so they are left out of `matmul`, unless
     the table is also the LM head's weight (tied embeddings), which multiplies every token.
-    Prompt-tuning's virtual-token table is an embedding too.
+    Prompt-tuning's virtual-token table is an embedding too. A quantised linear layer counts
+    its unpacked weights (frozen), not its packed integers.
     """
     import torch
 
@@ -49,6 +74,10 @@ def count_parameters(model) -> ModelParameters:
     for p in model.parameters():
         total += p.numel()
         trainable += p.numel() if p.requires_grad else 0
+    for module in model.modules():
+        if size := quantised_linear_size(module):
+            packed = module._parameters.get("qweight")  # counted above as packed integers
+            total += size - (packed.numel() if packed is not None else 0)
     try:
         head = model.get_output_embeddings()
     except (AttributeError, NotImplementedError):

@@ -18,24 +18,19 @@ from collections.abc import Callable
 import psutil
 
 from ado_actuators.sfttrainer.contract import GpuEnergy, GpuSample, GpuSampleFailure, ProcessSample
+from ado_actuators.sfttrainer.trainer import nvml_devices
 
 log = logging.getLogger(__name__)
 
-
-def physical_devices(indices: list[int], cuda_visible_devices: str | None) -> list[int | str]:
-    """NVML ignores CUDA_VISIBLE_DEVICES: map the CUDA indices the job names (0..n-1 of the
-    devices Ray gave this task) to NVML's physical indices, or to UUIDs when listed so."""
-    if not cuda_visible_devices:
-        return list(indices)
-    visible = [d.strip() for d in cuda_visible_devices.split(",") if d.strip()]
-    return [
-        int(visible[i]) if visible[i].isdigit() else visible[i]
-        for i in indices
-        if i < len(visible)
-    ]
-
-
 MAX_RECORDED_FAILURES = 10_000
+
+
+def _not_supported(nvml, error: Exception) -> bool:
+    """NVML's NVMLError_NotSupported (pynvml builds one class per error code)."""
+    cls = getattr(nvml, "NVMLError_NotSupported", None)
+    if isinstance(cls, type) and isinstance(error, cls):
+        return True
+    return getattr(error, "value", None) == getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", 3)
 
 
 class GpuSampler:
@@ -43,15 +38,22 @@ class GpuSampler:
 
     `nvml` is the NVML binding (pynvml, from nvidia-ml-py); unit tests hand in a stand-in.
     A reading NVML refuses is returned as a GpuSampleFailure, never as zeros: an idle GPU
-    and an unreadable one must not look alike.
+    and an unreadable one must not look alike. A reading NVML does not support on a device (a
+    MIG slice has no utilisation or power of its own) is left out of every sample (None) and
+    said once in `notes`; what can be read is still recorded.
     """
+
+    READINGS = ("utilisation", "power", "power limit")
 
     def __init__(self, indices: list[int], nvml=None) -> None:
         self.indices = list(indices)
         self.node = socket.gethostname()
         self.available = False
         self.problem: str | None = None
+        self.notes: list[str] = []
         self._handles: list = []
+        self._unsupported: dict[int, set[str]] = {i: set() for i in self.indices}
+        self._mig: set[int] = set()
         if not self.indices:
             return
         try:
@@ -59,23 +61,42 @@ class GpuSampler:
                 import pynvml as nvml
 
             nvml.nvmlInit()
-            devices = physical_devices(self.indices, os.environ.get("CUDA_VISIBLE_DEVICES"))
+            devices = nvml_devices.physical_devices(
+                self.indices, os.environ.get("CUDA_VISIBLE_DEVICES")
+            )
             if len(devices) < len(self.indices):
                 raise LookupError(
                     f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r} lists "
                     f"fewer devices than the {len(self.indices)} to sample"
                 )
             self._handles = [
-                (i, nvml.nvmlDeviceGetHandleByIndex(d) if isinstance(d, int)
-                 else nvml.nvmlDeviceGetHandleByUUID(d))
+                (i, nvml_devices.handle(nvml, d))
                 for i, d in zip(self.indices, devices, strict=False)
-            ]  # fmt: skip
+            ]
+            self._mig = {i for i, h in self._handles if nvml_devices.is_mig(nvml, h)}
             self._nvml = nvml
             self.available = True
         except ImportError as e:
             self.problem = f"nvidia-ml-py (pynvml) is not installed ({e})"
-        except Exception as e:  # pynvml.NVMLError and its many subclasses
+        except Exception as e:  # pynvml.NVMLError and its many subclasses, LookupError
             self.problem = f"NVML failed to start ({type(e).__name__}: {e})"
+
+    def unsupported_note(self, index: int, reading: str, error: Exception | str) -> str:
+        where = "not supported on MIG" if index in self._mig else "not supported on this GPU"
+        return f"GPU {index}: {reading} {where} (NVML: {error}); what needs it is omitted"
+
+    def _read(self, index: int, reading: str, call, handle):
+        """One reading, or None where NVML does not support it on this device."""
+        if reading in self._unsupported[index]:
+            return None
+        try:
+            return call(handle)
+        except Exception as e:
+            if not _not_supported(self._nvml, e):
+                raise
+            self._unsupported[index].add(reading)
+            self.notes.append(self.unsupported_note(index, reading, f"{type(e).__name__}: {e}"))
+            return None
 
     def sample(self, now: float) -> tuple[list[GpuSample], list[GpuSampleFailure]]:
         if not self.available:
@@ -83,11 +104,13 @@ class GpuSampler:
         nvml, out, failures = self._nvml, [], []
         for index, handle in self._handles:
             try:
-                util = nvml.nvmlDeviceGetUtilizationRates(handle)
+                util = self._read(index, "utilisation", nvml.nvmlDeviceGetUtilizationRates, handle)
                 mem = nvml.nvmlDeviceGetMemoryInfo(handle)
-                power_mw = nvml.nvmlDeviceGetPowerUsage(handle)
-                limit_mw = nvml.nvmlDeviceGetEnforcedPowerLimit(handle)
-            except Exception as e:  # NVMLError: GPU lost, driver hiccup, not supported, ...
+                power_mw = self._read(index, "power", nvml.nvmlDeviceGetPowerUsage, handle)
+                limit = nvml.nvmlDeviceGetEnforcedPowerLimit
+                limit_mw = (self._read(index, "power limit", limit, handle)
+                            if power_mw is not None else None)  # fmt: skip
+            except Exception as e:  # NVMLError: GPU lost, driver hiccup, ...
                 failures.append(
                     GpuSampleFailure(time=now, index=index, node=self.node,
                                      error=f"{type(e).__name__}: {e}"[:300])
@@ -98,11 +121,12 @@ class GpuSampler:
                     time=now,
                     index=index,
                     node=self.node,
-                    compute_percent=float(util.gpu),
+                    compute_percent=float(util.gpu) if util is not None else None,
                     memory_percent=100.0 * mem.used / mem.total if mem.total else 0.0,
-                    power_watts=power_mw / 1000.0,
-                    power_percent=100.0 * power_mw / limit_mw if limit_mw else 0.0,
-                )
+                    power_watts=power_mw / 1000.0 if power_mw is not None else None,
+                    power_percent=(100.0 * power_mw / limit_mw
+                                   if power_mw is not None and limit_mw else None),
+                )  # fmt: skip
             )
         return out, failures
 
@@ -115,7 +139,12 @@ class GpuSampler:
             try:
                 readings[index] = int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
             except Exception as e:
-                readings[index] = f"{type(e).__name__}: {e}"[:300]
+                error = f"{type(e).__name__}: {e}"[:300]
+                unsupported = _not_supported(self._nvml, e)
+                readings[index] = (
+                    self.unsupported_note(index, "energy counter", error) if unsupported
+                    else f"GPU {index}: energy counter unreadable ({error})"
+                )  # fmt: skip
         return readings
 
     def close(self) -> None:
@@ -133,6 +162,16 @@ class SystemMonitor:
     psutil's first cpu_percent() reading of a process is always 0 (it has nothing to compare
     with), so start() primes it and that reading is dropped. The sample at stop() makes even a
     run shorter than one interval report its CPU use.
+
+    The measured window (metrics/aggregate.py counts only samples inside it) starts at
+    mark_window_start(): the process's CPU reading restarts there, so the first sample in the
+    window covers no time before it. Where the sampler has not sampled in the window by the end
+    of its first step, the training thread samples once before stamping that end
+    (sample_if_window_has_none), so even a window shorter than one interval has its figures.
+
+    The sampling thread reads psutil and sweeps NVML without holding the lock (a sweep of 8
+    GPUs takes milliseconds), then publishes under it: the training thread never waits for a
+    sweep. NVML itself is thread-safe.
     """
 
     def __init__(
@@ -158,7 +197,9 @@ class SystemMonitor:
         self._node_memory = psutil.virtual_memory().total
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the sample lists, the AIM recorder, psutil's CPU baseline
+        self._window_start: float | None = None
+        self._window_sampled = False
 
     @property
     def running(self) -> bool:
@@ -182,36 +223,43 @@ class SystemMonitor:
         self._thread = None
         self._sample()
         self._gpus.close()
+        for note in self._gpus.notes:
+            self._note(note)
 
     def mark_window_start(self, now: float) -> None:
-        """The measured window (re)starts now: read every GPU's energy counter."""
+        """The measured window (re)starts now: read every GPU's energy counter and restart
+        the CPU reading, so that nothing before the window is averaged into it."""
         if self._gpus is None:
             return
         with self._lock:
-            readings = self._gpus.energy_millijoules()
+            self._process.cpu_percent(None)
+            self._window_start, self._window_sampled = now, False
         self.gpu_energy = {}
-        for index, value in readings.items():
+        for index, value in self._gpus.energy_millijoules().items():
             if isinstance(value, int):
                 self.gpu_energy[index] = GpuEnergy(
                     index=index, node=self._gpus.node, start_time=now, start_millijoules=value
                 )
             else:
-                self._note(f"GPU {index}: energy counter unreadable ({value})")
+                self._note(value)
+
+    def sample_if_window_has_none(self) -> None:
+        """Called before a step's end is stamped: the window gets at least one sample."""
+        if self._thread is not None and self._window_start is not None and not self._window_sampled:
+            self._sample()
 
     def mark_window_end(self, now: float) -> None:
         """The measured window ends now (so far): update the energy counters' end readings."""
         if self._gpus is None or not self.gpu_energy:
             return
-        with self._lock:
-            readings = self._gpus.energy_millijoules()
-        for index, value in readings.items():
+        for index, value in self._gpus.energy_millijoules().items():
             energy = self.gpu_energy.get(index)
             if energy is None:
                 continue
             if isinstance(value, int):
                 energy.end_time, energy.end_millijoules = now, value
             else:
-                self._note(f"GPU {index}: energy counter unreadable ({value})")
+                self._note(value)
 
     def _note(self, note: str) -> None:
         if note not in self.notes:
@@ -225,19 +273,22 @@ class SystemMonitor:
                 log.warning("system sample failed: %s", e)
 
     def _sample(self) -> None:
-        with self._lock:
+        with self._lock:  # psutil keeps the previous CPU reading in the Process object
             now = time.time()
             with self._process.oneshot():
                 cpu = self._process.cpu_percent(None)
                 rss = self._process.memory_info().rss
-            sample = ProcessSample(
-                time=now, cpu_percent=cpu, memory_percent=100.0 * rss / self._node_memory
-            )
+        sample = ProcessSample(
+            time=now, cpu_percent=cpu, memory_percent=100.0 * rss / self._node_memory
+        )
+        gpus, failures = self._gpus.sample(now) if self._gpus else ([], [])
+        with self._lock:
             self.process_samples.append(sample)
-            gpus, failures = self._gpus.sample(now) if self._gpus else ([], [])
             self.gpu_samples.extend(gpus)
             room = MAX_RECORDED_FAILURES - len(self.gpu_sample_failures)
             self.gpu_sample_failures.extend(failures[: max(0, room)])
+            if self._window_start is not None and now >= self._window_start:
+                self._window_sampled = True
             if self._on_process:
                 self._on_process(sample)
             if gpus and self._on_gpus:
