@@ -11,7 +11,7 @@ from PIL import Image
 
 from ado_actuators.sfttrainer.report.figure import invalid_markers
 from ado_actuators.sfttrainer.report.files import write_report
-from ado_actuators.sfttrainer.report.page import format_value
+from ado_actuators.sfttrainer.report.summary import format_value
 from ado_actuators.sfttrainer.report.table import Panel, TableError, space_table
 
 FULL = "SFTTrainer.finetune_full_benchmark-v1.0.0-dataset_id.news-tokens-16384plus-entries-4096"
