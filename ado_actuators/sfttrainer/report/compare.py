@@ -37,7 +37,8 @@ class Pair:
     def flag(self) -> str | None:
         if self.point.valid != self.other.valid:
             return "valid only in the other space" if self.other.valid else "valid only here"
-        if self.ratio is not None and abs(self.ratio - 1) > THRESHOLD:
+        # rounded: 1100 / 1000 is 1.1000000000000001 in floating point, and exactly 10 % is in
+        if self.ratio is not None and round(abs(self.ratio - 1), 9) > THRESHOLD:
             return "slower" if self.ratio < 1 else "faster"
         return None
 
