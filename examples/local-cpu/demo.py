@@ -2,7 +2,7 @@
 
 Everything is local: a tiny Llama built here, a small generated dataset, ado's own state in
 demo-work/ado-config. Prints the measured table, then draws the space with `sfttrainer_plot`
-(demo-work/<space-id>.png and .html) and prints where.
+(demo-work/<space-id>.png and .html) and prints its answers and where.
 """
 
 from __future__ import annotations
@@ -92,8 +92,10 @@ def main() -> int:
     if drawn.returncode != 0:
         console.print(f"[red]sfttrainer_plot failed:[/] {drawn.stderr.strip()}")
         return 1
-    png, html = drawn.stdout.split()
-    console.print(f"Picture: [bold]{png}[/] (page with the values: {html})")
+    # sfttrainer_plot prints the two paths, then the answers (fastest, largest batch, ...).
+    png, html, *answers = drawn.stdout.splitlines()
+    console.print("\n".join(answers), markup=False, highlight=False)
+    console.print(f"Picture: [bold]{png}[/] (page with the values and answers: {html})")
     return 0 if valid >= 4 else 1
 
 

@@ -143,14 +143,16 @@ def _check_the_picture_of(space_id, ado, out, measured, invalid):
     """sfttrainer_plot reads the stored space through ado's API, in ado's context."""
     from PIL import Image
 
-    from ado_actuators.sfttrainer.report.page import format_value
+    from ado_actuators.sfttrainer.report.summary import format_value
 
     plotted = subprocess.run(
         [str(Path(sys.executable).with_name("sfttrainer_plot")), space_id, "-o", str(out)],
         env=ado.env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert plotted.returncode == 0, plotted.stderr
-    assert plotted.stdout.split() == [str(out / f"{space_id}.png"), str(out / f"{space_id}.html")]
+    paths = plotted.stdout.splitlines()[:2]
+    assert paths == [str(out / f"{space_id}.png"), str(out / f"{space_id}.html")]
+    assert "Fastest valid: " in plotted.stdout  # then the answers
     with Image.open(out / f"{space_id}.png") as image:
         image.load()
         assert image.width >= 700 and image.height >= 500

@@ -31,7 +31,8 @@ def test_help_says_what_it_draws_and_how_to_feed_it():
     assert result.exit_code == 0
     text = " ".join(result.output.split())
     for needle in ("SPACE_ID", "--csv", "--context", "--output-dir", "batch size",
-                   "is_valid", "ado show measurements"):  # fmt: skip
+                   "is_valid", "ado show measurements", "--compare", "fastest valid",
+                   "largest batch size that fits", "GPU-hours"):  # fmt: skip
         assert needle in text, needle
 
 
@@ -39,7 +40,16 @@ def test_the_csv_ado_wrote_becomes_a_picture_and_a_page(tmp_path):
     result = invoke("--csv", str(ADO_CSV), "-o", str(tmp_path), "--name", "demo")
     assert result.exit_code == 0, result.output
     png, html = tmp_path / "demo.png", tmp_path / "demo.html"
-    assert result.stdout.split() == [str(png), str(html)]
+    # the two paths, then the answers
+    assert result.stdout.splitlines()[:2] == [str(png), str(html)]
+    assert result.stdout.splitlines()[2:5] == [
+        "full",
+        "  Fastest valid: 0 GPUs (CPU), sequence length 128, batch 2: 1,329 dataset tokens/s",
+        "  Largest batch that fits, 0 GPUs (CPU): sequence length 128: 4 (largest tried, none "
+        "invalid); sequence length 256: 4 (largest tried, none invalid)",
+    ]
+    assert "lora\n  Fastest valid: 0 GPUs (CPU), sequence length 128, batch 2: 1,099" in result.stdout
+    assert "Scaling" not in result.stdout  # one GPU count (CPU): nothing to scale
     with Image.open(png) as image:
         image.load()
         assert image.format == "PNG" and image.width >= 700 and image.height >= 500
@@ -54,6 +64,55 @@ def test_invalid_configurations_in_the_csv_are_listed_as_such(tmp_path):
     page = (tmp_path / "ado-measurements-invalid.html").read_text()
     assert page.count('class="invalid"') == 8 and "12 configurations: 4 measured, 8 invalid" in page
     assert "<td>model unmapped-model</td>" in page and "<td>pt</td>" in page
+    assert "Fastest valid: none, no configuration ran" in result.stdout
+
+
+def other_release(tmp_path, slower_row: int) -> Path:
+    """The demo's CSV as if measured with another fms-hf-tuning release: same configurations,
+    the version in the experiment id changed, one configuration 25 % faster there."""
+    import csv
+
+    with ADO_CSV.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for index, row in enumerate(rows):
+        row["experiment_id"] = row["experiment_id"].replace("fms_hf_tuning_version.3.2.2",
+                                                            "fms_hf_tuning_version.3.1.0")  # fmt: skip
+        if index == slower_row:
+            row["dataset_tokens_per_second"] = str(float(row["dataset_tokens_per_second"]) * 1.25)
+    other = tmp_path / "release-3.1.0.csv"
+    with other.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return other
+
+
+def test_compare_gives_the_ratio_per_configuration_and_flags_a_regression(tmp_path):
+    other = other_release(tmp_path, slower_row=0)
+    result = invoke("--csv", str(ADO_CSV), "--compare", str(other), "-o", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "Compared with release-3.1.0.csv (fms-hf-tuning 3.2.2 here, 3.1.0 there)" in out
+    assert "8 configurations matched (0 only here, 0 only there)" in out
+    assert "1 differ by more than 10%" in out
+    assert "full, 0 GPUs (CPU), sequence length 128, batch 2: 0.80× slower" in out
+    page = (tmp_path / "ado-measurements-demo.html").read_text()
+    assert page.count('<tr class="flagged">') == 1 and page.count('<td class="n">1.000</td>') == 7
+    assert "compared with release-3.1.0.csv" in page
+
+
+@pytest.mark.parametrize(
+    ("other", "needles"),
+    [
+        ("missing.csv", ["'missing.csv' does not exist"]),
+        (str(ADO_CSV_INVALID), ["--compare ado-measurements-invalid.csv: no configuration "
+                                "matches", "batch_size"]),
+    ],
+)  # fmt: skip
+def test_a_comparison_that_cannot_be_made_is_one_line(other, needles, tmp_path):
+    one_line_error(invoke("--csv", str(ADO_CSV), "--compare", other, "-o", str(tmp_path)),
+                   *needles)  # fmt: skip
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""A space's measurements -> points, panels, invalid markers, and the PNG + HTML files."""
+"""A space's measurements -> points, panels, invalid markers, the answers (fastest, largest
+batch, scaling), a comparison of two spaces, and the PNG + HTML files."""
 
 from __future__ import annotations
 
@@ -9,9 +10,16 @@ import re
 import pytest
 from PIL import Image
 
+from ado_actuators.sfttrainer.report.answers import (
+    BatchLimit,
+    answers,
+    gpu_hours_per_million_tokens,
+    speed,
+)
+from ado_actuators.sfttrainer.report.compare import compare
 from ado_actuators.sfttrainer.report.figure import invalid_markers
 from ado_actuators.sfttrainer.report.files import write_report
-from ado_actuators.sfttrainer.report.page import format_value
+from ado_actuators.sfttrainer.report.summary import answer_blocks, comparison_block, format_value
 from ado_actuators.sfttrainer.report.table import Panel, TableError, space_table
 
 FULL = "SFTTrainer.finetune_full_benchmark-v1.0.0-dataset_id.news-tokens-16384plus-entries-4096"
@@ -147,3 +155,121 @@ def test_files_hold_a_decodable_picture_and_the_plotted_values(tmp_path):
     assert page.count('class="invalid"') == 3
     assert "12 configurations" not in page and "24 configurations: 21 measured, 3 invalid" in page
     assert not list((tmp_path / "out").glob(".*partial"))
+
+
+def find(table, gpus, length, batch, experiment="full"):
+    return next(p for p in table.points if (p.panel.number_gpus, p.sequence_length, p.batch_size)
+                == (gpus, length, batch) and p.panel.column[0] == experiment)  # fmt: skip
+
+
+def test_the_fastest_valid_configuration_is_named_per_experiment():
+    full, lora = answers(space_table(grid()))
+    assert (full.label, lora.label) == ("full", "lora")
+    assert (full.fastest.panel.number_gpus, full.fastest.sequence_length,
+            full.fastest.batch_size) == (2, 1024, 16)  # fmt: skip
+    assert speed(full.fastest) == 4224.0 and speed(lora.fastest) == 7424.0
+    # an invalid configuration is never the answer, however high a number it once carried
+    rows = [row(batch=4, tps=500.0), row(batch=8, valid=0) | {"dataset_tokens_per_second": "9e9"}]
+    (only,) = answers(space_table(rows))
+    assert only.fastest.batch_size == 4
+    (nothing,) = answers(space_table([row(batch=4, valid=0)]))
+    assert nothing.fastest is None
+    assert "Fastest valid: none" in answer_blocks((nothing,))[0][1][0]
+
+
+def test_the_largest_batch_that_fits_says_when_a_larger_one_was_measured_invalid():
+    full, lora = answers(space_table(grid()))
+    assert full.batch_limits == (BatchLimit(1, 512, 8, 16), BatchLimit(1, 1024, 8, 16),
+                                 BatchLimit(2, 512, 16, None), BatchLimit(2, 1024, 16, None))  # fmt: skip
+    assert lora.batch_limits[:2] == (BatchLimit(1, 512, 16, None), BatchLimit(1, 1024, 8, 16))
+    # nothing fits: the smallest batch tried is named; a failure below a fit is no limit
+    rows = [row(length=512, batch=b, valid=0) for b in (8, 4)] + [
+        row(length=1024, batch=2, valid=0), row(length=1024, batch=4)]
+    assert answers(space_table(rows))[0].batch_limits == (BatchLimit(1, 512, None, 4),
+                                                         BatchLimit(1, 1024, 4, None))  # fmt: skip
+    lines = answer_blocks(answers(space_table(grid())))[0][1]
+    assert ("Largest batch that fits, 1 GPU: sequence length 512: 8 (16 invalid: the limit); "
+            "sequence length 1024: 8 (16 invalid: the limit)") in lines
+    assert any("2 GPUs: sequence length 512: 16 (largest tried, none invalid)" in x for x in lines)
+
+
+def test_scaling_is_judged_at_each_gpu_counts_best_batch_against_perfect_scaling():
+    # at 4 GPUs the small batch is best (per-device batch 1 starves it): 3000, not 2400
+    speeds = {(1, 4): 1000.0, (1, 8): 900.0, (2, 4): 1800.0, (4, 4): 3000.0, (4, 8): 2400.0}
+    rows = [row(gpus=g, batch=b, tps=t) for (g, b), t in speeds.items()] + [row(gpus=0, tps=50.0)]
+    (group,) = answers(space_table(rows))
+    assert [(s.point.panel.number_gpus, s.point.batch_size) for s in group.scaling] == [
+        (1, 4), (2, 4), (4, 4)]  # the CPU row is no GPU count to scale from
+    assert [s.perfect for s in group.scaling] == [1000.0, 2000.0, 4000.0]
+    assert [s.efficiency for s in group.scaling] == [1.0, 0.9, 0.75]
+    # number_gpus is the total over all nodes: 4 GPUs at 3000 tokens/s cost 4e6/3000 s per M
+    assert gpu_hours_per_million_tokens(group.scaling[2].point) == pytest.approx(4e6 / 3000 / 3600)
+    assert gpu_hours_per_million_tokens(group.scaling[0].point) == pytest.approx(1e6 / 1000 / 3600)
+    cpu = find(space_table(rows), 0, 512, 4)
+    assert gpu_hours_per_million_tokens(cpu) is None
+    text = answer_blocks((group,))[0][1]
+    assert ("Scaling at sequence length 512 (best batch per GPU count): 1 GPU 1,000 tokens/s "
+            "(0.278 GPU-h/M tokens) → 2 GPUs 1,800 tokens/s (90% of perfect, 0.309 GPU-h/M "
+            "tokens) → 4 GPUs 3,000 tokens/s (75% of perfect, 0.37 GPU-h/M tokens)") in text
+    # one GPU count: nothing to scale
+    assert answers(space_table([row(gpus=2, batch=b) for b in (4, 8)]))[0].scaling == ()
+
+
+def release(version, **speeds):
+    """The grid's full experiment as measured with one fms-hf-tuning release: ado puts a
+    parameterised version into the experiment id."""
+    rows = []
+    for batch in (4, 8, 16):
+        tps = speeds.get(f"b{batch}", 1000.0)
+        rows.append(row(f"{FULL}-fms_hf_tuning_version.{version}-stop_after_seconds.300",
+                        batch=batch, valid=0 if tps is None else 1, tps=tps or 0.0))  # fmt: skip
+    return space_table(rows)
+
+
+def test_two_releases_compare_per_configuration_and_differences_over_10_percent_are_flagged():
+    new = release("3.2.2", b4=850.0, b8=1050.0, b16=None)
+    comparison = compare(new, release("3.1.0", b8=1000.0, b16=1000.0), "old.csv")
+    assert comparison.differing == (("fms_hf_tuning_version", "3.2.2", "3.1.0"),)
+    assert [(p.point.batch_size, p.other.batch_size) for p in comparison.pairs] == [
+        (4, 4), (8, 8), (16, 16)]
+    assert [p.ratio for p in comparison.pairs] == [0.85, 1.05, None]
+    assert [p.flag for p in comparison.pairs] == ["slower", None, "valid only in the other space"]
+    assert comparison.only_here == comparison.only_there == 0
+    heading, lines = comparison_block(comparison)
+    assert heading == "Compared with old.csv (fms-hf-tuning 3.2.2 here, 3.1.0 there)"
+    assert "3 configurations matched" in lines[0] and "2 differ by more than 10%" in lines[0]
+    assert lines[1:] == ["full, 1 GPU, sequence length 512, batch 4: 0.85× slower",
+                         "full, 1 GPU, sequence length 512, batch 16: valid only in the other space"]  # fmt: skip
+    # 10 % exactly is within the noise band; past it in either direction is not
+    assert compare(release("a", b4=1100.0), release("b"), "x").pairs[0].flag is None
+    assert compare(release("a", b4=1101.0), release("b"), "x").pairs[0].flag == "faster"
+
+
+def test_fields_that_vary_inside_a_space_are_matched_on_never_crossed():
+    here = space_table([row(batch=4, tps=t) | {"model_name": m, "fms_hf_tuning_version": "2"}
+                        for m, t in (("a", 100.0), ("b", 300.0))])  # fmt: skip
+    there = space_table([row(batch=4, tps=t) | {"model_name": m, "fms_hf_tuning_version": "1"}
+                         for m, t in (("b", 100.0), ("c", 100.0))])  # fmt: skip
+    comparison = compare(here, there, "there")
+    assert [(dict(p.point.identity)["model_name"], p.ratio) for p in comparison.pairs] == [("b", 3.0)]
+    assert (comparison.only_here, comparison.only_there) == (1, 1)
+    # the axes always match: two one-configuration spaces do not pair batch 4 with batch 8
+    with pytest.raises(TableError, match="--compare other: no configuration matches"):
+        compare(space_table([row(batch=4)]), space_table([row(batch=8)]), "other")
+
+
+def test_the_picture_and_page_carry_the_answers_and_the_comparison(tmp_path):
+    table = release("3.2.2", b4=850.0, b16=None)
+    comparison = compare(table, release("3.1.0"), "old.csv")
+    plain = write_report(table, tmp_path, "plain", "t")
+    compared = write_report(table, tmp_path, "compared", "t", comparison)
+    with Image.open(plain.png) as one, Image.open(compared.png) as two:
+        # one more column of panels: the ratios
+        assert two.width >= one.width + 250 and two.height >= one.height
+    page = compared.html.read_text()
+    assert page.count('<tr class="flagged">') == 2 and "<td>0.850</td>" not in page
+    assert '<td class="n">0.850</td>' in page and '<td class="n">invalid</td>' in page
+    assert "<li>Fastest valid: 1 GPU, sequence length 512, batch 8: 1,000 dataset tokens/s, " \
+           "0.278 GPU-hours per million dataset tokens</li>" in page
+    assert compared.summary.startswith("full\n  Fastest valid: 1 GPU, sequence length 512, batch 8")
+    assert "Compared with old.csv" in compared.summary and "Compared" not in plain.summary

@@ -17,10 +17,16 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     "GPU) against batch size, one line per sequence length (model_max_length), one panel per "
     "number of GPUs and experiment, invalid configurations (is_valid = 0, e.g. out of GPU "
     "memory) marked with an X; step-time spread, model TFLOP/s and MFU too when the space has "
-    "them. Writes DIR/NAME.png and DIR/NAME.html (the picture embedded, plus the plotted "
-    "values; no network needed to view it) and prints both paths. "
+    "them. Then the answers, per experiment (and model): the fastest valid configuration, the "
+    "largest batch size that fits per number of GPUs and sequence length, and with several GPU "
+    "counts the scaling against perfect scaling and GPU-hours per million dataset tokens. "
+    "--compare OTHER adds the ratio of dataset tokens/s to another space per configuration, "
+    "flagging differences over 10 %. Writes DIR/NAME.png and DIR/NAME.html (the picture "
+    "embedded, plus the plotted values; no network needed to view it), prints both paths, "
+    "then the answers. "
     "Examples: sfttrainer_plot space-3b2a1c-7d9e0f  |  "
-    "sfttrainer_plot --csv measurements.csv -o plots/"
+    "sfttrainer_plot --csv measurements.csv -o plots/  |  "
+    "sfttrainer_plot --csv new.csv --compare old.csv"
 )
 def plot(
     space_id: Annotated[
@@ -51,6 +57,16 @@ def plot(
         Path,
         typer.Option("--output-dir", "-o", metavar="DIR", help="Where to write the files."),
     ] = Path("."),
+    compare: Annotated[
+        str | None,
+        typer.Option(
+            "--compare", metavar="OTHER", show_default=False,
+            help="Another space to compare with, e.g. the same space measured with another "
+            "fms-hf-tuning release: a CSV file (a name ending in .csv) or a space id (read like "
+            "SPACE_ID, in the same context). Ratio = dataset tokens/s here / there, matched per "
+            "configuration on every field except those fixed to a different value in each space.",
+        ),
+    ] = None,  # fmt: skip
     name: Annotated[
         str | None,
         typer.Option(
@@ -62,13 +78,15 @@ def plot(
     from ado_actuators.sfttrainer.report.table import TableError
 
     with one_line_errors(output_dir, "Interrupted; no file was left half-written.", (TableError,)):
-        files = _plot(space_id, csv_file, context, output_dir, name)
+        files = _plot(space_id, csv_file, context, output_dir, name, compare)
+    # The paths first, one a line, so scripts can take the first two lines.
     typer.echo(files.png)
     typer.echo(files.html)
+    typer.echo(files.summary)
 
 
-def _plot(space_id, csv_file, context, output_dir, name):
-    from ado_actuators.sfttrainer.report import files, sources, table
+def _plot(space_id, csv_file, context, output_dir, name, other):
+    from ado_actuators.sfttrainer.report import compare, files, sources, table
 
     if (space_id is None) == (csv_file is None):
         raise table.TableError("give either SPACE_ID or --csv FILE (exactly one)")
@@ -84,7 +102,16 @@ def _plot(space_id, csv_file, context, output_dir, name):
     if not stem or "/" in stem or stem.startswith("."):
         raise table.TableError(f"--name {stem!r}: give a plain file name stem, e.g. my-space")
     data = table.space_table(rows, source)
-    return files.write_report(data, output_dir, stem, f"SFTTrainer measurements: {title}")
+    comparison = None
+    if other is not None:
+        other_rows = (sources.rows_from_csv(Path(other)) if other.endswith(".csv")
+                      else sources.rows_from_space(other, context))  # fmt: skip
+        other_name = Path(other).name
+        comparison = compare.compare(data, table.space_table(other_rows, f"--compare {other}"),
+                                     other_name)  # fmt: skip
+        title += f" compared with {other_name}"
+    return files.write_report(data, output_dir, stem, f"SFTTrainer measurements: {title}",
+                              comparison)  # fmt: skip
 
 
 def main() -> None:

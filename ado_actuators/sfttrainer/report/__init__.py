@@ -1,8 +1,11 @@
-"""A space's measurements as a picture: a PNG and a self-contained HTML page.
+"""A space's measurements as a picture and its answers: a PNG and a self-contained HTML page.
 
     table = space_table(rows)            # table.py: rows -> plot-ready points (pure)
-    files = write_report(table, out_dir, "space-abc", title=...)
+    other = compare(table, space_table(other_rows), "old.csv")   # compare.py (pure, optional)
+    files = write_report(table, out_dir, "space-abc", title=..., comparison=other)
 
-Rows come from ado (sources.py: its API or the CSV `ado show measurements` writes). matplotlib
-is imported only when a picture is drawn, never by the actuator.
+write_report asks answers.py (pure) which configuration wins, has summary.py word it once, and
+hands both to figure.py and page.py to lay out. Rows come from ado (sources.py: its API or the
+CSV `ado show measurements` writes). matplotlib is imported only in figure.py, when a picture
+is drawn, never by the actuator.
 """

@@ -1,5 +1,6 @@
 """Draws a SpaceTable: one row of panels per facet (GPU count x experiment), one column per
-metric, so the picture grows downwards with the space and sideways only with the figures.
+metric, so the picture grows downwards with the space and sideways only with the figures;
+below them the scaling panels and the answers (answers.py, in summary.py's words).
 
 matplotlib is used through its object API on the Agg canvas only (no pyplot, no global
 backend switch), so rendering works headless and leaves the caller's matplotlib alone.
@@ -9,43 +10,86 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 
+from ado_actuators.sfttrainer.report.answers import SPEED, GroupAnswers, speed
+from ado_actuators.sfttrainer.report.compare import THRESHOLD, Comparison
 from ado_actuators.sfttrainer.report.metrics import Metric
+from ado_actuators.sfttrainer.report.summary import Block
 from ado_actuators.sfttrainer.report.table import Point, SpaceTable
 
 PANEL_INCHES = (3.4, 2.3)
+TEXT_LINE_INCHES = 0.19
 DPI = 100
 INVALID_MARKER = "X"
 INVALID_LABEL = "invalid: is_valid = 0 (e.g. out of GPU memory)"
+FASTEST_MARKER = "*"
+FASTEST_LABEL = "fastest valid configuration of its experiment"
+FLAG_LABEL = f"differs from the other space by > {THRESHOLD:.0%} (or in validity)"
 
 
-def render_png(table: SpaceTable, title: str, subtitle: str = "") -> bytes:
+def render_png(table: SpaceTable, title: str, subtitle: str = "",
+               groups: tuple[GroupAnswers, ...] = (), blocks: list[Block] = (),
+               comparison: Comparison | None = None) -> bytes:  # fmt: skip
+    """The panels, then the scaling panels (several GPU counts only), then the answers in
+    words; the ratio to the other space is one more column of panels."""
     from matplotlib.figure import Figure
+
+    columns = len(table.metrics) + (comparison is not None)
+    width = max(7.0, PANEL_INCHES[0] * columns + 1.0)
+    scaled = [g for g in groups if g.scaling]
+    scaling_rows = math.ceil(len(scaled) / columns)
+    lines = _wrapped(blocks, width)
+    heights = [PANEL_INCHES[1] * len(table.panels) + 1.0,
+               (PANEL_INCHES[1] + 0.7) * scaling_rows,
+               TEXT_LINE_INCHES * len(lines) + 0.3]  # fmt: skip
+    fig = Figure(figsize=(width, sum(heights) + 0.6), dpi=DPI, layout="constrained")
+    parts = [h for h in heights if h > 0.3 or h == heights[0]]
+    subfigures = fig.subfigures(len(parts), 1, height_ratios=parts, squeeze=False)[:, 0]
+    colors = _colors(table.sequence_lengths)
+    fastest = [g.fastest for g in groups if g.fastest is not None]
+    _draw_grid(subfigures[0], table, colors, fastest, comparison)
+    if scaled:
+        _draw_scaling(subfigures[1], scaled, columns, colors)
+    if lines:
+        _draw_text(subfigures[-1], lines)
+    fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=11)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI)
+    return buffer.getvalue()
+
+
+def _draw_grid(sub, table: SpaceTable, colors, fastest: list[Point], comparison) -> None:
     from matplotlib.lines import Line2D
 
-    panels = table.panels
-    metrics = table.metrics
-    width = max(7.0, PANEL_INCHES[0] * len(metrics) + 1.0)
-    height = PANEL_INCHES[1] * len(panels) + 1.6
-    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    panels, metrics = table.panels, table.metrics
+    columns = len(metrics) + (comparison is not None)
     # Panels of one metric share their y range (from 0), so facets compare by eye.
-    axes = fig.subplots(len(panels), len(metrics), squeeze=False, sharex=True, sharey="col")
-    colors = _colors(table.sequence_lengths)
+    axes = sub.subplots(len(panels), columns, squeeze=False, sharex=True, sharey="col")
     for r, panel in enumerate(panels):
         points = table.in_panel(panel)
         for c, metric in enumerate(metrics):
             ax = axes[r][c]
             _draw_panel(ax, points, metric, colors)
+            if metric.column == SPEED:
+                _mark_fastest(ax, [p for p in points if any(p is f for f in fastest)], colors)
             if r == 0:
                 ax.set_title(metric.label, fontsize=10)
-            if r == len(panels) - 1:
-                ax.set_xlabel("batch size (sequences per step)", fontsize=9)
+        if comparison is not None:
+            _draw_ratios(axes[r][-1], points, comparison, colors)
+            if r == 0:
+                axes[r][-1].set_title("dataset tokens/s here ÷ other space", fontsize=10)
+        for ax in axes[r] if r == len(panels) - 1 else ():
+            ax.set_xlabel("batch size (sequences per step)", fontsize=9)
         # One short line per facet field: rotated, a long single line would outgrow the row.
         axes[r][0].set_ylabel("\n".join((*panel.column, panel.gpus_label)), fontsize=10,
                               fontweight="bold")  # fmt: skip
     for c in range(len(metrics)):
         top = axes[0][c].get_ylim()[1]  # autoscaled over the whole (shared) column
         axes[0][c].set_ylim(0, top if math.isfinite(top) and top > 0 else 1.0)
+    if comparison is not None:
+        low, high = axes[0][-1].get_ylim()
+        axes[0][-1].set_ylim(min(low, 1 - 2 * THRESHOLD), max(high, 1 + 2 * THRESHOLD))
     _batch_axis(axes[0][0], table.batch_sizes)
 
     handles = [Line2D([], [], color=colors[n], marker="o", label=f"sequence length {n}")
@@ -53,12 +97,92 @@ def render_png(table: SpaceTable, title: str, subtitle: str = "") -> bytes:
     if table.invalid:
         handles.append(Line2D([], [], color="0.3", marker=INVALID_MARKER, linestyle="none",
                               markersize=8, label=INVALID_LABEL))  # fmt: skip
-    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 4),
+    if fastest:
+        handles.append(Line2D([], [], color="0.3", marker=FASTEST_MARKER, linestyle="none",
+                              markersize=13, markeredgecolor="black", label=FASTEST_LABEL))  # fmt: skip
+    if comparison is not None and comparison.flagged:
+        handles.append(Line2D([], [], marker="o", linestyle="none", markersize=11,
+                              markerfacecolor="none", markeredgecolor="red", label=FLAG_LABEL))  # fmt: skip
+    sub.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 3),
                fontsize=9, frameon=False)  # fmt: skip
-    fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=11)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI)
-    return buffer.getvalue()
+
+
+def _mark_fastest(ax, points: list[Point], colors) -> None:
+    for p in points:
+        ax.plot(p.batch_size, speed(p), marker=FASTEST_MARKER, markersize=17, linestyle="none",
+                color=colors[p.sequence_length], markeredgecolor="black", zorder=5)  # fmt: skip
+
+
+def _draw_ratios(ax, points: list[Point], comparison: Comparison, colors) -> None:
+    """Ratio per configuration against a band of ±THRESHOLD: what falls outside is flagged."""
+    ax.axhspan(1 - THRESHOLD, 1 + THRESHOLD, color="0.92", zorder=0)
+    ax.axhline(1.0, color="0.5", linewidth=0.8, zorder=1)
+    pairs = [pair for p in points if (pair := comparison.pair_of(p)) is not None]
+    for length in sorted({pair.point.sequence_length for pair in pairs}):
+        line = [pair for pair in pairs
+                if pair.point.sequence_length == length and pair.ratio is not None]  # fmt: skip
+        ax.plot([q.point.batch_size for q in line], [q.ratio for q in line], "-", marker="o",
+                markersize=5, color=colors[length])  # fmt: skip
+    for pair in (q for q in pairs if q.flag):
+        if pair.ratio is None:  # valid in one space only: on the top edge, like invalid ones
+            ax.plot(pair.point.batch_size, 0.94, marker=INVALID_MARKER, markersize=10,
+                    color="red", linestyle="none", transform=ax.get_xaxis_transform())  # fmt: skip
+        else:
+            ax.plot(pair.point.batch_size, pair.ratio, marker="o", markersize=11,
+                    markerfacecolor="none", markeredgecolor="red", linestyle="none")  # fmt: skip
+    if not pairs:
+        ax.text(0.5, 0.55, "no match in the other space", transform=ax.transAxes,
+                ha="center", va="center", color="0.45", fontsize=9)  # fmt: skip
+    ax.grid(True, color="0.9", linewidth=0.8)
+    ax.tick_params(labelsize=8)
+
+
+def _draw_scaling(sub, groups: list[GroupAnswers], columns: int, colors) -> None:
+    rows = math.ceil(len(groups) / columns)
+    axes = sub.subplots(rows, columns, squeeze=False)
+    for ax in axes.flat[len(groups):]:
+        ax.set_axis_off()
+    for ax, group in zip(axes.flat, groups, strict=False):
+        for length in dict.fromkeys(s.point.sequence_length for s in group.scaling):
+            steps = [s for s in group.scaling if s.point.sequence_length == length]
+            gpus = [s.point.panel.number_gpus for s in steps]
+            ax.plot(gpus, [speed(s.point) for s in steps], "-", marker="o", markersize=5,
+                    color=colors[length])  # fmt: skip
+            ax.plot(gpus, [s.perfect for s in steps], "--", color=colors[length], linewidth=1)
+            for s in steps[1:]:
+                ax.annotate(f"{s.efficiency:.0%}", (s.point.panel.number_gpus, speed(s.point)),
+                            textcoords="offset points", xytext=(4, -10), fontsize=8,
+                            color=colors[length])  # fmt: skip
+        counts = sorted({s.point.panel.number_gpus for s in group.scaling})
+        _batch_axis(ax, tuple(counts))
+        ax.set_ylim(bottom=0)
+        ax.set_title(group.label, fontsize=10)
+        ax.set_xlabel("GPUs", fontsize=9)
+        ax.set_ylabel("dataset tokens/s", fontsize=9)
+        ax.grid(True, color="0.9", linewidth=0.8)
+        ax.tick_params(labelsize=8)
+        ax.yaxis.set_major_formatter(_thousands)
+    sub.suptitle("Scaling: fastest valid batch per GPU count (solid, % of perfect) against "
+                 "perfect scaling from the smallest count (dashed)", fontsize=10)  # fmt: skip
+
+
+def _wrapped(blocks: list[Block], width_inches: float) -> list[tuple[str, bool]]:
+    """(text, is heading) per printed line, wrapped to the figure's width."""
+    chars = int(width_inches * 15)  # at 8.5 pt, about 15 characters an inch
+    lines = []
+    for heading, body in blocks:
+        lines.append((heading, True))
+        for line in body:
+            lines += [(text, False) for text in textwrap.wrap(line, chars, initial_indent="• ",
+                                                               subsequent_indent="   ")]  # fmt: skip
+    return lines
+
+
+def _draw_text(sub, lines: list[tuple[str, bool]]) -> None:
+    step = 1 / (len(lines) + 1)
+    for i, (text, heading) in enumerate(lines):
+        sub.text(0.02, 1 - step * (i + 0.8), text, fontsize=9.5 if heading else 8.5,
+                 fontweight="bold" if heading else "normal", va="top", ha="left")  # fmt: skip
 
 
 def _draw_panel(ax, points: list[Point], metric: Metric, colors: dict[int, str]) -> None:

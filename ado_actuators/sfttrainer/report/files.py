@@ -7,8 +7,11 @@ import os
 import tempfile
 from pathlib import Path
 
+from ado_actuators.sfttrainer.report.answers import answers
+from ado_actuators.sfttrainer.report.compare import Comparison
 from ado_actuators.sfttrainer.report.figure import render_png
 from ado_actuators.sfttrainer.report.page import render_html
+from ado_actuators.sfttrainer.report.summary import answer_blocks, as_text, comparison_block
 from ado_actuators.sfttrainer.report.table import FIELD_LABELS, SpaceTable
 
 
@@ -16,20 +19,24 @@ from ado_actuators.sfttrainer.report.table import FIELD_LABELS, SpaceTable
 class ReportFiles:
     png: Path
     html: Path
+    summary: str  # the answers as the picture and the page word them, for the terminal
 
 
-def write_report(table: SpaceTable, out_dir: Path, stem: str, title: str) -> ReportFiles:
+def write_report(table: SpaceTable, out_dir: Path, stem: str, title: str,
+                 comparison: Comparison | None = None) -> ReportFiles:  # fmt: skip
     """Writes OUT_DIR/STEM.png and OUT_DIR/STEM.html; each appears whole or not at all."""
+    groups = answers(table)
+    blocks = answer_blocks(groups) + ([comparison_block(comparison)] if comparison else [])
     valid = sum(p.valid for p in table.points)
     subtitle = ", ".join(f"{FIELD_LABELS.get(name, name)} {value}" for name, value in table.shared)
     subtitle += ("; " if subtitle else "") + (
         f"{len(table.points)} configurations: {valid} measured, "
         f"{len(table.points) - valid} invalid"
     )
-    png = render_png(table, title, subtitle)
-    page = render_html(table, png, title, subtitle)
+    png = render_png(table, title, subtitle, groups, blocks, comparison)
+    page = render_html(table, png, title, subtitle, blocks, comparison)
     out_dir.mkdir(parents=True, exist_ok=True)
-    files = ReportFiles(out_dir / f"{stem}.png", out_dir / f"{stem}.html")
+    files = ReportFiles(out_dir / f"{stem}.png", out_dir / f"{stem}.html", as_text(blocks))
     _publish(files.png, png)
     _publish(files.html, page.encode("utf-8"))
     return files

@@ -9,6 +9,9 @@ import base64
 import html
 
 from ado_actuators.sfttrainer.report.metrics import COMPANION_TITLES
+from ado_actuators.sfttrainer.report.answers import SPEED, speed
+from ado_actuators.sfttrainer.report.compare import Comparison
+from ado_actuators.sfttrainer.report.summary import Block, configuration, format_value, ratio_text
 from ado_actuators.sfttrainer.report.table import FIELD_LABELS, Point, SpaceTable
 
 _STYLE = """
@@ -19,10 +22,14 @@ th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 tr.invalid td { color: #a00; background: #fff4f4; }
 caption { text-align: left; font-weight: bold; margin-bottom: 0.3rem; }
+section.answers h2 { font-size: 1.1rem; margin: 1rem 0 0.2rem; }
+section.answers ul { margin: 0; }
+tr.flagged td { background: #fff6d6; }
 """
 
 
-def render_html(table: SpaceTable, png: bytes, title: str, subtitle: str = "") -> str:
+def render_html(table: SpaceTable, png: bytes, title: str, subtitle: str = "",
+                blocks: list[Block] = (), comparison: Comparison | None = None) -> str:  # fmt: skip
     image = base64.b64encode(png).decode("ascii")
     value_columns = [(c, t) for m in table.metrics
                      for c, t in ((m.column, m.title),
@@ -42,6 +49,9 @@ def render_html(table: SpaceTable, png: bytes, title: str, subtitle: str = "") -
 <body>
 <h1>{html.escape(title)}</h1>
 <p>{html.escape(subtitle)}</p>
+<section class="answers">
+{_answers(blocks)}
+</section>
 <figure>
 <img alt="{html.escape(title)}: dataset tokens per second against batch size" src="data:image/png;base64,{image}">
 </figure>
@@ -52,9 +62,40 @@ def render_html(table: SpaceTable, png: bytes, title: str, subtitle: str = "") -
 {body}
 </tbody>
 </table>
+{_comparison(comparison) if comparison else ""}
 </body>
 </html>
 """
+
+
+def _answers(blocks: list[Block]) -> str:
+    return "\n".join(
+        f"<h2>{html.escape(heading)}</h2>\n<ul>"
+        + "".join(f"<li>{html.escape(line)}</li>" for line in lines) + "</ul>"
+        for heading, lines in blocks
+    )  # fmt: skip
+
+
+def _comparison(comparison: Comparison) -> str:
+    """Every matched configuration, flagged ones highlighted: the picture shows only flags."""
+    rows = []
+    for pair in comparison.pairs:
+        here, there = (format_value(speed(p)) if SPEED in p.values else
+                       "" if p.valid else "invalid" for p in (pair.point, pair.other))  # fmt: skip
+        cells = [", ".join(pair.point.panel.column), configuration(pair.point)]
+        css = ' class="flagged"' if pair.flag else ""
+        rows.append(f"<tr{css}>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells)
+                    + "".join(f'<td class="n">{html.escape(n)}</td>'
+                              for n in (here, there, ratio_text(pair)))
+                    + f"<td>{html.escape(pair.flag or '')}</td></tr>")  # fmt: skip
+    head = ["experiment", "configuration", "dataset tokens/s here", "there", "ratio", "flag"]
+    return f"""<table>
+<caption>Compared with {html.escape(comparison.other_name)}, per matched configuration</caption>
+<thead><tr>{"".join(f"<th>{html.escape(h)}</th>" for h in head)}</tr></thead>
+<tbody>
+{chr(10).join(rows)}
+</tbody>
+</table>"""
 
 
 def _row(point: Point, value_columns: list[tuple[str, str]], scale: dict[str, float]) -> str:
@@ -74,10 +115,3 @@ def _number(point: Point, column: str, scale: float) -> str:
     if column not in point.values:
         return ""
     return format_value(point.values[column][0] * scale)
-
-
-def format_value(value: float) -> str:
-    """Four significant digits, no exponent for everyday magnitudes."""
-    if value == 0 or 1e-3 <= abs(value) < 1e7:
-        return f"{value:,.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
-    return f"{value:.3e}"

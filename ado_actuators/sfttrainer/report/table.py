@@ -61,6 +61,10 @@ class Point:
     # metric column -> (mean, min, max) over the valid measurements of this configuration
     values: Mapping[str, tuple[float, float, float]]
     measurements: int
+    # What identifies it beyond this table: the experiment without its parameters, then every
+    # entity field and experiment parameter, as (name, text) pairs; a comparison of two
+    # spaces matches on these (compare.py).
+    identity: tuple[tuple[str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +183,25 @@ def _point(key: tuple[Panel, int, int], rows: list[dict[str, Any]]) -> Point:
             if found:
                 values[column] = (statistics.fmean(found), min(found), max(found))
     measurements = sum(max(1, len(_numbers(r.get(VALIDITY)))) for r in rows)
-    return Point(panel, sequence_length, batch_size, bool(valid_rows), values, measurements)
+    return Point(panel, sequence_length, batch_size, bool(valid_rows), values, measurements,
+                 _identity(rows[0]))  # fmt: skip
+
+
+def _identity(row: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The rows of one point share experiment and entity (the panel names every field that
+    varies), so the first row speaks for all."""
+    experiment, parameters = split_experiment(str(row[EXPERIMENT]))
+    fields = {name: _text(row[name]) for name in FIELDS if row.get(name) not in (None, "")}
+    return ((EXPERIMENT, experiment), *sorted((parameters | fields).items()))
+
+
+def split_experiment(identifier: str) -> tuple[str, dict[str, str]]:
+    """"E-dataset_id.news-chars-512-fms_hf_tuning_version.3.2.2" -> ("E", {"dataset_id":
+    "news-chars-512", "fms_hf_tuning_version": "3.2.2"}). ado appends "-name.value" per
+    parameter; values hold dashes too, so the known field names are the separators."""
+    names = "|".join(sorted(map(re.escape, FIELDS), key=len, reverse=True))
+    parts = re.split(rf"-({names})\.", identifier)
+    return parts[0], dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
 def _numbers(cell: Any) -> list[float]:

@@ -1,0 +1,90 @@
+"""Two spaces side by side, configuration by configuration: how users check a new
+fms-hf-tuning release (or GPU model, or dataset) for regressions.
+
+Configurations match on everything that identifies them (experiment, entity fields and
+experiment parameters, Point.identity) except the fields that differ by design: those fixed
+to one value in each space, a different one in each (e.g. fms_hf_tuning_version 3.2.2 here,
+3.1.0 there). Fields that vary inside a space are always matched on, and so are the picture's
+axes, so two one-configuration spaces never pair batch 4 with batch 8.
+
+Pure: two SpaceTables in, a Comparison out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ado_actuators.sfttrainer.report.answers import SPEED, speed
+from ado_actuators.sfttrainer.report.table import LINE, ROW, X, Point, SpaceTable, TableError
+
+# A ratio further than this from 1 is flagged: above run-to-run noise on a quiet machine.
+THRESHOLD = 0.10
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    point: Point  # in the main space
+    other: Point
+
+    @property
+    def ratio(self) -> float | None:
+        """Main space's dataset tokens/s over the other's; None unless both are valid."""
+        if SPEED not in self.point.values or SPEED not in self.other.values:
+            return None
+        return speed(self.point) / speed(self.other) if speed(self.other) > 0 else None
+
+    @property
+    def flag(self) -> str | None:
+        if self.point.valid != self.other.valid:
+            return "valid only in the other space" if self.other.valid else "valid only here"
+        # rounded: 1100 / 1000 is 1.1000000000000001 in floating point, and exactly 10 % is in
+        if self.ratio is not None and round(abs(self.ratio - 1), 9) > THRESHOLD:
+            return "slower" if self.ratio < 1 else "faster"
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    other_name: str
+    pairs: tuple[Pair, ...]
+    # (field, value here, value there): what the two spaces differ in by design
+    differing: tuple[tuple[str, str, str], ...]
+    only_here: int  # configurations without a counterpart
+    only_there: int
+
+    @property
+    def flagged(self) -> tuple[Pair, ...]:
+        return tuple(p for p in self.pairs if p.flag)
+
+    def pair_of(self, point: Point) -> Pair | None:
+        return next((p for p in self.pairs if p.point is point), None)
+
+
+def compare(table: SpaceTable, other: SpaceTable, other_name: str) -> Comparison:
+    mine, theirs = [dict(p.identity) for p in table.points], [dict(p.identity) for p in other.points]
+    differing = _differing(mine, theirs)
+    ignored = {name for name, _, _ in differing}
+
+    def key(identity: dict[str, str]) -> tuple[tuple[str, str], ...]:
+        return tuple((k, v) for k, v in sorted(identity.items()) if k not in ignored)
+
+    there = {key(i): p for i, p in zip(theirs, other.points, strict=True)}
+    pairs = tuple(Pair(p, there[key(i)]) for i, p in zip(mine, table.points, strict=True)
+                  if key(i) in there)  # fmt: skip
+    if not pairs:
+        fields = sorted({k for i in mine + theirs for k in i})
+        raise TableError(
+            f"--compare {other_name}: no configuration matches one of the main space's; they "
+            "must agree on every field that is not fixed to one value in each (compared on: "
+            f"{', '.join(f for f in fields if f not in ignored)})"
+        )
+    return Comparison(other_name, pairs, differing, len(mine) - len(pairs), len(theirs) - len(pairs))
+
+
+def _differing(mine: list[dict[str, str]], theirs: list[dict[str, str]]):
+    found = []
+    for name in sorted({k for i in mine + theirs for k in i} - {X, LINE, ROW}):
+        here, there = {i.get(name, "") for i in mine}, {i.get(name, "") for i in theirs}
+        if len(here) == len(there) == 1 and here != there:
+            found.append((name, next(iter(here)) or "(unset)", next(iter(there)) or "(unset)"))
+    return tuple(found)
