@@ -89,3 +89,25 @@ def test_row_metadata_over_nodes_and_the_allowance(monkeypatch):
     assert record["gpu_devices_exclusive"] is False and record["allow_shared_gpus"] is True
     assert record["gpu_shared_with"] == [{"index": 0, "pid": 11, "memory_mib": 1.0}]
     assert check_devices([], FakeNvml(fail_on="init")).exclusive is True  # no GPUs: nothing to share
+
+
+def test_a_refused_node_fails_the_row_naming_the_processes(monkeypatch, tmp_path):
+    from ado_actuators.sfttrainer.catalog.entity import entity_values
+    from ado_actuators.sfttrainer.execute.cluster import _outcome
+    from ado_actuators.sfttrainer.execute.environment import EnvironmentRequest
+    from ado_actuators.sfttrainer.execute.node import NodeRequest, NodeRun
+    from ado_actuators.sfttrainer.outcomes import Failed
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    values = entity_values({"model_name": "m", "model_max_length": 8, "batch_size": 1,
+                            "number_gpus": 1, "gpu_model": "NVIDIA-A100-SXM4-80GB"})  # fmt: skip
+    request = NodeRequest(plan_inputs={"values": values}, output_root=tmp_path, label="x",
+                          stall_timeout=1, environment=EnvironmentRequest(
+                              match_exact_dependencies=True, directory=tmp_path,
+                              build_timeout_seconds=1))  # fmt: skip
+    busy = check_devices([0], FakeNvml({0: [(11, 2**30)]}))
+    refused = NodeRun(problem=shared_problem(busy, "h"), gpu_exclusivity=busy)
+    outcome = _outcome(request, [refused])
+    assert isinstance(outcome, Failed) and "pid 11 (1024 MiB)" in outcome.reason
+    assert "workdir" not in outcome.metadata  # nothing launched
+    assert outcome.metadata["gpu_devices_exclusive"] is False
