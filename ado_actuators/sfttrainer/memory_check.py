@@ -20,7 +20,12 @@ from ado_actuators.sfttrainer.plan.architecture import (
     count_parameters,
     quantized_bits,
 )
-from ado_actuators.sfttrainer.plan.memory_bound import MemoryBound, Training, memory_bound
+from ado_actuators.sfttrainer.plan.memory_bound import (
+    GPTQ_MIN_BITS,
+    MemoryBound,
+    Training,
+    memory_bound,
+)
 
 PROPERTY = "gpu_memory_lower_bound_gib"
 METADATA = "gpu_memory_bound"
@@ -88,6 +93,8 @@ def assess(
         bits = quantized_bits(config)
     except (ModelConfigUnavailable, UnsupportedArchitecture) as error:
         return MemoryAssessment(skipped=f"no bound from the model's config.json: {error}")
+    if bits is None and definition.weights_format == "GPTQ-Quantized":
+        bits = GPTQ_MIN_BITS
     targets = catalog_data().target_modules(values.model_name)
     training = Training.of(values, definition.peft_method, targets, bits)
     bound = memory_bound(counts, training)

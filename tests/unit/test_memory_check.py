@@ -97,3 +97,13 @@ def test_an_invalid_row_stores_the_bound_beside_is_valid(model_dir):
     stored = {v.property.targetProperty.identifier: v.value for v in result.measurements}
     assert stored["is_valid"] == 0 and stored[PROPERTY] > 3000
     assert "certain GPU out of memory" in result.metadata["invalid_reason"]
+
+
+def test_gptq_weights_without_a_width_in_config_count_at_the_narrowest_gptq_width(model_dir):
+    gptq = catalog_data().experiment("finetune_gtpq-lora_benchmark-v1.0.0")
+    found = check(values(torch_dtype="float16"), model_dir(LLAMA_405B), gptq)
+    assert "block weights at 2 bits" in found.bound.notes
+    with_bits = check(values(torch_dtype="float16"),
+                      model_dir({**LLAMA_405B, "name": "q", "quantization_config": {"bits": 4}}),
+                      gptq)  # fmt: skip
+    assert with_bits.bound.total > found.bound.total

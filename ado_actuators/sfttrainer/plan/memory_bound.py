@@ -26,6 +26,10 @@ in max_memory_allocated); 256 MiB stays below every one of those."""
 PROMPT_TUNING_VIRTUAL_TOKENS = 8
 """fms-hf-tuning's PromptTuningConfig.num_virtual_tokens default (the experiments set none)."""
 
+GPTQ_MIN_BITS = 2
+"""The narrowest width GPTQ quantizes to: the width assumed for GPTQ-Quantized weights whose
+config.json does not say (a smaller count than any checkpoint really has)."""
+
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 # Optimizer state tensors per trainable parameter, in the parameter's dtype: torch's and HF's
