@@ -23,6 +23,7 @@ from ado_actuators.sfttrainer.execute.classify import TRAINING_COMPLETED
 from ado_actuators.sfttrainer.execute.environment import EnvironmentRequest
 from ado_actuators.sfttrainer.execute.node import NodeRequest
 from ado_actuators.sfttrainer.execute.cluster import measure_on_cluster
+from ado_actuators.sfttrainer.memory_check import assess
 from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured, Outcome
 from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
 from ado_actuators.sfttrainer.plan.environments import vision_problem
@@ -89,6 +90,12 @@ def measure(
         if not isinstance(resolved, tuple):
             return resolved
         values, location = resolved
+        # Before any Ray resource is requested, and from config.json alone: a certain OOM
+        # costs no placement, environment or model load.
+        memory = assess(values, definition, location, hf_home=params.hf_home,
+                        enabled=params.memory_bound_check)  # fmt: skip
+        if memory.certain_oom:
+            return memory.invalid()
         dataset = _dataset(values, params)
         request = NodeRequest(
             plan_inputs={
@@ -105,15 +112,17 @@ def measure(
             label=_safe_label(label),
             stall_timeout=params.stall_timeout_seconds,
             environment=_environment_request(params),
+            allow_shared_gpus=params.allow_shared_gpus,
         )
         resources = plan_resources(values)
         placement_timeout = params.placement_timeout_seconds
         if definition.repeats > 1:
-            return _stability(_repeat(request, resources, definition.repeats, placement_timeout))
+            runs = _repeat(request, resources, definition.repeats, placement_timeout)
+            return memory.annotate(_stability(runs))
         outcome = measure_on_cluster(request, resources, placement_timeout=placement_timeout)
         if isinstance(outcome, Measured) and params.aim_dashboard_url:
             outcome.metadata["aim_dashboard_url"] = params.aim_dashboard_url
-        return outcome
+        return memory.annotate(outcome)
     except Exception as error:  # noqa: BLE001 - every request must come back with a reason
         log.exception("measurement of %s failed unexpectedly", label)
         tail = "".join(traceback.format_exception(error)[-3:])

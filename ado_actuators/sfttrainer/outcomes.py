@@ -24,6 +24,8 @@ class Invalid:
     reason: str
     gpu_oom: bool = False
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    properties: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Figures known without a full run (e.g. the memory lower bound); is_valid is added."""
 
 
 @dataclasses.dataclass(frozen=True)

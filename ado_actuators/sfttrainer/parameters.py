@@ -97,6 +97,19 @@ class SFTTrainerParameters(ExperimentExecutorSupervisorParameters):
         "the cluster lacks. Allow for an autoscaler adding workers.",
     )
 
+    memory_bound_check: bool = pydantic.Field(
+        default=True,
+        description="Answer is_valid = 0 without launching when the lower bound of the GPU "
+        "memory one device needs (weights, gradients, optimizer state and CUDA context, from "
+        "the model's config.json) exceeds gpu_model's memory; false measures such "
+        "configurations anyway. The bound is reported either way.",
+    )
+    allow_shared_gpus: bool = pydantic.Field(
+        default=False,
+        description="Measure on a GPU where another process holds memory (the metadata lists "
+        "them); false fails such a measurement, naming the processes, before it launches.",
+    )
+
     @pydantic.field_validator("model_map", mode="before")
     @classmethod
     def _normalise_model_map(cls, value: Any) -> Any:

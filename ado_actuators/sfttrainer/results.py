@@ -27,7 +27,7 @@ def to_result(outcome: Outcome, entity_id: str, experiment: Any) -> Any:
             reason=outcome.reason,
         )
     if isinstance(outcome, Invalid):
-        properties = {"is_valid": 0}
+        properties = {**outcome.properties, "is_valid": 0}
         metadata = {**outcome.metadata, "invalid_reason": outcome.reason}
     else:
         properties, metadata = outcome.properties, outcome.metadata

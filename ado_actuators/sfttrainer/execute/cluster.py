@@ -13,6 +13,7 @@ import time
 import uuid
 from typing import Any
 
+from ado_actuators.sfttrainer.execute import gpu_exclusive
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
 from ado_actuators.sfttrainer.execute.node import NodeRequest, NodeRun, Rendezvous, run_node
 from ado_actuators.sfttrainer.execute.workspace import free_port
@@ -134,6 +135,8 @@ def _outcome(request: NodeRequest, runs: list[NodeRun]) -> Outcome:
             {"workdir": launched.workdir, "log": launched.log_path,
              "environment": launched.environment}
         )  # fmt: skip
+    if checks := [r.gpu_exclusivity for r in runs if r.gpu_exclusivity is not None]:
+        outcome.metadata.update(gpu_exclusive.metadata(checks, request.allow_shared_gpus))
     if len(runs) > 1:
         outcome.metadata["nodes"] = [
             {"machine_rank": r.machine_rank, "hostname": r.hostname, "workdir": r.workdir}

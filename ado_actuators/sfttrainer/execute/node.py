@@ -13,7 +13,7 @@ from ado_actuators.sfttrainer import hf_cache
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.contract import Outcome as RankOutcome
 from ado_actuators.sfttrainer.contract import RankReport
-from ado_actuators.sfttrainer.execute import environment, workspace
+from ado_actuators.sfttrainer.execute import environment, gpu_exclusive, workspace
 from ado_actuators.sfttrainer.execute.devices import visible_devices
 from ado_actuators.sfttrainer.execute.process import run_process
 from ado_actuators.sfttrainer.outcomes import Failed
@@ -37,6 +37,9 @@ class NodeRequest(pydantic.BaseModel):
     label: str
     stall_timeout: float
     environment: environment.EnvironmentRequest
+    allow_shared_gpus: bool = pydantic.Field(
+        default=False, description="Launch even where other processes use the GPUs."
+    )
     run_name: str = pydantic.Field(
         default_factory=lambda: uuid.uuid4().hex[:8],
         description="Names the measurement's directory; the same on every node of a run.",
@@ -77,6 +80,9 @@ class NodeRun(pydantic.BaseModel):
     log_path: str | None = None
     environment: dict | None = pydantic.Field(
         default=None, description="Which environment trained (execute/environment.py)."
+    )
+    gpu_exclusivity: gpu_exclusive.Exclusivity | None = pydantic.Field(
+        default=None, description="Other processes on this node's GPUs before launch (GPU runs)."
     )
 
     @property
@@ -198,6 +204,14 @@ def run_node(
         return here.model_copy(
             update={"problem": f"cannot prepare the measurement directory {workdir}: {error}"}
         )
+    exclusivity = None
+    if on_gpus:
+        exclusivity = gpu_exclusive.check_devices(plan.job.gpu_indices)
+        if exclusivity.exclusive is False and not request.allow_shared_gpus:
+            return here.model_copy(update={
+                "problem": gpu_exclusive.shared_problem(exclusivity, here.hostname),
+                "gpu_exclusivity": exclusivity,
+            })  # fmt: skip
     result = run_process(
         plan.node.argv,
         env={**os.environ, **plan.env},
@@ -215,6 +229,7 @@ def run_node(
         "workdir": str(workdir),
         "log_path": str(result.log_path),
         "environment": chosen.metadata,
+        "gpu_exclusivity": exclusivity,
     })  # fmt: skip
     if plan.training_data_path != plan.dataset_path:
         plan.training_data_path.unlink(missing_ok=True)

@@ -1,0 +1,196 @@
+"""A lower bound of the GPU memory one device needs to train an entity: pure, no torch.
+
+What is counted is what must be resident at the optimizer step of any step after the first:
+the weights, the gradients of the trainable parameters, and the optimizer's state for them,
+divided over the devices the plan shards them over, plus an allowance for the CUDA context.
+Activations, allocator fragmentation, FSDP's gathered layers, DDP's gradient buckets and
+communication buffers are deliberately not counted: this is a bound, not an estimate, and it
+must never exceed what a run that works really uses. Where fms-hf-tuning's behaviour leaves
+a choice open, the smaller count is taken and the comment says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ado_actuators.sfttrainer.plan.architecture import ParameterCounts
+from ado_actuators.sfttrainer.plan.launch import DATA_PARALLEL
+
+GIB = 2**30
+CUDA_CONTEXT_BYTES = 256 * 2**20
+"""The CUDA context and torch's kernels take 300-500 MiB of each device's memory on Ampere and
+Hopper with lazy module loading (outside torch's allocator, so in nvidia-smi's figure but not
+in max_memory_allocated); 256 MiB stays below every one of those."""
+
+PROMPT_TUNING_VIRTUAL_TOKENS = 8
+"""fms-hf-tuning's PromptTuningConfig.num_virtual_tokens default (the experiments set none)."""
+
+GPTQ_MIN_BITS = 2
+"""The narrowest width GPTQ quantizes to: the width assumed for GPTQ-Quantized weights whose
+config.json does not say (a smaller count than any checkpoint really has)."""
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+# Optimizer state tensors per trainable parameter, in the parameter's dtype: torch's and HF's
+# AdamW create exp_avg and exp_avg_sq with zeros_like(param), so a bfloat16 model keeps bf16
+# state and a float32 one fp32 (HF's Trainer keeps no fp32 master copy). Under FSDP with mixed
+# precision accelerate may upcast the parameters to fp32, which only adds memory.
+_FULL_PRECISION_STATES = {
+    "adamw_hf": 2, "adamw_torch": 2, "adamw_torch_fused": 2, "adamw_apex_fused": 2,
+    "adamw_torch_xla": 2, "adamw_torch_npu_fused": 2,
+}  # fmt: skip
+# bitsandbytes' 8-bit AdamW: two one-byte states (small tensors stay 32-bit, which only adds).
+_ONE_BYTE_STATES = {"adamw_bnb_8bit": 2, "adamw_8bit": 2}
+# Optimizers that update each parameter inside the backward pass: gradients are never all
+# resident at once, so none are counted.
+_NO_STORED_GRADIENTS = {
+    "lomo", "adalomo", "galore_adamw_layerwise", "galore_adamw_8bit_layerwise",
+    "galore_adafactor_layerwise",
+}  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryBound:
+    """Bytes one device needs at least; `parts` are per device (already divided)."""
+
+    parts: dict[str, float]
+    shards: int
+    sharding: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def total(self) -> float:
+        return sum(self.parts.values())
+
+    @property
+    def gib(self) -> float:
+        return self.total / GIB
+
+    def describe(self) -> str:
+        """e.g. `weights 13.49 + gradients 13.49 + optimizer state 26.98 GiB (over 2 devices,
+        FSDP FULL_SHARD) + CUDA context 0.25 GiB`."""
+        shared = " + ".join(f"{k} {v / GIB:.2f}" for k, v in self.parts.items() if k != "cuda_context")
+        return (
+            f"{shared} GiB ({self.sharding}) + CUDA context {self.parts['cuda_context'] / GIB:.2f} GiB"
+        )
+
+    def as_metadata(self) -> dict[str, Any]:
+        return {
+            "lower_bound_gib": round(self.gib, 3),
+            "parts_gib": {k: round(v / GIB, 3) for k, v in self.parts.items()},
+            "shards": self.shards,
+            "sharding": self.sharding,
+            "notes": list(self.notes),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Training:
+    """What of the entity and experiment decides the bound (plain values: easy to test)."""
+
+    peft_method: str  # none | lora | pt
+    torch_dtype: str
+    optim: str
+    number_gpus: int
+    number_nodes: int = 1
+    distributed_backend: str = "FSDP"
+    fsdp_sharding_strategy: str = "FULL_SHARD"
+    fast_moe: int = 0
+    lora_r: int = 8
+    target_modules: tuple[str, ...] = ()
+    quantized_bits: int | None = None
+
+    @classmethod
+    def of(cls, values: Any, peft_method: str, target_modules: tuple[str, ...],
+           quantized_bits: int | None) -> Training:  # fmt: skip
+        """From `EntityValues` and the experiment's PEFT method."""
+        return cls(
+            peft_method=peft_method,
+            torch_dtype=values.torch_dtype,
+            optim=values.optim,
+            number_gpus=values.number_gpus,
+            number_nodes=values.number_nodes,
+            distributed_backend=values.distributed_backend,
+            fsdp_sharding_strategy=values.fsdp_sharding_strategy,
+            fast_moe=values.fast_moe,
+            lora_r=values.r,
+            target_modules=tuple(target_modules),
+            quantized_bits=quantized_bits,
+        )
+
+
+def trainable_parameters(counts: ParameterCounts, training: Training) -> int:
+    if training.peft_method == "lora":
+        # PEFT matches a target name against the end of every module's name, so a name can
+        # match several shapes (GPTBigCode's attn.c_proj and mlp.c_proj); names this cannot
+        # size (e.g. a model-specific module) add nothing.
+        wanted = set(training.target_modules)
+        return sum(
+            training.lora_r * (shape.inputs + shape.outputs) * shape.count
+            for shape in counts.linears
+            if shape.name in wanted
+        )
+    if training.peft_method == "pt":
+        return PROMPT_TUNING_VIRTUAL_TOKENS * counts.hidden_size
+    return counts.total
+
+
+def shards(training: Training) -> tuple[int, str]:
+    """Over how many devices the weights, gradients and optimizer state are divided."""
+    gpus, nodes = max(1, training.number_gpus), max(1, training.number_nodes)
+    if training.fast_moe:
+        # Expert parallelism places experts on different devices and FSDP shards the rest;
+        # how the two combine depends on the plugin's version, so the largest divisor is
+        # taken: every layout keeps at least a 1/number_gpus share on each device.
+        return gpus, f"over {gpus} devices, expert-parallel fast_moe {training.fast_moe}"
+    if gpus == 1:
+        return 1, "one device"
+    if training.distributed_backend == DATA_PARALLEL:
+        # torch DataParallel keeps the model, gradients and optimizer state on device 0.
+        return 1, f"whole on device 0 of {gpus} (DataParallel)"
+    if training.distributed_backend == "DDP":
+        return 1, f"whole on each of {gpus} devices (DDP)"
+    strategy = training.fsdp_sharding_strategy
+    if strategy == "NO_SHARD":
+        return 1, f"whole on each of {gpus} devices (FSDP NO_SHARD)"
+    if strategy.startswith("HYBRID_SHARD"):
+        per_node = max(1, gpus // nodes)
+        return per_node, f"over the {per_node} devices of a node (FSDP {strategy})"
+    # FULL_SHARD; SHARD_GRAD_OP keeps gathered parameters between forward and backward,
+    # which only adds to its at-rest shards.
+    return gpus, f"over {gpus} devices (FSDP {strategy})"
+
+
+def memory_bound(counts: ParameterCounts, training: Training) -> MemoryBound:
+    """The bytes one device of the measurement needs at least (see the module docstring)."""
+    width = DTYPE_BYTES[training.torch_dtype]
+    trainable = trainable_parameters(counts, training)
+    notes = []
+    if training.quantized_bits:
+        # GPTQ/bnb scales and zero points are left out: the smaller count.
+        weights = counts.quantizable * training.quantized_bits / 8
+        weights += (counts.total - counts.quantizable) * width
+        notes.append(f"block weights at {training.quantized_bits} bits")
+    else:
+        weights = counts.total * width
+    if training.peft_method != "none":
+        # PEFT may keep adapters in float32 (autocast_adapter_dtype); the training dtype is
+        # the smaller reading.
+        weights += trainable * width
+    gradients = 0 if training.optim in _NO_STORED_GRADIENTS else trainable * width
+    if training.optim in _FULL_PRECISION_STATES:
+        state = trainable * width * _FULL_PRECISION_STATES[training.optim]
+    elif training.optim in _ONE_BYTE_STATES:
+        state = trainable * _ONE_BYTE_STATES[training.optim]
+    else:
+        state = 0
+        notes.append(f"optimizer state of {training.optim} not counted")
+    divisor, sharding = shards(training)
+    parts = {
+        "weights": weights / divisor,
+        "gradients": gradients / divisor,
+        "optimizer_state": state / divisor,
+        "cuda_context": float(CUDA_CONTEXT_BYTES),
+    }
+    return MemoryBound(parts=parts, shards=divisor, sharding=sharding, notes=tuple(notes))

@@ -1,0 +1,209 @@
+"""The memory lower bound: parameter counts from config.json alone, then bytes per device."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from ado_actuators.sfttrainer.catalog.entity import GPU_MODELS
+from ado_actuators.sfttrainer.metrics.gpu_memory import device_memory_bytes, memory_table
+from ado_actuators.sfttrainer.plan.architecture import (
+    UnsupportedArchitecture,
+    count_parameters,
+    quantized_bits,
+)
+from ado_actuators.sfttrainer.plan.memory_bound import (
+    CUDA_CONTEXT_BYTES,
+    GIB,
+    Training,
+    memory_bound,
+)
+
+# config.json fields as published on the hub for each model
+LLAMA_31_8B = dict(model_type="llama", vocab_size=128256, hidden_size=4096,
+                   intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                   num_key_value_heads=8, tie_word_embeddings=False)  # fmt: skip
+LLAMA_31_405B = dict(LLAMA_31_8B, hidden_size=16384, intermediate_size=53248,
+                     num_hidden_layers=126, num_attention_heads=128)  # fmt: skip
+LLAMA_2_70B = dict(LLAMA_31_8B, vocab_size=32000, hidden_size=8192, intermediate_size=28672,
+                   num_hidden_layers=80, num_attention_heads=64)  # fmt: skip
+LLAMA_32_1B = dict(LLAMA_31_8B, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                   head_dim=64, tie_word_embeddings=True)  # fmt: skip
+SMOLLM2_135M = dict(model_type="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                    num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                    tie_word_embeddings=True)  # fmt: skip
+MISTRAL_7B = dict(LLAMA_31_8B, model_type="mistral", vocab_size=32000)
+MIXTRAL_8X7B = dict(MISTRAL_7B, model_type="mixtral", num_local_experts=8, num_experts_per_tok=2)
+GRANITE_31_8B = dict(model_type="granite", vocab_size=49155, hidden_size=4096,
+                     intermediate_size=12800, num_hidden_layers=40, num_attention_heads=32,
+                     num_key_value_heads=8, tie_word_embeddings=True)  # fmt: skip
+GRANITE_3B_A800M = dict(model_type="granitemoe", vocab_size=49155, hidden_size=1536,
+                        intermediate_size=512, num_hidden_layers=32, num_attention_heads=24,
+                        num_key_value_heads=8, num_local_experts=40, num_experts_per_tok=8,
+                        tie_word_embeddings=True)  # fmt: skip
+SANTACODER = dict(model_type="gpt_bigcode", vocab_size=49280, n_embd=2048, n_layer=24, n_head=16,
+                  n_inner=8192, n_positions=2048, multi_query=True)  # fmt: skip
+
+
+@pytest.mark.parametrize("config, published", [
+    (LLAMA_31_8B, 8_030_261_248),  # Llama-3.1-8B: "8.03B"
+    (LLAMA_31_405B, 405_853_388_800),
+    (LLAMA_2_70B, 68_976_648_192),
+    (LLAMA_32_1B, 1_235_814_400),
+    (SMOLLM2_135M, 134_515_008),
+    (MISTRAL_7B, 7_241_732_096),
+    (MIXTRAL_8X7B, 46_702_792_704),
+    (GRANITE_31_8B, 8_170_864_640),
+    (GRANITE_3B_A800M, 3_300_000_000),  # "3.3B"
+    (SANTACODER, 1_124_886_528),
+])  # fmt: skip
+def test_published_parameter_counts_within_half_a_percent(config, published):
+    assert count_parameters(config).total == pytest.approx(published, rel=0.005)
+
+
+def test_llama_gqa_by_hand():
+    counts = count_parameters(LLAMA_31_8B)
+    hidden, kv_width = 4096, 8 * 128  # 8 kv heads of 4096 / 32
+    assert counts.attention == 32 * (2 * hidden * hidden + 2 * hidden * kv_width)
+    assert counts.mlp == 32 * 3 * hidden * 14336  # gated: gate, up, down
+    assert counts.norms == 32 * 2 * hidden + hidden
+    assert counts.embedding == counts.lm_head == 128256 * hidden  # untied
+    shapes = {s.name: (s.inputs, s.outputs, s.count) for s in counts.linears}
+    assert shapes["k_proj"] == (hidden, kv_width, 32) and shapes["q_proj"] == (hidden, hidden, 32)
+
+
+def test_granite_dense_tied_head_counts_once():
+    counts = count_parameters(GRANITE_31_8B)
+    assert counts.lm_head == 0
+    per_layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 12800 + 2 * 4096
+    assert counts.total == 49155 * 4096 + 40 * per_layer + 4096
+
+
+def test_moe_experts_and_router_by_hand():
+    mixtral = count_parameters(MIXTRAL_8X7B)
+    assert mixtral.mlp == 32 * (8 * 3 * 4096 * 14336 + 4096 * 8)
+    granite = count_parameters(GRANITE_3B_A800M)
+    assert granite.mlp == 32 * (40 * 3 * 1536 * 512 + 1536 * 40)
+    # the router stays unquantized; the experts are block weights
+    assert mixtral.quantizable == mixtral.attention + mixtral.mlp - 32 * 4096 * 8
+
+
+def test_gpt_bigcode_multi_query_and_learned_positions():
+    counts = count_parameters(SANTACODER)
+    qkv = 2048 + 2 * 128
+    assert counts.attention == 24 * (2048 * qkv + qkv + 2048 * 2048 + 2048)
+    assert counts.embedding == (49280 + 2048) * 2048 and counts.lm_head == 0
+
+
+def test_multimodal_counts_its_language_model_and_unknown_ones_raise():
+    llava = {"model_type": "llava_next", "text_config": MISTRAL_7B, "vision_config": {}}
+    assert count_parameters(llava).total == count_parameters(MISTRAL_7B).total
+    with pytest.raises(UnsupportedArchitecture, match="granitemoehybrid"):
+        count_parameters({"model_type": "granitemoehybrid", "hidden_size": 1})
+    with pytest.raises(UnsupportedArchitecture, match="intermediate_size"):
+        count_parameters({k: v for k, v in LLAMA_31_8B.items() if k != "intermediate_size"})
+
+
+def test_quantized_bits():
+    assert quantized_bits(LLAMA_31_8B) is None
+    assert quantized_bits({"quantization_config": {"quant_method": "gptq", "bits": 4}}) == 4
+    assert quantized_bits({"quantization_config": {"load_in_8bit": True}}) == 8
+    with pytest.raises(UnsupportedArchitecture):
+        quantized_bits({"quantization_config": {"quant_method": "fp8"}})
+
+
+def full(**kw) -> Training:
+    return Training(**{"peft_method": "none", "torch_dtype": "bfloat16", "optim": "adamw_torch",
+                       "number_gpus": 1, **kw})  # fmt: skip
+
+
+def test_full_fine_tuning_keeps_weights_gradients_and_two_adamw_states_in_the_model_dtype():
+    params = count_parameters(MISTRAL_7B).total
+    bf16 = memory_bound(count_parameters(MISTRAL_7B), full())
+    assert bf16.parts["weights"] == bf16.parts["gradients"] == 2 * params
+    assert bf16.parts["optimizer_state"] == 2 * 2 * params
+    assert bf16.total == 8 * params + CUDA_CONTEXT_BYTES
+    fp32 = memory_bound(count_parameters(MISTRAL_7B), full(torch_dtype="float32"))
+    assert fp32.total == 16 * params + CUDA_CONTEXT_BYTES
+
+
+@pytest.mark.parametrize("settings, divisor", [
+    (dict(number_gpus=8), 8),  # FSDP FULL_SHARD (the default)
+    (dict(number_gpus=8, fsdp_sharding_strategy="SHARD_GRAD_OP"), 8),
+    (dict(number_gpus=8, number_nodes=2, fsdp_sharding_strategy="HYBRID_SHARD"), 4),
+    (dict(number_gpus=8, fsdp_sharding_strategy="NO_SHARD"), 1),
+    (dict(number_gpus=8, distributed_backend="DDP"), 1),
+    (dict(number_gpus=4, distributed_backend="None"), 1),  # DataParallel: all on device 0
+    (dict(number_gpus=8, distributed_backend="DDP", fast_moe=2), 8),
+])  # fmt: skip
+def test_sharding_follows_the_plan(settings, divisor):
+    counts = count_parameters(MIXTRAL_8X7B)
+    whole = memory_bound(counts, full()).total - CUDA_CONTEXT_BYTES
+    bound = memory_bound(counts, full(**settings))
+    assert bound.shards == divisor
+    assert bound.total - CUDA_CONTEXT_BYTES == pytest.approx(whole / divisor)
+
+
+def test_lora_trains_adapters_from_r_and_the_target_modules():
+    counts = count_parameters(LLAMA_31_8B)
+    lora = memory_bound(counts, full(peft_method="lora", lora_r=8, target_modules=("q_proj", "v_proj")))
+    adapters = 32 * 8 * ((4096 + 4096) + (4096 + 1024))
+    assert lora.parts["gradients"] == 2 * adapters
+    assert lora.parts["optimizer_state"] == 4 * adapters
+    assert lora.parts["weights"] == 2 * (counts.total + adapters)
+    # an unknown module name adds nothing rather than a guess
+    unknown = memory_bound(counts, full(peft_method="lora", target_modules=("mystery",)))
+    assert unknown.parts["gradients"] == 0
+
+
+def test_prompt_tuning_trains_the_virtual_tokens_only():
+    bound = memory_bound(count_parameters(LLAMA_31_8B), full(peft_method="pt"))
+    assert bound.parts["gradients"] == 2 * 8 * 4096
+
+
+def test_optimizers_other_than_adamw_count_less_never_more():
+    counts = count_parameters(MISTRAL_7B)
+    params = counts.total
+    assert memory_bound(counts, full(optim="adamw_8bit")).parts["optimizer_state"] == 2 * params
+    sgd = memory_bound(counts, full(optim="sgd"))
+    assert sgd.parts["optimizer_state"] == 0 and "sgd" in " ".join(sgd.notes)
+    assert memory_bound(counts, full(optim="lomo")).parts["gradients"] == 0
+
+
+def test_quantized_block_weights_at_their_bits():
+    counts = count_parameters(MISTRAL_7B)
+    bound = memory_bound(counts, full(peft_method="lora", torch_dtype="float16",
+                                      target_modules=(), quantized_bits=4))  # fmt: skip
+    assert bound.parts["weights"] == counts.quantizable / 2 + 2 * (counts.total - counts.quantizable)
+
+
+def test_405b_cannot_fit_one_a100_but_an_8b_does():
+    a100 = device_memory_bytes("NVIDIA-A100-SXM4-80GB")
+    assert memory_bound(count_parameters(LLAMA_31_405B), full()).total > a100
+    assert memory_bound(count_parameters(LLAMA_31_405B), full(number_gpus=8)).total > a100
+    assert memory_bound(count_parameters(LLAMA_31_8B), full()).total < a100
+    assert memory_bound(count_parameters(LLAMA_31_8B), full()).gib == pytest.approx(
+        8 * 8_030_261_248 / GIB + 0.25)
+
+
+def test_every_catalog_gpu_model_has_a_cited_memory():
+    for model in filter(None, GPU_MODELS):
+        device = memory_table()[model]
+        assert device.gib >= 16 and "datasheet" in device.source.lower()
+    assert device_memory_bytes("Acme-X1") is None and device_memory_bytes(None) is None
+
+
+def test_published_runs_all_need_more_than_the_bound_and_oom_is_caught():
+    """benchmarks/memory_bound.py on fms-acceleration's A100-80GB reference tables."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "memory_bound.py"
+    spec = importlib.util.spec_from_file_location("memory_bound_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    found = module.counts(module.evaluate())
+    assert found["ran"] > 200
+    assert found["ran_below_bound_violations"] == 0 and found["ran_called_certain_oom"] == 0
+    assert found["out_of_memory_caught"] >= 20

@@ -1,0 +1,109 @@
+"""The certain-OOM check of one measurement: verdict, reason, and why it was skipped."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ado_actuators.sfttrainer.catalog.entity import entity_values
+from ado_actuators.sfttrainer.catalog.experiments import catalog_data
+from ado_actuators.sfttrainer.memory_check import PROPERTY, assess
+from ado_actuators.sfttrainer.outcomes import Failed, Measured
+from ado_actuators.sfttrainer.results import to_result
+
+LLAMA_405B = dict(model_type="llama", vocab_size=128256, hidden_size=16384,
+                  intermediate_size=53248, num_hidden_layers=126, num_attention_heads=128,
+                  num_key_value_heads=8, tie_word_embeddings=False)  # fmt: skip
+LLAMA_8B = dict(LLAMA_405B, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                num_attention_heads=32)  # fmt: skip
+FULL = catalog_data().experiment("finetune_full_benchmark-v1.0.0")
+LORA = catalog_data().experiment("finetune_lora_benchmark-v1.0.0")
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    """A model directory as the hidden spaces give it: config.json and nothing else."""
+    def write(config):
+        path = tmp_path / config.get("name", "model")
+        path.mkdir()
+        (path / "config.json").write_text(json.dumps(config))
+        return str(path)
+    return write
+
+
+def values(**kw):
+    return entity_values({"model_name": "big", "model_max_length": 512, "batch_size": 8,
+                          "number_gpus": 1, "gpu_model": "NVIDIA-A100-SXM4-80GB", **kw})  # fmt: skip
+
+
+def check(entity, location, experiment=FULL, enabled=True):
+    return assess(entity, experiment, location, hf_home="/nonexistent", enabled=enabled)
+
+
+def test_a_405b_model_on_one_a100_is_certain_oom_with_both_numbers_and_parts(model_dir):
+    found = check(values(), model_dir(LLAMA_405B))
+    assert found.certain_oom
+    invalid = found.invalid()
+    assert invalid.gpu_oom and invalid.properties[PROPERTY] > 3000
+    reason = invalid.reason
+    assert "certain GPU out of memory" in reason and "NVIDIA-A100-SXM4-80GB has 80 GiB" in reason
+    assert f"{found.bound.gib:.2f} GiB" in reason
+    for part in ("weights", "gradients", "optimizer_state", "CUDA context", "memory_bound_check"):
+        assert part in reason
+    assert invalid.metadata["gpu_memory_bound"]["checked"] is True
+
+
+def test_lora_of_405b_over_8_gpus_is_still_certain_oom_but_an_8b_fits(model_dir):
+    big, small = model_dir(LLAMA_405B), model_dir({**LLAMA_8B, "name": "small"})
+    assert check(values(number_gpus=8), big, LORA).certain_oom  # 810 GB of bf16 weights / 8
+    fits = check(values(), small)
+    assert not fits.certain_oom and fits.skipped is None and 55 < fits.bound.gib < 80
+
+
+def test_turned_off_unknown_gpu_unreadable_config_and_cpu_are_skipped_with_a_reason(model_dir):
+    big = model_dir(LLAMA_405B)
+    off = check(values(), big, enabled=False)
+    assert not off.certain_oom and "memory_bound_check: false" in off.skipped
+    assert off.bound is not None  # still reported
+    unknown = check(values(gpu_model="Acme-X1"), big)
+    assert not unknown.certain_oom and "Acme-X1" in unknown.skipped
+    missing = check(values(), "/nonexistent/model")
+    assert not missing.certain_oom and "config.json" in missing.skipped and missing.bound is None
+    hybrid = check(values(), model_dir({"model_type": "granitemoehybrid", "name": "h"}))
+    assert not hybrid.certain_oom and "granitemoehybrid" in hybrid.skipped
+    cpu = check(values(number_gpus=0, batch_size=1), big)
+    assert not cpu.certain_oom and "CPU" in cpu.skipped
+
+
+def test_the_bound_and_the_record_go_on_measured_rows_only(model_dir):
+    found = check(values(), model_dir(LLAMA_8B))
+    row = found.annotate(Measured(properties={"is_valid": 1}))
+    assert row.properties[PROPERTY] == pytest.approx(found.bound.gib, abs=1e-3)
+    assert row.metadata["gpu_memory_bound"]["device_memory_gib"] == 80
+    assert row.metadata["gpu_memory_bound"]["parts_gib"]["optimizer_state"] > 0
+    skipped = check(values(gpu_model="Acme-X1"), model_dir({**LLAMA_8B, "name": "b"}))
+    record = skipped.annotate(Measured(properties={})).metadata["gpu_memory_bound"]
+    assert record["checked"] is False and "Acme-X1" in record["skipped"]
+    failed = found.annotate(Failed("x"))
+    assert "gpu_memory_bound" not in failed.metadata
+
+
+def test_an_invalid_row_stores_the_bound_beside_is_valid(model_dir):
+    from ado_actuators.sfttrainer.catalog.experiments import build_experiments
+
+    experiment = next(e for e in build_experiments() if e.identifier == FULL.identifier)
+    result = to_result(check(values(), model_dir(LLAMA_405B)).invalid(), "e1", experiment)
+    stored = {v.property.targetProperty.identifier: v.value for v in result.measurements}
+    assert stored["is_valid"] == 0 and stored[PROPERTY] > 3000
+    assert "certain GPU out of memory" in result.metadata["invalid_reason"]
+
+
+def test_gptq_weights_without_a_width_in_config_count_at_the_narrowest_gptq_width(model_dir):
+    gptq = catalog_data().experiment("finetune_gtpq-lora_benchmark-v1.0.0")
+    found = check(values(torch_dtype="float16"), model_dir(LLAMA_405B), gptq)
+    assert "block weights at 2 bits" in found.bound.notes
+    with_bits = check(values(torch_dtype="float16"),
+                      model_dir({**LLAMA_405B, "name": "q", "quantization_config": {"bits": 4}}),
+                      gptq)  # fmt: skip
+    assert with_bits.bound.total > found.bound.total
