@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # one list per fms-hf-tuning version, shipped in the wheel (the actuator builds the others)
 PACKAGE_LISTS := ado_actuators/sfttrainer/plan/packages
 
-.PHONY: env test test-fast test-versions demo bench bench-gpu clean
+.PHONY: env test test-fast test-versions demo bench bench-gpu gpu-kit gpu-kit-rehearsal clean
 
 env: $(STAMP)
 
@@ -43,6 +43,11 @@ bench: env
 # one GPU, offline (benchmarks/gpu/README.md); BENCH_ARGS=--cpu runs the tiny model on the CPU
 bench-gpu: env
 	$(BIN)/python benchmarks/gpu/run.py $(BENCH_ARGS)
+
+# The wheels a lent GPU machine's image lacks for the GPU check, into .gpu-kit/ (ignored).
+# The device tool carries ignored folders of the session's own checkout only: run it there.
+gpu-kit: env
+	$(BIN)/python benchmarks/gpu/kit.py --dest .gpu-kit
 
 clean:
 	rm -rf $(VENV) demo-work
