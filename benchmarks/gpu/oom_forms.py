@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 
@@ -49,17 +50,25 @@ def torch_oom() -> None:
         held.append(torch.empty(2**30, dtype=torch.uint8, device="cuda"))
 
 
-def context() -> None:
-    """A second process creates its CUDA context while this one holds the whole GPU."""
+def context() -> dict:
+    """A second process creates its CUDA context while this one holds the whole GPU; the
+    second process records its own exception (its exact type too)."""
     held = fill_gpu()
-    code = "import torch; torch.zeros(1, device='cuda')"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=CHILD_SECONDS)  # fmt: skip
-    del held
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    raise RuntimeError(
-        "\n".join(lines[-6:]) if done.returncode else "the second process got a context"
-    )
+    with tempfile.TemporaryDirectory() as scratch:
+        result = Path(scratch) / "child.json"
+        done = subprocess.run([sys.executable, __file__, "context_child", "--result", str(result)],
+                              capture_output=True, text=True, timeout=CHILD_SECONDS)  # fmt: skip
+        del held
+        if not result.is_file():
+            raise RuntimeError(f"the second process wrote no result:\n{done.stderr[-2000:]}")
+        return {**json.loads(result.read_text()), "form": "context",
+                "made_by": "a second process starting while the first holds the GPU"}
+
+
+def context_child() -> None:
+    import torch
+
+    torch.zeros(1, device="cuda")
 
 
 def cublas() -> None:
@@ -79,8 +88,10 @@ def nccl() -> None:
 
     os.environ.setdefault("NCCL_DEBUG", "WARN")  # NCCL says "Cuda failure ..." on stderr
     store = dist.FileStore(str(Path(os.environ.get("TMPDIR", "/tmp")) / f"nccl-{os.getpid()}"), 1)
-    dist.init_process_group("nccl", store=store, rank=0, world_size=1,
-                            device_id=torch.device("cuda", 0))  # fmt: skip
+    # no device_id: the communicator (and its buffers) is then built at the first collective,
+    # after the GPU is full, as a rank's first FSDP all-gather near the limit does
+    dist.init_process_group("nccl", store=store, rank=0, world_size=1)
+    torch.cuda.set_device(0)
     x = torch.ones(1024, device="cuda")
     held = fill_gpu()
     try:
@@ -92,6 +103,8 @@ def nccl() -> None:
 
 
 FORMS = {"torch_oom": torch_oom, "context": context, "cublas": cublas, "nccl": nccl}
+HELPERS = {"context_child": context_child}
+"""Run by a form, not asked for."""
 
 
 def trainer_verdict(exc: BaseException) -> str:
@@ -112,13 +125,13 @@ def log_verdict(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("form", choices=sorted(FORMS))
+    parser.add_argument("form", choices=sorted(FORMS.keys() | HELPERS.keys()))
     parser.add_argument("--result", type=Path, required=True)
     args = parser.parse_args(argv)
     result: dict = {"form": args.form}
     try:
-        FORMS[args.form]()
-        result["raised"] = False
+        made = {**FORMS, **HELPERS}[args.form]()
+        result = made if isinstance(made, dict) else {**result, "raised": False}
     except BaseException as exc:  # noqa: BLE001 - the point is to record whatever it is
         text = str(exc)
         result |= {
