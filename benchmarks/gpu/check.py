@@ -31,6 +31,8 @@ RESERVE_SECONDS = 15.0
 MIN_STEP_SECONDS = 20.0
 KILL_GRACE_SECONDS = 10.0
 OOM_FORMS = ("torch_oom", "context", "cublas", "nccl")
+ALWAYS = ("environment", "prepare")
+"""Steps every run needs, whatever --only says."""
 ENTRIES = 256
 """Dataset entries (16k+ tokens each): the largest row takes 32 x 3."""
 
@@ -158,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=None,
                         help="seconds for all steps (default 520 on a GPU, 3000 with --cpu)")
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--only", default=None,
+                        help="only the steps whose name contains this (e.g. 'oom', 'fsdp'); "
+                        "environment and prepare always run")
     args = parser.parse_args(argv)
     deadline = time.monotonic() + (args.deadline or (3000 if args.cpu else 520))
     out = args.out.absolute()
@@ -169,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     for step in steps(sys.executable, work, results, args.cpu):
         if step.gpu_only and args.cpu:
             report["steps"][step.name] = {"status": "skipped", "why": "needs a GPU (--cpu)"}
+            continue
+        if args.only and args.only not in step.name and step.name not in ALWAYS:
             continue
         print(f"=== {step.name}", flush=True)
         record = run_step(step, deadline, logs, result_file(step))

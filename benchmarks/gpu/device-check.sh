@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check in one command, on a lent GPU machine (or --cpu, its CPU rehearsal):
-#   benchmarks/gpu/device-check.sh [--cpu] [--kit DIR] [--out DIR] [--deadline SECONDS]
+#   benchmarks/gpu/device-check.sh [--cpu] [--kit DIR] [--out DIR] [--deadline SECONDS] [--only TEXT]
 # Installs the kit (`make gpu-kit`: the wheels the image lacks) with --target into a folder of
 # its own and puts it first on PYTHONPATH: the image's packages are never touched, only
 # shadowed for this check's processes. Then check.py runs every step under a time budget and
@@ -21,6 +21,7 @@ while (($#)); do
         --kit) kit=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --deadline) args+=(--deadline "$2"); shift 2 ;;
+        --only) args+=(--only "$2"); shift 2 ;;
         *) echo "unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
     esac
 done
