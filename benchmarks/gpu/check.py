@@ -30,7 +30,10 @@ RESERVE_SECONDS = 15.0
 """Kept back from the deadline for writing the results."""
 MIN_STEP_SECONDS = 20.0
 KILL_GRACE_SECONDS = 10.0
-OOM_FORMS = ("torch_oom", "context", "cublas", "nccl")
+OOM_FORMS = {"torch_oom": 30, "context": 45, "cublas": 30, "nccl": 45}
+"""Each form and its budget (seconds): each takes ~10 s when it behaves."""
+LAST = ("nccl",)
+"""Forms run after the training rows: NCCL is the likeliest to hang instead of failing."""
 ALWAYS = ("environment", "prepare")
 """Steps every run needs, whatever --only says."""
 ENTRIES = 256
@@ -65,11 +68,12 @@ def steps(python: str, work: Path, results: Path, cpu: bool) -> list[Step]:
         Step("prepare", [*run, "--prepare-only", "--entries", str(ENTRIES)], 240 * scale),
         Step("nvml", [python, str(HERE / "probes.py"), "nvml",
                       "--result", str(results / "nvml.json")], 60, gpu_only=True),
-        *(Step(f"oom {form}", [python, str(HERE / "oom_forms.py"), form,
-                               "--result", str(results / f"oom-{form}.json")], 60, gpu_only=True)
-          for form in OOM_FORMS),
     ]  # fmt: skip
-    return plan + [row(config) for config in SETS["check"]["cpu" if cpu else "gpu"]]
+    forms = {form: Step(f"oom {form}", [python, str(HERE / "oom_forms.py"), form, "--result",
+                                        str(results / f"oom-{form}.json")], budget, gpu_only=True)
+             for form, budget in OOM_FORMS.items()}  # fmt: skip
+    rows = [row(config) for config in SETS["check"]["cpu" if cpu else "gpu"]]
+    return [*plan, *(forms[f] for f in forms if f not in LAST), *rows, *(forms[f] for f in LAST)]
 
 
 def _stop_tree(process: subprocess.Popen) -> None:
