@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # one list per fms-hf-tuning version, shipped in the wheel (the actuator builds the others)
 PACKAGE_LISTS := ado_actuators/sfttrainer/plan/packages
 
-.PHONY: env test test-fast test-versions demo bench bench-gpu clean
+.PHONY: env test test-fast test-versions demo bench bench-gpu gpu-kit gpu-kit-rehearsal clean
 
 env: $(STAMP)
 
@@ -43,6 +43,28 @@ bench: env
 # one GPU, offline (benchmarks/gpu/README.md); BENCH_ARGS=--cpu runs the tiny model on the CPU
 bench-gpu: env
 	$(BIN)/python benchmarks/gpu/run.py $(BENCH_ARGS)
+
+# The wheels a lent GPU machine's image lacks for the GPU check, into .gpu-kit/ (ignored).
+# The device tool carries ignored folders of the session's own checkout only: run it there.
+gpu-kit: env
+	$(BIN)/python benchmarks/gpu/kit.py --dest .gpu-kit
+
+# The kit rehearsed on a CPU imitation of the GPU image: a Python 3.12 environment with the
+# image's torch/transformers/numpy versions (benchmarks/gpu/imitation.txt; CUDA torch from
+# PyPI, some GB, run on the CPU), then `device-check.sh --cpu` with that Python.
+IMITATION := .gpu-imitation
+PYTHON312 ?= python3.12
+gpu-kit-rehearsal: gpu-kit $(IMITATION)/.installed
+	PYTHON=$(abspath $(IMITATION))/bin/python OUT=$(abspath device-check-out) \
+		benchmarks/gpu/device-check.sh --cpu
+
+# what the image lacks must be absent here too, or the rehearsal proves nothing
+$(IMITATION)/.installed: benchmarks/gpu/imitation.txt
+	test -x $(IMITATION)/bin/python || $(PYTHON312) -m venv $(IMITATION)
+	$(IMITATION)/bin/pip install --quiet -r benchmarks/gpu/imitation.txt
+	$(IMITATION)/bin/pip uninstall --quiet --yes pydantic pydantic-core annotated-types \
+		typing-inspection datasets trl fms-hf-tuning ray ado-core ado-sfttrainer
+	touch $@
 
 clean:
 	rm -rf $(VENV) demo-work

@@ -25,7 +25,7 @@ from ado_actuators.sfttrainer.execute.node import NodeRequest
 from ado_actuators.sfttrainer.execute.cluster import measure_on_cluster
 from ado_actuators.sfttrainer.memory_check import assess
 from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured, Outcome
-from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
+from ado_actuators.sfttrainer.settings import MeasurementSettings
 from ado_actuators.sfttrainer.plan.environments import vision_problem
 from ado_actuators.sfttrainer.plan.launch import plan_resources
 
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 
 def _resolve(
-    values_in: dict[str, Any], definition: ExperimentDefinition, params: SFTTrainerParameters
+    values_in: dict[str, Any], definition: ExperimentDefinition, params: MeasurementSettings
 ) -> tuple[Any, str] | Outcome:
     try:
         values = entity_values(values_in, overrides=definition.default_overrides())
@@ -62,7 +62,7 @@ def _resolve(
     return values, location
 
 
-def _dataset(values: Any, params: SFTTrainerParameters) -> dict[str, Any]:
+def _dataset(values: Any, params: MeasurementSettings) -> dict[str, Any]:
     """The dataset file and the columns the trainer reads (the entity's, else the shape's).
 
     Whether the file exists is checked on the node that trains (execute/node.py)."""
@@ -78,7 +78,7 @@ def _dataset(values: Any, params: SFTTrainerParameters) -> dict[str, Any]:
 def measure(
     values_in: dict[str, Any],
     experiment_id: str,
-    params: SFTTrainerParameters,
+    params: MeasurementSettings,
     *,
     label: str,
     use_cpu: bool = False,
@@ -129,7 +129,7 @@ def measure(
         return Failed(f"internal error while measuring: {error!r}\n{tail}")
 
 
-def _environment_request(params: SFTTrainerParameters) -> EnvironmentRequest:
+def _environment_request(params: MeasurementSettings) -> EnvironmentRequest:
     lists = params.package_lists_directory
     return EnvironmentRequest(
         match_exact_dependencies=params.match_exact_dependencies,

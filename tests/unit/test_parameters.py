@@ -7,6 +7,7 @@ from ado.core.actuatorconfiguration.config import GenericActuatorParameters
 from ado_actuators.sfttrainer.actuator import SFTTrainer
 from ado_actuators.sfttrainer.catalog.models import UnknownModelError, model_location
 from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
+from ado_actuators.sfttrainer.settings import MeasurementSettings
 
 
 def test_documented_defaults():
@@ -56,3 +57,12 @@ def test_relative_token_cache_lives_under_data_directory():
     params = SFTTrainerParameters(data_directory="/data", num_tokens_cache_directory="cache")
     assert str(params.tokens_cache_path()) == "/data/cache"
     assert SFTTrainerParameters(num_tokens_cache_directory=None).tokens_cache_path() is None
+
+
+def test_engine_settings_refuse_unknown_keys_like_the_actuator():
+    with pytest.raises(pydantic.ValidationError, match=r"data_directri \(did you mean data_directory\?\)"):
+        MeasurementSettings(data_directri="/d")
+    # the actuator's parameters take ado's supervisor timings; the engine's settings do not
+    assert SFTTrainerParameters(taskRunningTimeoutSeconds=5).taskRunningTimeoutSeconds == 5
+    with pytest.raises(pydantic.ValidationError, match="taskRunningTimeoutSeconds"):
+        MeasurementSettings(taskRunningTimeoutSeconds=5)

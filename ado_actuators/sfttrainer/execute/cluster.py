@@ -145,6 +145,19 @@ def _outcome(request: NodeRequest, runs: list[NodeRun]) -> Outcome:
     return outcome
 
 
+def _running_ray() -> Any:
+    """The ray module when this process is connected to a cluster, else None.
+
+    Ray is not a dependency of the engine: without it installed (benchmarks/gpu on a lent GPU
+    machine) a one-node measurement runs in this process, as it does when Ray is not up.
+    """
+    try:
+        import ray
+    except ImportError:
+        return None
+    return ray if ray.is_initialized() else None
+
+
 def measure_on_cluster(
     request: NodeRequest,
     resources: ResourceRequest,
@@ -153,11 +166,10 @@ def measure_on_cluster(
     runtime_env: dict[str, Any] | None = None,
 ) -> Outcome:
     """Run the measurement's node task(s) and classify what they left. Never raises RayError."""
-    import ray
-
     request = request.model_copy(update={"run_name": uuid.uuid4().hex[:8]})
     number_nodes = request.plan_inputs["values"].number_nodes
-    if not ray.is_initialized():
+    ray = _running_ray()
+    if ray is None:
         if number_nodes > 1:
             return Failed(f"number_nodes {number_nodes} needs a Ray cluster; none is running")
         return _outcome(request, [run_node(request)])

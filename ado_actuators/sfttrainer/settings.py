@@ -1,0 +1,185 @@
+"""What the measurement engine needs to know beyond an entity: directories, caches, time limits.
+
+The engine (catalog, plan, execute, trainer, metrics, measurement.py) reads only these, so it
+runs wherever pydantic does, without ado-core or Ray (benchmarks/gpu drives it that way). The
+ado actuator's `parameters:` block (parameters.py) is these settings plus ado's supervisor
+fields; each field is declared here once.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Self
+
+import pydantic
+
+from ado_actuators.sfttrainer.catalog.models import WEIGHTS_FORMAT_ALIASES, WEIGHTS_FORMATS, ModelMap
+
+
+class MeasurementSettings(pydantic.BaseModel):
+    """The engine's settings: the actuator parameters that shape a measurement."""
+
+    # Unknown keys are admitted, then refused with a hint (_reject_unknown_keys): a plain
+    # "extra forbidden" would not say which known key was meant.
+    model_config = pydantic.ConfigDict(extra="allow")
+
+    match_exact_dependencies: bool = pydantic.Field(
+        default=True,
+        description="For an fms_hf_tuning_version other than the installed one: true builds "
+        "an environment with exactly its pinned packages (CUDA builds included); false leaves "
+        "out what needs NVIDIA GPUs (flash-attn, mamba-ssm, fms-acceleration*, nvidia-*, "
+        "triton, bitsandbytes, ...) and keeps the workers' own torch.",
+    )
+    environments_directory: str = pydantic.Field(
+        default="~/.cache/ado-sfttrainer/environments",
+        description="Where each node keeps the environments it builds, one per fms-hf-tuning "
+        "version and package set; a later measurement reuses them.",
+    )
+    environment_build_timeout_seconds: float = pydantic.Field(
+        default=1800.0,
+        gt=0,
+        description="Longest an environment build may take (waiting for a concurrent build of "
+        "the same environment included) before the measurement is Failed.",
+    )
+    package_lists_directory: str | None = pydantic.Field(
+        default=None,
+        description="Directory of `fms-hf-tuning_v<version>.txt` package lists replacing the "
+        "shipped ones (plan/packages/); null uses the shipped lists.",
+    )
+    find_links: list[str] = pydantic.Field(
+        default_factory=list,
+        description="Directories or URLs of wheels (and source archives) the environment "
+        "builder looks in before the package registry, for every install phase: prebuilt "
+        "flash-attn, mamba-ssm or causal-conv1d wheels for the cluster's torch and CUDA "
+        "spare hours of compiling.",
+    )
+    output_dir: str = pydantic.Field(
+        default="output",
+        description="Directory prefix under which each measurement's working directory "
+        "(trainer output, logs, reports) is created.",
+    )
+    data_directory: str = pydantic.Field(
+        default="/data/fms-hf-tuning/artificial-dataset/",
+        description="Directory containing the dataset files (`<dataset_id>.jsonl|.parquet`).",
+    )
+    aim_db: str | None = pydantic.Field(
+        default=None,
+        description="AIM repository (path or aim://host:port) to record system metrics in. "
+        "None: no AIM recording (the rank reports hold every sample either way).",
+    )
+    aim_dashboard_url: str | None = pydantic.Field(
+        default=None,
+        description="URL of the AIM dashboard; included, with the run hash, in result metadata.",
+    )
+    hf_home: str = pydantic.Field(
+        default="/hf-models-pvc/huggingface_home",
+        description="HF_HOME of the training processes: Hugging Face cache and tokens.",
+    )
+    model_map: ModelMap | None = pydantic.Field(
+        default=None,
+        description="model_name -> {Vanilla|GPTQ-Quantized: hub id or absolute path}; "
+        "entries override the shipped map per model and per weights format.",
+    )
+    num_tokens_cache_directory: str | None = pydantic.Field(
+        default="cache",
+        description="Directory for cached dataset token statistics, relative paths under "
+        "data_directory; null disables it. Measurements count tokens from the batches they "
+        "train on, so nothing is written here today.",
+    )
+
+    stall_timeout_seconds: float = pydantic.Field(
+        default=1800.0,
+        gt=0,
+        description="A measurement whose processes write no output and make no progress "
+        "for this long is stopped and reported Failed (a hung rank never holds an operation).",
+    )
+
+    placement_timeout_seconds: float = pydantic.Field(
+        default=600.0,
+        gt=0,
+        description="A multi-node measurement whose nodes (one Ray placement-group bundle "
+        "each) are not all placed within this many seconds is reported Failed, naming what "
+        "the cluster lacks. Allow for an autoscaler adding workers.",
+    )
+
+    memory_bound_check: bool = pydantic.Field(
+        default=True,
+        description="Answer is_valid = 0 without launching when the lower bound of the GPU "
+        "memory one device needs (weights, gradients, optimizer state and CUDA context, from "
+        "the model's config.json) exceeds gpu_model's memory; false measures such "
+        "configurations anyway. The bound is reported either way.",
+    )
+    allow_shared_gpus: bool = pydantic.Field(
+        default=False,
+        description="Measure on a GPU where another process holds memory (the metadata lists "
+        "them); false fails such a measurement, naming the processes, before it launches.",
+    )
+
+    @pydantic.field_validator("model_map", mode="before")
+    @classmethod
+    def _normalise_model_map(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise ValueError(
+                "model_map must map a model name to {Vanilla: <hub id or path>, "
+                "GPTQ-Quantized: <hub id or path>}"
+            )
+        normalised: ModelMap = {}
+        for name, formats in value.items():
+            if not isinstance(formats, dict) or not formats:
+                raise ValueError(
+                    f"model_map.{name} must be a mapping such as "
+                    f"{{Vanilla: <hub id or path>}}, got {formats!r}"
+                )
+            entry = {}
+            for fmt, location in formats.items():
+                fmt = WEIGHTS_FORMAT_ALIASES.get(fmt, fmt)
+                if fmt not in WEIGHTS_FORMATS:
+                    raise ValueError(
+                        f"model_map.{name}: unknown weights format {fmt!r}; "
+                        f"use one of {', '.join(WEIGHTS_FORMATS)}"
+                    )
+                if not isinstance(location, str) or not location.strip():
+                    raise ValueError(
+                        f"model_map.{name}.{fmt} must be a hub id or a path, got {location!r}"
+                    )
+                entry[fmt] = location
+            normalised[str(name)] = entry
+        return normalised
+
+    @pydantic.model_validator(mode="after")
+    def _reject_unknown_keys(self) -> MeasurementSettings:
+        # ado-core parses the YAML into a permissive model first, so a misspelt key would
+        # otherwise vanish silently and the user would measure with a default they never chose.
+        unknown = sorted((self.model_extra or {}).keys())
+        if unknown:
+            known = sorted(type(self).model_fields)
+            hints = [
+                f"{key} (did you mean {close[0]}?)" if close else key
+                for key in unknown
+                for close in [difflib.get_close_matches(key, known, n=1)]
+            ]
+            raise ValueError(
+                f"unknown SFTTrainer parameter(s) {', '.join(hints)}; "
+                f"known parameters are {', '.join(known)}"
+            )
+        return self
+
+    @classmethod
+    def from_any(cls, params: Any) -> Self:
+        """Accept a dict, None, or any pydantic model ado-core hands over (extras included)."""
+        if params is None:
+            return cls()
+        if isinstance(params, cls):
+            return params
+        if isinstance(params, pydantic.BaseModel):
+            params = {**params.model_dump(exclude_unset=True), **(params.model_extra or {})}
+        return cls.model_validate(params)
+
+    def tokens_cache_path(self) -> Path | None:
+        if self.num_tokens_cache_directory is None:
+            return None
+        path = Path(self.num_tokens_cache_directory)
+        return path if path.is_absolute() else Path(self.data_directory) / path
