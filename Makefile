@@ -5,23 +5,37 @@ BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
 FMS    ?= 3.2.2
 STAMP  := $(VENV)/.installed
+comma  := ,
 # one list per fms-hf-tuning version, shipped in the wheel (the actuator builds the others)
 PACKAGE_LISTS := ado_actuators/sfttrainer/plan/packages
 
-.PHONY: env test test-fast test-versions demo bench bench-gpu gpu-kit gpu-kit-rehearsal clean
+.PHONY: env test test-fast test-versions test-operators demo bench bench-gpu gpu-kit gpu-kit-rehearsal clean
 
 env: $(STAMP)
 
 # torch first (a free choice pulls a multi-GB CUDA build), then fms-hf-tuning's own
-# requirements minus torch, then fms-hf-tuning --no-deps, then this package.
+# requirements minus torch, then fms-hf-tuning --no-deps, then this package with extras $(2),
+# into the virtual environment $(1).
+define INSTALL
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(1)/bin/pip install --quiet --upgrade pip
+	$(1)/bin/pip install --quiet "$(TORCH)"
+	$(1)/bin/pip install --quiet -r $(PACKAGE_LISTS)/fms-hf-tuning_v$(FMS).txt
+	$(1)/bin/pip install --quiet --no-deps fms-hf-tuning==$(FMS)
+	$(1)/bin/pip install --quiet -e '.[$(2)]'
+	touch $(1)/.installed
+endef
+
 $(STAMP): pyproject.toml $(PACKAGE_LISTS)/fms-hf-tuning_v$(FMS).txt
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet -r $(PACKAGE_LISTS)/fms-hf-tuning_v$(FMS).txt
-	$(BIN)/pip install --quiet --no-deps fms-hf-tuning==$(FMS)
-	$(BIN)/pip install --quiet -e '.[test]'
-	touch $@
+	$(call INSTALL,$(VENV),test)
+
+# ado's optimisers (ray_tune, trim) in an environment of their own: ado-trim caps ray below
+# 2.59, the main environment has ray 2.60.
+OPS_VENV  := .venv-operators
+OPS_STAMP := $(OPS_VENV)/.installed
+
+$(OPS_STAMP): pyproject.toml $(PACKAGE_LISTS)/fms-hf-tuning_v$(FMS).txt
+	$(call INSTALL,$(OPS_VENV),test$(comma)operators)
 
 test: env
 	$(BIN)/python -m pytest -q -p no:cacheprovider
@@ -32,6 +46,11 @@ test-fast: env
 # every offered fms-hf-tuning version x {full, LoRA, prompt tuning}, trained on CPU; a table
 test-versions: env
 	$(BIN)/python tests/versions/matrix.py
+
+# ray_tune (Optuna) and TRIM over a tiny-model CPU space with invalid entities (tests/operators;
+# `make test` collects them too, and they skip where the optimisers are not installed)
+test-operators: $(OPS_STAMP)
+	$(OPS_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/operators
 
 demo: env
 	$(BIN)/python examples/local-cpu/demo.py
@@ -67,4 +86,4 @@ $(IMITATION)/.installed: benchmarks/gpu/imitation.txt
 	touch $@
 
 clean:
-	rm -rf $(VENV) demo-work
+	rm -rf $(VENV) $(OPS_VENV) demo-work

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -39,6 +40,11 @@ class RayCluster:
     @property
     def job_server(self) -> str:
         return f"http://{NODE_IP}:{self.dashboard_port}"
+
+    @property
+    def auth_env(self) -> dict[str, str]:
+        """What a process needs to join this cluster besides its address."""
+        return {k: self.env[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
 
     @property
     def client_env(self) -> dict[str, str]:
@@ -136,18 +142,22 @@ class RayCluster:
         shutil.rmtree(self.temp_dir.parent, ignore_errors=True)
 
 
-def start_cluster(nodes: list[dict[str, float]], env: dict[str, str] | None = None) -> RayCluster:
-    """`nodes`: the custom resources of each node, head first."""
+def start_cluster(
+    nodes: list[dict[str, float]], env: dict[str, str] | None = None, cpus: int = 4
+) -> RayCluster:
+    """`nodes`: the custom resources of each node, head first; each node offers `cpus` CPUs."""
     root = Path(tempfile.mkdtemp(prefix="sftc-", dir="/tmp"))
     # RAY_memory_monitor_refresh_ms=0: on a machine shared with other test runs, Ray's OOM
     # killer would pick this cluster's workers for memory others use.
+    # Token authentication with a token of its own (`ray start` never creates one: without
+    # RAY_AUTH_TOKEN it needs ~/.ray/auth_token, which only an earlier local ray.init() writes).
     environ = {**os.environ, **(env or {}), "RAY_AUTH_MODE": "token",
-               "RAY_memory_monitor_refresh_ms": "0"}
+               "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_memory_monitor_refresh_ms": "0"}
     environ.pop("RAY_ADDRESS", None)
     cluster = RayCluster(temp_dir=root / "r", gcs_port=free_port(),
                          dashboard_port=free_port(), env=environ)  # fmt: skip
     try:
-        cluster.start(nodes)
+        cluster.start(nodes, cpus=cpus)
     except BaseException:
         cluster.stop()
         raise

@@ -98,9 +98,10 @@ class MeasurementSettings(pydantic.BaseModel):
     placement_timeout_seconds: float = pydantic.Field(
         default=600.0,
         gt=0,
-        description="A multi-node measurement whose nodes (one Ray placement-group bundle "
-        "each) are not all placed within this many seconds is reported Failed, naming what "
-        "the cluster lacks. Allow for an autoscaler adding workers.",
+        description="A measurement whose node tasks (one Ray placement-group bundle per "
+        "node, on one node too) are not all placed within this many seconds is reported "
+        "Failed, naming what the cluster lacks or what holds its resources. Allow for an "
+        "autoscaler adding workers, and for other measurements of the operation running first.",
     )
 
     memory_bound_check: bool = pydantic.Field(

@@ -115,7 +115,7 @@ def test_two_node_measurement_through_ado_and_a_three_node_one_that_cannot_be_pl
     cluster, inputs, tmp_path, trainer_tools
 ):
     ensure_dataset(inputs)
-    ado = AdoCLI(home=tmp_path / "ado", extra_env={"RAY_ADDRESS": cluster.address, "RAY_AUTH_MODE": "token"})
+    ado = AdoCLI(home=tmp_path / "ado", extra_env={"RAY_ADDRESS": cluster.address, **cluster.auth_env})
     config_id = ado.create("actuatorconfiguration", write_yaml(tmp_path / "ac.yaml", {
         "actuatorIdentifier": "SFTTrainer",
         "parameters": actuator_parameters(inputs, placement_timeout_seconds=20),
@@ -205,7 +205,7 @@ def test_a_rank_killed_mid_step_through_ado_fails_stops_every_rank_and_is_measur
 ):
     ensure_dataset(inputs)
     out = tmp_path / "out"
-    ado = AdoCLI(home=tmp_path / "ado", extra_env={"RAY_ADDRESS": cluster.address, "RAY_AUTH_MODE": "token"})
+    ado = AdoCLI(home=tmp_path / "ado", extra_env={"RAY_ADDRESS": cluster.address, **cluster.auth_env})
     config_id = ado.create("actuatorconfiguration", write_yaml(tmp_path / "ac.yaml", {
         "actuatorIdentifier": "SFTTrainer",
         "parameters": actuator_parameters(inputs, output_dir=str(out), stall_timeout_seconds=600),

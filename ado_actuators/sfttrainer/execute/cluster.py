@@ -1,7 +1,8 @@
 """Where a measurement's node tasks run on a Ray cluster, and how they end together.
 
-One node: a task on a node that offers the resources (or this process when Ray is not up).
-Several: a STRICT_SPREAD placement group with one bundle per node and one task per bundle;
+Each node task runs in a bundle of one placement group (STRICT_SPREAD: one node per bundle),
+so the wait for resources is bounded by placement_timeout_seconds on one node too (this
+process runs the measurement itself when Ray is not up). Several nodes: one task per bundle;
 rank 0's address and port come from a small task in bundle 0, so this works on any Ray
 cluster (KubeRay or bare metal). When one node fails, the others are cancelled (each node
 task's clean-up stops its ranks) and the placement group is removed.
@@ -16,11 +17,19 @@ from typing import Any
 from ado_actuators.sfttrainer.execute import gpu_exclusive
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
 from ado_actuators.sfttrainer.execute.node import NodeRequest, NodeRun, Rendezvous, run_node
+from ado_actuators.sfttrainer.execute.reservations import (
+    OWN_GROUP_PREFIX,
+    cpus_to_ask,
+    describe_holders,
+    held_by_callers,
+)
 from ado_actuators.sfttrainer.execute.workspace import free_port
 from ado_actuators.sfttrainer.outcomes import Failed, Outcome
 from ado_actuators.sfttrainer.plan.launch import ResourceRequest, batch_devices, world_size
 
 RENDEZVOUS_PROBE_SECONDS = 120.0
+SPREAD_CPUS = 0.01
+"""CPUs of a multi-node bundle on nodes whose CPUs are all reserved by others."""
 CANCEL_GRACE_SECONDS = 60.0
 """How long cancelled node tasks get to stop their ranks before their workers are killed."""
 
@@ -62,28 +71,46 @@ def _fits(wanted: dict[str, float], offered: dict[str, float]) -> bool:
     return all(offered.get(k, 0) >= v for k, v in wanted.items() if v)
 
 
-def placement(request: ResourceRequest, nodes: list[dict[str, Any]]) -> dict[str, Any] | str:
-    """Ray resource options for a one-node measurement, or why no alive node can ever run it.
+def placement(
+    request: ResourceRequest,
+    nodes: list[dict[str, Any]],
+    held: dict[str, float] | None = None,
+    count: int = 1,
+) -> dict[str, float] | str:
+    """The bundle each of `count` node tasks asks Ray for, or why no alive node can ever run
+    a one-node measurement. Pure.
 
-    CPUs are capped at the largest fitting node's: the spec's 2-per-GPU is a share of a node,
-    not a reason to wait forever on a smaller one.
+    CPUs are capped at what the count-th freest fitting node has free of `held` (node id ->
+    CPUs our callers keep through our waits, execute/reservations.py): the spec's 2-per-GPU
+    is a share of a node, not a reason to wait forever on a smaller or reserved one.
     """
-    alive = [n["Resources"] for n in nodes if n.get("Alive")]
+    alive = [n for n in nodes if n.get("Alive")]
     wanted = {"GPU": request.gpus, **request.custom} if request.gpus else dict(request.custom)
-    fitting = [r for r in alive if _fits(wanted, r)]
-    if not fitting:
-        offered = "; ".join(_offered(r) for r in alive)
+    fitting = [n for n in alive if _fits(wanted, n["Resources"])]
+    if not fitting and count == 1:
+        offered = "; ".join(_offered(n["Resources"]) for n in alive)
         return (
             f"no Ray node offers {wanted} (nodes offer: {offered or 'nothing'}); add a worker "
             f"with these resources (see README, 'Ray cluster resources') or change "
             f"number_gpus/gpu_model"
         )
-    cpus = min(request.cpus, max(int(r.get("CPU", 0)) for r in fitting))
-    return {"num_cpus": cpus, "num_gpus": request.gpus, "resources": dict(request.custom)}
+    held = held or {}
+    free = [n["Resources"].get("CPU", 0.0) - held.get(n.get("NodeID", ""), 0.0) for n in fitting]
+    cpus = cpus_to_ask(request.cpus, free, count)
+    if count > 1 and not cpus and not wanted:
+        cpus = SPREAD_CPUS  # STRICT_SPREAD needs bundles, and a bundle must ask for something
+    return {k: v for k, v in {**request.bundle(), "CPU": cpus}.items() if v}
+
+
+def task_resources(bundle: dict[str, float]) -> dict[str, Any]:
+    """node_task_options' resource arguments for a task that uses all of `bundle`."""
+    custom = {k: v for k, v in bundle.items() if k not in ("CPU", "GPU")}
+    return {"num_cpus": bundle.get("CPU", 0.0), "num_gpus": bundle.get("GPU", 0.0), "resources": custom}
 
 
 def unplaceable_reason(
-    bundle: dict[str, float], count: int, nodes: list[dict[str, Any]], waited: float
+    bundle: dict[str, float], count: int, nodes: list[dict[str, Any]], waited: float,
+    holders: str = "",
 ) -> str:
     """Why `count` bundles, one per node, were not placed in `waited` seconds. Pure."""
     alive = [n["Resources"] for n in nodes if n.get("Alive")]
@@ -95,12 +122,17 @@ def unplaceable_reason(
     elif fitting < count:
         why = f"only {fitting} node(s) offer that much"
     else:
-        why = f"{fitting} nodes offer it, but their resources stayed in use"
+        why = f"{fitting} node(s) offer it, but their resources stayed in use"
+    what = (
+        f"{count} nodes of {_offered(bundle)} each (one per node, STRICT_SPREAD)"
+        if count > 1
+        else f"the measurement's task ({_offered(bundle)})"
+    )
+    held = f" Holding them: {holders}." if holders else ""
     return (
-        f"could not place {count} nodes of {_offered(bundle)} each (one per node, "
-        f"STRICT_SPREAD) within {waited:g} s: {why}. Alive nodes offer: {offered}. Add "
-        f"workers with these resources (see README, 'Ray cluster resources'), lower "
-        f"number_nodes, or raise placement_timeout_seconds"
+        f"could not place {what} within {waited:g} s: {why}.{held} Alive nodes offer: "
+        f"{offered}. Add workers with these resources (see README, 'Ray cluster resources'), "
+        f"lower number_nodes or the operation's batchSize, or raise placement_timeout_seconds"
     )
 
 
@@ -165,7 +197,10 @@ def measure_on_cluster(
     placement_timeout: float,
     runtime_env: dict[str, Any] | None = None,
 ) -> Outcome:
-    """Run the measurement's node task(s) and classify what they left. Never raises RayError."""
+    """Run the measurement's node task(s) and classify what they left. Never raises RayError.
+
+    Every wait is bounded: the node tasks must be placed within `placement_timeout`, and
+    they never ask for what the measurement's callers hold (execute/reservations.py)."""
     request = request.model_copy(update={"run_name": uuid.uuid4().hex[:8]})
     number_nodes = request.plan_inputs["values"].number_nodes
     ray = _running_ray()
@@ -173,58 +208,93 @@ def measure_on_cluster(
         if number_nodes > 1:
             return Failed(f"number_nodes {number_nodes} needs a Ray cluster; none is running")
         return _outcome(request, [run_node(request)])
-    if number_nodes == 1:
-        options = placement(resources, ray.nodes())
-        if isinstance(options, str):
-            return Failed(options)
-        task = ray.remote(run_node).options(**node_task_options(**options, runtime_env=runtime_env))
-        try:
-            return _outcome(request, [ray.get(task.remote(request))])
-        except ray.exceptions.RayError as error:
-            return Failed(f"the measurement task died: {error}")
-    runs = _run_nodes(request, resources, number_nodes, placement_timeout, runtime_env)
-    return runs if isinstance(runs, Failed) else _outcome(request, runs)
+    bundle = placement(resources, ray.nodes(), held_by_callers(), number_nodes)
+    if isinstance(bundle, str):
+        return Failed(bundle)
+    group = _Placement(bundle, number_nodes, f"{OWN_GROUP_PREFIX}{request.run_name}")
+    try:
+        if problem := group.wait(placement_timeout):
+            return Failed(problem)
+        if number_nodes == 1:
+            task = ray.remote(run_node).options(**node_task_options(
+                **task_resources(bundle), scheduling_strategy=group.strategy(0),
+                runtime_env=runtime_env))  # fmt: skip
+            try:
+                return _outcome(request, [ray.get(task.remote(request))])
+            except ray.exceptions.RayError as error:
+                return Failed(f"the measurement task died: {error}")
+        runs = _run_nodes(request, group, runtime_env)
+        return runs if isinstance(runs, Failed) else _outcome(request, runs)
+    finally:
+        group.remove()
+
+
+class _Placement:
+    """One placement group of `count` equal bundles (STRICT_SPREAD: one node each), or none
+    when the bundle asks for nothing (a task of 0 CPUs waits for nothing)."""
+
+    def __init__(self, bundle: dict[str, float], count: int, name: str) -> None:
+        from ray.util.placement_group import placement_group
+
+        self.bundle, self.count = bundle, count
+        self.group = (
+            placement_group([dict(bundle) for _ in range(count)], strategy="STRICT_SPREAD", name=name)
+            if bundle
+            else None
+        )
+
+    def wait(self, timeout: float) -> str | None:
+        """None once placed; else why not, naming what holds the nodes' resources.
+
+        ray.wait, not PlacementGroup.wait: only the former lends the calling task's CPUs
+        back while it waits (ado's executor task holds one)."""
+        import ray
+
+        if self.group is None:
+            return None
+        ready, _ = ray.wait([self.group.ready()], timeout=timeout)
+        if ready:
+            return None
+        nodes = ray.nodes()
+        return unplaceable_reason(self.bundle, self.count, nodes, timeout, describe_holders(nodes))
+
+    def strategy(self, index: int) -> Any:
+        """Bundle `index`; with no group, DEFAULT (a caller's group must not capture it)."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        if self.group is None:
+            return "DEFAULT"
+        return PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index)
+
+    def remove(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        if self.group is not None:
+            remove_placement_group(self.group)
 
 
 def _run_nodes(
-    request: NodeRequest,
-    resources: ResourceRequest,
-    count: int,
-    placement_timeout: float,
-    runtime_env: dict[str, Any] | None,
+    request: NodeRequest, group: _Placement, runtime_env: dict[str, Any] | None
 ) -> list[NodeRun] | Failed:
     import ray
-    from ray.util.placement_group import placement_group, remove_placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    bundle = resources.bundle()
-    group = placement_group([dict(bundle) for _ in range(count)], strategy="STRICT_SPREAD")
+    probe = ray.remote(rendezvous_here).options(
+        num_cpus=0, max_retries=0, scheduling_strategy=group.strategy(0)
+    )
     try:
-        if not group.wait(timeout_seconds=placement_timeout):
-            return Failed(unplaceable_reason(bundle, count, ray.nodes(), placement_timeout))
-
-        def in_bundle(index: int) -> PlacementGroupSchedulingStrategy:
-            return PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
-
-        probe = ray.remote(rendezvous_here).options(
-            num_cpus=0, max_retries=0, scheduling_strategy=in_bundle(0)
-        )
-        try:
-            rendezvous = ray.get(probe.remote(), timeout=RENDEZVOUS_PROBE_SECONDS)
-        except (ray.exceptions.RayError, TimeoutError) as error:
-            return Failed(f"could not find rank 0's address on the first node: {error}")
-        refs = {
-            ray.remote(run_node)
-            .options(**node_task_options(
-                num_cpus=resources.cpus, num_gpus=resources.gpus, resources=resources.custom,
-                scheduling_strategy=in_bundle(rank), runtime_env=runtime_env,
-            ))
-            .remote(request, rank, rendezvous): rank
-            for rank in range(count)
-        }  # fmt: skip
-        return _collect(refs)
-    finally:
-        remove_placement_group(group)
+        rendezvous = ray.get(probe.remote(), timeout=RENDEZVOUS_PROBE_SECONDS)
+    except (ray.exceptions.RayError, TimeoutError) as error:
+        return Failed(f"could not find rank 0's address on the first node: {error}")
+    refs = {
+        ray.remote(run_node)
+        .options(**node_task_options(
+            **task_resources(group.bundle), scheduling_strategy=group.strategy(rank),
+            runtime_env=runtime_env,
+        ))
+        .remote(request, rank, rendezvous): rank
+        for rank in range(group.count)
+    }  # fmt: skip
+    return _collect(refs)
 
 
 def _collect(refs: dict[Any, int]) -> list[NodeRun]:

@@ -1,0 +1,129 @@
+"""Issue 19, point 1: on nodes of 2 CPUs a measurement must not wait on what its callers
+hold — ado's executor task (1 CPU, on one node) and, under ado's ray_tune, a trial's
+placement group (1 CPU) — and a wait that cannot end says what holds the resources.
+
+A real cluster of two raylets with 2 CPUs each (`ray start --num-cpus 2`), driven through
+`ado create operation` as a user would; every node trains one CPU rank."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ado_operations import run_operation, trace
+from ray_cluster import RayCluster, live_placement_groups, start_cluster
+from test_multinode import (
+    actuator_parameters,
+    ensure_dataset,
+    operation_document,
+    space_document,
+    write_yaml,
+)
+
+from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def cluster(isolated_env) -> RayCluster:
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+           "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
+    started = start_cluster([{"full-worker": 1.0}, {"full-worker": 1.0}], env=env, cpus=2)
+    yield started
+    started.stop()
+    assert not started.processes(), "a Ray process outlived the cluster"
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, tiny_model_dir) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("small-nodes")
+    inputs = {"root": root, "model": tiny_model_dir, "data": root / "data", "hf": root / "hf",
+              "out": root / "out"}  # fmt: skip
+    ensure_dataset(inputs)
+    return inputs
+
+
+def on_cluster(cluster: RayCluster, code: str) -> str:
+    """Run `code` in a driver of its own attached to the cluster (a test process must not join)."""
+    prelude = "import ray; ray.init(logging_level='ERROR', namespace='small-nodes')\n"
+    result = subprocess.run([sys.executable, "-c", prelude + code], env=cluster.client_env,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+def measure(cluster, inputs, tmp_path, entity_space: dict, **params) -> tuple[list[dict], str, list]:
+    """(stored rows, console output, trace) of one operation over `entity_space`."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    ado = AdoCLI(home=tmp_path / "ado", extra_env={
+        "RAY_ADDRESS": cluster.address, **cluster.auth_env, "PYTHONPATH": str(REPO)})  # fmt: skip
+    config_id = ado.create("actuatorconfiguration", write_yaml(tmp_path / "ac.yaml", {
+        "actuatorIdentifier": "SFTTrainer", "parameters": actuator_parameters(inputs, **params)}))  # fmt: skip
+    space_id = ado.create("space", write_yaml(tmp_path / "space.yaml", space_document(entity_space)),
+                          "--new-sample-store")  # fmt: skip
+    operation = write_yaml(tmp_path / "op.yaml", operation_document(space_id, config_id))
+    identifier, output = run_operation(ado, operation)
+    return ado.measurements(space_id), output, trace(ado, identifier)
+
+
+def test_two_cpu_nodes_measure_one_and_two_node_entities(cluster, inputs, tmp_path):
+    """ado's executor task holds 1 CPU of a node while the measurement asks for 2 per node."""
+    rows, output, _ = measure(cluster, inputs, tmp_path, {"number_nodes": [1, 2]})
+    valid = sorted((r["number_nodes"], float(r["is_valid"])) for r in rows)
+    assert valid == [("1", 1.0), ("2", 1.0)], output[-4000:]
+    assert all(float(r["dataset_tokens_per_second"]) > 0 for r in rows)
+    assert not live_placement_groups(cluster)
+
+
+TRIALS = """
+from ray.util.placement_group import placement_group
+# what ado's ray_tune holds while a trial waits for its measurement: 1 CPU in a group, here
+# on each node, kept after this driver exits
+group = placement_group([{"CPU": 1.0}, {"CPU": 1.0}], strategy="STRICT_SPREAD",
+                        name="trial-reservations", lifetime="detached")
+assert group.wait(60)
+"""
+
+HOG = """
+import ray
+@ray.remote(num_cpus=1)
+class Hog:
+    def node(self):
+        return ray.get_runtime_context().get_node_id()
+hog = Hog.options(name="hog", lifetime="detached").remote()
+print("HOG", ray.get(hog.node.remote()))
+"""
+
+
+def test_reserved_cpus_are_left_alone_and_a_wait_that_cannot_end_names_the_holders(
+    cluster, inputs, tmp_path
+):
+    on_cluster(cluster, TRIALS)
+    try:
+        # 1 CPU of each node reserved for good: each node task asks for the CPU left
+        rows, output, _ = measure(cluster, inputs, tmp_path / "reserved", {"number_nodes": [1, 2]})
+        valid = sorted((r["number_nodes"], float(r["is_valid"])) for r in rows)
+        assert valid == [("1", 1.0), ("2", 1.0)], output[-4000:]
+        # now a busy actor takes a node's last CPU: the 2-node measurement cannot be placed,
+        # and after placement_timeout_seconds it fails saying who holds what
+        on_cluster(cluster, HOG)
+        rows, output, requests = measure(cluster, inputs, tmp_path / "busy", {"number_nodes": [2]},
+                                         placement_timeout_seconds=15)  # fmt: skip
+        assert not rows and [r["Status"] for r in requests] == ["Failed"], output[-4000:]
+        (line,) = [x for x in output.splitlines() if "Failed: could not place" in x]
+        assert "stayed in use" in line and "Holding them: node " in line, line
+        assert "placement group trial-reservations reserves CPU=1" in line, line
+        assert "actor hog asked for CPU=1" in line, line
+    finally:
+        on_cluster(cluster, "from ray.util.placement_group import get_placement_group, "
+                   "remove_placement_group\nremove_placement_group(get_placement_group("
+                   "'trial-reservations'))\n"
+                   "try:\n    ray.kill(ray.get_actor('hog'))\nexcept ValueError:\n    pass\n")  # fmt: skip
+    assert not live_placement_groups(cluster)
