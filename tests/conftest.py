@@ -1,7 +1,10 @@
 """Shared fixtures: an isolated environment for every test session, and a tiny model built once.
 
 Nothing here reaches a model hub or the user's home: HF_HOME, XDG_CONFIG_HOME, TMPDIR and
-RAY_TMPDIR point under pytest's temporary directory, and the hub is offline.
+RAY_TMPDIR point under pytest's temporary directory, and the hub is offline. The session's
+environment changes go through one session-scoped MonkeyPatch, undone at its end. Every
+process a session starts is marked as its own, and what a killed session left is cleared
+when the next one starts (tests/run_marks.py).
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ import subprocess
 import sys
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 import pytest
+import run_marks
 
 from ado_actuators.sfttrainer.contract import FAULT_ENV, JOB_FLAG, RankReport, TrainerJob
 
@@ -27,7 +32,18 @@ _LEAKY = (FAULT_ENV, "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_
 
 
 @pytest.fixture(scope="session", autouse=True)
-def isolated_env(tmp_path_factory):
+def marked_run():
+    """This session's run directory (tests/run_marks.py), once what killed sessions left is
+    cleared: before any test starts anything."""
+    run = run_marks.Run.start()
+    if cleared := run_marks.clear_leftovers(keep=run.directory):
+        warnings.warn("cleared what killed test sessions left:\n" + "\n".join(cleared), stacklevel=1)
+    yield run
+    run.finish()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_env(tmp_path_factory, marked_run):
     root = tmp_path_factory.mktemp("env")
     values = {
         "HF_HOME": root / "hf-home",
@@ -37,7 +53,9 @@ def isolated_env(tmp_path_factory):
     }
     # Ray's socket paths must stay under 107 bytes: a pytest tmp path is too deep.
     values["RAY_TMPDIR"] = Path(tempfile.mkdtemp(prefix="sft-ray-", dir="/tmp"))
+    marked_run.record_path(values["RAY_TMPDIR"])
     mp = pytest.MonkeyPatch()
+    mp.setenv(run_marks.MARK_ENV, str(marked_run.directory))  # inherited by all it starts
     for name, path in values.items():
         path.mkdir(parents=True, exist_ok=True)
         mp.setenv(name, str(path))

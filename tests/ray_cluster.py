@@ -1,7 +1,9 @@
 """A real multi-node Ray cluster on this machine: a head (`ray start --head`, job server
 included) plus worker nodes (`ray start --address ...`), each a raylet with its own custom
 resources. Started with `--block` in their own sessions and stopped by pid, never `ray stop`
-(which would stop every cluster on the machine)."""
+(which would stop every cluster on the machine). Each cluster's directory and starters are
+recorded in the session's run (tests/run_marks.py): a killed session's clusters are stopped
+by the next one."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import time
 from pathlib import Path
 
 import psutil
+import run_marks
 
 from ado_actuators.sfttrainer.execute.workspace import free_port
 
@@ -67,6 +70,8 @@ class RayCluster:
                 argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             ))  # fmt: skip
+        if run := run_marks.current():
+            run.record_process(self.starters[-1].pid)
 
     def start(self, nodes: list[dict[str, float]], cpus: int = 4, timeout: float = 120) -> None:
         head, *workers = nodes
@@ -147,6 +152,8 @@ def start_cluster(
 ) -> RayCluster:
     """`nodes`: the custom resources of each node, head first; each node offers `cpus` CPUs."""
     root = Path(tempfile.mkdtemp(prefix="sftc-", dir="/tmp"))
+    if run := run_marks.current():
+        run.record_path(root)
     # RAY_memory_monitor_refresh_ms=0: on a machine shared with other test runs, Ray's OOM
     # killer would pick this cluster's workers for memory others use.
     # Token authentication with a token of its own (`ray start` never creates one: without

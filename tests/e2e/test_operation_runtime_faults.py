@@ -8,6 +8,10 @@ four tiny trainings sharing one aim_db repository and one hf_home:
 - batch_size 4: its trainer hangs: the stall timeout stops it, Failed saying so.
 Every request is answered exactly once, nothing Failed is stored, nothing is left running,
 and the re-run measures exactly the two failed entities again.
+
+The watchdog sees silence only where the test means it to: the test keeps every measurement's
+report directory fresh (tests/keep_active.py) but the hung one's once its trainer hangs. So
+a slow start-up, or a slow search for the worker to kill, is never taken for a stall.
 """
 
 from __future__ import annotations
@@ -29,11 +33,13 @@ from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI
 from ado_actuators.sfttrainer.testing.tiny_model import build_tiny_model
 import yaml
 from ado_operations import leftover_processes, run_operation, trace
+from keep_active import KeepActive
 from test_operation_faults import DATASET, INJECT, REPO, write_yaml  # pytest puts tests/e2e on sys.path
 
 pytestmark = pytest.mark.slow
 EXPERIMENT = "finetune_full_benchmark-v1.0.0"
-STALL_SECONDS = 30
+STALL_SECONDS = 10  # the hung trainer's silence, after it hangs (nothing else is ever silent)
+HANGING = "sfttrainer: hanging"  # what a trainer prints when FAULT_ENV hangs it
 # the sequential sampler takes batch sizes in order: the two clean ones form the first batch
 CLEAN, KILLED, HUNG = ("batch_size.1", "batch_size.2"), "batch_size.3", "batch_size.4"
 
@@ -102,7 +108,7 @@ class WorkerKiller(threading.Thread):
 
     def _hanging_workdir(self) -> Path | None:
         for log in self.out.glob(f"*/*{self.needle}*/train.log"):
-            if "sfttrainer: hanging" in log.read_text(errors="replace"):
+            if HANGING in log.read_text(errors="replace"):
                 return log.parent
         return None
 
@@ -124,15 +130,33 @@ class WorkerKiller(threading.Thread):
             return
 
 
-def alive(pids: list[int]) -> list[int]:
-    found = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                found.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return found
+def watched_silence(out: Path) -> list[Path]:
+    """The report directories (the watchdog's activity paths) to keep fresh now: every
+    measurement's but the hung entity's once its trainer hangs."""
+    kept = []
+    for workdir in out.glob("*/*/"):
+        log = workdir / "train.log"
+        if HUNG in workdir.name and log.exists() and HANGING in log.read_text(errors="replace"):
+            continue
+        kept.append(workdir / "reports")
+    return kept
+
+
+def alive(pids: list[int], timeout: float = 30) -> list[int]:
+    """Those of `pids` still running after `timeout` s: their SIGKILL (the parent-death signal)
+    was sent when the worker died; the wait only lets the kernel finish it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    found.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.2)
 
 
 def aim_runs(repo: Path) -> list[tuple[str, str | None, int]]:
@@ -168,7 +192,8 @@ def test_killed_worker_hung_rank_and_two_at_once(setup):
     killer.start()
     started = time.monotonic()
     faults = f"{KILLED}=hang@1;{HUNG}=hang@1"
-    first_id, output = run_operation(ado, operation, SFTTRAINER_TEST_FAULTS=faults)
+    with KeepActive(lambda: watched_silence(root / "out")):
+        first_id, output = run_operation(ado, operation, SFTTRAINER_TEST_FAULTS=faults)
     print(f"first operation: {time.monotonic() - started:.1f} s")
     killer.done.set()
     assert killer.worker is not None, "the killed entity's trainer never hung"
@@ -185,6 +210,8 @@ def test_killed_worker_hung_rank_and_two_at_once(setup):
     by_entity = {key: next(line for line in lines if key in line) for key in (KILLED, HUNG)}
     assert "the measurement task died" in by_entity[KILLED], by_entity[KILLED]
     assert f"(stall timeout {STALL_SECONDS} s)" in by_entity[HUNG], by_entity[HUNG]
+    (hung_dir,) = (root / "out").glob(f"*/*{HUNG}-*")
+    assert HANGING in (hung_dir / "train.log").read_text(errors="replace")  # stopped as it hung
 
     rows = ado.measurements(space_id)
     assert sorted(f"batch_size.{r['batch_size']}" for r in rows) == sorted(CLEAN), rows
@@ -205,7 +232,8 @@ def test_killed_worker_hung_rank_and_two_at_once(setup):
 
     # the re-run, without faults: the two failed entities are measured again, nothing twice
     started = time.monotonic()
-    second_id, _ = run_operation(ado, operation)
+    with KeepActive(lambda: watched_silence(root / "out")):
+        second_id, _ = run_operation(ado, operation)
     print(f"re-run: {time.monotonic() - started:.1f} s")
     again = trace(ado, second_id)
     kinds = Counter((r["Request type"], batch_size_of(r["Entity IDs"])) for r in again)

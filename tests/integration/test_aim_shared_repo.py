@@ -19,10 +19,12 @@ WRITERS = 6
 _WRITER = """
 import sys, time
 from pathlib import Path
+import aim  # before the gate: the race under test is opening the repository, not importing
 from ado_actuators.sfttrainer.contract import TrainerJob
 from ado_actuators.sfttrainer.trainer import aim_run
-repo, start, label = sys.argv[1], float(sys.argv[2]), sys.argv[3]
-while time.time() < start:  # every writer opens the repository at the same moment
+repo, gate, label = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+(gate / f"ready-{label}").touch()  # aim imported
+while not (gate / "go").exists():  # every writer opens the repository at the same moment
     time.sleep(0.001)
 job = TrainerJob.model_construct(aim_repo=repo, aim_experiment="shared", run_labels={"entity": label})
 recorder = aim_run.AimRecorder(job, rank=0)
@@ -39,13 +41,27 @@ def test_writers_starting_at_once_all_record_their_run(tmp_path, fresh):
     repo = tmp_path / "aim"
     if not fresh:
         aim.Repo.from_path(str(repo), init=True)
-    start = time.time() + 8  # after every writer has imported aim
+    gate = tmp_path / "gate"
+    gate.mkdir()
     writers = [
-        subprocess.Popen([sys.executable, "-c", _WRITER, str(repo), str(start), f"run-{i}"],
+        subprocess.Popen([sys.executable, "-c", _WRITER, str(repo), str(gate), f"run-{i}"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for i in range(WRITERS)
     ]  # fmt: skip
-    outputs = [w.communicate(timeout=300)[0] for w in writers]
+    try:
+        # the gate opens once every writer has imported aim, however long that takes here
+        deadline = time.monotonic() + 300  # a guard against a hang, not a speed claim
+        while len(list(gate.glob("ready-*"))) < WRITERS:
+            assert all(w.poll() is None for w in writers) and time.monotonic() < deadline, [
+                w.communicate()[0] for w in writers if w.poll() is not None]
+            time.sleep(0.05)
+        (gate / "go").touch()
+        outputs = [w.communicate(timeout=300)[0] for w in writers]
+    finally:
+        for w in writers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
     assert [w.returncode for w in writers] == [0] * WRITERS, "\n".join(outputs)
     writer = aim.Repo.from_path(str(repo))
     hashes = writer.list_all_runs()

@@ -7,6 +7,7 @@ One cluster serves the whole module; every node trains one CPU rank (number_gpus
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -177,6 +178,7 @@ class RankKiller(threading.Thread):
         self.out = out
         self.everyone: dict[int, str] = {}
         self.killed_at: float | None = None
+        self.stopped: psutil.Process | None = None
         self.done = threading.Event()
 
     def _ranks(self) -> dict[int, int]:
@@ -194,14 +196,30 @@ class RankKiller(threading.Thread):
                 time.sleep(0.5)
                 continue
             self.everyone = _run_processes(str(self.out))
-            os.kill(ranks[0], signal.SIGSTOP)
+            self.stopped = psutil.Process(ranks[0])
+            self.stopped.send_signal(signal.SIGSTOP)
             os.kill(ranks[1], signal.SIGKILL)
             self.killed_at = time.monotonic()
             return
 
+    def release(self) -> None:
+        """Ends the stopped rank if the measurement did not (a test failing before it checks
+        must not leave a stopped process behind); psutil makes sure it is still that process."""
+        self.done.set()
+        if self.stopped is not None:
+            with contextlib.suppress(psutil.Error):
+                self.stopped.kill()  # SIGKILL ends a stopped process too
+
+
+@pytest.fixture
+def rank_killer(tmp_path):
+    killer = RankKiller(tmp_path / "out")
+    yield killer
+    killer.release()
+
 
 def test_a_rank_killed_mid_step_through_ado_fails_stops_every_rank_and_is_measured_again(
-    cluster, inputs, tmp_path
+    cluster, inputs, tmp_path, rank_killer
 ):
     ensure_dataset(inputs)
     out = tmp_path / "out"
@@ -214,7 +232,7 @@ def test_a_rank_killed_mid_step_through_ado_fails_stops_every_rank_and_is_measur
     space_id = ado.create("space", write_yaml(tmp_path / "space.yaml", space_document(
         {"number_nodes": [2], "max_steps": [KILLED_MAX_STEPS], "stop_after_seconds": [15]})), "--new-sample-store")  # fmt: skip
     operation = write_yaml(tmp_path / "op.yaml", operation_document(space_id, config_id))
-    killer = RankKiller(out)
+    killer = rank_killer
     killer.start()
     first_id, output = run_operation(ado, operation)
     ended = time.monotonic()

@@ -1,4 +1,9 @@
-"""The watchdog over real process groups: nothing outlives a measurement."""
+"""The watchdog over real process groups: nothing outlives a measurement.
+
+The watchdog acts on wall-clock silence, so these tests decide when silence begins: until then
+the test keeps an activity directory fresh itself (tests/keep_active.py), and how fast the
+machine starts a process does not matter.
+"""
 
 import os
 import sys
@@ -6,8 +11,12 @@ import textwrap
 import time
 
 import psutil
+from keep_active import KeepActive  # pytest puts tests/ on sys.path
 
 from ado_actuators.sfttrainer.execute.process import run_process
+
+STALL = 2  # seconds: the tests wait it out once or thrice
+NEVER = 3600  # a stall timeout the processes that end by themselves never come near
 
 CHILD_SLEEPS = textwrap.dedent(
     """
@@ -20,32 +29,49 @@ CHILD_SLEEPS = textwrap.dedent(
 )
 
 
+def gone_or_zombie(pid: int, timeout: float = 30) -> bool:
+    """Whether `pid` has ended, waiting for the kernel to finish a SIGKILL already sent."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def test_a_silent_process_group_is_stopped_and_reported(tmp_path):
-    pid_file = tmp_path / "child.pid"
-    result = run_process(
-        [sys.executable, "-c", CHILD_SLEEPS, str(pid_file)],
-        env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "log", stall_timeout=2,
-    )
-    assert result.stopped_by_watchdog and "stall timeout 2 s" in result.stopped_by_watchdog
-    child = int(pid_file.read_text())
-    time.sleep(0.5)
-    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+    pid_file, log = tmp_path / "child.pid", tmp_path / "log"
+    beat = tmp_path / "beat"
+    beat.mkdir()
+    # silent from the moment the grandchild is recorded and the script said so
+    with KeepActive(lambda: [] if log.exists() and "started" in log.read_text() else [beat]):
+        result = run_process(
+            [sys.executable, "-c", CHILD_SLEEPS, str(pid_file)], env=dict(os.environ),
+            cwd=tmp_path, log_path=log, stall_timeout=STALL, activity_paths=(beat,),
+        )  # fmt: skip
+    assert result.stopped_by_watchdog and f"stall timeout {STALL} s" in result.stopped_by_watchdog
+    assert result.seconds >= STALL  # never before the configured silence
+    # the grandchild, in the launched process's group, did not outlive it
+    assert gone_or_zombie(int(pid_file.read_text()))
     assert "started" in result.log_tail()
 
 
 def test_exit_status_signal_and_log_tail(tmp_path):
     ok = run_process([sys.executable, "-c", "print('hello')"], env=dict(os.environ),
-                     cwd=tmp_path, log_path=tmp_path / "a.log", stall_timeout=30)
+                     cwd=tmp_path, log_path=tmp_path / "a.log", stall_timeout=NEVER)
     assert ok.returncode == 0 and ok.stopped_by_watchdog is None and ok.log_tail() == "hello"
     killed = run_process([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
-                         env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "b.log", stall_timeout=30)
+                         env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "b.log", stall_timeout=NEVER)
     assert killed.signal_name == "SIGKILL"
 
 
 def test_arguments_are_never_interpreted_by_a_shell(tmp_path):
     marker = tmp_path / "pwned"
     result = run_process([sys.executable, "-c", "import sys; print(sys.argv[1])", f"; touch {marker}"],
-                         env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "c.log", stall_timeout=30)
+                         env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "c.log", stall_timeout=NEVER)
     assert result.returncode == 0 and not marker.exists()
     assert result.log_tail() == f"; touch {marker}"
 
@@ -53,7 +79,11 @@ def test_arguments_are_never_interpreted_by_a_shell(tmp_path):
 def test_progress_files_keep_a_quiet_process_alive(tmp_path):
     beat = tmp_path / "beat"
     beat.mkdir()
-    script = f"import time, pathlib\nfor i in range(6):\n    pathlib.Path({str(beat)!r}, str(i)).touch(); time.sleep(0.5)"
-    result = run_process([sys.executable, "-c", script], env=dict(os.environ), cwd=tmp_path,
-                         log_path=tmp_path / "d.log", stall_timeout=2, activity_paths=(beat,))
+    # silent for three stall timeouts, while its progress (here the test's) goes on
+    script = f"import time; time.sleep({3 * STALL})"
+    with KeepActive(lambda: [beat]):
+        result = run_process([sys.executable, "-c", script], env=dict(os.environ), cwd=tmp_path,
+                             log_path=tmp_path / "d.log", stall_timeout=STALL,
+                             activity_paths=(beat,))  # fmt: skip
     assert result.returncode == 0 and result.stopped_by_watchdog is None
+    assert result.seconds >= 3 * STALL

@@ -55,15 +55,28 @@ def test_both_ranks_stopped_together_by_the_method(measured):
     assert reports[0].warmup_steps == reports[1].warmup_steps > 0
 
 
+def agreed_step(reports, first: int, crossed) -> int | None:
+    """The step (index) at which ranks that OR their proposals act: the first from `first` on
+    where `crossed(report, index)` holds on any rank. Each rank judges by its own clock, so
+    the rank that did not propose may see the limit not quite reached."""
+    count = len(reports[0].steps)
+    return next((i for i in range(first, count) if any(crossed(r, i) for r in reports)), None)
+
+
 def test_the_window_starts_after_the_warm_up_on_both_ranks(measured):
     _, reports = measured
-    for r in reports:
-        first, warm = r.steps[0], r.warmup_steps
-        assert r.steps[warm - 1].end - first.start >= WARMUP  # the last warm-up step ended past 60 s
-        assert warm == 1 or r.steps[warm - 2].end - first.start < WARMUP  # ... and was the first to
-        window = r.steps[warm:]
-        assert len(window) >= STABLE_STEPS
-        assert window[-1].end - r.steps[warm - 1].end >= STABLE
+    warm = reports[0].warmup_steps
+
+    def warmed_up(r, i):  # the step ends WARMUP or more after the rank's first step start
+        return r.steps[i].end - r.steps[0].start >= WARMUP
+
+    def measured_enough(r, i):  # STABLE seconds past the warm-up's end, STABLE_STEPS steps
+        return r.steps[i].end - r.steps[warm - 1].end >= STABLE and i + 1 - warm >= STABLE_STEPS
+
+    # how many steps fit in a phase depends on the machine; where each phase ends does not
+    assert agreed_step(reports, 0, warmed_up) == warm - 1
+    assert agreed_step(reports, warm, measured_enough) == len(reports[0].steps) - 1
+    assert len(reports[0].steps) - warm >= STABLE_STEPS
 
 
 def test_step_count_and_tokens_in_the_report_are_the_window(measured):

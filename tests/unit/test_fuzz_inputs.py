@@ -24,7 +24,8 @@ from ado_actuators.sfttrainer.catalog.entity import FIELDS, Domain
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured
 from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
-from ado_actuators.sfttrainer.plan.launch import PlanError, PlanInputs, plan_launch
+from ado_actuators.sfttrainer.execute.node import Rendezvous, plan_node
+from ado_actuators.sfttrainer.plan.launch import PlanError
 
 FUZZ = settings(
     # 100 keeps the fast suite fast; raise it to hunt: SFTTRAINER_FUZZ_EXAMPLES=2000
@@ -77,15 +78,12 @@ EXPERIMENTS = st.sampled_from(sorted(catalog_data().experiments))
 
 
 def _plan(request) -> object:
-    """What the node does with the request, up to the launch (as execute/node.py's
-    run_node builds it, for the first node: keep the two in step)."""
-    inputs = request.plan_inputs
-    workdir = request.output_root / f"{request.label}-0123abcd"
-    return plan_launch(PlanInputs(
-        **{**inputs, "aim_repo": inputs.get("aim_repo") or str(workdir / "aim")},
-        workdir=workdir, weights_offline=True, python=sys.executable, main_process_port=29500,
-        main_process_ip="10.0.0.1",
-    ))  # fmt: skip
+    """What the node does with the request, up to the launch: its own planning function, for
+    the node a measurement of that many nodes has first (a rendezvous only when there are
+    several, as execute/cluster.py passes them)."""
+    several = request.plan_inputs["values"].number_nodes > 1
+    rendezvous = Rendezvous(ip="10.0.0.1", port=29500) if several else None
+    return plan_node(request, 0, rendezvous, python=sys.executable, weights_offline=True)
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -108,16 +106,23 @@ PARAMS = SFTTrainerParameters(
     data_directory=str(DATA_DIR), output_dir=str(OUTPUT_DIR), hf_home=str(ROOT / "hf"),
     model_map={"tiny": {"Vanilla": str(ROOT / "models" / "tiny")}},
 )  # fmt: skip
+# with an AIM repository, and without one (the trainer then opens none)
+PARAMS_EITHER = st.sampled_from([PARAMS, PARAMS.model_copy(update={"aim_db": str(ROOT / "aim")})])
 
 
 @FUZZ
-@given(values=ENTITY, experiment=EXPERIMENTS)
-@example(values={**VALID, "dataset_id": "../../etc/passwd"}, experiment="finetune_full_benchmark-v1.0.0")
+@given(values=ENTITY, experiment=EXPERIMENTS, params=PARAMS_EITHER)
+@example(values={**VALID, "dataset_id": "../../etc/passwd"}, experiment="finetune_full_benchmark-v1.0.0",
+         params=PARAMS)
 @example(values={**VALID, "model_name": "../x", "gpu_model": "../x", "number_gpus": 1},
-         experiment="finetune_lora_benchmark-v1.0.0")
-@example(values={**VALID, "dataset_text_field": "a\x00b"}, experiment="finetune_full_benchmark-v1.0.0")
-@example(values={**VALID, "number_gpus": -2}, experiment="finetune_full_benchmark-v1.0.0")
-def test_any_entity_ends_in_a_named_error_invalid_or_a_safe_plan(values, experiment):
+         experiment="finetune_lora_benchmark-v1.0.0", params=PARAMS)
+@example(values={**VALID, "dataset_text_field": "a\x00b"}, experiment="finetune_full_benchmark-v1.0.0",
+         params=PARAMS)
+@example(values={**VALID, "number_gpus": -2}, experiment="finetune_full_benchmark-v1.0.0", params=PARAMS)
+@example(values={**VALID, "number_gpus": 4, "number_nodes": 2, "distributed_backend": "DDP",
+                 "gpu_model": "NVIDIA-A100-SXM4-80GB"},
+         experiment="finetune_full_benchmark-v1.0.0", params=PARAMS)  # a plan with a rendezvous
+def test_any_entity_ends_in_a_named_error_invalid_or_a_safe_plan(values, experiment, params):
     planned = []
 
     def plan_instead_of_launching(request, resources, **_options):
@@ -132,7 +137,7 @@ def test_any_entity_ends_in_a_named_error_invalid_or_a_safe_plan(values, experim
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(measurement, "measure_on_cluster", plan_instead_of_launching)
-        outcome = measurement.measure(values, experiment, PARAMS, label=str(values["model_name"]))
+        outcome = measurement.measure(values, experiment, params, label=str(values["model_name"]))
     event(type(outcome).__name__)
     if isinstance(outcome, Failed):
         reason = outcome.reason

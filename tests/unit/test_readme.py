@@ -30,3 +30,22 @@ def test_every_experiment_is_documented():
 
 def test_the_two_commands_are_there():
     assert "make demo" in README and "make test" in README
+
+
+def test_every_test_the_promise_map_names_exists():
+    """tests/README.md maps promises to tests: a renamed or deleted test must not leave the
+    map pointing at nothing."""
+    import re
+
+    tests = Path(__file__).resolve().parents[1]
+    text = (tests / "README.md").read_text()
+    names = 0
+    for line in text.splitlines():
+        current = None
+        for file, name in re.findall(r"`(?:([\w/]+\.py))?::(\w+)`", line):
+            current = file or current
+            assert current, f"no file before ::{name} in: {line}"
+            source = (tests / current).read_text()
+            assert re.search(rf"^def {name}\b", source, re.MULTILINE), f"{current}::{name}"
+            names += 1
+    assert names > 100  # the map was read

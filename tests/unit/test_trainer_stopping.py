@@ -154,9 +154,15 @@ def test_agree_is_an_or_over_real_gloo_ranks(tmp_path):
         for r in (0, 1)
     ]
     results = []
-    for p in procs:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err[-3000:]
-        results.append(json.loads(out.strip().splitlines()[-1]))
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err[-3000:]
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:  # a rank left waiting for its failed peer must not outlive the test
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     expected = [[False, False], [False, True], [True, False]]
     assert results == [expected, expected]

@@ -17,7 +17,7 @@ from ado_actuators.sfttrainer.execute import environment, gpu_exclusive, workspa
 from ado_actuators.sfttrainer.execute.devices import visible_devices
 from ado_actuators.sfttrainer.execute.process import run_process
 from ado_actuators.sfttrainer.outcomes import Failed
-from ado_actuators.sfttrainer.plan.launch import PlanError, PlanInputs, plan_launch
+from ado_actuators.sfttrainer.plan.launch import LaunchPlan, PlanError, PlanInputs, plan_launch
 
 
 HUB_PROBE_SECONDS = 15
@@ -147,6 +147,32 @@ def weights_problem(location: str, hf_home: str, hint: str) -> tuple[str | None,
     return None, False
 
 
+def plan_node(
+    request: NodeRequest,
+    machine_rank: int,
+    rendezvous: Rendezvous | None,
+    *,
+    python: str,
+    weights_offline: bool,
+) -> LaunchPlan:
+    """This node's launch plan, once its inputs were checked: it touches no file and launches
+    nothing (without a rendezvous it only picks a free port), so tests drive it with any request
+    (tests/unit/test_fuzz_inputs.py). Raises PlanError for a request that cannot be launched."""
+    values = request.plan_inputs["values"]
+    # No aim_db, no AIM: a temporary repository would cost ~2 s per measurement (import,
+    # repository creation) to be deleted unread; the rank reports carry every sample.
+    return plan_launch(PlanInputs(
+        **request.plan_inputs,
+        workdir=request.workdir(machine_rank, values.number_nodes),
+        weights_offline=weights_offline,
+        python=python,
+        machine_rank=machine_rank,
+        visible_devices=visible_devices(),
+        main_process_ip=rendezvous.ip if rendezvous else None,
+        main_process_port=rendezvous.port if rendezvous else workspace.free_port(),
+    ))  # fmt: skip
+
+
 def run_node(
     request: NodeRequest, machine_rank: int = 0, rendezvous: Rendezvous | None = None
 ) -> NodeRun:
@@ -179,23 +205,12 @@ def run_node(
     chosen = environment.choose(values, inputs["definition"], request.environment, on_gpus=on_gpus)
     if isinstance(chosen, Failed):
         return here.model_copy(update={"problem": chosen.reason})
-    workdir = request.workdir(machine_rank, values.number_nodes)
-    # No aim_db, no AIM: a temporary repository would cost ~2 s per measurement (import,
-    # repository creation) to be deleted unread; the rank reports carry every sample.
-    plan_inputs = PlanInputs(
-        **inputs,
-        workdir=workdir,
-        weights_offline=offline,
-        python=chosen.python,
-        machine_rank=machine_rank,
-        visible_devices=visible_devices(),
-        main_process_ip=rendezvous.ip if rendezvous else None,
-        main_process_port=rendezvous.port if rendezvous else workspace.free_port(),
-    )
     try:
-        plan = plan_launch(plan_inputs)
+        plan = plan_node(request, machine_rank, rendezvous, python=chosen.python,
+                         weights_offline=offline)  # fmt: skip
     except PlanError as error:
         return here.model_copy(update={"problem": str(error)})
+    workdir = plan.workdir
     try:
         workspace.prepare(plan)
     except workspace.MalformedDataset as error:
