@@ -159,3 +159,34 @@ def test_cpu_ranks_ask_accelerate_for_gloo_ddp():
     assert "ACCELERATE_USE_CPU" in adapt.use_cpu_for_multi_process(2, env)
     assert env == {"ACCELERATE_USE_CPU": "true"}
     assert adapt.use_cpu_for_multi_process(2, env) is None  # already set: no note
+
+
+def _pause_when_started(started) -> None:
+    import signal
+
+    started.set()
+    signal.pause()
+
+
+def test_a_process_forked_from_a_rank_dies_of_sigterm_as_usual():
+    """datasets' map(num_proc=N) pool workers are forked from the rank: with the rank's
+    SIGTERM handler they outlived the pool's terminate() and the rank hung in join()."""
+    import multiprocessing
+    import signal
+
+    from ado_actuators.sfttrainer.trainer.__main__ import sigterm_raises
+
+    context = multiprocessing.get_context("fork")
+    started = context.Event()
+    with sigterm_raises():
+        child = context.Process(target=_pause_when_started, args=(started,), daemon=True)
+        child.start()
+        try:
+            assert started.wait(timeout=120)  # the child runs its own code: past the fork
+            child.terminate()
+            child.join(timeout=120)
+        finally:
+            if child.is_alive():
+                child.kill()
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # the rank keeps its own
+    assert child.exitcode == -signal.SIGTERM

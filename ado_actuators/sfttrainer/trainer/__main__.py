@@ -61,12 +61,24 @@ def split_argv(argv: list[str]) -> tuple[Path, list[str]]:
     return Path(job), rest
 
 
+def _raise_terminated(signum, frame):
+    raise Terminated(f"terminated by signal {signal.Signals(signum).name}")
+
+
+def _default_sigterm_in_child() -> None:
+    """A process forked from a rank (datasets' `map(num_proc=N)` pool in fms-hf-tuning 2.x)
+    must die of SIGTERM as usual: with the rank's handler inherited, a pool worker blocked on
+    its task queue ignores the pool's terminate() and the rank waits in join() for ever."""
+    if signal.getsignal(signal.SIGTERM) is _raise_terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+os.register_at_fork(after_in_child=_default_sigterm_in_child)
+
+
 @contextlib.contextmanager
 def sigterm_raises():
-    def handler(signum, frame):
-        raise Terminated(f"terminated by signal {signal.Signals(signum).name}")
-
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         yield
     finally:
