@@ -73,7 +73,7 @@ class RayCluster:
         if run := run_marks.current():
             run.record_process(self.starters[-1].pid)
 
-    def start(self, nodes: list[dict[str, float]], cpus: int = 4, timeout: float = 120) -> None:
+    def start(self, nodes: list[dict[str, float]], cpus: int = 4, timeout: float = 300) -> None:
         head, *workers = nodes
         self._start(["--head", "--port", str(self.gcs_port), "--temp-dir", str(self.temp_dir),
                      "--include-dashboard", "true", "--dashboard-host", NODE_IP,
@@ -98,8 +98,12 @@ class RayCluster:
             for starter in self.starters:
                 if starter.poll() is not None:
                     raise RuntimeError(f"ray start exited {starter.returncode}: {self.logs()}")
-            result = subprocess.run([sys.executable, "-c", probe], env=self.client_env,
-                                    capture_output=True, text=True, timeout=60)  # fmt: skip
+            remaining = max(1.0, deadline - time.monotonic())
+            try:  # a probe that cannot reach the GCS yet (a loaded machine) is a "not yet"
+                result = subprocess.run([sys.executable, "-c", probe], env=self.client_env,
+                                        capture_output=True, text=True, timeout=remaining)  # fmt: skip
+            except subprocess.TimeoutExpired:
+                continue
             if result.returncode == 0 and result.stdout.strip().splitlines()[-1:] == [str(count)]:
                 return
             time.sleep(1)
