@@ -297,9 +297,11 @@ def training_seconds(workdir: Path) -> float | None:
     return reports[0].hf_metrics.train_runtime if reports else None
 
 
-def overheads(result_rows: list[dict[str, str]]) -> list[tuple[float, str, float, float]]:
-    """(issued at, entity, operation seconds, training seconds) of every valid training that
-    was measured (not replayed), in the order ado issued them."""
+def overheads(result_rows: list[dict[str, str]]) -> list[tuple[float, str, float, float, float]]:
+    """(issued at, entity, operation seconds, training seconds, seconds before launch) of every
+    valid training that was measured (not replayed), in the order ado issued them. Before
+    launch: from ado issuing the request to the measurement's job file (ado, Ray, the wait
+    for a placement while other measurements hold the CPUs, planning)."""
     found = []
     for row in result_rows:
         if row.get("Request type") != "measured" or str(row.get("Valid")).lower() != "true":
@@ -316,7 +318,9 @@ def overheads(result_rows: list[dict[str, str]]) -> list[tuple[float, str, float
         if issued.tzinfo is None:
             issued = issued.replace(tzinfo=timezone.utc)
         ended = max(p.stat().st_mtime for p in workdir.rglob("*") if p.is_file())
-        found.append((issued.timestamp(), row.get("Entity ID", ""), ended - issued.timestamp(), train))
+        launched = min(p.stat().st_mtime for p in workdir.rglob("job.json"))
+        found.append((issued.timestamp(), row.get("Entity ID", ""), ended - issued.timestamp(), train,
+                      launched - issued.timestamp()))
     return sorted(found)
 
 
@@ -449,9 +453,11 @@ def main() -> int:
                                  if o == "failed" and k in reasons)  # fmt: skip
 
         timed = overheads(first_results + last_results)
-        per = [operation - train for _, _, operation, train in timed]
+        per = [operation - train for _, _, operation, train, _ in timed]
+        waits = [waited for *_, waited in timed]
         n = min(10, len(per) // 2)
         head, tail = (statistics.mean(per[:n]), statistics.mean(per[-n:])) if n else (math.nan, math.nan)
+        wait_head, wait_tail = (statistics.mean(waits[:n]), statistics.mean(waits[-n:])) if n else (math.nan, math.nan)
         within = n > 0 and abs(tail / head - 1) <= OVERHEAD_TOLERANCE
 
         print("\nper outcome (last run):")
@@ -460,8 +466,8 @@ def main() -> int:
         print("failure reasons (last run):")
         for line, number in failed_reasons.most_common():
             print(f"  {number:3d}  {line}")
-        print(f"timed trainings (both runs): {len(per)}; overhead per measurement, s: "
-              + " ".join(f"{x:.1f}" for x in per))  # fmt: skip
+        print(f"timed trainings (both runs): {len(per)}; overhead per measurement (of which before "
+              "launch), s: " + " ".join(f"{x:.1f} ({w:.1f})" for x, w in zip(per, waits)))  # fmt: skip
         if problems:
             print("problems:\n  " + "\n  ".join(problems))
         leftovers = len(after_kill) + len(at_end)
@@ -476,6 +482,7 @@ def main() -> int:
             ("duplicates", counts["duplicates"]),
             ("leftovers after kill / at end", f"{len(after_kill)} / {len(at_end)} (cleared in {cleared_in:.0f} s)"),
             (f"overhead first/last {n}, s", f"{head:.1f} / {tail:.1f} ({tail / head - 1:+.0%})" if n else "n/a"),
+            ("  of which before launch, s", f"{wait_head:.1f} / {wait_tail:.1f}" if n else "n/a"),
             ("runs, s", f"killed after {first['seconds']:.0f}, re-run {second_seconds:.0f}"),
         ]
         print(f"\novernight rehearsal ({'--small' if args.small else 'full'}, lengths {lengths}, "
