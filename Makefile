@@ -9,7 +9,7 @@ comma  := ,
 # one list per fms-hf-tuning version, shipped in the wheel (the actuator builds the others)
 PACKAGE_LISTS := ado_actuators/sfttrainer/plan/packages
 
-.PHONY: env test test-fast test-versions test-operators demo bench bench-gpu gpu-kit gpu-kit-rehearsal clean
+.PHONY: env test test-fast test-versions test-operators demo bench overnight bench-gpu gpu-kit gpu-kit-rehearsal clean
 
 env: $(STAMP)
 
@@ -58,6 +58,12 @@ demo: env
 bench: env
 	$(BIN)/python benchmarks/time_to_first_step.py
 	$(BIN)/python benchmarks/operation_overhead.py
+
+# a night rehearsed: 72 measurements on a 2-raylet local cluster, the ado process SIGKILLed
+# halfway and the operation run again, then audited (benchmarks/overnight.py; ~15 min on 2
+# cores). OVERNIGHT_ARGS=--small: 24 measurements. Not part of `make test`.
+overnight: env
+	$(BIN)/python benchmarks/overnight.py $(OVERNIGHT_ARGS)
 
 # one GPU, offline (benchmarks/gpu/README.md); BENCH_ARGS=--cpu runs the tiny model on the CPU
 bench-gpu: env
