@@ -7,6 +7,7 @@ A real cluster of two raylets with 2 CPUs each (`ray start --num-cpus 2`), drive
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 from ado_operations import run_operation, trace
 from ray_cluster import RayCluster, live_placement_groups, start_cluster
 from test_multinode import (
+    ENTITY,
     actuator_parameters,
     ensure_dataset,
     operation_document,
@@ -126,4 +128,71 @@ def test_reserved_cpus_are_left_alone_and_a_wait_that_cannot_end_names_the_holde
                    "remove_placement_group\nremove_placement_group(get_placement_group("
                    "'trial-reservations'))\n"
                    "try:\n    ray.kill(ray.get_actor('hog'))\nexcept ValueError:\n    pass\n")  # fmt: skip
+    assert not live_placement_groups(cluster)
+
+
+QUEUE = """
+import json, logging, sys, threading, time
+from ray.util import placement_group_table
+from ray.util.placement_group import placement_group, remove_placement_group
+from ado_actuators.sfttrainer.execute import placement_queue
+from ado_actuators.sfttrainer.measurement import measure
+from ado_actuators.sfttrainer.settings import MeasurementSettings
+
+entity, settings = json.loads(sys.argv[1]), MeasurementSettings(**json.loads(sys.argv[2]))
+name = placement_queue.group_name
+# a measurement running on one node (all its CPUs), and an older 2-node one that waits for it
+running = placement_group([{"CPU": 2.0}], name=name("running", time.time_ns()))
+assert running.wait(60)
+wide = placement_group([{"CPU": 2.0}] * 2, strategy="STRICT_SPREAD",
+                       name=name("wide", time.time_ns()))
+queued = threading.Event()
+class Queued(logging.Handler):
+    def emit(self, record):
+        queued.set()
+logging.getLogger(placement_queue.__name__).addHandler(Queued())
+logging.getLogger(placement_queue.__name__).setLevel(logging.INFO)
+# a younger 1-node measurement: the other node is free, yet it must wait behind `wide`
+result = {}
+young = threading.Thread(target=lambda: result.update(
+    outcome=measure(entity, "finetune_full_benchmark-v1.0.0", settings, label="young")))
+young.start()
+while young.is_alive() and not queued.wait(1):
+    pass  # it queues, or (wrongly) measures on the free node and ends
+assert queued.is_set(), f"the younger measurement never queued: {result}"
+def ours():
+    return {g["name"]: g["state"] for g in placement_group_table().values()
+            if g["state"] != "REMOVED"}
+snapshot = ours()
+remove_placement_group(running)   # the running one ends: the wide one is placed first
+assert wide.wait(120)
+placed = ours()
+remove_placement_group(wide)      # ... and ends too: the younger one follows
+young.join(600)
+print("RESULT", json.dumps({"snapshot": snapshot, "placed": placed,
+                            "outcome": type(result["outcome"]).__name__,
+                            "valid": result["outcome"].properties.get("is_valid")
+                            if hasattr(result["outcome"], "properties") else None}))
+"""
+
+
+def test_a_younger_measurement_queues_behind_an_older_one_that_waits_for_two_nodes(
+    cluster, inputs
+):
+    """Without the queue the younger one takes the free node at once, and the 2-node one
+    waits until both nodes are free at the same moment (overnight: Failed after 120 s)."""
+    entity = {**ENTITY, "number_nodes": 1}
+    settings = actuator_parameters(inputs)
+    prelude = "import ray; ray.init(logging_level='ERROR', namespace='small-nodes')\n"
+    done = subprocess.run(
+        [sys.executable, "-c", prelude + QUEUE, json.dumps(entity), json.dumps(settings)],
+        env=cluster.client_env, capture_output=True, text=True, timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+    result = json.loads(line.removeprefix("RESULT "))
+    # while the 2-node group waited, the younger measurement had created no group of its own
+    assert sorted(result["snapshot"].values()) == ["CREATED", "PENDING"], result
+    assert set(result["placed"]) <= set(result["snapshot"]), result
+    assert result["outcome"] == "Measured" and result["valid"] in (1, 1.0, True), result
     assert not live_placement_groups(cluster)

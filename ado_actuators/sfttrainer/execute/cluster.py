@@ -14,11 +14,10 @@ import time
 import uuid
 from typing import Any
 
-from ado_actuators.sfttrainer.execute import gpu_exclusive
+from ado_actuators.sfttrainer.execute import gpu_exclusive, placement_queue
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
 from ado_actuators.sfttrainer.execute.node import NodeRequest, NodeRun, Rendezvous, run_node
 from ado_actuators.sfttrainer.execute.reservations import (
-    OWN_GROUP_PREFIX,
     cpus_to_ask,
     describe_holders,
     held_by_callers,
@@ -200,7 +199,9 @@ def measure_on_cluster(
     """Run the measurement's node task(s) and classify what they left. Never raises RayError.
 
     Every wait is bounded: the node tasks must be placed within `placement_timeout`, and
-    they never ask for what the measurement's callers hold (execute/reservations.py)."""
+    they never ask for what the measurement's callers hold (execute/reservations.py). A
+    measurement queues behind older ones still waiting (execute/placement_queue.py), for
+    at most `placement_timeout` too."""
     request = request.model_copy(update={"run_name": uuid.uuid4().hex[:8]})
     number_nodes = request.plan_inputs["values"].number_nodes
     ray = _running_ray()
@@ -208,10 +209,18 @@ def measure_on_cluster(
         if number_nodes > 1:
             return Failed(f"number_nodes {number_nodes} needs a Ray cluster; none is running")
         return _outcome(request, [run_node(request)])
+    asked = time.time_ns()
     bundle = placement(resources, ray.nodes(), held_by_callers(), number_nodes)
     if isinstance(bundle, str):
         return Failed(bundle)
-    group = _Placement(bundle, number_nodes, f"{OWN_GROUP_PREFIX}{request.run_name}")
+    if bundle:  # a group that asks for nothing waits for nothing, and no one waits for it
+        if problem := placement_queue.wait_for_older(asked, placement_timeout):
+            return Failed(problem)
+        # what is free (and whose callers hold what) changed while this one waited
+        bundle = placement(resources, ray.nodes(), held_by_callers(), number_nodes)
+        if isinstance(bundle, str):
+            return Failed(bundle)
+    group = _Placement(bundle, number_nodes, placement_queue.group_name(request.run_name, asked))
     try:
         if problem := group.wait(placement_timeout):
             return Failed(problem)
