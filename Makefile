@@ -37,8 +37,13 @@ OPS_STAMP := $(OPS_VENV)/.installed
 $(OPS_STAMP): pyproject.toml $(PACKAGE_LISTS)/fms-hf-tuning_v$(FMS).txt
 	$(call INSTALL,$(OPS_VENV),test$(comma)operators)
 
+# Under coverage.py, which follows every Python process the tests start (pyproject.toml,
+# [tool.coverage.run]); then the total and the modules under 80 % with their reasons.
+COVERAGE_DATA := .coverage-data
 test: env
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	rm -rf $(COVERAGE_DATA) && mkdir -p $(COVERAGE_DATA)
+	$(BIN)/python -m coverage run -m pytest -q -p no:cacheprovider; status=$$?; \
+	$(BIN)/python tests/coverage/summary.py $(COVERAGE_DATA); exit $$status
 
 test-fast: env
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
