@@ -297,11 +297,13 @@ def training_seconds(workdir: Path) -> float | None:
     return reports[0].hf_metrics.train_runtime if reports else None
 
 
-def overheads(result_rows: list[dict[str, str]]) -> list[tuple[float, str, float, float, float]]:
-    """(issued at, entity, operation seconds, training seconds, seconds before launch) of every
-    valid training that was measured (not replayed), in the order ado issued them. Before
-    launch: from ado issuing the request to the measurement's job file (ado, Ray, the wait
-    for a placement while other measurements hold the CPUs, planning)."""
+def overheads(result_rows: list[dict[str, str]]) -> list[tuple[float, str, float, float, float, float]]:
+    """(issued at, entity, operation seconds, training seconds, seconds before launch, seconds
+    waited for resources) of every valid training that was measured (not replayed), in the
+    order ado issued them. Before launch: from ado issuing the request to the measurement's
+    job file (ado, Ray, the wait for a placement while other measurements hold the CPUs,
+    planning). Waited: the measurement's own `placement_wait_seconds` (queue and placement):
+    the schedule's cost, not the tool's, so the overhead leaves it out."""
     found = []
     for row in result_rows:
         if row.get("Request type") != "measured" or str(row.get("Valid")).lower() != "true":
@@ -320,7 +322,7 @@ def overheads(result_rows: list[dict[str, str]]) -> list[tuple[float, str, float
         ended = max(p.stat().st_mtime for p in workdir.rglob("*") if p.is_file())
         launched = min(p.stat().st_mtime for p in workdir.rglob("job.json"))
         found.append((issued.timestamp(), row.get("Entity ID", ""), ended - issued.timestamp(), train,
-                      launched - issued.timestamp()))
+                      launched - issued.timestamp(), float(metadata.get("placement_wait_seconds", 0.0))))
     return sorted(found)
 
 
@@ -453,8 +455,9 @@ def main() -> int:
                                  if o == "failed" and k in reasons)  # fmt: skip
 
         timed = overheads(first_results + last_results)
-        per = [operation - train for _, _, operation, train, _ in timed]
-        waits = [waited for *_, waited in timed]
+        per = [operation - train - queued for _, _, operation, train, _, queued in timed]
+        waits = [before - queued for *_, before, queued in timed]
+        queues = [queued for *_, queued in timed]
         n = min(10, len(per) // 2)
         head, tail = (statistics.mean(per[:n]), statistics.mean(per[-n:])) if n else (math.nan, math.nan)
         wait_head, wait_tail = (statistics.mean(waits[:n]), statistics.mean(waits[-n:])) if n else (math.nan, math.nan)
@@ -483,6 +486,8 @@ def main() -> int:
             ("leftovers after kill / at end", f"{len(after_kill)} / {len(at_end)} (cleared in {cleared_in:.0f} s)"),
             (f"overhead first/last {n}, s", f"{head:.1f} / {tail:.1f} ({tail / head - 1:+.0%})" if n else "n/a"),
             ("  of which before launch, s", f"{wait_head:.1f} / {wait_tail:.1f}" if n else "n/a"),
+            ("waited for resources (left out), s", f"{statistics.mean(queues[:n]):.1f} / "
+             f"{statistics.mean(queues[-n:]):.1f}" if n else "n/a"),
             ("runs, s", f"killed after {first['seconds']:.0f}, re-run {second_seconds:.0f}"),
         ]
         print(f"\novernight rehearsal ({'--small' if args.small else 'full'}, lengths {lengths}, "

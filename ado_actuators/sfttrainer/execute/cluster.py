@@ -224,16 +224,22 @@ def measure_on_cluster(
     try:
         if problem := group.wait(placement_timeout):
             return Failed(problem)
+        # the wait for resources (queue and placement) is the schedule's, not the tool's cost:
+        # users read it when a space's measurements take longer than their trainings
+        waited = {"placement_wait_seconds": round((time.time_ns() - asked) / 1e9, 3)}
         if number_nodes == 1:
             task = ray.remote(run_node).options(**node_task_options(
                 **task_resources(bundle), scheduling_strategy=group.strategy(0),
                 runtime_env=runtime_env))  # fmt: skip
             try:
-                return _outcome(request, [ray.get(task.remote(request))])
+                outcome = _outcome(request, [ray.get(task.remote(request))])
             except ray.exceptions.RayError as error:
-                return Failed(f"the measurement task died: {error}")
-        runs = _run_nodes(request, group, runtime_env)
-        return runs if isinstance(runs, Failed) else _outcome(request, runs)
+                outcome = Failed(f"the measurement task died: {error}")
+        else:
+            runs = _run_nodes(request, group, runtime_env)
+            outcome = runs if isinstance(runs, Failed) else _outcome(request, runs)
+        outcome.metadata.update(waited)
+        return outcome
     finally:
         group.remove()
 
