@@ -7,10 +7,10 @@ and the check is skipped (the measurement runs as it would without it).
 from __future__ import annotations
 
 import functools
-from importlib import resources
 
 import pydantic
-import yaml
+
+from ado_actuators.sfttrainer.metrics import device_tables
 
 GIB = 2**30
 
@@ -25,14 +25,7 @@ class DeviceMemory(pydantic.BaseModel):
 
 @functools.cache
 def memory_table() -> dict[str, DeviceMemory]:
-    raw = yaml.safe_load(
-        resources.files("ado_actuators.sfttrainer.metrics").joinpath("gpu_memory.yaml").read_text()
-    )
-    table = {name: DeviceMemory(**entry) for name, entry in raw.items()}
-    for device in list(table.values()):
-        for alias in device.aliases:
-            table[alias] = device
-    return table
+    return device_tables.load("gpu_memory.yaml", DeviceMemory)
 
 
 def device_memory_bytes(gpu_model: str | None) -> int | None:

@@ -7,10 +7,10 @@ utilisation figure (the property is omitted), CPUs included.
 from __future__ import annotations
 
 import functools
-from importlib import resources
 
 import pydantic
-import yaml
+
+from ado_actuators.sfttrainer.metrics import device_tables
 
 
 class GpuPeak(pydantic.BaseModel):
@@ -24,14 +24,7 @@ class GpuPeak(pydantic.BaseModel):
 
 @functools.cache
 def peak_table() -> dict[str, GpuPeak]:
-    raw = yaml.safe_load(
-        resources.files("ado_actuators.sfttrainer.metrics").joinpath("gpu_peaks.yaml").read_text()
-    )
-    table = {name: GpuPeak(**entry) for name, entry in raw.items()}
-    for peak in list(table.values()):
-        for alias in peak.aliases:
-            table[alias] = peak
-    return table
+    return device_tables.load("gpu_peaks.yaml", GpuPeak)
 
 
 def peak_tflops(gpu_model: str | None) -> float | None:
