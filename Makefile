@@ -9,7 +9,7 @@ comma  := ,
 # one list per fms-hf-tuning version, shipped in the wheel (the actuator builds the others)
 PACKAGE_LISTS := ado_actuators/sfttrainer/plan/packages
 
-.PHONY: env test test-fast test-versions test-operators demo bench overnight bench-gpu gpu-kit gpu-kit-rehearsal clean
+.PHONY: env test test-fast test-versions test-operators mutation demo bench overnight bench-gpu gpu-kit gpu-kit-rehearsal clean
 
 env: $(STAMP)
 
@@ -56,6 +56,16 @@ test-versions: env
 # `make test` collects them too, and they skip where the optimisers are not installed)
 test-operators: $(OPS_STAMP)
 	$(OPS_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/operators
+
+# mutmut over the measurement core (pyproject.toml [tool.mutmut]), from a clean mutants/, then
+# the score: fails under 90 % killed or on a survivor not in tests/mutation/equivalent.txt.
+# mutmut's progress goes to mutants/run.log (its tail is shown when the run itself fails).
+MUTMUT_CHILDREN ?= 2
+mutation: env
+	rm -rf mutants && mkdir mutants
+	$(BIN)/mutmut run --max-children $(MUTMUT_CHILDREN) > mutants/run.log 2>&1 \
+		|| { tail -c 3000 mutants/run.log; exit 1; }
+	$(BIN)/python tests/mutation/score.py mutants
 
 demo: env
 	$(BIN)/python examples/local-cpu/demo.py
