@@ -161,8 +161,12 @@ def launch_outcome(
         return Failed(f"training produced no measurement: {error}. Log tail:\n{tail}", completed)
     if problem := gpu_sampling_problem(reports, since):
         return Failed(problem, completed)
-    rank0 = reports[0]
+    rank0 = reports[0]  # the executor sorts the reports by rank
     notes = {n for r in reports for n in r.notes}
+    if since is None and rank0.warmup_steps:
+        # warm-up ended on the last step trained: no step is left to measure without it
+        notes.add("warm-up not excluded: training ended on the last warm-up step, so the "
+                  "figures cover every step")  # fmt: skip
     if note := energy_note(reports):
         notes.add(f"gpu_energy_joules_per_token omitted: {note}")
     if (per_token := model_flops_per_token(reports, since)) is None:
