@@ -82,3 +82,69 @@ def test_a_vision_dataset_on_a_release_without_image_fields_is_invalid_before_an
             "dataset_id")
     else:  # a release that reads it goes on, here to the unknown model
         assert not isinstance(outcome, Invalid) and "not-in-any-map" in outcome.reason
+
+
+def test_one_gpu_and_a_batch_of_one_are_valid_but_one_gpu_still_needs_its_model():
+    assert configuration_problems(values(number_gpus=1, batch_size=1)) == []
+    assert configuration_problems(values(number_gpus=1, gpu_model=None)) == [
+        "gpu_model must be set when number_gpus is 1"
+    ]
+
+
+# ---- config.json without the weights: a directory, or the Hugging Face cache -----------------
+
+MOE = {"model_type": "mixtral", "num_local_experts": 8}
+
+
+def cache_with(hub, repo="acme/tiny-moe", config=MOE):
+    """`hub` laid out as huggingface_hub's cache: refs/main names the snapshot holding the file."""
+    folder = hub / f"models--{repo.replace('/', '--')}"
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text("0123abcd")
+    (folder / "snapshots" / "0123abcd").mkdir(parents=True)
+    (folder / "snapshots" / "0123abcd" / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("location", ["/nonexistent/model", "./missing-model", "~/missing-model-4f2a"])
+def test_a_path_that_is_no_directory_is_not_taken_for_a_hub_id(location):
+    with pytest.raises(ModelConfigUnavailable, match=f"^no model directory at {location}$"):
+        read_model_config(location, None)
+
+
+def test_a_hub_id_is_read_from_hf_homes_cache(tmp_path):
+    cache_with(tmp_path / "hf" / "hub")
+    assert read_model_config("acme/tiny-moe", str(tmp_path / "hf")) == MOE
+
+
+def test_without_hf_home_the_processes_own_cache_is_read(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "default-hub"))
+    cache_with(tmp_path / "default-hub")
+    assert read_model_config("acme/tiny-moe", None) == MOE
+    with pytest.raises(ModelConfigUnavailable) as missing:
+        read_model_config("acme/elsewhere", None)
+    assert str(missing.value) == (
+        "no config.json for 'acme/elsewhere' in the Hugging Face cache; fetch the weights first: "
+        "sfttrainer_download_hf_weights -i models.yaml -o $HF_HOME"
+    )
+
+
+def test_an_uncached_hub_model_names_the_cache_looked_in_and_how_to_fill_it(tmp_path):
+    with pytest.raises(ModelConfigUnavailable) as missing:
+        read_model_config("org/not-cached", str(tmp_path))
+    assert str(missing.value) == (
+        f"no config.json for 'org/not-cached' in {tmp_path / 'hub'}; fetch the weights first: "
+        f"sfttrainer_download_hf_weights -i models.yaml -o {tmp_path}"
+    )
+
+
+def test_neither_a_directory_nor_a_hub_id_is_said_to_be_neither():
+    with pytest.raises(ModelConfigUnavailable, match="^'two words' is neither a model directory nor a hub id: "):
+        read_model_config("two words", None)
+
+
+def test_an_unreadable_config_names_its_file(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ModelConfigUnavailable, match=f"^cannot read {tmp_path / 'config.json'}: "):
+        read_model_config(str(tmp_path), None)
