@@ -207,3 +207,42 @@ def test_published_runs_all_need_more_than_the_bound_and_oom_is_caught():
     assert found["ran"] > 200
     assert found["ran_below_bound_violations"] == 0 and found["ran_called_certain_oom"] == 0
     assert found["out_of_memory_caught"] >= 20
+
+
+def test_the_bound_reads_as_the_reason_and_the_metadata_show_it():
+    counts = count_parameters(MISTRAL_7B)
+    one = memory_bound(counts, full())
+    assert one.describe() == (
+        "weights 13.49 + gradients 13.49 + optimizer_state 26.98 GiB (one device) + CUDA context 0.25 GiB"
+    )
+    assert one.as_metadata() == {
+        "lower_bound_gib": 54.205,
+        "parts_gib": {"weights": 13.489, "gradients": 13.489, "optimizer_state": 26.978, "cuda_context": 0.25},
+        "shards": 1, "sharding": "one device", "notes": [],
+    }  # fmt: skip
+    two = memory_bound(counts, full(number_gpus=2, optim="sgd"))
+    assert two.describe() == ("weights 6.74 + gradients 6.74 + optimizer_state 0.00 GiB "
+                              "(over 2 devices (FSDP FULL_SHARD)) + CUDA context 0.25 GiB")  # fmt: skip
+    assert two.as_metadata()["notes"] == ["optimizer state of sgd not counted"]
+
+
+@pytest.mark.parametrize("gpus, nodes, shards", [(8, 1, 8), (8, 2, 4), (2, 2, 1)])
+def test_hybrid_shard_shards_within_a_node_only(gpus, nodes, shards):
+    bound = memory_bound(count_parameters(MISTRAL_7B),
+                         full(number_gpus=gpus, number_nodes=nodes, fsdp_sharding_strategy="HYBRID_SHARD"))  # fmt: skip
+    assert bound.shards == shards
+    assert bound.sharding == f"over the {shards} devices of a node (FSDP HYBRID_SHARD)"
+
+
+def test_the_entitys_settings_are_what_is_bounded():
+    from ado_actuators.sfttrainer.catalog.entity import entity_values
+
+    values = entity_values({"model_name": "m", "model_max_length": 512, "batch_size": 8, "number_gpus": 8,
+                            "number_nodes": 2, "gpu_model": "NVIDIA-A100-SXM4-80GB", "torch_dtype": "float16",
+                            "optim": "adamw_8bit", "distributed_backend": "DDP",
+                            "fsdp_sharding_strategy": "HYBRID_SHARD", "fast_moe": 2, "r": 16})  # fmt: skip
+    assert Training.of(values, "lora", ["q_proj", "v_proj"], 4) == Training(
+        peft_method="lora", torch_dtype="float16", optim="adamw_8bit", number_gpus=8, number_nodes=2,
+        distributed_backend="DDP", fsdp_sharding_strategy="HYBRID_SHARD", fast_moe=2, lora_r=16,
+        target_modules=("q_proj", "v_proj"), quantized_bits=4,
+    )  # fmt: skip

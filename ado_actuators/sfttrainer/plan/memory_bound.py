@@ -68,8 +68,8 @@ class MemoryBound:
         return self.total / GIB
 
     def describe(self) -> str:
-        """e.g. `weights 13.49 + gradients 13.49 + optimizer state 26.98 GiB (over 2 devices,
-        FSDP FULL_SHARD) + CUDA context 0.25 GiB`."""
+        """e.g. `weights 6.74 + gradients 6.74 + optimizer_state 13.49 GiB (over 2 devices
+        (FSDP FULL_SHARD)) + CUDA context 0.25 GiB`."""
         shared = " + ".join(f"{k} {v / GIB:.2f}" for k, v in self.parts.items() if k != "cuda_context")
         return (
             f"{shared} GiB ({self.sharding}) + CUDA context {self.parts['cuda_context'] / GIB:.2f} GiB"
