@@ -107,4 +107,4 @@ $(IMITATION)/.installed: benchmarks/gpu/imitation.txt
 	touch $@
 
 clean:
-	rm -rf $(VENV) $(OPS_VENV) demo-work
+	rm -rf $(VENV) $(OPS_VENV) demo-work mutants
