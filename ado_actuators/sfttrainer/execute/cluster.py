@@ -171,7 +171,8 @@ def _outcome(request: NodeRequest, runs: list[NodeRun]) -> Outcome:
         outcome.metadata.update(gpu_exclusive.metadata(checks, request.allow_shared_gpus))
     if len(runs) > 1:
         outcome.metadata["nodes"] = [
-            {"machine_rank": r.machine_rank, "hostname": r.hostname, "workdir": r.workdir}
+            {"machine_rank": r.machine_rank, "hostname": r.hostname, "workdir": r.workdir,
+             "cancelled": r.cancelled}
             for r in runs
         ]
     return outcome
@@ -298,7 +299,9 @@ def _run_nodes(
 
 
 def _collect(refs: dict[Any, int]) -> list[NodeRun]:
-    """Every node's run; the first failure cancels the others (their ranks are stopped)."""
+    """Every node's run. The first failure cancels the others (Ray's cooperative cancel: each
+    stops its ranks and returns what they reported); their runs are waited for, up to
+    CANCEL_GRACE_SECONDS, after which their workers are killed and what they held is lost."""
     import ray
 
     runs: dict[int, NodeRun] = {}
@@ -310,13 +313,12 @@ def _collect(refs: dict[Any, int]) -> list[NodeRun]:
             rank = refs[ref]
             try:
                 run = ray.get(ref)
-            except ray.exceptions.TaskCancelledError:
+            except ray.exceptions.TaskCancelledError:  # cancelled before it launched, or killed
                 run = NodeRun(machine_rank=rank, cancelled=True)
             except ray.exceptions.RayError as error:
                 run = NodeRun(machine_rank=rank, problem=f"the node task died: {error}")
             runs[rank] = run
             if not run.succeeded and cancelled_at is None and pending:
-                # Cooperative: KeyboardInterrupt in each task, whose clean-up stops its ranks.
                 for other in pending:
                     ray.cancel(other, force=False)
                 cancelled_at = time.monotonic()
