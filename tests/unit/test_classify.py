@@ -178,3 +178,57 @@ def test_gpu_oom_on_any_node_is_invalid():
     oom = report(1, Outcome.GPU_OOM, Failure(exception_type="OutOfMemoryError", message="CUDA out of memory"))
     outcome = two_nodes([node(0, returncode=None, cancelled=True), node(1, returncode=3)], [oom])
     assert isinstance(outcome, Invalid) and outcome.gpu_oom
+
+
+def stopped(rank):
+    """The report of a rank its own node stopped because another node failed."""
+    return report(rank, Outcome.ERROR, Failure(exception_type="Terminated", message="terminated by signal SIGTERM"))
+
+
+GLOO_PEER_GONE = report(0, Outcome.ERROR, Failure(
+    exception_type="RuntimeError", message="[gloo/transport/tcp/pair.cc:534] Connection closed by peer"))  # fmt: skip
+OOM_1 = report(1, Outcome.GPU_OOM, Failure(exception_type="OutOfMemoryError", message="CUDA out of memory"))
+
+
+def test_an_oom_on_the_node_that_was_cancelled_wins_over_the_failure_it_caused():
+    # node 0's rank lost its peer and failed first; node 1, where the OOM was, was cancelled
+    runs = [node(0, returncode=1, log_tail="Connection closed by peer"),
+            node(1, returncode=None, cancelled=True, log_tail="OutOfMemoryError")]  # fmt: skip
+    outcome = two_nodes(runs, [GLOO_PEER_GONE, OOM_1])
+    assert isinstance(outcome, Invalid) and outcome.gpu_oom
+    assert outcome.reason.startswith("GPU out of memory: rank 1 on node 1 (host1): OutOfMemoryError")
+
+
+def test_an_oom_said_only_in_the_cancelled_nodes_log_wins():
+    # the OOM rank died before it could report; its node's log says why
+    runs = [node(0, returncode=1, log_tail="Connection closed by peer"),
+            node(1, returncode=None, cancelled=True,
+                 log_tail="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")]  # fmt: skip
+    outcome = two_nodes(runs, [GLOO_PEER_GONE])
+    assert isinstance(outcome, Invalid) and outcome.gpu_oom
+    assert outcome.reason == "GPU out of memory (from the training log on node 1 (host1))"
+
+
+def test_an_oom_in_the_log_wins_over_a_peers_reported_error_on_one_node_too():
+    nccl = report(0, Outcome.ERROR, Failure(exception_type="RuntimeError", message="NCCL Error 3"))
+    log = f"torch.distributed.DistBackendError: {NCCL_UNHANDLED_CUDA_ERROR_OOM}"
+    outcome = classify([nccl], process(None, returncode=1, log=log))
+    assert isinstance(outcome, Invalid) and outcome.gpu_oom
+
+
+def test_the_ranks_a_cancelled_node_stopped_do_not_take_the_blame():
+    # node 1's rank was killed; node 0 was cancelled and its rank reported being stopped
+    runs = [node(0, returncode=None, cancelled=True, log_tail="terminated by signal SIGTERM"),
+            node(1, returncode=1, log_tail="rank died")]  # fmt: skip
+    outcome = two_nodes(runs, [stopped(0)])
+    assert isinstance(outcome, Failed)
+    assert outcome.reason.startswith("training failed: rank(s) [1] ended without a report on node 1 (host1)")
+    assert "SIGTERM" not in outcome.reason
+
+
+def test_without_an_oom_anywhere_a_cancelled_nodes_reports_change_nothing():
+    crash = report(1, Outcome.ERROR, Failure(exception_type="RuntimeError", message="Injected trainer crash"))
+    runs = [node(0, returncode=None, cancelled=True), node(1, returncode=1, log_tail="crash")]
+    outcome = two_nodes(runs, [stopped(0), crash])
+    assert isinstance(outcome, Failed)
+    assert outcome.reason.startswith("training failed: rank 1 on node 1 (host1): RuntimeError: Injected trainer crash")

@@ -86,14 +86,21 @@ def launch_outcome(
 ) -> Outcome:
     """Every node's reports and exit -> one outcome.
 
-    GPU OOM in any rank wins (other ranks then fail in collectives); then a node the
-    watchdog stopped or that could not launch; then any rank's failure. A node cancelled
-    because another failed is not the news: the node that failed first is.
+    GPU OOM in any rank of any node wins (other ranks then fail in collectives, and their
+    node may well be the first to fail): reported by a rank, or, when the launch failed, said
+    in any node's log (a rank that died before it could report). Then a node the watchdog
+    stopped or that could not launch; then any rank's failure. A node cancelled because
+    another failed is not the news, and neither are its ranks' reports of being stopped: the
+    node that failed first is.
     """
+    per_node = max(1, world_size // max(1, len(runs)))
     oom = [r for r in reports if r.outcome is RankOutcome.GPU_OOM]
     if oom:
-        return Invalid(reason=f"GPU out of memory: {_describe(oom[0])}", gpu_oom=True)
+        node = next((n for n in runs if n.machine_rank == oom[0].rank // per_node), None)
+        where = _where(node, runs) if node else ""
+        return Invalid(reason=f"GPU out of memory: {_describe(oom[0], where)}", gpu_oom=True)
     ran = [r for r in runs if not r.cancelled] or runs
+    reports = [r for r in reports if r.rank // per_node in {n.machine_rank for n in ran}]
     tail = _tails(ran, multi_node=len(runs) > 1)
     if stalled := next((r for r in ran if r.stopped_by_watchdog), None):
         return Failed(
@@ -104,14 +111,15 @@ def launch_outcome(
     if unlaunched := next((r for r in ran if r.problem), None):
         return Failed(f"{unlaunched.problem}{_where(unlaunched, runs)}")
     errors = [r for r in reports if r.outcome is RankOutcome.ERROR]
-    per_node = world_size // max(1, len(runs))
     expected = {n.machine_rank * per_node + i for n in ran for i in range(per_node)}
     missing = sorted(expected - {r.rank for r in reports})
     exited = [r for r in ran if r.returncode != 0]
     if errors or missing or exited:
-        # a rank that died before it could write a report may still have said why in the log
-        if not errors and says_gpu_memory_exhausted(tail):
-            return Invalid(reason="GPU out of memory (from the training log)", gpu_oom=True)
+        # a rank that died before it could write a report may still have said why in the log,
+        # on a node cancelled because its peers failed first too
+        if said := next((r for r in runs if says_gpu_memory_exhausted(r.log_tail)), None):
+            return Invalid(reason=f"GPU out of memory (from the training log{_where(said, runs)})",
+                           gpu_oom=True)  # fmt: skip
         refused = [r for r in errors if r.failure and
                    r.failure.exception_type.endswith(SETTING_UNAVAILABLE)]  # fmt: skip
         if refused:

@@ -2,10 +2,10 @@
 
 Each node task runs in a bundle of one placement group (STRICT_SPREAD: one node per bundle),
 so the wait for resources is bounded by placement_timeout_seconds on one node too (this
-process runs the measurement itself when Ray is not up). Several nodes: one task per bundle;
-rank 0's address and port come from a small task in bundle 0, so this works on any Ray
-cluster (KubeRay or bare metal). When one node fails, the others are cancelled (each node
-task's clean-up stops its ranks) and the placement group is removed.
+process runs the measurement itself when Ray is not up). Several nodes go stage by stage
+(execute/stages.py: every node prepares before any launches); rank 0's address and port come
+from a small task in bundle 0, so this works on any Ray cluster (KubeRay or bare metal).
+Whatever happens, the placement group is removed.
 """
 
 from __future__ import annotations
@@ -16,43 +16,18 @@ from typing import Any
 
 from ado_actuators.sfttrainer.execute import gpu_exclusive, placement_queue
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
-from ado_actuators.sfttrainer.execute.node import NodeRequest, NodeRun, Rendezvous, run_node
+from ado_actuators.sfttrainer.execute.node import NodeRequest, NodeRun, run_node
 from ado_actuators.sfttrainer.execute.reservations import (
     cpus_to_ask,
     describe_holders,
     held_by_callers,
 )
-from ado_actuators.sfttrainer.execute.workspace import free_port
+from ado_actuators.sfttrainer.execute.stages import node_task_options, run_nodes, task_resources
 from ado_actuators.sfttrainer.outcomes import Failed, Outcome
 from ado_actuators.sfttrainer.plan.launch import ResourceRequest, batch_devices, world_size
 
-RENDEZVOUS_PROBE_SECONDS = 120.0
 SPREAD_CPUS = 0.01
 """CPUs of a multi-node bundle on nodes whose CPUs are all reserved by others."""
-CANCEL_GRACE_SECONDS = 60.0
-"""How long cancelled node tasks get to stop their ranks before their workers are killed."""
-
-
-def node_task_options(
-    *,
-    num_cpus: float,
-    num_gpus: float,
-    resources: dict[str, float],
-    scheduling_strategy: Any = None,
-    runtime_env: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Ray options of every node task: the one place a runtime_env is attached."""
-    options: dict[str, Any] = {
-        "max_retries": 0,  # a measurement that died is reported, never silently rerun
-        "num_cpus": num_cpus,
-        "num_gpus": num_gpus,
-        "resources": resources,
-    }
-    if scheduling_strategy is not None:
-        options["scheduling_strategy"] = scheduling_strategy
-    if runtime_env:
-        options["runtime_env"] = runtime_env
-    return options
 
 
 _BYTES = ("memory", "object_store_memory")
@@ -101,12 +76,6 @@ def placement(
     return {k: v for k, v in {**request.bundle(), "CPU": cpus}.items() if v}
 
 
-def task_resources(bundle: dict[str, float]) -> dict[str, Any]:
-    """node_task_options' resource arguments for a task that uses all of `bundle`."""
-    custom = {k: v for k, v in bundle.items() if k not in ("CPU", "GPU")}
-    return {"num_cpus": bundle.get("CPU", 0.0), "num_gpus": bundle.get("GPU", 0.0), "resources": custom}
-
-
 def unplaceable_reason(
     bundle: dict[str, float], count: int, nodes: list[dict[str, Any]], waited: float,
     holders: str = "",
@@ -133,13 +102,6 @@ def unplaceable_reason(
         f"{offered}. Add workers with these resources (see README, 'Ray cluster resources'), "
         f"lower number_nodes or the operation's batchSize, or raise placement_timeout_seconds"
     )
-
-
-def rendezvous_here() -> Rendezvous:
-    """Runs in bundle 0: the address the other nodes reach this node at, and a free port."""
-    import ray
-
-    return Rendezvous(ip=ray.util.get_node_ip_address(), port=free_port())
 
 
 def _outcome(request: NodeRequest, runs: list[NodeRun]) -> Outcome:
@@ -170,7 +132,8 @@ def _outcome(request: NodeRequest, runs: list[NodeRun]) -> Outcome:
         outcome.metadata.update(gpu_exclusive.metadata(checks, request.allow_shared_gpus))
     if len(runs) > 1:
         outcome.metadata["nodes"] = [
-            {"machine_rank": r.machine_rank, "hostname": r.hostname, "workdir": r.workdir}
+            {"machine_rank": r.machine_rank, "hostname": r.hostname, "workdir": r.workdir,
+             "cancelled": r.cancelled}
             for r in runs
         ]
     return outcome
@@ -236,7 +199,9 @@ def measure_on_cluster(
             except ray.exceptions.RayError as error:
                 outcome = Failed(f"the measurement task died: {error}")
         else:
-            runs = _run_nodes(request, group, runtime_env)
+            runs = run_nodes(request, number_nodes, lambda k: node_task_options(
+                **task_resources(bundle), scheduling_strategy=group.strategy(k),
+                runtime_env=runtime_env), group.strategy(0))  # fmt: skip
             outcome = runs if isinstance(runs, Failed) else _outcome(request, runs)
         outcome.metadata.update(waited)
         return outcome
@@ -286,60 +251,3 @@ class _Placement:
 
         if self.group is not None:
             remove_placement_group(self.group)
-
-
-def _run_nodes(
-    request: NodeRequest, group: _Placement, runtime_env: dict[str, Any] | None
-) -> list[NodeRun] | Failed:
-    import ray
-
-    probe = ray.remote(rendezvous_here).options(
-        num_cpus=0, max_retries=0, scheduling_strategy=group.strategy(0)
-    )
-    try:
-        rendezvous = ray.get(probe.remote(), timeout=RENDEZVOUS_PROBE_SECONDS)
-    except (ray.exceptions.RayError, TimeoutError) as error:
-        return Failed(f"could not find rank 0's address on the first node: {error}")
-    refs = {
-        ray.remote(run_node)
-        .options(**node_task_options(
-            **task_resources(group.bundle), scheduling_strategy=group.strategy(rank),
-            runtime_env=runtime_env,
-        ))
-        .remote(request, rank, rendezvous): rank
-        for rank in range(group.count)
-    }  # fmt: skip
-    return _collect(refs)
-
-
-def _collect(refs: dict[Any, int]) -> list[NodeRun]:
-    """Every node's run; the first failure cancels the others (their ranks are stopped)."""
-    import ray
-
-    runs: dict[int, NodeRun] = {}
-    pending = list(refs)
-    cancelled_at: float | None = None
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1, timeout=5.0)
-        for ref in done:
-            rank = refs[ref]
-            try:
-                run = ray.get(ref)
-            except ray.exceptions.TaskCancelledError:
-                run = NodeRun(machine_rank=rank, cancelled=True)
-            except ray.exceptions.RayError as error:
-                run = NodeRun(machine_rank=rank, problem=f"the node task died: {error}")
-            runs[rank] = run
-            if not run.succeeded and cancelled_at is None and pending:
-                # Cooperative: KeyboardInterrupt in each task, whose clean-up stops its ranks.
-                for other in pending:
-                    ray.cancel(other, force=False)
-                cancelled_at = time.monotonic()
-        if pending and cancelled_at and time.monotonic() - cancelled_at > CANCEL_GRACE_SECONDS:
-            # A task that did not stop in time: kill its worker; the launcher and its ranks
-            # follow by their parent-death signal.
-            for other in pending:
-                ray.cancel(other, force=True)
-            cancelled_at = float("inf")
-    return [runs[rank] for rank in sorted(runs)]
-

@@ -15,7 +15,7 @@ from ado_actuators.sfttrainer.contract import Outcome as RankOutcome
 from ado_actuators.sfttrainer.contract import RankReport
 from ado_actuators.sfttrainer.execute import environment, gpu_exclusive, workspace
 from ado_actuators.sfttrainer.execute.devices import visible_devices
-from ado_actuators.sfttrainer.execute.process import run_process
+from ado_actuators.sfttrainer.execute.process import ProcessResult, log_tail, run_process
 from ado_actuators.sfttrainer.outcomes import Failed
 from ado_actuators.sfttrainer.plan.launch import LaunchPlan, PlanError, PlanInputs, plan_launch
 
@@ -173,10 +173,22 @@ def plan_node(
     ))  # fmt: skip
 
 
-def run_node(
-    request: NodeRequest, machine_rank: int = 0, rendezvous: Rendezvous | None = None
-) -> NodeRun:
-    """This node's part of the measurement: check inputs, plan, prepare, launch, collect."""
+class Prepared(pydantic.BaseModel):
+    """What a node's checks and environment leave for its launch. Valid on that node only:
+    `python` is a path there, so the launch must run in the same bundle."""
+
+    machine_rank: int
+    hostname: str
+    python: str
+    weights_offline: bool
+    environment: dict
+    on_gpus: bool
+
+
+def prepare_node(request: NodeRequest, machine_rank: int = 0) -> Prepared | NodeRun:
+    """This node's inputs checked and its environment chosen (built when missing, which may
+    take minutes); a NodeRun naming the problem when the node cannot take part. Launches
+    nothing, so a multi-node measurement runs it on every node before any rank starts."""
     inputs = request.plan_inputs
     values = inputs["values"]
     here = NodeRun(machine_rank=machine_rank, hostname=os.uname().nodename)
@@ -205,48 +217,97 @@ def run_node(
     chosen = environment.choose(values, inputs["definition"], request.environment, on_gpus=on_gpus)
     if isinstance(chosen, Failed):
         return here.model_copy(update={"problem": chosen.reason})
-    try:
-        plan = plan_node(request, machine_rank, rendezvous, python=chosen.python,
-                         weights_offline=offline)  # fmt: skip
-    except PlanError as error:
-        return here.model_copy(update={"problem": str(error)})
-    workdir = plan.workdir
-    try:
-        workspace.prepare(plan)
-    except workspace.MalformedDataset as error:
-        return here.model_copy(update={"problem": str(error)})
-    except OSError as error:
-        return here.model_copy(
-            update={"problem": f"cannot prepare the measurement directory {workdir}: {error}"}
-        )
+    return Prepared(machine_rank=machine_rank, hostname=here.hostname, python=chosen.python,
+                    weights_offline=offline, environment=chosen.metadata, on_gpus=on_gpus)  # fmt: skip
+
+
+def launch_node(
+    request: NodeRequest, prepared: Prepared, rendezvous: Rendezvous | None = None
+) -> NodeRun:
+    """Plan, write the workspace, launch this node's ranks and collect their reports.
+
+    A node with peers (a rendezvous) that is cancelled because another node failed (Ray's
+    cooperative cancel: KeyboardInterrupt) stops its ranks and still returns what they
+    reported, marked cancelled: its ranks may hold the cause of the other node's failure (a
+    GPU OOM here makes the peers fail first). A lone node passes the interrupt on."""
+    machine_rank = prepared.machine_rank
+    here = NodeRun(machine_rank=machine_rank, hostname=prepared.hostname,
+                   environment=prepared.environment)  # fmt: skip
+    plan: LaunchPlan | None = None
     exclusivity = None
-    if on_gpus:
-        exclusivity = gpu_exclusive.check_devices(plan.job.gpu_indices)
-        if exclusivity.exclusive is False and not request.allow_shared_gpus:
+    try:
+        try:
+            plan = plan_node(request, machine_rank, rendezvous, python=prepared.python,
+                             weights_offline=prepared.weights_offline)  # fmt: skip
+        except PlanError as error:
+            return here.model_copy(update={"problem": str(error)})
+        try:
+            workspace.prepare(plan)
+        except workspace.MalformedDataset as error:
+            return here.model_copy(update={"problem": str(error)})
+        except OSError as error:
             return here.model_copy(update={
-                "problem": gpu_exclusive.shared_problem(exclusivity, here.hostname),
-                "gpu_exclusivity": exclusivity,
-            })  # fmt: skip
-    result = run_process(
-        plan.node.argv,
-        env={**os.environ, **plan.env},
-        cwd=workdir,
-        log_path=workdir / "train.log",
-        stall_timeout=request.stall_timeout,
-        activity_paths=(plan.report_dir,),
-    )
+                "problem": f"cannot prepare the measurement directory {plan.workdir}: {error}"})  # fmt: skip
+        if prepared.on_gpus:
+            exclusivity = gpu_exclusive.check_devices(plan.job.gpu_indices)
+            if exclusivity.exclusive is False and not request.allow_shared_gpus:
+                return here.model_copy(update={
+                    "problem": gpu_exclusive.shared_problem(exclusivity, here.hostname),
+                    "gpu_exclusivity": exclusivity,
+                })  # fmt: skip
+        result = run_process(
+            plan.node.argv,
+            env={**os.environ, **plan.env},
+            cwd=plan.workdir,
+            log_path=plan.workdir / "train.log",
+            stall_timeout=request.stall_timeout,
+            activity_paths=(plan.report_dir,),
+        )
+    except KeyboardInterrupt:
+        # run_process's own clean-up has stopped the ranks (each writes its report on SIGTERM)
+        if rendezvous is None:
+            raise
+        return _collected(here, plan, None, exclusivity)
+    try:
+        return _collected(here, plan, result, exclusivity)
+    except KeyboardInterrupt:  # cancelled as it ended by itself: its run is whole all the same
+        if rendezvous is None:
+            raise
+        return _collected(here, plan, result, exclusivity)
+
+
+def _collected(
+    here: NodeRun, plan: LaunchPlan | None, result: ProcessResult | None,
+    exclusivity: gpu_exclusive.Exclusivity | None,
+) -> NodeRun:
+    """The run as the node returns it; without a result, a run cancelled by its peers'
+    failure (its launcher's exit status is then ours, not news)."""
+    if plan is None:
+        return here.model_copy(update={"cancelled": True})
+    log_path = plan.workdir / "train.log"
+    ended = {"returncode": result.returncode, "signal_name": result.signal_name,
+             "stopped_by_watchdog": result.stopped_by_watchdog} if result else {"cancelled": True}  # fmt: skip
     run = here.model_copy(update={
-        "returncode": result.returncode,
-        "signal_name": result.signal_name,
-        "stopped_by_watchdog": result.stopped_by_watchdog,
-        "log_tail": result.log_tail(),
-        "reports": RankReport.read_all(plan.report_dir),
-        "workdir": str(workdir),
-        "log_path": str(result.log_path),
-        "environment": chosen.metadata,
+        **ended,
+        "log_tail": result.log_tail() if result else log_tail(log_path),
+        "reports": RankReport.read_all(plan.report_dir) if plan.report_dir.is_dir() else [],
+        "workdir": str(plan.workdir),
+        "log_path": str(log_path),
         "gpu_exclusivity": exclusivity,
     })  # fmt: skip
     if plan.training_data_path != plan.dataset_path:
         plan.training_data_path.unlink(missing_ok=True)
-    shutil.rmtree(workdir / "output", ignore_errors=True)
+    shutil.rmtree(plan.workdir / "output", ignore_errors=True)
     return run
+
+
+def run_node(
+    request: NodeRequest, machine_rank: int = 0, rendezvous: Rendezvous | None = None
+) -> NodeRun:
+    """This node's whole part of the measurement in one go: prepare, then launch and collect.
+    For one node (no peer to keep waiting); several nodes go stage by stage
+    (execute/stages.py)."""
+    prepared = prepare_node(request, machine_rank)
+    if isinstance(prepared, NodeRun):
+        return prepared
+    return launch_node(request, prepared, rendezvous)

@@ -59,15 +59,19 @@ class ProcessResult:
         return None
 
     def log_tail(self, lines: int = 25) -> str:
-        """The end of the log, reduced to what explains how the process ended."""
-        try:
-            with self.log_path.open("rb") as handle:
-                handle.seek(0, os.SEEK_END)
-                handle.seek(max(0, handle.tell() - 64_000))
-                text = handle.read().decode(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(explaining_lines(text, lines))
+        return log_tail(self.log_path, lines)
+
+
+def log_tail(log_path: Path, lines: int = 25) -> str:
+    """The end of a log, reduced to what explains how the process ended."""
+    try:
+        with log_path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 64_000))
+            text = handle.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(explaining_lines(text, lines))
 
 
 def _last_activity(paths: list[Path]) -> float:

@@ -1,22 +1,44 @@
-"""Test-only fault injection, loaded by every Python process the test's `ado` starts (Ray
-workers included) because the test puts this directory first on PYTHONPATH.
+"""Test-only hooks, loaded by every Python process the test's `ado` starts (Ray workers
+included) because the test puts this directory first on PYTHONPATH (for a Ray cluster of its
+own: on the cluster's; the variables then reach the workers through the cluster's environment
+or a driver's runtime_env).
 
 SFTTRAINER_TEST_BREAK_CONVERSION=TEXT: converting the outcome of an entity whose identifier
 contains TEXT for ado raises, as a bug in that step would.
-SFTTRAINER_TEST_FAULTS=TEXT=FAULT;TEXT=FAULT: the trainer of an entity whose measurement
-directory's name contains TEXT runs with the trainer's FAULT_ENV=FAULT (e.g. `hang@1`), so
-one operation can give each entity its own fault.
+SFTTRAINER_TEST_FAULTS=TEXT=FAULT;TEXT=FAULT: the trainer of a measurement whose directory's
+path contains TEXT (its entity's identifier, or a directory the test chose) runs with the
+trainer's FAULT_ENV=FAULT (e.g. `hang@1`, or `oom@2@1`: global rank 1 only), so one operation
+can give each entity its own fault.
+
+The stages of a multi-node measurement (execute/stages.py), seen and bent per node:
+SFTTRAINER_TEST_STAGES=DIR: each node's preparation leaves `prepare-start-<rank>` when it
+begins and `prepared-<rank>` when it ends, and each launch `launch-<rank>`, each holding the
+`prepared-*` names present at that moment (JSON), so a test reads the order of events from
+files, not from clocks.
+SFTTRAINER_TEST_SLOW_PREPARE=RANK@SECONDS (with STAGES): machine rank RANK prepares only once
+every other node has, and SECONDS later: a cold node building its environment while its
+peers are ready.
+SFTTRAINER_TEST_UNMOUNTED_DATASET=RANK: machine rank RANK looks for the dataset where it is
+not, as on a node without the volume that holds it.
 """
 
+import functools
 import importlib.abc
 import importlib.util
+import json
 import os
 import sys
+import time
+from pathlib import Path
 
 _BREAK_CONVERSION = os.environ.get("SFTTRAINER_TEST_BREAK_CONVERSION")
 _FAULTS = dict(
     entry.split("=", 1) for entry in os.environ.get("SFTTRAINER_TEST_FAULTS", "").split(";") if entry
 )
+_STAGES = os.environ.get("SFTTRAINER_TEST_STAGES")
+_SLOW = os.environ.get("SFTTRAINER_TEST_SLOW_PREPARE")
+_UNMOUNTED = os.environ.get("SFTTRAINER_TEST_UNMOUNTED_DATASET")
+_GUARD_SECONDS = 300  # only a hang reaches it: the peers' preparation is what is waited for
 
 
 def _break_conversion(module):
@@ -32,18 +54,55 @@ def _break_conversion(module):
     module.to_result = to_result
 
 
-def _fault_per_entity(module):
+def _mark(name):
+    """Writes marker `name` holding the names of the nodes prepared so far."""
+    stages = Path(_STAGES)
+    seen = sorted(p.name for p in stages.glob("prepared-*"))
+    partial = stages / f".{name}.{os.getpid()}"
+    partial.write_text(json.dumps(seen))
+    partial.rename(stages / name)  # whole or absent: a test polling it never reads half
+
+
+def _patch_node(module):
     from ado_actuators.sfttrainer.contract import FAULT_ENV
 
-    real = module.run_process
+    real_run_process = module.run_process
+    real_prepare = module.prepare_node
 
+    @functools.wraps(real_run_process)
     def run_process(argv, *, env, cwd, **options):
         for needle, fault in _FAULTS.items():
-            if needle in os.path.basename(str(cwd)):
+            if needle in str(cwd):
                 env = {**env, FAULT_ENV: fault}
-        return real(argv, env=env, cwd=cwd, **options)
+        if _STAGES:
+            name = Path(cwd).name
+            _mark(f"launch-{name.removeprefix('node-') if name.startswith('node-') else 0}")
+        return real_run_process(argv, env=env, cwd=cwd, **options)
+
+    @functools.wraps(real_prepare)
+    def prepare_node(request, machine_rank=0):
+        if _STAGES:
+            _mark(f"prepare-start-{machine_rank}")
+        if _SLOW and int(_SLOW.split("@")[0]) == machine_rank:
+            peers = [k for k in range(request.plan_inputs["values"].number_nodes) if k != machine_rank]
+            deadline = time.monotonic() + _GUARD_SECONDS
+            while not all((Path(_STAGES) / f"prepared-{k}").exists() for k in peers):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the peers {peers} never prepared")
+                time.sleep(0.1)
+            time.sleep(float(_SLOW.split("@")[1]))
+        if _UNMOUNTED and int(_UNMOUNTED) == machine_rank:
+            inputs = request.plan_inputs
+            dataset = Path(inputs["dataset_path"])
+            elsewhere = dataset.parent / "not-mounted-here" / dataset.name
+            request = request.model_copy(update={"plan_inputs": {**inputs, "dataset_path": elsewhere}})
+        prepared = real_prepare(request, machine_rank)
+        if _STAGES:
+            _mark(f"prepared-{machine_rank}")
+        return prepared
 
     module.run_process = run_process
+    module.prepare_node = prepare_node
 
 
 class _Patch(importlib.abc.MetaPathFinder):
@@ -69,5 +128,5 @@ class _Patch(importlib.abc.MetaPathFinder):
 
 if _BREAK_CONVERSION:
     sys.meta_path.insert(0, _Patch("ado_actuators.sfttrainer.results", _break_conversion))
-if _FAULTS:
-    sys.meta_path.insert(0, _Patch("ado_actuators.sfttrainer.execute.node", _fault_per_entity))
+if _FAULTS or _STAGES or _SLOW or _UNMOUNTED:
+    sys.meta_path.insert(0, _Patch("ado_actuators.sfttrainer.execute.node", _patch_node))
