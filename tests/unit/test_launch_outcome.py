@@ -62,9 +62,15 @@ def test_an_oom_only_the_log_tells_is_invalid_and_says_it_was_read_from_the_log(
     assert found == Invalid(reason="GPU out of memory (from the training log)", gpu_oom=True)
 
 
-def test_an_oom_in_the_log_does_not_override_a_ranks_own_error():
-    log = "torch.OutOfMemoryError: CUDA out of memory\n"  # another process's, say
+def test_an_oom_in_the_log_wins_over_the_errors_it_caused_in_the_other_ranks():
+    # a rank that ran out of memory and died before its report; its peers' collectives fail
+    log = "torch.OutOfMemoryError: CUDA out of memory\n"
     found = outcome([error(0), rank(1)], [node(returncode=1, log_tail=log)])
+    assert found == Invalid(reason="GPU out of memory (from the training log)", gpu_oom=True)
+
+
+def test_without_an_oom_in_the_log_a_ranks_own_error_is_the_reason():
+    found = outcome([error(0), rank(1)], [node(returncode=1, log_tail="RuntimeError: NCCL Error 3\n")])
     assert isinstance(found, Failed) and found.reason.startswith("training failed: rank 0: RuntimeError")
 
 
