@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import psutil
 import run_marks
@@ -26,6 +27,8 @@ from ado_actuators.sfttrainer.execute.workspace import free_port
 
 RAY = str(Path(sys.executable).with_name("ray"))
 NODE_IP = "127.0.0.1"
+WORKER_PORTS = 60
+"""Each raylet's worker port range: min to min + WORKER_PORTS."""
 
 
 @dataclasses.dataclass
@@ -35,6 +38,11 @@ class RayCluster:
     dashboard_port: int
     env: dict[str, str]
     starters: list[subprocess.Popen] = dataclasses.field(default_factory=list)
+    taken: set[int] = dataclasses.field(default_factory=set)
+    worker_ranges: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.taken |= {self.gcs_port, self.dashboard_port}
 
     @property
     def address(self) -> str:
@@ -54,17 +62,30 @@ class RayCluster:
         """For a process that attaches to this cluster (ado, ray job submit)."""
         return {**self.env, "RAY_ADDRESS": self.address}
 
+    def _port(self, also: Callable[[int], bool]) -> int:
+        """A free port outside every worker port range and not taken yet, that `also` accepts."""
+        while True:
+            port = free_port()
+            if (port not in self.taken and also(port)
+                    and not any(low <= port <= high for low, high in self.worker_ranges)):
+                self.taken.add(port)
+                return port
+
     def _start(self, extra: list[str], resources: dict[str, float], cpus: int, log: str) -> None:
-        ports = ["--node-manager-port", "--object-manager-port", "--min-worker-port",
-                 "--dashboard-agent-grpc-port", "--dashboard-agent-listen-port",
-                 "--metrics-export-port", "--runtime-env-agent-port"]  # fmt: skip
+        ports = ["--node-manager-port", "--object-manager-port", "--dashboard-agent-grpc-port",
+                 "--dashboard-agent-listen-port", "--metrics-export-port",
+                 "--runtime-env-agent-port"]  # fmt: skip
         argv = [RAY, "start", "--block", "--node-ip-address", NODE_IP,
                 "--num-cpus", str(cpus), "--num-gpus", "0", "--resources", json.dumps(resources),
                 "--object-store-memory", str(80 * 1024**2), "--disable-usage-stats", *extra]  # fmt: skip
+        # Ray refuses a node whose ports fall in a worker port range (its own or, at run time,
+        # another raylet's): the ranges are chosen first and no other port inside any of them
+        minimum = self._port(lambda p: p + WORKER_PORTS < 65535 and not any(
+            p <= taken <= p + WORKER_PORTS for taken in self.taken))  # fmt: skip
+        self.worker_ranges.append((minimum, minimum + WORKER_PORTS))
+        argv += ["--min-worker-port", str(minimum), "--max-worker-port", str(minimum + WORKER_PORTS)]
         for flag in ports:
-            argv += [flag, str(free_port())]
-        minimum = int(argv[argv.index("--min-worker-port") + 1])
-        argv += ["--max-worker-port", str(minimum + 60)] if minimum + 60 < 65535 else []
+            argv += [flag, str(self._port(lambda p: True))]
         with (self.temp_dir.parent / log).open("wb") as out:
             self.starters.append(subprocess.Popen(
                 argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
@@ -78,7 +99,7 @@ class RayCluster:
         self._start(["--head", "--port", str(self.gcs_port), "--temp-dir", str(self.temp_dir),
                      "--include-dashboard", "true", "--dashboard-host", NODE_IP,
                      "--dashboard-port", str(self.dashboard_port),
-                     "--ray-client-server-port", str(free_port())],
+                     "--ray-client-server-port", str(self._port(lambda p: True))],
                     head, cpus, "head.log")  # fmt: skip
         self.wait_for_nodes(1, timeout)
         for index, resources in enumerate(workers, start=1):

@@ -56,6 +56,28 @@ def test_an_oom_report_is_invalid_naming_the_rank_and_what_it_raised():
                             gpu_oom=True)  # fmt: skip
 
 
+def test_an_oom_names_the_node_of_its_rank_when_each_node_runs_several():
+    # 4 ranks over 2 nodes: rank 3 is node 1's second rank
+    reports = [rank(r, world=4) for r in range(3)] + [rank(3, world=4, outcome=Outcome.GPU_OOM, failure=OOM)]
+    found = outcome(reports, [node(0), node(1, returncode=1)], world_size=4, number_gpus=4)
+    assert found == Invalid(reason="GPU out of memory: rank 3 on node 1 (host1): torch.OutOfMemoryError: "
+                                   "CUDA out of memory", gpu_oom=True)  # fmt: skip
+
+
+def test_a_ranks_error_names_the_node_of_its_rank_when_each_node_runs_several():
+    reports = [rank(r, world=4) for r in range(3)] + [error(3, world=4)]
+    found = outcome(reports, [node(0), node(1, returncode=1)], world_size=4, number_gpus=4)
+    assert isinstance(found, Failed)
+    assert found.reason.startswith("training failed: rank 3 on node 1 (host1): RuntimeError: NCCL Error 3")
+
+
+def test_a_report_from_a_rank_of_no_node_returned_is_still_classified_without_a_place():
+    # the node of rank 0 returned no run (its result lost); its rank's OOM report still counts
+    found = outcome([rank(0, outcome=Outcome.GPU_OOM, failure=OOM)], [node(1, returncode=1), node(2)])
+    assert found == Invalid(reason="GPU out of memory: rank 0: torch.OutOfMemoryError: CUDA out of memory",
+                            gpu_oom=True)  # fmt: skip
+
+
 def test_an_oom_only_the_log_tells_is_invalid_and_says_it_was_read_from_the_log():
     log = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
     found = outcome([rank(0)], [node(returncode=1, log_tail=log)])

@@ -45,7 +45,7 @@ TRAINING_COMPLETED = "training_completed"
 """Metadata of a Failed whose training itself succeeded (the figures are what failed)."""
 
 
-def _describe(report: RankReport, where: str = "") -> str:
+def _describe(report: RankReport, where: str) -> str:
     failure = report.failure
     if failure is None:
         return f"rank {report.rank}{where} ended with {report.outcome}"
@@ -64,6 +64,13 @@ def _failed_rank(report: RankReport, where: str) -> str:
 
 def _where(run: NodeRun, runs: list[NodeRun]) -> str:
     return f" on node {run.machine_rank} ({run.hostname})" if len(runs) > 1 else ""
+
+
+def _where_rank(rank: int, runs: list[NodeRun], per_node: int) -> str:
+    """Where `rank` ran, as _where says it; nothing when no node of `runs` had it (the
+    reason is still given, without a place)."""
+    node = next((n for n in runs if n.machine_rank == rank // per_node), None)
+    return _where(node, runs) if node else ""
 
 
 def _tails(runs: list[NodeRun], multi_node: bool) -> str:
@@ -96,8 +103,7 @@ def launch_outcome(
     per_node = max(1, world_size // max(1, len(runs)))
     oom = [r for r in reports if r.outcome is RankOutcome.GPU_OOM]
     if oom:
-        node = next((n for n in runs if n.machine_rank == oom[0].rank // per_node), None)
-        where = _where(node, runs) if node else ""
+        where = _where_rank(oom[0].rank, runs, per_node)
         return Invalid(reason=f"GPU out of memory: {_describe(oom[0], where)}", gpu_oom=True)
     ran = [r for r in runs if not r.cancelled] or runs
     reports = [r for r in reports if r.rank // per_node in {n.machine_rank for n in ran}]
@@ -127,8 +133,7 @@ def launch_outcome(
             return Failed(f"the configuration cannot run as requested: {message}")
         label = "Log tail"
         if errors:
-            node = next((n for n in ran if n.machine_rank == errors[0].rank // per_node), None)
-            why = _failed_rank(errors[0], _where(node, runs) if node else "")
+            why = _failed_rank(errors[0], _where_rank(errors[0].rank, runs, per_node))
             if errors[0].failure and errors[0].failure.traceback_tail:
                 # the rank's own traceback says more than a log full of other ranks' noise
                 label, tail = f"Traceback of rank {errors[0].rank}", errors[0].failure.traceback_tail

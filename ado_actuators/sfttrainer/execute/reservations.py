@@ -13,6 +13,7 @@ are not subtracted, because they end and waiting for them is the point of queuei
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from typing import Any, Iterable
 
@@ -123,17 +124,29 @@ def describe_holders(nodes: list[dict[str, Any]]) -> str:
     names = {n["NodeID"]: f"{n.get('NodeManagerAddress', '?')}/{n['NodeID'][:8]}"
              for n in nodes if n.get("Alive")}  # fmt: skip
     groups = list(placement_group_table().values())
-    try:
-        from ray.util.state import list_actors, list_tasks
-
-        def rows(found: list[Any]) -> list[dict[str, Any]]:
-            return [{k: getattr(x, k, None) for k in ("name", "node_id", "required_resources",
-                                                       "placement_group_id")} for x in found]  # fmt: skip
-
-        tasks = rows(list_tasks(filters=[("state", "=", "RUNNING")], detail=True, limit=1000))
-        actors = rows(list_actors(filters=[("state", "=", "ALIVE")], detail=True, limit=1000))
-        note = ""
-    except Exception as error:  # noqa: BLE001 - no dashboard: say what could not be read
-        tasks, actors = [], []
-        note = f" (tasks and actors unknown: Ray's state API answered {type(error).__name__})"
+    tasks, actors, note = _running_tasks_and_actors()
     return holders_text(names, tasks, actors, groups) + note
+
+
+STATE_API_TRIES = 3
+"""A loaded head's dashboard may not answer at once; it is asked again after a pause."""
+
+
+def _running_tasks_and_actors() -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
+    """(running tasks, alive actors, a note when Ray's state API could not tell)."""
+    from ray.util.state import list_actors, list_tasks
+
+    def rows(found: list[Any]) -> list[dict[str, Any]]:
+        return [{k: getattr(x, k, None) for k in ("name", "node_id", "required_resources",
+                                                   "placement_group_id")} for x in found]  # fmt: skip
+
+    error: Exception | None = None
+    for attempt in range(STATE_API_TRIES):
+        try:
+            tasks = rows(list_tasks(filters=[("state", "=", "RUNNING")], detail=True, limit=1000))
+            actors = rows(list_actors(filters=[("state", "=", "ALIVE")], detail=True, limit=1000))
+            return tasks, actors, ""
+        except Exception as failure:  # noqa: BLE001 - no dashboard: say what could not be read
+            error = failure
+            time.sleep(2.0 * (attempt + 1))
+    return [], [], f" (tasks and actors unknown: Ray's state API answered {type(error).__name__})"
