@@ -336,6 +336,9 @@ def main() -> int:
     parser.add_argument("--lengths", type=int, nargs="+", default=None,
                         help="model_max_length values (default 32 64 128; --small: 64)")  # fmt: skip
     parser.add_argument("--cpus", type=int, default=4, help="logical CPUs each raylet offers")
+    parser.add_argument("--report-overhead-only", action="store_true",
+                        help="print the overhead but do not judge it (a test: timings are "
+                             "the benchmark's claims, not a test's)")  # fmt: skip
     parser.add_argument("--workdir", type=Path, default=None, help="kept; default: a temporary one, deleted")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the cluster on SIGTERM too
@@ -499,7 +502,7 @@ def main() -> int:
             failures.append(f"{len(problems)} measurement(s) not answered as the design promises")
         if leftovers:
             failures.append(f"{leftovers} process(es)/placement group(s) left")
-        if not within:
+        if not within and not args.report_overhead_only:
             failures.append(f"overhead of the last {n} not within {OVERHEAD_TOLERANCE:.0%} of the first {n}")
     finally:
         if cluster is not None:
