@@ -33,12 +33,8 @@ Exit status 1 when a check fails. The cluster is always stopped (by pid).
 from __future__ import annotations
 
 import argparse
-import ast
-import csv
-import json
 import math
 import os
-import re
 import signal
 import statistics
 import subprocess
@@ -46,11 +42,9 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from datetime import datetime, timezone
 from pathlib import Path
 
 import psutil
-import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = REPO / "tests"
@@ -61,105 +55,26 @@ import run_marks  # noqa: E402  (tests/)
 from ado_operations import leftover_processes, operation_id  # noqa: E402
 from ray_cluster import live_placement_groups, start_cluster  # noqa: E402
 
-from ado_actuators.sfttrainer.contract import RankReport  # noqa: E402
+from overnight_records import entities_of, key_of, overheads, stored_rows, trace  # noqa: E402
+from overnight_space import (  # noqa: E402
+    BATCH_SIZE_OP,
+    DATASET,
+    MODEL,
+    expected,
+    faults,
+    method_of,
+    operation_document,
+    space_document,
+    trainings,
+    write_yaml,
+)
+
 from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI, generate_text_dataset  # noqa: E402
 from ado_actuators.sfttrainer.testing.tiny_model import build_tiny_model  # noqa: E402
 
-DATASET = "news-chars-512-entries-4096"
-MODEL = "tiny"  # short: the measurement directory's name is the entity id cut at 80 characters
-GPU_MODEL = "NVIDIA-A100-SXM4-80GB"  # no node of the local cluster offers a GPU
-EXPERIMENTS = {"full": "finetune_full_benchmark-v1.0.0", "lora": "finetune_lora_benchmark-v1.0.0"}
-BATCH_SIZES = (2, 3, 4)
-NODES = (1, 2)
-GPUS = (0, 1)
-STEPS = 2
-BATCH_SIZE_OP = 3  # the operation's batchSize: three measurements at once
 LEFTOVER_WAIT = 90  # seconds the killed operation's processes and placement groups may take to go
 OVERHEAD_TOLERANCE = 0.20
 TRAINER = "ado_actuators.sfttrainer.trainer"
-
-
-def entity_id(batch: int, length: int, gpus: int, nodes: int) -> str:
-    """ado's entity identifier: the constitutive properties in sorted order."""
-    return (f"batch_size.{batch}-model_max_length.{length}-model_name.{MODEL}-"
-            f"number_gpus.{gpus}-number_nodes.{nodes}")  # fmt: skip
-
-
-def method_of(experiment: str) -> str:
-    return "lora" if "lora" in experiment else "full"
-
-
-def write_yaml(path: Path, document: dict) -> Path:
-    path.write_text(yaml.safe_dump(document))
-    return path
-
-
-# ---- the space -------------------------------------------------------------------------
-
-
-def faults(lengths: list[int]) -> dict[str, str]:
-    """Needle -> FAULT_ENV. A needle is a whole single-node CPU entity's identifier followed
-    by the "-" before the run's name, so it matches that measurement's directory only: OOM
-    for batch_size 3 at the middle length, a crash for batch_size 4 at the last."""
-    middle, last = lengths[len(lengths) // 2], lengths[-1]
-    return {f"{entity_id(3, middle, 0, 1)}-": "oom@1",
-            f"{entity_id(4, last, 0, 1)}-": "exception@1"}  # fmt: skip
-
-
-def expected(lengths: list[int], injected: dict[str, str]) -> dict[tuple[str, str], str]:
-    """(entity, method) -> the outcome the design promises for it."""
-    promised = {}
-    for batch in BATCH_SIZES:
-        for length in lengths:
-            for gpus in GPUS:
-                for nodes in NODES:
-                    entity = entity_id(batch, length, gpus, nodes)
-                    if gpus and gpus % nodes:
-                        outcome = "invalid: configuration"
-                    elif gpus:
-                        outcome = "failed: unsatisfiable"
-                    elif batch % nodes:
-                        outcome = "failed: configuration"
-                    else:
-                        fault = next((f for n, f in injected.items() if nodes == 1 and n in entity + "-"), None)
-                        outcome = {"oom@1": "invalid: OOM", "exception@1": "failed: crash"}.get(fault, "valid")
-                    for method in EXPERIMENTS:
-                        promised[(entity, method)] = outcome
-    return promised
-
-
-def trainings(promised: dict[tuple[str, str], str]) -> int:
-    """How many measurements launch a trainer."""
-    return sum(o in ("valid", "invalid: OOM", "failed: crash") for o in promised.values())
-
-
-def space_document(lengths: list[int]) -> dict:
-    fixed = {"fms_hf_tuning_version": "3.2.2", "dataset_id": DATASET, "max_steps": STEPS,
-             "torch_dtype": "float32", "gradient_accumulation_steps": 1,
-             "distributed_backend": "DDP", "gpu_model": GPU_MODEL}  # fmt: skip
-    parameterization = [{"property": {"identifier": k}, "value": v} for k, v in fixed.items()]
-    return {
-        "experiments": [{"experimentIdentifier": e, "actuatorIdentifier": "SFTTrainer",
-                         "parameterization": parameterization} for e in EXPERIMENTS.values()],
-        "entitySpace": [
-            {"identifier": name, "propertyDomain": {"values": values}}
-            for name, values in {"model_name": [MODEL], "model_max_length": lengths,
-                                 "batch_size": list(BATCH_SIZES), "number_nodes": list(NODES),
-                                 "number_gpus": list(GPUS)}.items()
-        ],
-    }  # fmt: skip
-
-
-def operation_document(space_id: str, config_id: str) -> dict:
-    return {
-        "spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id],
-        "operation": {
-            "module": {"operatorName": "random_walk", "operationType": "search"},
-            "parameters": {"numberEntities": "all", "singleMeasurement": True,
-                           "batchSize": BATCH_SIZE_OP,
-                           "samplerConfig": {"mode": "sequential", "samplerType": "generator"}},
-        },
-    }  # fmt: skip
 
 
 # ---- what runs ---------------------------------------------------------------------------
@@ -233,99 +148,6 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-# ---- what was recorded -------------------------------------------------------------------
-
-
-def read_csv(path: Path) -> list[dict[str, str]]:
-    if not path.exists():
-        return []
-    with path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
-def trace(ado: AdoCLI, space_id: str, unrolled: bool) -> list[dict[str, str]]:
-    """The requests (or, `unrolled`, the results) of every operation on the space, each row
-    naming its operation (the killed run's identifier is printed only when ado ends)."""
-    target = ado.home / f"trace-{space_id}-{'results' if unrolled else 'requests'}.csv"
-    ado.run("show", "trace", "discoveryspace", space_id, *(["--unroll-entities"] if unrolled else []),
-            "-o", "csv", "--output-file", str(target))  # fmt: skip
-    return read_csv(target)
-
-
-def parse(text: str):
-    for reader in (json.loads, ast.literal_eval):
-        try:
-            return reader(text)
-        except (ValueError, SyntaxError, TypeError):
-            pass
-    return None
-
-
-def entities_of(row: dict[str, str]) -> list[str]:
-    value = row.get("Entity IDs") or row.get("Entity ID") or ""
-    parsed = parse(value)
-    if isinstance(parsed, list):
-        return [str(x) for x in parsed]
-    return re.findall(r"batch_size\.[^'\",\s\]]+", value) or [value]
-
-
-def key_of(row: dict[str, str]) -> tuple[str, str]:
-    (entity,) = entities_of(row)
-    return entity, method_of(row.get("Experiment ID", ""))
-
-
-def stored_rows(ado: AdoCLI, space_id: str) -> tuple[Counter, dict[tuple[str, str], list[str]]]:
-    """(entity, method) -> number of rows stored; and -> their is_valid values."""
-    counts: Counter = Counter()
-    valid: dict[tuple[str, str], list[str]] = {}
-    measured = ado.measurements(space_id)
-    print(f"stored columns (first 12): {list(measured[0])[:12] if measured else None}")
-    for row in measured:
-        entity = row.get("identifier") or entity_id(int(row["batch_size"]), int(row["model_max_length"]),
-                                                    int(row["number_gpus"]), int(row["number_nodes"]))  # fmt: skip
-        experiment = row.get("experiment_id") or next((v for k, v in row.items() if "experiment" in k), "")
-        key = (entity, method_of(experiment))
-        counts[key] += 1
-        valid.setdefault(key, []).append(row.get("is_valid", ""))
-    return counts, valid
-
-
-def training_seconds(workdir: Path) -> float | None:
-    """Rank 0's train_runtime (Hugging Face's Trainer), from the measurement's reports."""
-    reports = [r for d in workdir.rglob("reports") for r in RankReport.read_all(d)]
-    reports.sort(key=lambda r: r.rank)
-    return reports[0].hf_metrics.train_runtime if reports else None
-
-
-def overheads(result_rows: list[dict[str, str]]) -> list[tuple[float, str, float, float, float, float]]:
-    """(issued at, entity, operation seconds, training seconds, seconds before launch, seconds
-    waited for resources) of every valid training that was measured (not replayed), in the
-    order ado issued them. Before launch: from ado issuing the request to the measurement's
-    job file (ado, Ray, the wait for a placement while other measurements hold the CPUs,
-    planning). Waited: the measurement's own `placement_wait_seconds` (queue and placement):
-    the schedule's cost, not the tool's, so the overhead leaves it out."""
-    found = []
-    for row in result_rows:
-        if row.get("Request type") != "measured" or str(row.get("Valid")).lower() != "true":
-            continue
-        metadata = parse(row.get("Result Metadata") or "") or {}
-        if "invalid_reason" in metadata or "workdir" not in metadata:
-            continue
-        workdir = Path(metadata["workdir"])
-        workdir = workdir.parent if workdir.name.startswith("node-") else workdir
-        train = training_seconds(workdir)
-        if train is None:
-            continue
-        issued = datetime.fromisoformat(row["Timestamp"])
-        if issued.tzinfo is None:
-            issued = issued.replace(tzinfo=timezone.utc)
-        ended = max(p.stat().st_mtime for p in workdir.rglob("*") if p.is_file())
-        launched = min(p.stat().st_mtime for p in workdir.rglob("job.json"))
-        found.append((issued.timestamp(), row.get("Entity ID", ""), ended - issued.timestamp(), train,
-                      launched - issued.timestamp(), float(metadata.get("placement_wait_seconds", 0.0))))
-    return sorted(found)
 
 
 # ---- the rehearsal ---------------------------------------------------------------------
