@@ -104,7 +104,7 @@ def test_stop_after_seconds_stops_every_rank_at_the_same_step(runs):
 def test_when_one_rank_fails_both_report_and_the_launch_fails(runs):
     run = runs["crash"]
     assert run.returncode not in (0, None), run.describe()
-    assert [r.rank for r in run.reports] == [0, 1]
+    assert [r.rank for r in run.reports] == [0, 1], run.describe()
     survivor, crashed = run.reports
     assert crashed.outcome is Outcome.GPU_OOM
     # rank 0 learns of it (its collective with the dead peer fails, or the launcher stops it)

@@ -15,6 +15,7 @@ from ado_actuators.sfttrainer.contract import Outcome as RankOutcome
 from ado_actuators.sfttrainer.contract import RankReport
 from ado_actuators.sfttrainer.execute import environment, gpu_exclusive, workspace
 from ado_actuators.sfttrainer.execute.devices import visible_devices
+from ado_actuators.sfttrainer.execute.interruptible import interruptible
 from ado_actuators.sfttrainer.execute.process import ProcessResult, log_tail, run_process
 from ado_actuators.sfttrainer.outcomes import Failed
 from ado_actuators.sfttrainer.plan.launch import LaunchPlan, PlanError, PlanInputs, plan_launch
@@ -227,9 +228,15 @@ def launch_node(
     """Plan, write the workspace, launch this node's ranks and collect their reports.
 
     A node with peers (a rendezvous) that is cancelled because another node failed (Ray's
-    cooperative cancel: KeyboardInterrupt) stops its ranks and still returns what they
+    cooperative cancel: KeyboardInterrupt, which reaches it even in a worker that inherited
+    SIGINT ignored: execute/interruptible.py) stops its ranks and still returns what they
     reported, marked cancelled: its ranks may hold the cause of the other node's failure (a
     GPU OOM here makes the peers fail first). A lone node passes the interrupt on."""
+    with interruptible():
+        return _launch(request, prepared, rendezvous)
+
+
+def _launch(request: NodeRequest, prepared: Prepared, rendezvous: Rendezvous | None) -> NodeRun:
     machine_rank = prepared.machine_rank
     here = NodeRun(machine_rank=machine_rank, hostname=prepared.hostname,
                    environment=prepared.environment)  # fmt: skip
