@@ -13,12 +13,13 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable
 
 import psutil
 import run_marks
@@ -29,6 +30,22 @@ RAY = str(Path(sys.executable).with_name("ray"))
 NODE_IP = "127.0.0.1"
 WORKER_PORTS = 60
 """Each raylet's worker port range: min to min + WORKER_PORTS."""
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((NODE_IP, port))
+        except OSError:
+            return False
+    return True
+
+
+def _as_a_background_job() -> None:
+    """SIGINT ignored, as in every process of a cluster started by `ray start … &` from a
+    script (POSIX), nohup or some supervisors: what the product must work under
+    (execute/interruptible.py), and the same however this pytest was started."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @dataclasses.dataclass
@@ -71,6 +88,25 @@ class RayCluster:
                 self.taken.add(port)
                 return port
 
+    def _worker_range(self) -> int:
+        """The first port of a raylet's worker port range. Ray refuses a node whose ports fall
+        in a worker port range (its own or, at run time, another raylet's), and a worker
+        cannot bind a port that something else holds. So the ranges lie below the kernel's
+        ephemeral ports (where every other port of a test cluster, and every outgoing
+        connection, comes from), in a slice of their own per pytest-xdist worker: clusters of
+        sessions running side by side never share a port."""
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+        slices, low = 8, 10_000
+        width = (ephemeral - low) // slices
+        start = low + (int(worker) % slices if worker.isdigit() else 0) * width
+        while True:
+            minimum = secrets.randbelow(width - WORKER_PORTS) + start
+            last = minimum + WORKER_PORTS
+            overlaps = any(minimum <= b and a <= last for a, b in self.worker_ranges)
+            if not overlaps and all(_bindable(p) for p in range(minimum, last + 1)):
+                return minimum
+
     def _start(self, extra: list[str], resources: dict[str, float], cpus: int, log: str) -> None:
         ports = ["--node-manager-port", "--object-manager-port", "--dashboard-agent-grpc-port",
                  "--dashboard-agent-listen-port", "--metrics-export-port",
@@ -78,10 +114,7 @@ class RayCluster:
         argv = [RAY, "start", "--block", "--node-ip-address", NODE_IP,
                 "--num-cpus", str(cpus), "--num-gpus", "0", "--resources", json.dumps(resources),
                 "--object-store-memory", str(80 * 1024**2), "--disable-usage-stats", *extra]  # fmt: skip
-        # Ray refuses a node whose ports fall in a worker port range (its own or, at run time,
-        # another raylet's): the ranges are chosen first and no other port inside any of them
-        minimum = self._port(lambda p: p + WORKER_PORTS < 65535 and not any(
-            p <= taken <= p + WORKER_PORTS for taken in self.taken))  # fmt: skip
+        minimum = self._worker_range()
         self.worker_ranges.append((minimum, minimum + WORKER_PORTS))
         argv += ["--min-worker-port", str(minimum), "--max-worker-port", str(minimum + WORKER_PORTS)]
         for flag in ports:
@@ -89,7 +122,7 @@ class RayCluster:
         with (self.temp_dir.parent / log).open("wb") as out:
             self.starters.append(subprocess.Popen(
                 argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
+                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_as_a_background_job,
             ))  # fmt: skip
         if run := run_marks.current():
             run.record_process(self.starters[-1].pid)
@@ -194,6 +227,25 @@ def start_cluster(
         cluster.stop()
         raise
     return cluster
+
+
+REPO = Path(__file__).resolve().parents[1]
+HOOKS = REPO / "tests" / "e2e" / "inject"  # the test hooks' sitecustomize.py
+
+
+def two_raylets(
+    *, cpus: int = 4, hooks: bool = False, env: dict[str, str] | None = None
+) -> Iterator[RayCluster]:
+    """A module fixture's whole body: two raylets (one `full-worker` each, `cpus` CPUs) whose
+    workers import this checkout (the venv's editable install may be another), with the test
+    hooks first when `hooks`, and `env`; stopped after the module, leaving no Ray process."""
+    path = [str(HOOKS)] if hooks else []
+    node_env = {"PYTHONPATH": os.pathsep.join(filter(None, [*path, str(REPO), os.environ.get("PYTHONPATH")])),
+                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", **(env or {})}  # fmt: skip
+    started = start_cluster([{"full-worker": 1.0}, {"full-worker": 1.0}], env=node_env, cpus=cpus)
+    yield started
+    started.stop()
+    assert not started.processes(), "a Ray process outlived the cluster"
 
 
 _PLACEMENT_GROUPS = """

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import psutil
@@ -65,8 +66,12 @@ class Run:
         owner = os.getpid() if owner is None else owner
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         run = cls(root / f"run-{owner}")
-        run.directory.mkdir(exist_ok=True)
-        (run.directory / "owner").write_text(json.dumps(_identity(owner)))
+        # The directory appears with its owner already in it: a session starting beside this
+        # one (pytest-xdist's other worker) must never see a run without one and clear it.
+        partial = Path(tempfile.mkdtemp(prefix=f".run-{owner}-", dir=root))
+        (partial / "owner").write_text(json.dumps(_identity(owner)))
+        shutil.rmtree(run.directory, ignore_errors=True)  # a pid reused since a killed run
+        partial.rename(run.directory)
         return run
 
     def record_process(self, pid: int) -> None:

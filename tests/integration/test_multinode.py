@@ -16,13 +16,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 import yaml
 from ado_operations import run_operation, trace
-from ray_cluster import RayCluster, live_placement_groups, start_cluster
+from ray_cluster import RayCluster, live_placement_groups, two_raylets
 
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.contract import RankReport
@@ -42,14 +43,8 @@ ENTITY = {"model_name": "tiny", "model_max_length": MAX_SEQ, "batch_size": BATCH
 
 
 @pytest.fixture(scope="module")
-def cluster(isolated_env) -> RayCluster:
-    # The nodes' workers import this checkout (the venv's editable install may be another).
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-           "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
-    started = start_cluster([{"full-worker": 1.0}, {"full-worker": 1.0}], env=env)
-    yield started
-    started.stop()
-    assert not started.processes(), "a Ray process outlived the cluster"
+def cluster(isolated_env) -> Iterator[RayCluster]:
+    yield from two_raylets()
 
 
 @pytest.fixture(scope="module")

@@ -25,13 +25,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 import yaml
 from ado_operations import leftover_processes, run_operation, trace
-from ray_cluster import RayCluster, live_placement_groups, start_cluster
+from ray_cluster import RayCluster, live_placement_groups, two_raylets
 
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI
@@ -52,14 +53,8 @@ GUARD_SECONDS = 600  # only a hang reaches it
 
 
 @pytest.fixture(scope="module")
-def cluster(isolated_env) -> RayCluster:
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(INJECT), str(REPO), os.environ.get("PYTHONPATH")])),
-           "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-           "SFTTRAINER_TEST_FAULTS": f"/{OOM_DIR}/=oom@2@1"}  # fmt: skip
-    started = start_cluster([{"full-worker": 1.0}, {"full-worker": 1.0}], env=env)
-    yield started
-    started.stop()
-    assert not started.processes(), "a Ray process outlived the cluster"
+def cluster(isolated_env) -> Iterator[RayCluster]:
+    yield from two_raylets(hooks=True, env={"SFTTRAINER_TEST_FAULTS": f"/{OOM_DIR}/=oom@2@1"})
 
 
 @pytest.fixture(scope="module")

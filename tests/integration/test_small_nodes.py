@@ -8,14 +8,14 @@ A real cluster of two raylets with 2 CPUs each (`ray start --num-cpus 2`), drive
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from ado_operations import run_operation, trace
-from ray_cluster import RayCluster, live_placement_groups, start_cluster
+from ray_cluster import RayCluster, live_placement_groups, two_raylets
 from test_multinode import (
     ENTITY,
     actuator_parameters,
@@ -34,13 +34,8 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(scope="module")
-def cluster(isolated_env) -> RayCluster:
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-           "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
-    started = start_cluster([{"full-worker": 1.0}, {"full-worker": 1.0}], env=env, cpus=2)
-    yield started
-    started.stop()
-    assert not started.processes(), "a Ray process outlived the cluster"
+def cluster(isolated_env) -> Iterator[RayCluster]:
+    yield from two_raylets(cpus=2)
 
 
 @pytest.fixture(scope="module")
