@@ -12,7 +12,9 @@ the cluster's PYTHONPATH. The OOM is the trainer's own fault hook on global rank
 second node), for measurements whose output directory is named OOM_DIR. To make the OOM node
 the one that ends last, as NCCL makes it on GPUs (the OOM node's launcher waits 30 s before
 it kills its ranks, the healthy node's ranks abort at once), the test stops that node's
-launcher (SIGSTOP) while its rank trains: the node can then only end by being cancelled.
+launcher (SIGSTOP) while its rank trains: the node can then only end by being cancelled. The
+rank fires its OOM only once the test says its launcher is stopped (the hooks'
+SFTTRAINER_TEST_HOLD_FAULT), so the order holds however the processes are scheduled.
 """
 
 from __future__ import annotations
@@ -53,8 +55,15 @@ GUARD_SECONDS = 600  # only a hang reaches it
 
 
 @pytest.fixture(scope="module")
-def cluster(isolated_env) -> Iterator[RayCluster]:
-    yield from two_raylets(hooks=True, env={"SFTTRAINER_TEST_FAULTS": f"/{OOM_DIR}/=oom@2@1"})
+def gates(tmp_path_factory) -> Path:
+    """Where LauncherStopper lets each held rank fire its OOM."""
+    return tmp_path_factory.mktemp("gates")
+
+
+@pytest.fixture(scope="module")
+def cluster(isolated_env, gates) -> Iterator[RayCluster]:
+    yield from two_raylets(hooks=True, env={"SFTTRAINER_TEST_FAULTS": f"/{OOM_DIR}/=oom@2@1",
+                                            "SFTTRAINER_TEST_HOLD_FAULT": str(gates)})  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -138,13 +147,14 @@ def test_a_node_that_cannot_prepare_fails_naming_it_and_nothing_launches(cluster
 
 
 class LauncherStopper(threading.Thread):
-    """SIGSTOPs the launcher of node 1 of every measurement under `out` once its rank runs
-    (before the rank's OOM at step 2), so that node ends only when it is cancelled. Counts
-    the launchers it stopped while they ran (psutil reports them stopped, not gone)."""
+    """SIGSTOPs the launcher of node 1 of every measurement under `out` once its rank runs,
+    then lets the rank fire its OOM (a gate file in `gates`), so that node ends only when it
+    is cancelled. Counts the launchers it stopped while they ran (psutil reports them
+    stopped, not gone)."""
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, gates: Path) -> None:
         super().__init__(daemon=True)
-        self.out = out
+        self.out, self.gates = out, gates
         self.stopped: dict[int, psutil.Process] = {}
         self.in_time = 0
         self.done = threading.Event()
@@ -169,6 +179,9 @@ class LauncherStopper(threading.Thread):
                     launcher.send_signal(signal.SIGSTOP)
                     self.stopped[launcher.pid] = launcher
                     self.in_time += self._stops(launcher)
+                # opened either way: a launcher that could not be stopped fails the test on
+                # in_time, not by a rank held until the guard deadline
+                (self.gates / f"stopped-{launcher.pid}").touch()
 
     @staticmethod
     def _stops(proc: psutil.Process) -> bool:
@@ -191,8 +204,8 @@ class LauncherStopper(threading.Thread):
 
 
 @pytest.fixture
-def launcher_stopper(tmp_path):
-    stopper = LauncherStopper(tmp_path / OOM_DIR)
+def launcher_stopper(tmp_path, gates):
+    stopper = LauncherStopper(tmp_path / OOM_DIR, gates)
     yield stopper
     stopper.release()
 

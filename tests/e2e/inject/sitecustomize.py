@@ -20,6 +20,9 @@ every other node has, and SECONDS later: a cold node building its environment wh
 peers are ready.
 SFTTRAINER_TEST_UNMOUNTED_DATASET=RANK: machine rank RANK looks for the dataset where it is
 not, as on a node without the volume that holds it.
+SFTTRAINER_TEST_HOLD_FAULT=DIR: a rank about to fire its injected fault first waits for
+`DIR/stopped-<its launcher's pid>`, which the test writes once it has done to the launcher
+what it wanted done before the fault (a SIGSTOP): an order by design, not by schedule.
 """
 
 import functools
@@ -38,6 +41,7 @@ _FAULTS = dict(
 _STAGES = os.environ.get("SFTTRAINER_TEST_STAGES")
 _SLOW = os.environ.get("SFTTRAINER_TEST_SLOW_PREPARE")
 _UNMOUNTED = os.environ.get("SFTTRAINER_TEST_UNMOUNTED_DATASET")
+_HOLD = os.environ.get("SFTTRAINER_TEST_HOLD_FAULT")
 _GUARD_SECONDS = 300  # only a hang reaches it: the peers' preparation is what is waited for
 
 
@@ -105,6 +109,23 @@ def _patch_node(module):
     module.prepare_node = prepare_node
 
 
+def _hold_faults(module):
+    real_fire = module.fire
+
+    @functools.wraps(real_fire)
+    def fire(kind, step):
+        # a rank's parent is its launcher (torch's elastic agent runs inside accelerate launch)
+        gate = Path(_HOLD) / f"stopped-{os.getppid()}"
+        deadline = time.monotonic() + _GUARD_SECONDS
+        while not gate.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{gate} never appeared")
+            time.sleep(0.05)
+        return real_fire(kind, step)
+
+    module.fire = fire
+
+
 class _Patch(importlib.abc.MetaPathFinder):
     """Runs `patch(module)` right after the module named `target` is first executed."""
 
@@ -128,5 +149,7 @@ class _Patch(importlib.abc.MetaPathFinder):
 
 if _BREAK_CONVERSION:
     sys.meta_path.insert(0, _Patch("ado_actuators.sfttrainer.results", _break_conversion))
+if _HOLD:
+    sys.meta_path.insert(0, _Patch("ado_actuators.sfttrainer.trainer.faults", _hold_faults))
 if _FAULTS or _STAGES or _SLOW or _UNMOUNTED:
     sys.meta_path.insert(0, _Patch("ado_actuators.sfttrainer.execute.node", _patch_node))
