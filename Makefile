@@ -41,12 +41,14 @@ $(OPS_STAMP): pyproject.toml $(PACKAGE_LISTS)/fms-hf-tuning_v$(FMS).txt
 # [tool.coverage.run]); then the total and the modules under 80 % with their reasons.
 # Two pytest-xdist workers, each taking whole modules (a module's cluster is started once):
 # most of a slow test is waiting on Ray, ado and launchers, so one worker left a core idle.
+# Modules go in collection order, the slow e2e and integration ones first (xdist's default
+# orders them by test count, which left the longest module running alone at the end).
 COVERAGE_DATA := .coverage-data
 TEST_WORKERS ?= 2
 test: env
 	rm -rf $(COVERAGE_DATA) && mkdir -p $(COVERAGE_DATA)
 	$(BIN)/python -m coverage run -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadscope \
-		--durations 25; status=$$?; \
+		--no-loadscope-reorder --durations 25; status=$$?; \
 	$(BIN)/python tests/coverage/summary.py $(COVERAGE_DATA); exit $$status
 
 test-fast: env
