@@ -195,6 +195,10 @@ class LauncherStopper(threading.Thread):
             time.sleep(0.05)
         return False
 
+    def held(self) -> int:
+        """How many of the stopped launchers' ranks fired their fault only once let."""
+        return sum((self.gates / f"fired-{pid}").exists() for pid in self.stopped)
+
     def release(self) -> None:
         """Kills what the measurement did not (a test failing early must leave nothing)."""
         self.done.set()
@@ -216,6 +220,7 @@ def test_a_cancelled_node_returns_what_its_ranks_reported(cluster, inputs, tmp_p
     outcome = measure_on(cluster, inputs, out)
     launcher_stopper.done.set()
     assert launcher_stopper.in_time == 1, f"node 1's launcher was not stopped while its rank ran: {outcome}"
+    assert launcher_stopper.held() == 1  # its rank fired the OOM only after that
     # node 0 failed first (its rank lost its peer); node 1 was cancelled and returned the OOM
     assert [(n["machine_rank"], n["cancelled"]) for n in outcome["metadata"]["nodes"]] == [
         (0, False), (1, True)], outcome  # fmt: skip
@@ -251,7 +256,7 @@ def test_an_oom_on_the_second_node_is_invalid_every_time_through_ado(cluster, in
     launcher_stopper.start()
     operation_id, output = run_operation(ado, write_yaml(tmp_path / "op.yaml", operation))
     launcher_stopper.done.set()
-    assert launcher_stopper.in_time == len(REPEATS), output[-3000:]
+    assert launcher_stopper.in_time == launcher_stopper.held() == len(REPEATS), output[-3000:]
     assert len(trace(ado, operation_id)) == len(REPEATS)  # each answered once
     rows = ado.measurements(space_id)
     assert sorted(int(r["model_max_length"]) for r in rows) == sorted(REPEATS), output[-3000:]

@@ -22,7 +22,8 @@ SFTTRAINER_TEST_UNMOUNTED_DATASET=RANK: machine rank RANK looks for the dataset 
 not, as on a node without the volume that holds it.
 SFTTRAINER_TEST_HOLD_FAULT=DIR: a rank about to fire its injected fault first waits for
 `DIR/stopped-<its launcher's pid>`, which the test writes once it has done to the launcher
-what it wanted done before the fault (a SIGSTOP): an order by design, not by schedule.
+what it wanted done before the fault (a SIGSTOP): an order by design, not by schedule. Then it
+leaves `DIR/fired-<its launcher's pid>`.
 """
 
 import functools
@@ -121,6 +122,7 @@ def _hold_faults(module):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{gate} never appeared")
             time.sleep(0.05)
+        (Path(_HOLD) / f"fired-{os.getppid()}").touch()  # the test sees the hold was kept
         return real_fire(kind, step)
 
     module.fire = fire
