@@ -35,11 +35,16 @@ _LEAKY = (FAULT_ENV, "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_
 def marked_run():
     """This session's run directory (tests/run_marks.py), once what killed sessions left is
     cleared: before any test starts anything."""
-    run = run_marks.Run.start()
+    # A pytest-xdist worker's run belongs to the controller (its parent), the process a user
+    # or CI kills: once that is gone, the next session clears what the worker started even
+    # while the orphaned worker still winds down, and the worker leaves its run to be cleared.
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    run = run_marks.Run.start(owner=os.getppid() if worker else None, label=worker)
     if cleared := run_marks.clear_leftovers(keep=run.directory):
         warnings.warn("cleared what killed test sessions left:\n" + "\n".join(cleared), stacklevel=1)
     yield run
-    run.finish()
+    if run.owner_alive():
+        run.finish()
 
 
 @pytest.fixture(scope="session", autouse=True)

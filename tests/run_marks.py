@@ -3,8 +3,9 @@ was killed before its finalizers ran.
 
 A SIGKILLed pytest runs no teardown: its Ray clusters (`ray start` in sessions of their own),
 `ado` operations and accelerate launchers keep running, and its temporary directories stay.
-So every session owns ROOT/run-<pid>/, holding
-- `owner`: the session's pid and start time (a pid alone could be reused);
+So every session owns ROOT/run-<pid>/ (a pytest-xdist worker: run-<controller pid>-gw<N>/,
+owned by the controller, which is what gets killed), holding
+- `owner`: the owner's pid and start time (a pid alone could be reused);
 - `<pid>.pid`: a process a helper recorded (same format);
 - `paths`: directories outside pytest's temporary directory to delete, one a line;
 and every process the session starts, however deep, inherits MARK_ENV=<that directory> from
@@ -61,11 +62,12 @@ class Run:
     directory: Path
 
     @classmethod
-    def start(cls, root: Path = ROOT, owner: int | None = None) -> Run:
-        """The run of `owner` (this process unless a test says otherwise)."""
+    def start(cls, root: Path = ROOT, owner: int | None = None, label: str | None = None) -> Run:
+        """The run of `owner` (this process unless a test says otherwise); `label` tells apart
+        the runs of one owner (pytest-xdist's workers)."""
         owner = os.getpid() if owner is None else owner
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        run = cls(root / f"run-{owner}")
+        run = cls(root / f"run-{owner}{f'-{label}' if label else ''}")
         # The directory appears with its owner already in it: a session starting beside this
         # one (pytest-xdist's other worker) must never see a run without one and clear it.
         partial = Path(tempfile.mkdtemp(prefix=f".run-{owner}-", dir=root))
@@ -73,6 +75,9 @@ class Run:
         shutil.rmtree(run.directory, ignore_errors=True)  # a pid reused since a killed run
         partial.rename(run.directory)
         return run
+
+    def owner_alive(self) -> bool:
+        return _running(_read(self.directory / "owner")) is not None
 
     def record_process(self, pid: int) -> None:
         (self.directory / f"{pid}.pid").write_text(json.dumps(_identity(pid)))

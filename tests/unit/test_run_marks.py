@@ -4,6 +4,7 @@ leaves alone what a session still running started."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -116,20 +117,24 @@ INNER_TEST = textwrap.dedent(
 )
 
 
-def test_a_session_after_a_killed_one_starts_clean(tmp_path, spawn):
+@pytest.mark.parametrize("workers", [[], ["-n", "1"]], ids=["one-process", "xdist"])
+def test_a_session_after_a_killed_one_starts_clean(tmp_path, spawn, workers):
+    """Killed: the pytest a user or CI kills (with xdist, the controller; its worker is then
+    orphaned and winds down on its own for seconds, and must not keep or delete its run)."""
     (tmp_path / "test_inner.py").write_text(INNER_TEST)
     pid_file = tmp_path / "leftover.pid"
     env = {**os.environ, run_marks.ROOTS_ENV: str(tmp_path / "runs"), "LEFTOVER_PID": str(pid_file),
            "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
     pytest_argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest",
                    "--rootdir", str(tmp_path), str(tmp_path / "test_inner.py")]  # fmt: skip
-    first = spawn([*pytest_argv, "-k", "hangs"], cwd=REPO, env=env,
+    first = spawn([*pytest_argv, *workers, "-k", "hangs"], cwd=REPO, env=env,
                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 120  # a guard against a hang, not a speed claim
     while not pid_file.exists():
         assert first.poll() is None and time.monotonic() < deadline, "the first session never started it"
         time.sleep(0.1)
     leftover = psutil.Process(int(pid_file.read_text()))
+    orphans = psutil.Process(first.pid).children()  # xdist's worker
     first.kill()  # SIGKILL: no finalizer runs
     first.wait()
     try:
@@ -143,5 +148,6 @@ def test_a_session_after_a_killed_one_starts_clean(tmp_path, spawn):
         # the first session's run cleared, the second's own deleted as it ended
         assert [p.name for p in (tmp_path / "runs").iterdir()] == []
     finally:
-        if leftover.is_running():
-            leftover.kill()
+        for proc in [leftover, *orphans]:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
