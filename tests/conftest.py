@@ -32,13 +32,14 @@ _LEAKY = (FAULT_ENV, "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_
 
 
 @pytest.fixture(scope="session", autouse=True)
-def marked_run():
+def marked_run(request):
     """This session's run directory (tests/run_marks.py), once what killed sessions left is
     cleared: before any test starts anything."""
     # A pytest-xdist worker's run belongs to the controller (its parent), the process a user
     # or CI kills: once that is gone, the next session clears what the worker started even
     # while the orphaned worker still winds down, and the worker leaves its run to be cleared.
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    # (workerinput, not PYTEST_XDIST_WORKER: a pytest that a test starts inherits that one)
+    worker = getattr(request.config, "workerinput", {}).get("workerid")
     run = run_marks.Run.start(owner=os.getppid() if worker else None, label=worker)
     if cleared := run_marks.clear_leftovers(keep=run.directory):
         warnings.warn("cleared what killed test sessions left:\n" + "\n".join(cleared), stacklevel=1)
