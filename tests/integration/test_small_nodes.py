@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -135,7 +136,8 @@ from ado_actuators.sfttrainer.measurement import measure
 from ado_actuators.sfttrainer.settings import MeasurementSettings
 
 entity, settings = json.loads(sys.argv[1]), MeasurementSettings(**json.loads(sys.argv[2]))
-name = placement_queue.group_name
+job = ray.get_runtime_context().get_job_id()
+name = lambda run, asked: placement_queue.group_name(run, asked, job)
 # a measurement running on one node (all its CPUs), and an older 2-node one that waits for it
 running = placement_group([{"CPU": 2.0}], name=name("running", time.time_ns()))
 assert running.wait(60)
@@ -191,3 +193,95 @@ def test_a_younger_measurement_queues_behind_an_older_one_that_waits_for_two_nod
     assert set(result["placed"]) <= set(result["snapshot"]), result
     assert result["outcome"] == "Measured" and result["valid"] in (1, 1.0, True), result
     assert not live_placement_groups(cluster)
+
+
+KILLED = """
+import json, logging, pathlib, sys, time
+import ray
+from ray.util.placement_group import placement_group
+from ado_actuators.sfttrainer.execute import placement_queue
+from ado_actuators.sfttrainer.measurement import measure
+from ado_actuators.sfttrainer.settings import MeasurementSettings
+
+ray.init(logging_level="ERROR", namespace="small-nodes")
+entity, settings, marks = json.loads(sys.argv[1]), json.loads(sys.argv[2]), pathlib.Path(sys.argv[3])
+count = int(sys.argv[4])
+# an older measurement that no node can place: the others queue behind it until the job ends
+job = ray.get_runtime_context().get_job_id()
+(marks / "job").write_text(job)
+never = placement_group([{"CPU": 64.0}], name=placement_queue.group_name("never", time.time_ns(), job))
+
+@ray.remote(num_cpus=0)
+def queued(k):
+    class Mark(logging.Handler):
+        def emit(self, record):
+            (marks / f"queued-{k}").touch()
+    logging.getLogger(placement_queue.__name__).addHandler(Mark())
+    logging.getLogger(placement_queue.__name__).setLevel(logging.INFO)
+    return measure(entity, "finetune_full_benchmark-v1.0.0", MeasurementSettings(**settings),
+                   label=f"queued{k}")
+
+@ray.remote(num_cpus=0)
+class Actuator:  # as under ado: the measurements' tasks are an actor's, which outlive the driver
+    def submit(self):
+        self.refs = [queued.remote(k) for k in range(count)]
+
+actuator = Actuator.remote()
+ray.get(actuator.submit.remote())
+while len(list(marks.glob("queued-*"))) < count:
+    time.sleep(0.2)
+(marks / "all-queued").touch()
+time.sleep(600)
+"""
+
+
+def test_measurements_queued_when_their_operation_is_killed_leave_no_placement_group(
+    cluster, inputs, tmp_path
+):
+    """The driver's death removes the group they wait for, which wakes them while their
+    tasks still run: a group each created then was registered after the job's end, and Ray
+    kept it for ever (the overnight rehearsal's leak)."""
+    count, marks = 4, tmp_path / "marks"
+    marks.mkdir()
+    driver = subprocess.Popen(
+        [sys.executable, "-c", KILLED, json.dumps({**ENTITY, "number_nodes": 1}),
+         json.dumps(actuator_parameters(inputs)), str(marks), str(count)],
+        env=cluster.client_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while not (marks / "all-queued").exists():
+            assert driver.poll() is None, driver.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, f"queued: {sorted(p.name for p in marks.iterdir())}"
+            time.sleep(0.2)
+    finally:
+        driver.kill()  # as the overnight rehearsal kills `ado create operation`
+        driver.wait()
+    deadline, left = time.monotonic() + 60, live_placement_groups(cluster)
+    while left and time.monotonic() < deadline:
+        time.sleep(2)
+        left = live_placement_groups(cluster)
+    assert not left, f"placement groups left after the driver's death: {left}"
+    assert not list(inputs["out"].glob("queued*")), "a measurement of a dead operation launched"
+    # what no check in the task can prevent (its worker killed right after registering a
+    # group) the next measurement on the cluster removes: a group named for the dead job
+    reaped = on_cluster(cluster, REAP.format(dead=(marks / "job").read_text()))
+    assert json.loads(reaped.split("REAPED ", 1)[1]) == {"removed": ["orphan"], "kept": ["mine"]}
+    assert not live_placement_groups(cluster)
+
+
+REAP = """
+import json, time
+from ray.util import placement_group_table
+from ray.util.placement_group import placement_group, remove_placement_group
+from ado_actuators.sfttrainer.execute import orphan_groups, placement_queue
+name = placement_queue.group_name
+orphan = placement_group([{{"CPU": 0.1}}], name=name("orphan", time.time_ns(), "{dead}"))
+mine = placement_group([{{"CPU": 0.1}}], name=name("mine", time.time_ns(), orphan_groups.own_job()))
+assert orphan.wait(60) and mine.wait(60)
+removed = orphan_groups.reap()
+live = [g["name"] for g in placement_group_table().values() if g["state"] != "REMOVED"]
+remove_placement_group(mine)
+print("REAPED", json.dumps({{"removed": [n.rsplit("-", 1)[1] for n in removed],
+                             "kept": [n.rsplit("-", 1)[1] for n in live]}}))
+"""

@@ -14,7 +14,7 @@ import time
 import uuid
 from typing import Any
 
-from ado_actuators.sfttrainer.execute import gpu_exclusive, placement_queue
+from ado_actuators.sfttrainer.execute import gpu_exclusive, orphan_groups, placement_queue
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
 from ado_actuators.sfttrainer.execute.node import NodeRequest, NodeRun, run_node
 from ado_actuators.sfttrainer.execute.reservations import (
@@ -164,7 +164,8 @@ def measure_on_cluster(
     Every wait is bounded: the node tasks must be placed within `placement_timeout`, and
     they never ask for what the measurement's callers hold (execute/reservations.py). A
     measurement queues behind older ones still waiting (execute/placement_queue.py), for
-    at most `placement_timeout` too."""
+    at most `placement_timeout` too. No group outlives the operation that asked for it
+    (execute/orphan_groups.py)."""
     request = request.model_copy(update={"run_name": uuid.uuid4().hex[:8]})
     number_nodes = request.plan_inputs["values"].number_nodes
     ray = _running_ray()
@@ -173,6 +174,7 @@ def measure_on_cluster(
             return Failed(f"number_nodes {number_nodes} needs a Ray cluster; none is running")
         return _outcome(request, [run_node(request)])
     asked = time.time_ns()
+    orphan_groups.reap()
     bundle = placement(resources, ray.nodes(), held_by_callers(), number_nodes)
     if isinstance(bundle, str):
         return Failed(bundle)
@@ -183,7 +185,9 @@ def measure_on_cluster(
         bundle = placement(resources, ray.nodes(), held_by_callers(), number_nodes)
         if isinstance(bundle, str):
             return Failed(bundle)
-    group = _Placement(bundle, number_nodes, placement_queue.group_name(request.run_name, asked))
+    group = _Placement.for_caller(bundle, number_nodes, request.run_name, asked)
+    if isinstance(group, Failed):
+        return group
     try:
         if problem := group.wait(placement_timeout):
             return Failed(problem)
@@ -222,6 +226,20 @@ class _Placement:
             if bundle
             else None
         )
+
+    @classmethod
+    def for_caller(cls, bundle: dict[str, float], count: int, run_name: str, asked_ns: int
+                   ) -> _Placement | Failed:  # fmt: skip
+        """The group, unless the operation that asked has ended: a group registered after its
+        job's end is never removed by Ray (execute/orphan_groups.py)."""
+        if ended := orphan_groups.caller_ended():
+            return Failed(ended)
+        name = placement_queue.group_name(run_name, asked_ns, orphan_groups.own_job())
+        made = cls(bundle, count, name)
+        if ended := orphan_groups.caller_ended():
+            made.remove()
+            return Failed(ended)
+        return made
 
     def wait(self, timeout: float) -> str | None:
         """None once placed; else why not, naming what holds the nodes' resources.

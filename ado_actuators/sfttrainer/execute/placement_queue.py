@@ -8,7 +8,8 @@ until its placement timeout (seen in benchmarks/overnight.py). Queued behind it,
 smaller ones stop taking what the running ones free, and the wide one is placed as they
 end. The queue is Ray's own placement group table, so it holds across ado operations and
 processes: a group's name carries when its measurement asked (the clock of the node that
-runs the measurement; skew between nodes only reorders near-ties).
+runs the measurement; skew between nodes only reorders near-ties) and the Ray job that asked
+(execute/orphan_groups.py removes a dead job's groups).
 """
 
 from __future__ import annotations
@@ -25,17 +26,29 @@ POLL_SECONDS = 5.0
 """How often the table is read again while an older group waits (its removal ends no wait)."""
 
 
-def group_name(run_name: str, asked_ns: int) -> str:
-    """The placement group name of a measurement that asked at `asked_ns` (ns since epoch)."""
-    return f"{OWN_GROUP_PREFIX}{asked_ns:020d}-{run_name}"
+def group_name(run_name: str, asked_ns: int, job_id: str) -> str:
+    """The placement group name of a measurement that asked at `asked_ns` (ns since epoch),
+    from a task of Ray job `job_id` (hex)."""
+    return f"{OWN_GROUP_PREFIX}{asked_ns:020d}-{job_id}-{run_name}"
+
+
+def _fields(name: str) -> list[str] | None:
+    if not name.startswith(OWN_GROUP_PREFIX):
+        return None
+    fields = name[len(OWN_GROUP_PREFIX):].split("-", 2)
+    return fields if len(fields) == 3 and fields[0].isdigit() else None
 
 
 def asked_at(name: str) -> int | None:
     """When the measurement owning group `name` asked, or None for another's group. Pure."""
-    if not name.startswith(OWN_GROUP_PREFIX):
-        return None
-    stamp = name[len(OWN_GROUP_PREFIX):].split("-", 1)[0]
-    return int(stamp) if stamp.isdigit() else None
+    fields = _fields(name)
+    return int(fields[0]) if fields else None
+
+
+def creator_job(name: str) -> str | None:
+    """The Ray job (hex) whose measurement owns group `name`, or None for another's. Pure."""
+    fields = _fields(name)
+    return fields[1] if fields else None
 
 
 def older_waiting(groups: Iterable[dict[str, Any]], asked_ns: int) -> list[dict[str, Any]]:
