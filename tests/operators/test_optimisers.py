@@ -134,7 +134,8 @@ TRIM = {"module": {"operatorName": "trim", "operationType": "characterize"}, "pa
     # README: an is_valid = 0 row carries no dataset_tokens_per_second (0 would be a false
     # throughput for a model to learn); TRIM leaves such rows out of its training data
     "missingTargetMeasurements": {"mode": "Skip"},
-    "noPriorParameters": {"samples": 5, "batchSize": 1, "sampling_strategy": "clhs"},
+    # README: clhs draws with repeats, and a repeat counts as missing; random, each once
+    "noPriorParameters": {"samples": 5, "batchSize": 1, "sampling_strategy": "random"},
     "samplingBudget": {"minPoints": 4, "maxPoints": 8},
     "holdoutSize": 2, "iterationSize": 2,
     "autoGluonArgs": {"fitArgs": {"time_limit": 20, "presets": "medium",
