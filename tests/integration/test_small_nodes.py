@@ -89,6 +89,19 @@ group = placement_group([{"CPU": 1.0}, {"CPU": 1.0}], strategy="STRICT_SPREAD",
 assert group.wait(60)
 """
 
+STATE_API_ANSWERS = """
+import time
+from ray.util.state import list_actors
+for attempt in range(30):
+    try:
+        assert any(a.name == "hog" for a in list_actors(filters=[("state", "=", "ALIVE")]))
+        break
+    except Exception as error:
+        if attempt == 29:
+            raise SystemExit(f"Ray's state API (the dashboard) never named the hog: {error!r}")
+        time.sleep(2)
+"""
+
 HOG = """
 import ray
 @ray.remote(num_cpus=1)
@@ -112,6 +125,7 @@ def test_reserved_cpus_are_left_alone_and_a_wait_that_cannot_end_names_the_holde
         # now a busy actor takes a node's last CPU: the 2-node measurement cannot be placed,
         # and after placement_timeout_seconds it fails saying who holds what
         on_cluster(cluster, HOG)
+        on_cluster(cluster, STATE_API_ANSWERS)  # naming the actor needs it (the dashboard)
         rows, output, requests = measure(cluster, inputs, tmp_path / "busy", {"number_nodes": [2]},
                                          placement_timeout_seconds=15)  # fmt: skip
         assert not rows and [r["Status"] for r in requests] == ["Failed"], output[-4000:]

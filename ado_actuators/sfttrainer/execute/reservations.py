@@ -128,8 +128,9 @@ def describe_holders(nodes: list[dict[str, Any]]) -> str:
     return holders_text(names, tasks, actors, groups) + note
 
 
-STATE_API_TRIES = 3
-"""A loaded head's dashboard may not answer at once; it is asked again after a pause."""
+STATE_API_TRIES = 5
+"""A loaded head's dashboard may not answer at once; it is asked again after a pause (2, 4, 6
+and 8 s: three tries, 12 s, once ran out on a make test under coverage)."""
 
 
 def _running_tasks_and_actors() -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
