@@ -128,14 +128,19 @@ def describe_holders(nodes: list[dict[str, Any]]) -> str:
     return holders_text(names, tasks, actors, groups) + note
 
 
-STATE_API_TRIES = 5
-"""A loaded head's dashboard may not answer at once; it is asked again after a pause (2, 4, 6
-and 8 s: three tries, 12 s, once ran out on a make test under coverage)."""
+STATE_API_TRIES = 3
+"""A loaded head's dashboard may not answer at once; it is asked again after a pause (2, 4 s)."""
 
 
 def _running_tasks_and_actors() -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
     """(running tasks, alive actors, a note when Ray's state API could not tell)."""
+    import ray
     from ray.util.state import list_actors, list_tasks
+
+    # The cluster this process belongs to, by its GCS address. Without one, Ray looks for a
+    # cluster on this host (pgrep gcs_server) and raises ConnectionError where it finds two (a
+    # second cluster on the host: make test's parallel workers) or none (a worker node).
+    address = ray.get_runtime_context().gcs_address
 
     def rows(found: list[Any]) -> list[dict[str, Any]]:
         return [{k: getattr(x, k, None) for k in ("name", "node_id", "required_resources",
@@ -144,10 +149,12 @@ def _running_tasks_and_actors() -> tuple[list[dict[str, Any]], list[dict[str, An
     error: Exception | None = None
     for attempt in range(STATE_API_TRIES):
         try:
-            tasks = rows(list_tasks(filters=[("state", "=", "RUNNING")], detail=True, limit=1000))
-            actors = rows(list_actors(filters=[("state", "=", "ALIVE")], detail=True, limit=1000))
+            tasks = rows(list_tasks(address, filters=[("state", "=", "RUNNING")], detail=True, limit=1000))
+            actors = rows(list_actors(address, filters=[("state", "=", "ALIVE")], detail=True, limit=1000))
             return tasks, actors, ""
         except Exception as failure:  # noqa: BLE001 - no dashboard: say what could not be read
             error = failure
-            time.sleep(2.0 * (attempt + 1))
-    return [], [], f" (tasks and actors unknown: Ray's state API answered {type(error).__name__})"
+            if attempt + 1 < STATE_API_TRIES:
+                time.sleep(2.0 * (attempt + 1))
+    said = str(error).split(". ")[0][:200]
+    return [], [], f" (tasks and actors unknown: Ray's state API answered {type(error).__name__}: {said})"
