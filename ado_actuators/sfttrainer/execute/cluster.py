@@ -232,6 +232,8 @@ class _Placement:
                    ) -> _Placement | Failed:  # fmt: skip
         """The group, unless the operation that asked has ended: a group registered after its
         job's end is never removed by Ray (execute/orphan_groups.py)."""
+        if not bundle:  # no group, nothing to leave behind
+            return cls(bundle, count, "")
         if ended := orphan_groups.caller_ended():
             return Failed(ended)
         name = placement_queue.group_name(run_name, asked_ns, orphan_groups.own_job())

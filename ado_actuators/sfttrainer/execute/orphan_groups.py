@@ -24,7 +24,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from ado_actuators.sfttrainer.execute.placement_queue import creator_job
+from ado_actuators.sfttrainer.execute.placement_queue import creator_job, handle
 
 LOG = logging.getLogger(__name__)
 
@@ -66,14 +66,12 @@ def caller_ended() -> str | None:
 
 def reap() -> list[str]:
     """Remove this actuator's groups whose job has ended; the names removed."""
-    import ray
     from ray.util import placement_group_table
-    from ray.util.placement_group import PlacementGroup, remove_placement_group
+    from ray.util.placement_group import remove_placement_group
 
     found = orphans(placement_group_table().values(), _dead_jobs())
     for group in found:
-        group_id = ray.PlacementGroupID(bytes.fromhex(group["placement_group_id"]))
-        remove_placement_group(PlacementGroup(group_id))
+        remove_placement_group(handle(group["placement_group_id"]))
     if found:
         LOG.warning("removed %d placement group(s) left by ended operations: %s",
                     len(found), ", ".join(g["name"] for g in found))  # fmt: skip

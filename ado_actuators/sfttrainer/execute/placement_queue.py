@@ -64,6 +64,14 @@ def older_waiting(groups: Iterable[dict[str, Any]], asked_ns: int) -> list[dict[
     return [group for _, group in sorted(older, key=lambda pair: pair[0])]
 
 
+def handle(group_id: str) -> Any:
+    """The PlacementGroup whose id is `group_id` (hex, as placement_group_table() gives it)."""
+    import ray
+    from ray.util.placement_group import PlacementGroup
+
+    return PlacementGroup(ray.PlacementGroupID(bytes.fromhex(group_id)))
+
+
 def _describe(groups: list[dict[str, Any]]) -> str:
     return ", ".join(
         f"{g.get('name')} ({len(g.get('bundles') or {})} bundle(s) of "
@@ -78,7 +86,6 @@ def wait_for_older(asked_ns: int, timeout: float) -> str | None:
     executor task holds one: the older group may need it)."""
     import ray
     from ray.util import placement_group_table
-    from ray.util.placement_group import PlacementGroup
 
     deadline = time.monotonic() + timeout
     ready: dict[str, Any] = {}  # one reservation check per older group, not one per poll
@@ -94,6 +101,6 @@ def wait_for_older(asked_ns: int, timeout: float) -> str | None:
         if first not in ready:
             LOG.info("queued behind %d older measurement(s) not yet placed: %s",
                      len(older), _describe(older))  # fmt: skip
-            ready[first] = PlacementGroup(ray.PlacementGroupID(bytes.fromhex(first))).ready()
+            ready[first] = handle(first).ready()
         ray.wait([ready[first]], timeout=min(POLL_SECONDS, left))
     return None
