@@ -20,6 +20,10 @@ every other node has, and SECONDS later: a cold node building its environment wh
 peers are ready.
 SFTTRAINER_TEST_UNMOUNTED_DATASET=RANK: machine rank RANK looks for the dataset where it is
 not, as on a node without the volume that holds it.
+SFTTRAINER_TEST_MEET=DIR=TEXT,TEXT: a measurement whose directory's path contains one of the
+TEXTs leaves `DIR/arrived-<TEXT>` and launches only once every TEXT has arrived: measurements
+that must run at once are shown to, by design rather than by schedule (run one after the
+other, the first waits out the guard and fails).
 SFTTRAINER_TEST_HOLD_FAULT=DIR: a rank about to fire its injected fault first waits for
 `DIR/stopped-<its launcher's pid>`, which the test writes once it has done to the launcher
 what it wanted done before the fault (a SIGSTOP): an order by design, not by schedule. Then it
@@ -43,6 +47,7 @@ _STAGES = os.environ.get("SFTTRAINER_TEST_STAGES")
 _SLOW = os.environ.get("SFTTRAINER_TEST_SLOW_PREPARE")
 _UNMOUNTED = os.environ.get("SFTTRAINER_TEST_UNMOUNTED_DATASET")
 _HOLD = os.environ.get("SFTTRAINER_TEST_HOLD_FAULT")
+_MEET = os.environ.get("SFTTRAINER_TEST_MEET")
 _GUARD_SECONDS = 300  # only a hang reaches it: the peers' preparation is what is waited for
 
 
@@ -68,6 +73,22 @@ def _mark(name):
     partial.rename(stages / name)  # whole or absent: a test polling it never reads half
 
 
+def _meet(cwd):
+    """Waits, in a measurement named by SFTTRAINER_TEST_MEET, until all it names have arrived."""
+    meeting, _, names = _MEET.partition("=")
+    needles = names.split(",")
+    if not any(needle in cwd for needle in needles):
+        return
+    for needle in needles:
+        if needle in cwd:
+            (Path(meeting) / f"arrived-{needle}").touch()
+    deadline = time.monotonic() + _GUARD_SECONDS
+    while not all((Path(meeting) / f"arrived-{needle}").exists() for needle in needles):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{needles} never all ran at once")
+        time.sleep(0.1)
+
+
 def _patch_node(module):
     from ado_actuators.sfttrainer.contract import FAULT_ENV
 
@@ -79,6 +100,8 @@ def _patch_node(module):
         for needle, fault in _FAULTS.items():
             if needle in str(cwd):
                 env = {**env, FAULT_ENV: fault}
+        if _MEET:
+            _meet(str(cwd))
         if _STAGES:
             name = Path(cwd).name
             _mark(f"launch-{name.removeprefix('node-') if name.startswith('node-') else 0}")
@@ -153,5 +176,5 @@ if _BREAK_CONVERSION:
     sys.meta_path.insert(0, _Patch("ado_actuators.sfttrainer.results", _break_conversion))
 if _HOLD:
     sys.meta_path.insert(0, _Patch("ado_actuators.sfttrainer.trainer.faults", _hold_faults))
-if _FAULTS or _STAGES or _SLOW or _UNMOUNTED:
+if _FAULTS or _STAGES or _SLOW or _UNMOUNTED or _MEET:
     sys.meta_path.insert(0, _Patch("ado_actuators.sfttrainer.execute.node", _patch_node))
