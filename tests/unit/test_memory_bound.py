@@ -231,7 +231,8 @@ def test_hybrid_shard_shards_within_a_node_only(gpus, nodes, shards):
     bound = memory_bound(count_parameters(MISTRAL_7B),
                          full(number_gpus=gpus, number_nodes=nodes, fsdp_sharding_strategy="HYBRID_SHARD"))  # fmt: skip
     assert bound.shards == shards
-    assert bound.sharding == f"over the {shards} devices of a node (FSDP HYBRID_SHARD)"
+    where = "whole on the one device of each node" if shards == 1 else f"over the {shards} devices of a node"
+    assert bound.sharding == f"{where} (FSDP HYBRID_SHARD)"
 
 
 def test_the_entitys_settings_are_what_is_bounded():

@@ -156,7 +156,8 @@ def shards(training: Training) -> tuple[int, str]:
         return 1, f"whole on each of {gpus} devices (FSDP NO_SHARD)"
     if strategy.startswith("HYBRID_SHARD"):
         per_node = max(1, gpus // nodes)
-        return per_node, f"over the {per_node} devices of a node (FSDP {strategy})"
+        where = "whole on the one device of each node" if per_node == 1 else f"over the {per_node} devices of a node"
+        return per_node, f"{where} (FSDP {strategy})"
     # FULL_SHARD; SHARD_GRAD_OP keeps gathered parameters between forward and backward,
     # which only adds to its at-rest shards.
     return gpus, f"over {gpus} devices (FSDP {strategy})"
