@@ -190,3 +190,38 @@ def test_a_process_forked_from_a_rank_dies_of_sigterm_as_usual():
                 child.kill()
         assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # the rank keeps its own
     assert child.exitcode == -signal.SIGTERM
+
+
+FORKED_FROM_A_RANK = """
+import multiprocessing, os, sys, time
+import ado_actuators.sfttrainer.trainer.__main__  # registers the at-fork hooks, as in a rank
+def sleep():
+    time.sleep(600)
+child = multiprocessing.get_context("fork").Process(target=sleep)
+child.start()
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_process_forked_from_a_rank_dies_when_the_rank_is_killed():
+    """The kernel clears the parent-death signal on fork: a datasets pool worker outlived its
+    SIGKILLed rank, blocked for ever on its queue."""
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    forked = None
+    rank = subprocess.Popen([sys.executable, "-c", FORKED_FROM_A_RANK], stdout=subprocess.PIPE, text=True)
+    try:
+        forked = psutil.Process(int(rank.stdout.readline()))
+        rank.send_signal(signal.SIGKILL)
+        rank.wait(timeout=60)
+        forked.wait(timeout=60)  # psutil.TimeoutExpired here: the forked process lives on
+    finally:
+        rank.kill()
+        rank.wait()
+        if forked is not None and forked.is_running():
+            forked.kill()

@@ -65,15 +65,29 @@ def _raise_terminated(signum, frame):
     raise Terminated(f"terminated by signal {signal.Signals(signum).name}")
 
 
+_forking_pid = os.getpid()
+
+
+def _remember_forking_pid() -> None:
+    global _forking_pid
+    _forking_pid = os.getpid()
+
+
 def _default_sigterm_in_child() -> None:
     """A process forked from a rank (datasets' `map(num_proc=N)` pool in fms-hf-tuning 2.x)
     must die of SIGTERM as usual: with the rank's handler inherited, a pool worker blocked on
-    its task queue ignores the pool's terminate() and the rank waits in join() for ever."""
+    its task queue ignores the pool's terminate() and the rank waits in join() for ever.
+
+    It must also die with the rank: the kernel clears the parent-death signal on fork, and a
+    pool worker of a rank SIGKILLed with its Ray worker (ado killed mid-operation) waited on
+    its queue's semaphore for ever (seen once in the overnight test)."""
     if signal.getsignal(signal.SIGTERM) is _raise_terminated:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if die_with_parent() and os.getppid() != _forking_pid:
+        os._exit(1)  # the rank died before the signal was asked for: nothing would send it
 
 
-os.register_at_fork(after_in_child=_default_sigterm_in_child)
+os.register_at_fork(before=_remember_forking_pid, after_in_child=_default_sigterm_in_child)
 
 
 @contextlib.contextmanager
