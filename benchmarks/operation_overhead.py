@@ -30,8 +30,10 @@ from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.execute import workspace
 from ado_actuators.sfttrainer.plan.launch import TRAINER_MODULE, PlanInputs, plan_launch
-from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI, generate_text_dataset
-from ado_actuators.sfttrainer.testing.tiny_model import build_tiny_model
+
+import demo_kit  # noqa: F401,E402  (examples/local-cpu on the path)
+from ado_cli import AdoCLI, generate_text_dataset
+from tiny_model import build_tiny_model
 
 DATASET_ID = "news-chars-512-entries-4096"
 EXPERIMENTS = ("finetune_full_benchmark-v1.0.0", "finetune_lora_benchmark-v1.0.0")

@@ -51,10 +51,10 @@ TESTS = REPO / "tests"
 INJECT = TESTS / "e2e" / "inject"
 sys.path[:0] = [str(TESTS), str(REPO)]  # the tests' helpers; this checkout before any install
 
+import demo_kit  # noqa: F401,E402  (examples/local-cpu on the path)
 import run_marks  # noqa: E402  (tests/)
+from ado_cli import AdoCLI, generate_text_dataset  # noqa: E402
 from ado_operations import leftover_processes, operation_id  # noqa: E402
-from ray_cluster import live_placement_groups, start_cluster  # noqa: E402
-
 from overnight_records import entities_of, key_of, overheads, stored_rows, trace  # noqa: E402
 from overnight_space import (  # noqa: E402
     BATCH_SIZE_OP,
@@ -68,9 +68,8 @@ from overnight_space import (  # noqa: E402
     trainings,
     write_yaml,
 )
-
-from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI, generate_text_dataset  # noqa: E402
-from ado_actuators.sfttrainer.testing.tiny_model import build_tiny_model  # noqa: E402
+from ray_cluster import live_placement_groups, start_cluster  # noqa: E402
+from tiny_model import build_tiny_model  # noqa: E402
 
 LEFTOVER_WAIT = 90  # seconds the killed operation's processes and placement groups may take to go
 OVERHEAD_TOLERANCE = 0.20

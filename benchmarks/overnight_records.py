@@ -11,10 +11,12 @@ from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ado_actuators.sfttrainer.contract.trainer_io import RankReport
+
+import demo_kit  # noqa: F401,E402  (examples/local-cpu on the path)
+from ado_cli import AdoCLI
 from overnight_space import entity_id, method_of
 
-from ado_actuators.sfttrainer.contract import RankReport
-from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI
 
 def read_csv(path: Path) -> list[dict[str, str]]:
     if not path.exists():

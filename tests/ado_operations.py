@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI
+from ado_cli import AdoCLI
 
 
 def operation_id(output: str) -> str:

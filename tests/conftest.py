@@ -12,17 +12,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
-import shutil
 import tempfile
 import warnings
 from pathlib import Path
 
 import pytest
-import run_marks
 
-from ado_actuators.sfttrainer.contract import FAULT_ENV, JOB_FLAG, RankReport, TrainerJob
+from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV, JOB_FLAG, RankReport, TrainerJob
+
+import run_marks
 
 TRAINER_MODULE = "ado_actuators.sfttrainer.trainer"
 
@@ -86,7 +87,7 @@ def isolated_env(tmp_path_factory, marked_run):
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    from ado_actuators.sfttrainer.testing.tiny_model import build_tiny_model
+    from tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")
 

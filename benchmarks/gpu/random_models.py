@@ -8,8 +8,11 @@ drawn at random and written in bfloat16, and the tokenizer is the tests' locally
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
+
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "local-cpu"
 
 # ibm-granite/granite-3.1-2b-base, config.json (2.5 B parameters, tied embeddings)
 GRANITE_3_1_2B: dict[str, Any] = {
@@ -42,7 +45,8 @@ def build_random_model(name: str, out_dir: Path, *, device: str = "cuda") -> Pat
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from ado_actuators.sfttrainer.testing.tiny_model import build_tokenizer
+    sys.path.insert(0, str(DEMO))  # the demo's tiny model builder, outside the wheel
+    from tiny_model import build_tokenizer
 
     out_dir = Path(out_dir)
     if (out_dir / "config.json").is_file() and any(out_dir.glob("*.safetensors")):

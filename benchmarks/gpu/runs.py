@@ -13,23 +13,24 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rows import Config
-
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
-from ado_actuators.sfttrainer.contract import FAULT_ENV, JOB_FLAG, RankReport
+from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, Outcome
+from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV, JOB_FLAG, RankReport
+from ado_actuators.sfttrainer.engine.measurement import measure
+from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
 from ado_actuators.sfttrainer.execute import workspace
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
 from ado_actuators.sfttrainer.execute.environment import installed_fms_hf_tuning
 from ado_actuators.sfttrainer.execute.node import NodeRun
 from ado_actuators.sfttrainer.execute.process import run_process
-from ado_actuators.sfttrainer.measurement import measure
-from ado_actuators.sfttrainer.outcomes import Invalid, Measured, Outcome
 from ado_actuators.sfttrainer.plan.launch import TRAINER_MODULE, PlanInputs, plan_launch
-from ado_actuators.sfttrainer.settings import MeasurementSettings
+
+from rows import Config
 
 HERE = Path(__file__).resolve().parent
+DEMO = HERE.parents[1] / "examples" / "local-cpu"
 DATASET_ID = datasets.DEFAULT_DATASET_ID
 EXPERIMENTS = {"full": "finetune_full_benchmark-v1.0.0", "lora": "finetune_lora_benchmark-v1.0.0"}
 STALL_SECONDS = 1800
@@ -42,7 +43,8 @@ def environment(root: Path) -> dict[str, str]:
 
 def prepare_models(root: Path, cpu: bool, names: set[str]) -> dict[str, Path]:
     if cpu:
-        from ado_actuators.sfttrainer.testing.tiny_model import build_tiny_model
+        sys.path.insert(0, str(DEMO))  # the demo's tiny model builder, outside the wheel
+        from tiny_model import build_tiny_model
 
         return {"tiny": build_tiny_model(root / "models" / "tiny")}
     paths = {}

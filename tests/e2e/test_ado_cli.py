@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI, AdoError, generate_text_dataset
-from ado_actuators.sfttrainer.testing.tiny_model import build_tiny_model
+from ado_cli import AdoCLI, AdoError, generate_text_dataset
+from tiny_model import build_tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 BENCHMARK_PROPERTIES = 23

@@ -23,10 +23,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ado_cli import AdoCLI, AdoError, generate_text_dataset
 from ado_operations import leftover_processes, run_operation, trace
-
-from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI, AdoError, generate_text_dataset
-from ado_actuators.sfttrainer.testing.tiny_model import build_tiny_model
+from tiny_model import build_tiny_model
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

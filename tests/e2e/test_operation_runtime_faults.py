@@ -28,13 +28,18 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI
-from ado_actuators.sfttrainer.testing.tiny_model import build_tiny_model
 import yaml
-from ado_operations import leftover_processes, run_operation, trace
 from keep_active import KeepActive
-from test_operation_faults import DATASET, INJECT, REPO, write_yaml  # pytest puts tests/e2e on sys.path
+from test_operation_faults import (  # pytest puts tests/e2e on sys.path
+    DATASET,
+    INJECT,
+    REPO,
+    write_yaml,
+)
+
+from ado_cli import AdoCLI
+from ado_operations import leftover_processes, run_operation, trace
+from tiny_model import build_tiny_model
 
 pytestmark = pytest.mark.slow
 EXPERIMENT = "finetune_full_benchmark-v1.0.0"

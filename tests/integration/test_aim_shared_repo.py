@@ -20,7 +20,7 @@ _WRITER = """
 import sys, time
 from pathlib import Path
 import aim  # before the gate: the race under test is opening the repository, not importing
-from ado_actuators.sfttrainer.contract import TrainerJob
+from ado_actuators.sfttrainer.contract.trainer_io import TrainerJob
 from ado_actuators.sfttrainer.trainer import aim_run
 repo, gate, label = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 (gate / f"ready-{label}").touch()  # aim imported

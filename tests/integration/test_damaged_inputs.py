@@ -7,12 +7,12 @@ import shutil
 
 import pytest
 
+from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.cli.generate_dataset_text import generate
+from ado_actuators.sfttrainer.contract.outcomes import Failed
+from ado_actuators.sfttrainer.engine.measurement import measure
 from ado_actuators.sfttrainer.execute.environment import installed_fms_hf_tuning
-from ado_actuators.sfttrainer.measurement import measure
-from ado_actuators.sfttrainer.outcomes import Failed
-from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
 
 pytestmark = pytest.mark.slow
 DATASET = "news-chars-512-entries-4096"

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from ado_actuators.sfttrainer import hf_cache
-from ado_actuators.sfttrainer.testing.hub_cache import write_cached_model
+from ado_actuators.sfttrainer.host import hf_cache
+
+from hub_cache import write_cached_model
 
 SKIPPED_EXTRAS = {
     "flax_model.msgpack": b"flax",

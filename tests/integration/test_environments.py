@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.cli.generate_dataset_text import generate
-from ado_actuators.sfttrainer.contract import RankReport
+from ado_actuators.sfttrainer.contract.outcomes import Failed, Measured
+from ado_actuators.sfttrainer.contract.trainer_io import RankReport
+from ado_actuators.sfttrainer.engine.measurement import measure
 from ado_actuators.sfttrainer.execute import install
-from ado_actuators.sfttrainer.measurement import measure
-from ado_actuators.sfttrainer.outcomes import Failed, Measured
-from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
 from ado_actuators.sfttrainer.plan.environments import list_path
 
 DATASET = "news-chars-512-entries-4096"

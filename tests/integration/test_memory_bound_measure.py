@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.cli.generate_dataset_text import generate
+from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured
+from ado_actuators.sfttrainer.engine.measurement import measure
 from ado_actuators.sfttrainer.execute.environment import installed_fms_hf_tuning
-from ado_actuators.sfttrainer.measurement import measure
-from ado_actuators.sfttrainer.memory_check import PROPERTY
-from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured
-from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
+from ado_actuators.sfttrainer.plan.memory_check import PROPERTY
 
 pytestmark = pytest.mark.slow
 DATASET = "news-chars-512-entries-4096"

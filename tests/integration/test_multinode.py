@@ -16,18 +16,20 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 import yaml
-from ado_operations import run_operation, trace
-from ray_cluster import RayCluster, live_placement_groups, two_raylets
 
 from ado_actuators.sfttrainer.catalog import datasets
-from ado_actuators.sfttrainer.contract import RankReport
-from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI
+from ado_actuators.sfttrainer.contract.trainer_io import RankReport
+
+from ado_cli import AdoCLI
+from ado_operations import run_operation, trace
+from ray_cluster import RayCluster, live_placement_groups, two_raylets
 
 pytestmark = pytest.mark.slow
 
@@ -281,6 +283,10 @@ def test_remote_workflow_wheel_runtime_env_and_ray_jobs(cluster, inputs, tmp_pat
                            capture_output=True, text=True, timeout=600)  # fmt: skip
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     (wheel,) = jobs.glob("ado_sfttrainer-*.whl")
+    # the wheel carries the package and no helper of the tests or the demo (README, "The rooms")
+    shipped = {Path(name).name for name in zipfile.ZipFile(wheel).namelist()}
+    helpers = {p.name for p in [*(REPO / "tests").glob("*.py"), *(REPO / "examples").rglob("*.py")]}
+    assert "plugin.py" in shipped and not shipped & helpers, sorted(shipped & helpers)
     runtime_env = yaml.safe_load((REPO / "examples/remote-raycluster/ray_runtime_env.yaml").read_text())
     runtime_env["pip"] = [f"${{RAY_RUNTIME_ENV_CREATE_WORKING_DIR}}/{wheel.name}"]
     write_yaml(jobs / "ray_runtime_env.yaml", runtime_env)

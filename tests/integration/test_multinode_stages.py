@@ -33,11 +33,12 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from ado_operations import leftover_processes, run_operation, trace
-from ray_cluster import RayCluster, live_placement_groups, two_raylets
 
 from ado_actuators.sfttrainer.catalog import datasets
-from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI
+
+from ado_cli import AdoCLI
+from ado_operations import leftover_processes, run_operation, trace
+from ray_cluster import RayCluster, live_placement_groups, two_raylets
 
 pytestmark = pytest.mark.slow
 
@@ -85,8 +86,8 @@ def parameters(inputs, out: Path) -> dict:
 DRIVER = """
 import json, sys
 import ray
-from ado_actuators.sfttrainer.measurement import measure
-from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
+from ado_actuators.sfttrainer.engine.measurement import measure
+from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
 
 args = json.loads(sys.argv[1])
 ray.init(logging_level="ERROR", runtime_env={"env_vars": args["hooks"]} if args["hooks"] else None)

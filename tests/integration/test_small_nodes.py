@@ -15,8 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ado_operations import run_operation, trace
-from ray_cluster import RayCluster, live_placement_groups, start_cluster, two_raylets
 from test_multinode import (
     ENTITY,
     actuator_parameters,
@@ -26,7 +24,9 @@ from test_multinode import (
     write_yaml,
 )
 
-from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI
+from ado_cli import AdoCLI
+from ado_operations import run_operation, trace
+from ray_cluster import RayCluster, live_placement_groups, start_cluster, two_raylets
 
 pytestmark = pytest.mark.slow
 
@@ -152,8 +152,8 @@ import json, logging, sys, threading, time
 from ray.util import placement_group_table
 from ray.util.placement_group import placement_group, remove_placement_group
 from ado_actuators.sfttrainer.execute import placement_queue
-from ado_actuators.sfttrainer.measurement import measure
-from ado_actuators.sfttrainer.settings import MeasurementSettings
+from ado_actuators.sfttrainer.engine.measurement import measure
+from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
 
 entity, settings = json.loads(sys.argv[1]), MeasurementSettings(**json.loads(sys.argv[2]))
 job = ray.get_runtime_context().get_job_id()
@@ -220,8 +220,8 @@ import json, logging, pathlib, sys, time
 import ray
 from ray.util.placement_group import placement_group
 from ado_actuators.sfttrainer.execute import placement_queue
-from ado_actuators.sfttrainer.measurement import measure
-from ado_actuators.sfttrainer.settings import MeasurementSettings
+from ado_actuators.sfttrainer.engine.measurement import measure
+from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
 
 ray.init(logging_level="ERROR", namespace="small-nodes")
 entity, settings, marks = json.loads(sys.argv[1]), json.loads(sys.argv[2]), pathlib.Path(sys.argv[3])

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.cli.generate_dataset_text import generate
-from ado_actuators.sfttrainer.contract import RankReport
+from ado_actuators.sfttrainer.contract.outcomes import Measured
+from ado_actuators.sfttrainer.contract.trainer_io import RankReport
+from ado_actuators.sfttrainer.engine.measurement import measure
 from ado_actuators.sfttrainer.execute.environment import installed_fms_hf_tuning
-from ado_actuators.sfttrainer.measurement import measure
-from ado_actuators.sfttrainer.outcomes import Measured
-from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
 from ado_actuators.sfttrainer.trainer.stopping import WARMUP_60S_STABLE_120S_OR_10_STEPS
 
 pytestmark = pytest.mark.slow

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ado_actuators.sfttrainer.contract import FAULT_ENV, Outcome, TrainerJob
-from ado_actuators.sfttrainer.testing.tiny_model import write_text_dataset
+from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV, Outcome, TrainerJob
+
+from tiny_model import write_text_dataset
 
 pytestmark = pytest.mark.slow
 

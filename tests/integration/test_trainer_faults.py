@@ -8,8 +8,9 @@ import threading
 
 import pytest
 
-from ado_actuators.sfttrainer.contract import FAULT_ENV, Outcome, TrainerJob
-from ado_actuators.sfttrainer.testing.tiny_model import write_text_dataset
+from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV, Outcome, TrainerJob
+
+from tiny_model import write_text_dataset
 
 pytestmark = pytest.mark.slow
 
@@ -109,7 +110,7 @@ def test_arguments_fms_would_silently_drop_refuse_the_run(tmp_path, tiny_model_d
 
 def test_flash_attention_missing_on_cuda_refuses_the_run(tmp_path, tiny_model_dir, data, trainer_tools, monkeypatch):
     """In-process, with CUDA's presence the only thing stood in for (no GPU here)."""
-    from ado_actuators.sfttrainer.contract import JOB_FLAG, RankReport
+    from ado_actuators.sfttrainer.contract.trainer_io import JOB_FLAG, RankReport
     from ado_actuators.sfttrainer.trainer import adapt
     from ado_actuators.sfttrainer.trainer.__main__ import main
 

@@ -8,9 +8,10 @@ import statistics
 
 import pytest
 
-from ado_actuators.sfttrainer.contract import Outcome, TrainerJob
+from ado_actuators.sfttrainer.contract.trainer_io import Outcome, TrainerJob
 from ado_actuators.sfttrainer.metrics.aggregate import benchmark_properties
-from ado_actuators.sfttrainer.testing.tiny_model import write_text_dataset
+
+from tiny_model import write_text_dataset
 
 pytestmark = pytest.mark.slow
 

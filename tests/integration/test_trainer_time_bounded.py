@@ -8,9 +8,10 @@ import re
 
 import pytest
 
-from ado_actuators.sfttrainer.contract import Outcome, TrainerJob
-from ado_actuators.sfttrainer.testing.tiny_model import write_text_dataset
+from ado_actuators.sfttrainer.contract.trainer_io import Outcome, TrainerJob
 from ado_actuators.sfttrainer.trainer.lazy_dataset import block_bounds
+
+from tiny_model import write_text_dataset
 
 pytestmark = pytest.mark.slow
 

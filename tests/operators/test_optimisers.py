@@ -14,9 +14,8 @@ import yaml
 pytest.importorskip("ado_ray_tune", reason="ado's optimisers: `make test-operators`")
 pytest.importorskip("trim", reason="ado's optimisers: `make test-operators`")
 
+from ado_cli import AdoCLI, generate_text_dataset  # noqa: E402
 from ado_operations import run_operation, trace  # noqa: E402
-
-from ado_actuators.sfttrainer.testing.ado_cli import AdoCLI, generate_text_dataset  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

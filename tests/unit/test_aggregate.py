@@ -2,7 +2,7 @@
 
 import pytest
 
-from ado_actuators.sfttrainer.contract import (
+from ado_actuators.sfttrainer.contract.trainer_io import (
     GpuSample,
     HfTrainMetrics,
     Outcome,
@@ -10,7 +10,11 @@ from ado_actuators.sfttrainer.contract import (
     RankReport,
     StepTiming,
 )
-from ado_actuators.sfttrainer.metrics.aggregate import NoTrainingSteps, benchmark_properties, warmup_end
+from ado_actuators.sfttrainer.metrics.aggregate import (
+    NoTrainingSteps,
+    benchmark_properties,
+    warmup_end,
+)
 
 
 def report(rank, steps, *, world=2, cpu=(50.0, 150.0), gpu=(), hf=None):
@@ -105,7 +109,11 @@ def test_reported_warm_up_steps_start_the_window():
 
 # ---- the window, the new properties, GPU sampling that failed ---------------------------------
 
-from ado_actuators.sfttrainer.contract import GpuEnergy, GpuSampleFailure, ModelParameters  # noqa: E402
+from ado_actuators.sfttrainer.contract.trainer_io import (  # noqa: E402
+    GpuEnergy,
+    GpuSampleFailure,
+    ModelParameters,
+)
 from ado_actuators.sfttrainer.metrics.aggregate import gpu_sampling_problem, model_flops_per_token  # noqa: E402
 
 

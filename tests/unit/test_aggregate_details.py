@@ -3,7 +3,7 @@
 
 import pytest
 
-from ado_actuators.sfttrainer.contract import (
+from ado_actuators.sfttrainer.contract.trainer_io import (
     GpuSample,
     GpuSampleFailure,
     HfTrainMetrics,

@@ -2,10 +2,10 @@
 
 import pytest
 from ado.schema.experiment import ParameterizedExperiment
-from ado.schema.property_value import ConstitutivePropertyValue
 from ado.schema.property import ConstitutivePropertyDescriptor
+from ado.schema.property_value import ConstitutivePropertyValue
 
-from ado_actuators.sfttrainer.actuator import SFTTrainer
+from ado_actuators.sfttrainer.actuator.plugin import SFTTrainer
 from ado_actuators.sfttrainer.catalog.entity import FIELDS, entity_values
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 

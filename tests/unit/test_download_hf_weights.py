@@ -12,10 +12,11 @@ import pytest
 import requests
 from typer.testing import CliRunner
 
-from ado_actuators.sfttrainer import hf_cache
 from ado_actuators.sfttrainer.cli import download_hf_weights as dl
 from ado_actuators.sfttrainer.cli.hf_fetch import describe_error
-from ado_actuators.sfttrainer.testing.hub_cache import COMMIT, write_cached_model
+from ado_actuators.sfttrainer.host import hf_cache
+
+from hub_cache import COMMIT, write_cached_model
 
 CONFIG = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
           "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512}  # fmt: skip

@@ -36,20 +36,21 @@ SCRIPT = textwrap.dedent(
 
     import ado_actuators.sfttrainer as package
     imported = []
-    for sub in ("catalog", "plan", "execute", "metrics", "trainer"):
+    # every room but ado's front end (actuator/), and every module in it
+    rooms = [i.name for i in pkgutil.iter_modules(package.__path__) if i.ispkg]
+    assert "engine" in rooms and "actuator" in rooms, rooms
+    for sub in sorted(set(rooms) - {"actuator"}):
         root = importlib.import_module(f"{package.__name__}.{sub}")
         for info in pkgutil.iter_modules(root.__path__):
             if info.name != "__main__":  # the trainer's entry point runs, it is not imported
                 imported.append(importlib.import_module(f"{root.__name__}.{info.name}").__name__)
-    for name in ("settings", "measurement", "contract", "outcomes"):
-        imported.append(importlib.import_module(f"{package.__name__}.{name}").__name__)
 
     from ado_actuators.sfttrainer.catalog.entity import entity_values
     from ado_actuators.sfttrainer.catalog.experiments import catalog_data
-    from ado_actuators.sfttrainer.measurement import measure
-    from ado_actuators.sfttrainer.outcomes import Failed
+    from ado_actuators.sfttrainer.engine.measurement import measure
+    from ado_actuators.sfttrainer.contract.outcomes import Failed
     from ado_actuators.sfttrainer.plan.launch import PlanInputs, plan_launch
-    from ado_actuators.sfttrainer.settings import MeasurementSettings
+    from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
 
     root = Path(tempfile.mkdtemp())
     SIZE = {"model_max_length": 512, "batch_size": 2}
@@ -98,7 +99,9 @@ def test_engine_imports_plans_and_measures_with_ado_and_ray_blocked(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["leaked"] == []
-    assert "ado_actuators.sfttrainer.measurement" in result["imported"]
+    assert "ado_actuators.sfttrainer.engine.measurement" in result["imported"]
+    assert "ado_actuators.sfttrainer.contract.outcomes" in result["imported"]
+    assert not [m for m in result["imported"] if ".actuator." in m]
     assert "ado_actuators.sfttrainer.execute.cluster" in result["imported"]
     assert result["plans"] == {"FSDP": "FSDP", "DDP": "MULTI_GPU"}
     # measure() went through execute/ (no Ray: this process) to the node's dataset check
@@ -108,7 +111,7 @@ def test_engine_imports_plans_and_measures_with_ado_and_ray_blocked(tmp_path):
 def test_the_blocking_is_real(tmp_path):
     """The same guard makes an ado-core import fail, so a pass above means something."""
     probe = SCRIPT.split("import ado_actuators.sfttrainer as package")[0] + (
-        "from ado_actuators.sfttrainer import parameters\n"
+        "from ado_actuators.sfttrainer.actuator import parameters\n"
     )
     done = run_blocked(probe, tmp_path)
     assert done.returncode != 0

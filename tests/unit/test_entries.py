@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ado_actuators.sfttrainer.entries import EntryFile, write_first_entries
+from ado_actuators.sfttrainer.contract.entries import EntryFile, write_first_entries
 from ado_actuators.sfttrainer.trainer.lazy_dataset import LeadingEntries, block_bounds
 
 

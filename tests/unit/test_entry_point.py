@@ -9,14 +9,14 @@ HEAVY = ("torch", "transformers", "datasets", "aim", "trl", "peft", "accelerate"
 
 def test_entry_point_names_the_actuator_class():
     (entry,) = [e for e in entry_points(group="ado.actuators") if e.name == "sfttrainer"]
-    assert entry.value == "ado_actuators.sfttrainer.actuator:SFTTrainer"
+    assert entry.value == "ado_actuators.sfttrainer.actuator.plugin:SFTTrainer"
     assert entry.load().identifier == "SFTTrainer"
 
 
 def test_importing_the_actuator_and_building_its_catalog_loads_no_heavy_module():
     code = (
         "import sys\n"
-        "from ado_actuators.sfttrainer.actuator import SFTTrainer\n"
+        "from ado_actuators.sfttrainer.actuator.plugin import SFTTrainer\n"
         "SFTTrainer.catalog(); SFTTrainer.default_parameters()\n"
         f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))\n"
     )

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from ado_actuators.sfttrainer.contract import Failure, Outcome, RankReport
+from ado_actuators.sfttrainer.contract.trainer_io import Failure, Outcome, RankReport
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
 from ado_actuators.sfttrainer.execute.node import NodeRun
 from ado_actuators.sfttrainer.execute.process import ProcessResult, explaining_lines
@@ -166,8 +166,8 @@ def test_copying_from_an_empty_dataset_says_so(tmp_path):
 
 
 def test_each_unsuccessful_request_gets_one_line_on_the_operation_output(capsys):
-    from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured
-    from ado_actuators.sfttrainer.results import announce
+    from ado_actuators.sfttrainer.actuator.results import announce
+    from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured
 
     announce(Failed("dataset /d/x.jsonl is empty\nTraceback ..."), "model_name.m", "exp-v1")
     announce(Invalid("batch_size 3 is not divisible by number_gpus 2"), "model_name.n", "exp-v1")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from ado_actuators.sfttrainer.contract import ModelParameters
+from ado_actuators.sfttrainer.contract.trainer_io import ModelParameters
 from ado_actuators.sfttrainer.metrics.flops import flops_per_token, token_weighted_sequence_length
 from ado_actuators.sfttrainer.trainer.model_size import count_parameters
 
-# The tiny Llama of the tests (testing/tiny_model.py), with a round vocabulary:
+# The tiny Llama of the tests (examples/local-cpu/tiny_model.py), with a round vocabulary:
 HIDDEN, INTER, LAYERS, HEADS, VOCAB = 64, 128, 2, 4, 512
 # Per layer, counted by hand: q, k, v, o (64 x 64 each), gate, up, down (64 x 128 each),
 # two RMSNorm weights (64 each).

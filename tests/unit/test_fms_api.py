@@ -96,8 +96,8 @@ def test_a_release_without_main_or_with_mismatched_counts_is_refused():
 
 
 def test_the_node_refuses_a_release_it_cannot_read_before_launching(tmp_path):
+    from ado_actuators.sfttrainer.contract.outcomes import Failed
     from ado_actuators.sfttrainer.execute import environment
-    from ado_actuators.sfttrainer.outcomes import Failed
 
     source = tmp_path / "sft_trainer.py"
     source.write_text(release(call_extra=", **more"))

@@ -17,13 +17,13 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from ado_actuators.sfttrainer import measurement
+from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
 from ado_actuators.sfttrainer.catalog import datasets
-from ado_actuators.sfttrainer.execute.environment import installed_fms_hf_tuning
 from ado_actuators.sfttrainer.catalog.entity import FIELDS, Domain
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
-from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured
-from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
+from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured
+from ado_actuators.sfttrainer.engine import measurement
+from ado_actuators.sfttrainer.execute.environment import installed_fms_hf_tuning
 from ado_actuators.sfttrainer.execute.node import Rendezvous, plan_node
 from ado_actuators.sfttrainer.plan.launch import PlanError
 
@@ -162,7 +162,7 @@ PARAMETER_VALUES = st.dictionaries(
 @FUZZ
 @given(raw=PARAMETER_VALUES)
 def test_any_parameters_block_is_accepted_or_rejected_naming_the_key(raw):
-    from ado_actuators.sfttrainer.actuator import SFTTrainer
+    from ado_actuators.sfttrainer.actuator.plugin import SFTTrainer
 
     try:
         params = SFTTrainer.validate_parameters(raw)

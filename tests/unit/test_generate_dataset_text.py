@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.cli import generate_dataset_text as gen
 from ado_actuators.sfttrainer.cli import news_text
-from ado_actuators.sfttrainer.testing.cli_checks import one_line_error
+
+from cli_checks import one_line_error
 
 RESPONSE_SEP = "\n\n### Response: "
 

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.cli import generate_dataset_vision as gen
 from ado_actuators.sfttrainer.cli import vision_data
-from ado_actuators.sfttrainer.testing.cli_checks import one_line_error
+
+from cli_checks import one_line_error
 
 SQUARE, TALL = datasets.VISION_DATASET_IDS  # 384x384, 384x768
 SMALL = ("--entries", "3", "--min-tokens", "40")

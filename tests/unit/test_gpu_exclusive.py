@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import types
 
-from ado_actuators.sfttrainer.execute.gpu_exclusive import (
-    check_devices,
-    metadata,
-    shared_problem,
-)
+from ado_actuators.sfttrainer.execute.gpu_exclusive import check_devices, metadata, shared_problem
 
 
 class FakeNvml:
@@ -93,10 +89,10 @@ def test_row_metadata_over_nodes_and_the_allowance(monkeypatch):
 
 def test_a_refused_node_fails_the_row_naming_the_processes(monkeypatch, tmp_path):
     from ado_actuators.sfttrainer.catalog.entity import entity_values
+    from ado_actuators.sfttrainer.contract.outcomes import Failed
     from ado_actuators.sfttrainer.execute.cluster import _outcome
     from ado_actuators.sfttrainer.execute.environment import EnvironmentRequest
     from ado_actuators.sfttrainer.execute.node import NodeRequest, NodeRun
-    from ado_actuators.sfttrainer.outcomes import Failed
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     values = entity_values({"model_name": "m", "model_max_length": 8, "batch_size": 1,

@@ -2,9 +2,9 @@
 rank, which log) and the metadata stored beside the figures. test_classify.py has the verdicts."""
 
 import pytest
-from gpu_failure_texts import ACCELERATE_PORT_IN_USE
 
-from ado_actuators.sfttrainer.contract import (
+from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured
+from ado_actuators.sfttrainer.contract.trainer_io import (
     Failure,
     GpuSample,
     GpuSampleFailure,
@@ -15,7 +15,8 @@ from ado_actuators.sfttrainer.contract import (
 )
 from ado_actuators.sfttrainer.execute.classify import launch_outcome, launcher_said
 from ado_actuators.sfttrainer.execute.node import NodeRun
-from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured
+
+from gpu_failure_texts import ACCELERATE_PORT_IN_USE
 
 A100 = "NVIDIA-A100-SXM4-80GB"  # a dense bf16 peak of 312 TFLOP/s (metrics/gpu_peaks.yaml)
 TINY = ModelParameters(total=150_000, trainable=150_000, matmul=100_000, trainable_matmul=100_000,

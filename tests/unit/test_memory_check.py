@@ -6,11 +6,11 @@ import json
 
 import pytest
 
+from ado_actuators.sfttrainer.actuator.results import to_result
 from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
-from ado_actuators.sfttrainer.memory_check import PROPERTY, assess
-from ado_actuators.sfttrainer.outcomes import Failed, Measured
-from ado_actuators.sfttrainer.results import to_result
+from ado_actuators.sfttrainer.contract.outcomes import Failed, Measured
+from ado_actuators.sfttrainer.plan.memory_check import PROPERTY, assess
 
 LLAMA_405B = dict(model_type="llama", vocab_size=128256, hidden_size=16384,
                   intermediate_size=53248, num_hidden_layers=126, num_attention_heads=128,
@@ -90,7 +90,7 @@ def test_the_bound_and_the_record_go_on_measured_rows_only(model_dir):
 
 
 def test_an_invalid_row_stores_the_bound_beside_is_valid(model_dir):
-    from ado_actuators.sfttrainer.catalog.experiments import build_experiments
+    from ado_actuators.sfttrainer.actuator.experiments import build_experiments
 
     experiment = next(e for e in build_experiments() if e.identifier == FULL.identifier)
     result = to_result(check(values(), model_dir(LLAMA_405B)).invalid(), "e1", experiment)

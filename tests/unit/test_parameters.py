@@ -4,10 +4,10 @@ import pydantic
 import pytest
 from ado.core.actuatorconfiguration.config import GenericActuatorParameters
 
-from ado_actuators.sfttrainer.actuator import SFTTrainer
+from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
+from ado_actuators.sfttrainer.actuator.plugin import SFTTrainer
 from ado_actuators.sfttrainer.catalog.models import UnknownModelError, model_location
-from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
-from ado_actuators.sfttrainer.settings import MeasurementSettings
+from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
 
 
 def test_documented_defaults():

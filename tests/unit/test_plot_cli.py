@@ -12,7 +12,8 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from ado_actuators.sfttrainer.cli.plot import app
-from ado_actuators.sfttrainer.testing.cli_checks import one_line_error
+
+from cli_checks import one_line_error
 
 # Written by `ado show measurements space ... -o csv --property-format target` after `make
 # demo` (8 configurations, 3 s of training each, on a busy 2-core machine).

@@ -4,9 +4,9 @@ from pathlib import Path
 
 from ado.modules.actuators.executor_supervisor import ExperimentExecutorSupervisorParameters
 
-from ado_actuators.sfttrainer.actuator import SFTTrainer
-from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
-from ado_actuators.sfttrainer.settings import MeasurementSettings
+from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
+from ado_actuators.sfttrainer.actuator.plugin import SFTTrainer
+from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 

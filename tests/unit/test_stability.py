@@ -2,9 +2,9 @@
 
 import pytest
 
-from ado_actuators.sfttrainer.contract import FAULT_ENV, FaultKind
-from ado_actuators.sfttrainer.measurement import _stability
-from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured
+from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured
+from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV, FaultKind
+from ado_actuators.sfttrainer.engine.measurement import _stability
 from ado_actuators.sfttrainer.trainer.faults import Fault
 
 

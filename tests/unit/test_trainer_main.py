@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ado_actuators.sfttrainer.contract import JOB_FLAG
+from ado_actuators.sfttrainer.contract.trainer_io import JOB_FLAG
 from ado_actuators.sfttrainer.trainer import adapt
 from ado_actuators.sfttrainer.trainer.__main__ import USAGE_EXIT_CODE, main, split_argv
 from ado_actuators.sfttrainer.trainer.identity import RankIdentity, library_versions

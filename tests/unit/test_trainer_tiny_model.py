@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ado_actuators.sfttrainer.testing.tiny_model import RESPONSE_TEMPLATE, write_text_dataset
+from tiny_model import RESPONSE_TEMPLATE, write_text_dataset
 
 
 def test_tokenizer_has_every_special_token_and_prepends_bos(tiny_model_dir):

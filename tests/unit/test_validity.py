@@ -65,9 +65,9 @@ def test_config_of_an_uncached_hub_model_names_the_download_command(tmp_path):
 def test_a_vision_dataset_on_a_release_without_image_fields_is_invalid_before_anything_runs(
     tmp_path, version, invalid
 ):
-    from ado_actuators.sfttrainer.measurement import measure
-    from ado_actuators.sfttrainer.outcomes import Invalid
-    from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
+    from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
+    from ado_actuators.sfttrainer.contract.outcomes import Invalid
+    from ado_actuators.sfttrainer.engine.measurement import measure
 
     params = SFTTrainerParameters(output_dir=str(tmp_path), model_map={}, hf_home=str(tmp_path))
     outcome = measure({"model_name": "not-in-any-map", "number_gpus": 0, "batch_size": 2,

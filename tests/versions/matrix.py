@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.catalog.entity import FMS_HF_TUNING_VERSIONS
 from ado_actuators.sfttrainer.cli.generate_dataset_text import generate
-from ado_actuators.sfttrainer.measurement import measure
-from ado_actuators.sfttrainer.outcomes import Measured
-from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
-from ado_actuators.sfttrainer.testing.tiny_model import build_tiny_model
+from ado_actuators.sfttrainer.contract.outcomes import Measured
+from ado_actuators.sfttrainer.engine.measurement import measure
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "local-cpu"))
+from tiny_model import build_tiny_model  # noqa: E402  (the demo's, outside the wheel)
 
 DATASET = "news-chars-512-entries-4096"
 METHODS = {"full": "finetune_full_benchmark-v1.0.0", "LoRA": "finetune_lora_benchmark-v1.0.0",

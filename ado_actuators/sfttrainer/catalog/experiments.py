@@ -1,4 +1,5 @@
-"""The five experiments, generated from entity.FIELDS and experiments.yaml."""
+"""The five experiments, generated from entity.FIELDS and experiments.yaml, as plain data
+(ado's experiment objects are built from it in actuator/experiments.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,7 @@ from typing import Any
 import pydantic
 import yaml
 
-from ado_actuators.sfttrainer.catalog import models
-from ado_actuators.sfttrainer.catalog.entity import FIELDS, Domain, Field
-
-ACTUATOR_ID = "SFTTrainer"
+from ado_actuators.sfttrainer.catalog.entity import FIELDS
 
 
 class FieldOverride(pydantic.BaseModel):
@@ -98,96 +96,3 @@ def catalog_data() -> CatalogData:
         lora_target_modules=raw["lora_target_modules"],
         lora_default_target_modules=raw["lora_default_target_modules"],
     )
-
-
-def _domain(field: Field, override: FieldOverride | None, model_names: tuple[str, ...]) -> Any:
-    from ado.schema.domain import PropertyDomain
-
-    values = override.values if override and override.values is not None else field.values
-    if field.name == "model_name":
-        values = model_names
-    match field.domain:
-        case Domain.DISCRETE:
-            return PropertyDomain(
-                domainRange=list(field.range), interval=1, variableType=field.domain.value
-            )
-        case Domain.BINARY:
-            return PropertyDomain(values=[False, True], variableType=field.domain.value)
-        case _:
-            return PropertyDomain(
-                values=list(values) if values is not None else None,
-                variableType=field.domain.value,
-            )
-
-
-def _property(field: Field, definition: ExperimentDefinition) -> Any:
-    from ado.schema.property import ConstitutiveProperty
-
-    names = definition.models or models.shipped_model_names()
-    return ConstitutiveProperty(
-        identifier=field.name,
-        metadata={"description": field.help},
-        propertyDomain=_domain(field, definition.field_overrides.get(field.name), names),
-    )
-
-
-def _metadata(definition: ExperimentDefinition, data: CatalogData) -> dict[str, Any]:
-    parameters: dict[str, Any] = {
-        "peft_method": definition.peft_method,
-        "weights_format": definition.weights_format,
-        "purpose": definition.purpose,
-        "sft_trainer_constants": data.sft_trainer_constants,
-    }
-    if definition.fixed:
-        parameters["fixed"] = definition.fixed
-    if definition.repeats > 1:
-        parameters["repeats"] = definition.repeats
-    if definition.sft_trainer_arguments:
-        parameters["sft_trainer_arguments"] = definition.sft_trainer_arguments
-    if definition.peft_method == "lora":
-        names = definition.models or tuple(data.lora_target_modules)
-        parameters["target_modules_map"] = {n: list(data.target_modules(n)) for n in names}
-        parameters["default_target_modules"] = list(data.lora_default_target_modules)
-    return {
-        "description": definition.description,
-        "method": definition.method,
-        "experiment": definition.identifier.removesuffix("-v1.0.0"),
-        "parameters": parameters,
-    }
-
-
-def build_experiment(definition: ExperimentDefinition, identifier: str | None = None) -> Any:
-    from ado.schema.experiment import Experiment
-    from ado.schema.property import AbstractPropertyDescriptor, ConstitutivePropertyDescriptor
-    from ado.schema.property_value import ConstitutivePropertyValue
-
-    data = catalog_data()
-    optional = [_property(FIELDS[n], definition) for n in sorted(definition.optional_fields)]
-    defaults = {**{n: FIELDS[n].default for n in definition.optional_fields},
-                **definition.default_overrides()}  # fmt: skip
-    return Experiment(
-        actuatorIdentifier=ACTUATOR_ID,
-        identifier=identifier or definition.identifier,
-        metadata=_metadata(definition, data),
-        targetProperties=[AbstractPropertyDescriptor(identifier=t) for t in definition.targets],
-        requiredProperties=[
-            _property(f, definition) for f in FIELDS.values() if f.required
-        ],
-        optionalProperties=optional,
-        defaultParameterization=[
-            ConstitutivePropertyValue(
-                value=defaults[p.identifier],
-                property=ConstitutivePropertyDescriptor(identifier=p.identifier),
-            )
-            for p in optional
-        ],
-    )
-
-
-def build_experiments() -> list[Any]:
-    """Every experiment under every id it answers to (aliases included)."""
-    return [
-        build_experiment(definition, identifier)
-        for definition in catalog_data().experiments.values()
-        for identifier in (definition.identifier, *definition.aliases)
-    ]

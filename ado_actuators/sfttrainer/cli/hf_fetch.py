@@ -16,7 +16,7 @@ import re
 import shutil
 from pathlib import Path
 
-from ado_actuators.sfttrainer.hf_cache import (
+from ado_actuators.sfttrainer.host.hf_cache import (
     DEFAULT_REVISION, repo_folder, training_files, write_marker,
 )  # fmt: skip
 
@@ -158,13 +158,16 @@ def _unreachable(error: BaseException) -> bool:
 
 def describe_error(error: BaseException, endpoint: str | None) -> str:
     """One line for the summary table: what went wrong and what to do."""
+    import requests
     from huggingface_hub import constants
     from huggingface_hub.errors import (
-        DisabledRepoError, GatedRepoError, HfHubHTTPError, OfflineModeIsEnabled,
-        RepositoryNotFoundError, RevisionNotFoundError,
+        DisabledRepoError,
+        GatedRepoError,
+        HfHubHTTPError,
+        OfflineModeIsEnabled,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
     )  # fmt: skip
-
-    import requests
 
     where = endpoint or constants.ENDPOINT
     if isinstance(error, OfflineModeIsEnabled) or isinstance(error.__cause__, OfflineModeIsEnabled):

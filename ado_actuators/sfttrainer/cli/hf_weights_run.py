@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from ado_actuators.sfttrainer.cli import hf_fetch
-from ado_actuators.sfttrainer.hf_cache import cache_state, is_local_location
+from ado_actuators.sfttrainer.host.hf_cache import cache_state, is_local_location
 
 # huggingface_hub is imported inside functions only: the command sets HF_XET_CACHE first.
 PLAIN_PROGRESS_EVERY_S = 30.0
@@ -128,7 +128,11 @@ class _Progress:
     def __enter__(self):
         if self.console.is_terminal:
             from rich.progress import (
-                BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
                 TransferSpeedColumn,
             )  # fmt: skip
 

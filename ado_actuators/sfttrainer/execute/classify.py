@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 
-from ado_actuators.sfttrainer.contract import Outcome as RankOutcome
-from ado_actuators.sfttrainer.contract import RankReport
+from ado_actuators.sfttrainer.contract.oom_texts import says_gpu_memory_exhausted
+from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured, Outcome
+from ado_actuators.sfttrainer.contract.trainer_io import Outcome as RankOutcome
+from ado_actuators.sfttrainer.contract.trainer_io import RankReport
 from ado_actuators.sfttrainer.execute.node import NodeRun
-from ado_actuators.sfttrainer.gpu_memory import says_gpu_memory_exhausted
 from ado_actuators.sfttrainer.metrics import flops
 from ado_actuators.sfttrainer.metrics.aggregate import (
     NoTrainingSteps,
@@ -17,8 +18,6 @@ from ado_actuators.sfttrainer.metrics.aggregate import (
     model_flops_per_token,
     warmup_end,
 )
-from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured, Outcome
-
 
 # How a launcher (accelerate launch, or `python -m` of the lone trainer) says why it stopped
 # before starting any rank: a Python exception line ("ConnectionError: Tried to launch

@@ -14,6 +14,7 @@ import time
 import uuid
 from typing import Any
 
+from ado_actuators.sfttrainer.contract.outcomes import Failed, Outcome
 from ado_actuators.sfttrainer.execute import gpu_exclusive, orphan_groups, placement_queue
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
 from ado_actuators.sfttrainer.execute.node import NodeRequest, NodeRun, run_node
@@ -23,7 +24,6 @@ from ado_actuators.sfttrainer.execute.reservations import (
     held_by_callers,
 )
 from ado_actuators.sfttrainer.execute.stages import node_task_options, run_nodes, task_resources
-from ado_actuators.sfttrainer.outcomes import Failed, Outcome
 from ado_actuators.sfttrainer.plan.launch import ResourceRequest, batch_devices, world_size
 
 SPREAD_CPUS = 0.01

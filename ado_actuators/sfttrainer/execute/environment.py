@@ -29,8 +29,8 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
+from ado_actuators.sfttrainer.contract.outcomes import Failed
 from ado_actuators.sfttrainer.execute import install
-from ado_actuators.sfttrainer.outcomes import Failed
 from ado_actuators.sfttrainer.plan import environments as plan
 from ado_actuators.sfttrainer.trainer import fms_api
 

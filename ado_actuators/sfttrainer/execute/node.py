@@ -9,17 +9,16 @@ from pathlib import Path
 
 import pydantic
 
-from ado_actuators.sfttrainer import hf_cache
 from ado_actuators.sfttrainer.catalog import datasets
-from ado_actuators.sfttrainer.contract import Outcome as RankOutcome
-from ado_actuators.sfttrainer.contract import RankReport
+from ado_actuators.sfttrainer.contract.outcomes import Failed
+from ado_actuators.sfttrainer.contract.trainer_io import Outcome as RankOutcome
+from ado_actuators.sfttrainer.contract.trainer_io import RankReport
 from ado_actuators.sfttrainer.execute import environment, gpu_exclusive, workspace
 from ado_actuators.sfttrainer.execute.devices import visible_devices
 from ado_actuators.sfttrainer.execute.interruptible import interruptible
 from ado_actuators.sfttrainer.execute.process import ProcessResult, log_tail, run_process
-from ado_actuators.sfttrainer.outcomes import Failed
+from ado_actuators.sfttrainer.host import hf_cache
 from ado_actuators.sfttrainer.plan.launch import LaunchPlan, PlanError, PlanInputs, plan_launch
-
 
 HUB_PROBE_SECONDS = 15
 # Any one of these lets transformers build a tokenizer from a local model directory (fast,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from ado_actuators.sfttrainer.pdeathsig import die_with_parent
+from ado_actuators.sfttrainer.host.pdeathsig import die_with_parent
 
 TERMINATE_GRACE_SECONDS = 15.0
 

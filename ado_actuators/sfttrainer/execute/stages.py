@@ -25,10 +25,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ado_actuators.sfttrainer.contract.outcomes import Failed
 from ado_actuators.sfttrainer.execute import node
 from ado_actuators.sfttrainer.execute.node import NodeRequest, NodeRun, Prepared, Rendezvous
 from ado_actuators.sfttrainer.execute.workspace import free_port
-from ado_actuators.sfttrainer.outcomes import Failed
 
 RENDEZVOUS_PROBE_SECONDS = 120.0
 CANCEL_GRACE_SECONDS = 60.0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from ado_actuators.sfttrainer.entries import MalformedDataset, write_first_entries
+from ado_actuators.sfttrainer.contract.entries import MalformedDataset, write_first_entries
 from ado_actuators.sfttrainer.plan.launch import LaunchPlan
 
 __all__ = ["MalformedDataset", "free_port", "prepare", "unwritable", "write_first_entries"]

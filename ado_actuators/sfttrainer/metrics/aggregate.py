@@ -13,7 +13,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 
-from ado_actuators.sfttrainer.contract import GpuSample, RankReport, StepTiming
+from ado_actuators.sfttrainer.contract.trainer_io import GpuSample, RankReport, StepTiming
 from ado_actuators.sfttrainer.metrics import flops, gpu_peaks
 from ado_actuators.sfttrainer.metrics.steps import step_time_properties
 

@@ -27,7 +27,7 @@ per image).
 
 from __future__ import annotations
 
-from ado_actuators.sfttrainer.contract import ModelParameters
+from ado_actuators.sfttrainer.contract.trainer_io import ModelParameters
 
 
 def flops_per_token(params: ModelParameters, mean_sequence_length: float) -> float | None:

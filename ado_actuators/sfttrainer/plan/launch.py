@@ -9,7 +9,7 @@ from typing import Any
 import pydantic
 
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
-from ado_actuators.sfttrainer.contract import JOB_FLAG, TrainerJob
+from ado_actuators.sfttrainer.contract.trainer_io import JOB_FLAG, TrainerJob
 from ado_actuators.sfttrainer.plan.accelerate import accelerate_config
 from ado_actuators.sfttrainer.plan.environments import skip_prepare_dataset_problem
 

@@ -18,8 +18,8 @@ import signal
 import sys
 from pathlib import Path
 
-from ado_actuators.sfttrainer.contract import JOB_FLAG, Outcome, RankReport, TrainerJob
-from ado_actuators.sfttrainer.pdeathsig import die_with_parent
+from ado_actuators.sfttrainer.contract.trainer_io import JOB_FLAG, Outcome, RankReport, TrainerJob
+from ado_actuators.sfttrainer.host.pdeathsig import die_with_parent
 from ado_actuators.sfttrainer.trainer import adapt, cuda, fms, lazy_dataset, stopping
 from ado_actuators.sfttrainer.trainer.callback import MeasurementCallback
 from ado_actuators.sfttrainer.trainer.failures import classify

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ado_actuators.sfttrainer.contract import GpuSample, ProcessSample, TrainerJob
+from ado_actuators.sfttrainer.contract.trainer_io import GpuSample, ProcessSample, TrainerJob
 
 log = logging.getLogger(__name__)
 # fms's `--log_level debug` turns on AIM's per-sample debug chatter from the sampling thread:

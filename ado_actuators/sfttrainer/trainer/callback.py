@@ -16,7 +16,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from ado_actuators.sfttrainer.contract import HfTrainMetrics, ModelParameters, StepTiming
+from ado_actuators.sfttrainer.contract.trainer_io import HfTrainMetrics, ModelParameters, StepTiming
 from ado_actuators.sfttrainer.trainer import adapt, cuda, model_size, stopping
 from ado_actuators.sfttrainer.trainer.faults import Fault
 from ado_actuators.sfttrainer.trainer.monitor import SystemMonitor

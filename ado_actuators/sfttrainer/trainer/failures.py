@@ -2,7 +2,7 @@
 
 The spec: `torch.cuda.OutOfMemoryError` and `RuntimeError: CUDA error: an illegal memory access
 was encountered` make a run invalid (GPU memory exhausted), and so do the other forms GPU memory
-exhaustion takes (gpu_memory.py); anything else is a failure.
+exhaustion takes (contract/oom_texts.py); anything else is a failure.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from ado_actuators.sfttrainer.contract import Failure, Outcome
-from ado_actuators.sfttrainer.gpu_memory import says_gpu_memory_exhausted
+from ado_actuators.sfttrainer.contract.oom_texts import says_gpu_memory_exhausted
+from ado_actuators.sfttrainer.contract.trainer_io import Failure, Outcome
 from ado_actuators.sfttrainer.trainer import input_files
 
 TRACEBACK_TAIL_LINES = 40

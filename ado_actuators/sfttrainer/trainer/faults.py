@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 
-from ado_actuators.sfttrainer.contract import FAULT_ENV, FaultKind
+from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV, FaultKind
 
 
 @dataclasses.dataclass(frozen=True)

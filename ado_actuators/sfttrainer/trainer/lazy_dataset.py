@@ -34,8 +34,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ado_actuators.sfttrainer.entries import INDEXED_SUFFIXES, EntryFile, write_first_entries
-
+from ado_actuators.sfttrainer.contract.entries import (
+    INDEXED_SUFFIXES,
+    EntryFile,
+    write_first_entries,
+)
 
 MAX_BLOCK_ENTRIES = 256
 """Later blocks double in size up to this: large enough that a block's tokenisation is not

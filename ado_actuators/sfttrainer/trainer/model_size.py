@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ado_actuators.sfttrainer.contract import ModelParameters
+from ado_actuators.sfttrainer.contract.trainer_io import ModelParameters
 
 _MOE_ATTRIBUTES = ("num_local_experts", "num_experts", "moe_num_experts", "n_routed_experts")
 # GPTQModel / fms-acceleration's kernels spell them the nn.Linear way, AutoGPTQ without "_"

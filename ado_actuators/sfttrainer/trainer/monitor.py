@@ -17,7 +17,12 @@ from collections.abc import Callable
 
 import psutil
 
-from ado_actuators.sfttrainer.contract import GpuEnergy, GpuSample, GpuSampleFailure, ProcessSample
+from ado_actuators.sfttrainer.contract.trainer_io import (
+    GpuEnergy,
+    GpuSample,
+    GpuSampleFailure,
+    ProcessSample,
+)
 from ado_actuators.sfttrainer.trainer import nvml_devices
 
 log = logging.getLogger(__name__)

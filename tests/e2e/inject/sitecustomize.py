@@ -90,7 +90,7 @@ def _meet(cwd):
 
 
 def _patch_node(module):
-    from ado_actuators.sfttrainer.contract import FAULT_ENV
+    from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV
 
     real_run_process = module.run_process
     real_prepare = module.prepare_node
@@ -173,7 +173,7 @@ class _Patch(importlib.abc.MetaPathFinder):
 
 
 if _BREAK_CONVERSION:
-    sys.meta_path.insert(0, _Patch("ado_actuators.sfttrainer.results", _break_conversion))
+    sys.meta_path.insert(0, _Patch("ado_actuators.sfttrainer.actuator.results", _break_conversion))
 if _HOLD:
     sys.meta_path.insert(0, _Patch("ado_actuators.sfttrainer.trainer.faults", _hold_faults))
 if _FAULTS or _STAGES or _SLOW or _UNMOUNTED or _MEET:

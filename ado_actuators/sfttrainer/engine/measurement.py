@@ -19,15 +19,15 @@ from ado_actuators.sfttrainer.catalog.validity import (
     num_local_experts,
     read_model_config,
 )
+from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured, Outcome
+from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
 from ado_actuators.sfttrainer.execute.classify import TRAINING_COMPLETED
+from ado_actuators.sfttrainer.execute.cluster import measure_on_cluster
 from ado_actuators.sfttrainer.execute.environment import EnvironmentRequest
 from ado_actuators.sfttrainer.execute.node import NodeRequest
-from ado_actuators.sfttrainer.execute.cluster import measure_on_cluster
-from ado_actuators.sfttrainer.memory_check import assess
-from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Measured, Outcome
-from ado_actuators.sfttrainer.settings import MeasurementSettings
 from ado_actuators.sfttrainer.plan.environments import vision_problem
 from ado_actuators.sfttrainer.plan.launch import plan_resources
+from ado_actuators.sfttrainer.plan.memory_check import assess
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """What the measurement engine needs to know beyond an entity: directories, caches, time limits.
 
-The engine (catalog, plan, execute, trainer, metrics, measurement.py) reads only these, so it
+The engine (catalog, plan, execute, trainer, metrics, engine/measurement.py) reads only these, so it
 runs wherever pydantic does, without ado-core or Ray (benchmarks/gpu drives it that way). The
-ado actuator's `parameters:` block (parameters.py) is these settings plus ado's supervisor
+ado actuator's `parameters:` block (actuator/parameters.py) is these settings plus ado's supervisor
 fields; each field is declared here once.
 """
 
@@ -14,7 +14,11 @@ from typing import Any, Self
 
 import pydantic
 
-from ado_actuators.sfttrainer.catalog.models import WEIGHTS_FORMAT_ALIASES, WEIGHTS_FORMATS, ModelMap
+from ado_actuators.sfttrainer.catalog.models import (
+    WEIGHTS_FORMAT_ALIASES,
+    WEIGHTS_FORMATS,
+    ModelMap,
+)
 
 
 class MeasurementSettings(pydantic.BaseModel):

@@ -8,9 +8,9 @@ from typing import Any
 from ado.schema.result import InvalidMeasurementResult, ValidMeasurementResult
 from ado.utilities.support import compute_measurement_status, observed_property_values_from_dict
 
-from ado_actuators.sfttrainer.measurement import measure
-from ado_actuators.sfttrainer.outcomes import Failed, Invalid, Outcome
-from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
+from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
+from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Outcome
+from ado_actuators.sfttrainer.engine.measurement import measure
 
 log = logging.getLogger(__name__)
 

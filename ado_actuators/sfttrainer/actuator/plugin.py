@@ -12,14 +12,13 @@ from typing import Any
 from ado.modules.actuators.catalog import ExperimentCatalog
 from ado.modules.actuators.standard import StandardActuator
 
-from ado_actuators.sfttrainer.parameters import SFTTrainerParameters
-
-IDENTIFIER = "SFTTrainer"
+from ado_actuators.sfttrainer.actuator.experiments import IDENTIFIER
+from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
 
 
 @functools.cache
 def _catalog() -> ExperimentCatalog:
-    from ado_actuators.sfttrainer.catalog.experiments import build_experiments
+    from ado_actuators.sfttrainer.actuator.experiments import build_experiments
 
     return ExperimentCatalog(
         experiments={e.identifier: e for e in build_experiments()},
@@ -45,7 +44,7 @@ class SFTTrainer(StandardActuator):
         super().__init__(queue=queue, params=SFTTrainerParameters.from_any(params))
 
     def _get_request_executor(self, request: Any, use_ray: bool = False) -> Any:
-        from ado_actuators.sfttrainer.results import measure_request
+        from ado_actuators.sfttrainer.actuator.results import measure_request
 
         experiment = self.catalog().experimentForReference(
             request.experimentReference, resolve=True

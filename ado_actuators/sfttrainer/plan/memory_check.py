@@ -13,8 +13,8 @@ from typing import Any
 
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
 from ado_actuators.sfttrainer.catalog.validity import ModelConfigUnavailable, read_model_config
+from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, Outcome
 from ado_actuators.sfttrainer.metrics.gpu_memory import GIB, device_memory_bytes
-from ado_actuators.sfttrainer.outcomes import Invalid, Measured, Outcome
 from ado_actuators.sfttrainer.plan.architecture import (
     UnsupportedArchitecture,
     count_parameters,

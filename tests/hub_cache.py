@@ -7,7 +7,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from ado_actuators.sfttrainer.hf_cache import repo_folder
+from ado_actuators.sfttrainer.host.hf_cache import repo_folder
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -3,7 +3,7 @@
 There is no model hub here, so every test and demo builds its model. Build with the same
 transformers version that loads it: tokenizers saved by newer transformers do not load in older.
 
-    python -m ado_actuators.sfttrainer.testing.tiny_model OUT_DIR
+    python examples/local-cpu/tiny_model.py OUT_DIR
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print(
-            "usage: python -m ado_actuators.sfttrainer.testing.tiny_model OUT_DIR", file=sys.stderr
+            "usage: python examples/local-cpu/tiny_model.py OUT_DIR", file=sys.stderr
         )
         return 2
     print(build_tiny_model(Path(argv[0])))
