@@ -109,6 +109,11 @@ def independent_token_count(inputs, tmp_path: Path, trainer_tools) -> int:
     return sum(trainer_tools.spec_dataset_tokens(inputs["model"], first, MAX_SEQ))
 
 
+PLACEMENT_TIMEOUT = 300
+"""Several minutes: a 3-node request on these 2 nodes that was waited for would end after it,
+saying "within 300 s"."""
+
+
 def test_two_node_measurement_through_ado_and_a_three_node_one_that_cannot_be_placed(
     cluster, inputs, tmp_path, trainer_tools
 ):
@@ -116,19 +121,26 @@ def test_two_node_measurement_through_ado_and_a_three_node_one_that_cannot_be_pl
     ado = AdoCLI(home=tmp_path / "ado", extra_env={"RAY_ADDRESS": cluster.address, **cluster.auth_env})
     config_id = ado.create("actuatorconfiguration", write_yaml(tmp_path / "ac.yaml", {
         "actuatorIdentifier": "SFTTrainer",
-        "parameters": actuator_parameters(inputs, placement_timeout_seconds=20),
+        "parameters": actuator_parameters(inputs, placement_timeout_seconds=PLACEMENT_TIMEOUT),
     }))  # fmt: skip
     space_id = ado.create("space", write_yaml(tmp_path / "space.yaml",
                                               space_document({"number_nodes": [2, 3]})),
                           "--new-sample-store")  # fmt: skip
     started = time.monotonic()
-    result = ado.run("create", "operation", "-f",
-                     str(write_yaml(tmp_path / "op.yaml", operation_document(space_id, config_id))),
-                     timeout=900)  # fmt: skip
+    identifier, output = run_operation(
+        ado, write_yaml(tmp_path / "op.yaml", operation_document(space_id, config_id)))
     print(f"ado create operation (2-node + unplaceable 3-node): {time.monotonic() - started:.1f} s")
     rows = ado.measurements(space_id)
-    # the 3-node request failed (placement timed out): nothing stored, a rerun retries it
-    assert [r["number_nodes"] for r in rows] == ["2"], result.stdout[-3000:] + result.stderr[-3000:]
+    # the 3-node request failed: nothing stored, a rerun retries it
+    assert [r["number_nodes"] for r in rows] == ["2"], output[-6000:]
+    assert sorted(r["Status"] for r in trace(ado, identifier)) == ["Failed", "Success"]
+    # ... at once (issue 26): this cluster has no autoscaler, so no wait could ever place it;
+    # the reason is today's, saying it was not waited for
+    (line,) = [x for x in output.splitlines() if "Failed: could not place" in x]
+    assert "could not place 3 nodes of " in line, line
+    assert "only 2 node(s) offer that much, and Ray reports no autoscaler" in line, line
+    assert "answered without waiting placement_timeout_seconds" in line, line
+    assert f"within {PLACEMENT_TIMEOUT} s" not in line, line
     (row,) = rows
     assert float(row["is_valid"]) == 1
     expected = independent_token_count(inputs, tmp_path, trainer_tools)

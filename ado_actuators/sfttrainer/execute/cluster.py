@@ -15,7 +15,8 @@ import uuid
 from typing import Any
 
 from ado_actuators.sfttrainer.contract.outcomes import Failed, Outcome
-from ado_actuators.sfttrainer.execute import gpu_exclusive, orphan_groups, placement_queue
+from ado_actuators.sfttrainer.execute import capacity, gpu_exclusive, orphan_groups, placement_queue
+from ado_actuators.sfttrainer.execute.capacity import fits, shown
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
 from ado_actuators.sfttrainer.execute.node import NodeRequest, NodeRun, run_node
 from ado_actuators.sfttrainer.execute.reservations import (
@@ -28,21 +29,6 @@ from ado_actuators.sfttrainer.plan.launch import ResourceRequest, batch_devices,
 
 SPREAD_CPUS = 0.01
 """CPUs of a multi-node bundle on nodes whose CPUs are all reserved by others."""
-
-
-_BYTES = ("memory", "object_store_memory")
-
-
-def _offered(resources: dict[str, float]) -> str:
-    return ", ".join(
-        f"{k}={v / 2**30:.1f}GiB" if k in _BYTES else f"{k}={v:g}"
-        for k, v in sorted(resources.items())
-        if not k.startswith("node:")
-    )
-
-
-def _fits(wanted: dict[str, float], offered: dict[str, float]) -> bool:
-    return all(offered.get(k, 0) >= v for k, v in wanted.items() if v)
 
 
 def placement(
@@ -60,9 +46,9 @@ def placement(
     """
     alive = [n for n in nodes if n.get("Alive")]
     wanted = {"GPU": request.gpus, **request.custom} if request.gpus else dict(request.custom)
-    fitting = [n for n in alive if _fits(wanted, n["Resources"])]
+    fitting = [n for n in alive if fits(wanted, n["Resources"])]
     if not fitting and count == 1:
-        offered = "; ".join(_offered(n["Resources"]) for n in alive)
+        offered = "; ".join(shown(n["Resources"]) for n in alive)
         return (
             f"no Ray node offers {wanted} (nodes offer: {offered or 'nothing'}); add a worker "
             f"with these resources (see README, 'Ray cluster resources') or change "
@@ -77,14 +63,16 @@ def placement(
 
 
 def unplaceable_reason(
-    bundle: dict[str, float], count: int, nodes: list[dict[str, Any]], waited: float,
-    holders: str = "",
+    bundle: dict[str, float], count: int, nodes: list[dict[str, Any]], waited: float | None,
+    holders: str = "", never: str = "",
 ) -> str:
-    """Why `count` bundles, one per node, were not placed in `waited` seconds. Pure."""
+    """Why `count` bundles, one per node, were not placed in `waited` seconds; or, with
+    `never` (capacity.never_placeable's clause, `waited` None), why they never will be and
+    were not waited for. Pure."""
     alive = [n["Resources"] for n in nodes if n.get("Alive")]
-    fitting = sum(_fits(bundle, r) for r in alive)
+    fitting = sum(fits(bundle, r) for r in alive)
     absent = sorted(k for k in bundle if bundle[k] and not any(k in r for r in alive))
-    offered = "; ".join(f"[{_offered(r)}]" for r in alive) or "nothing"
+    offered = "; ".join(f"[{shown(r)}]" for r in alive) or "nothing"
     if absent:
         why = f"no node offers {', '.join(absent)}"
     elif fitting < count:
@@ -92,10 +80,16 @@ def unplaceable_reason(
     else:
         why = f"{fitting} node(s) offer it, but their resources stayed in use"
     what = (
-        f"{count} nodes of {_offered(bundle)} each (one per node, STRICT_SPREAD)"
+        f"{count} nodes of {shown(bundle)} each (one per node, STRICT_SPREAD)"
         if count > 1
-        else f"the measurement's task ({_offered(bundle)})"
+        else f"the measurement's task ({shown(bundle)})"
     )
+    if never:  # no timeout to raise, nothing in use to name: the cluster lacks the nodes
+        return (
+            f"could not place {what}: {why}, {never}; answered without waiting "
+            f"placement_timeout_seconds. Alive nodes offer: {offered}. Add workers with these "
+            f"resources (see README, 'Ray cluster resources') or lower number_nodes"
+        )
     held = f" Holding them: {holders}." if holders else ""
     return (
         f"could not place {what} within {waited:g} s: {why}.{held} Alive nodes offer: "
@@ -162,7 +156,8 @@ def measure_on_cluster(
     """Run the measurement's node task(s) and classify what they left. Never raises RayError.
 
     Every wait is bounded: the node tasks must be placed within `placement_timeout`, and
-    they never ask for what the measurement's callers hold (execute/reservations.py). A
+    they never ask for what the measurement's callers hold (execute/reservations.py); a
+    request the cluster can never hold is not waited for at all (execute/capacity.py). A
     measurement queues behind older ones still waiting (execute/placement_queue.py), for
     at most `placement_timeout` too. No group outlives the operation that asked for it
     (execute/orphan_groups.py)."""
@@ -175,16 +170,16 @@ def measure_on_cluster(
         return _outcome(request, [run_node(request)])
     asked = time.time_ns()
     orphan_groups.reap()
-    bundle = placement(resources, ray.nodes(), held_by_callers(), number_nodes)
-    if isinstance(bundle, str):
-        return Failed(bundle)
+    bundle = _bundle(resources, ray.nodes(), number_nodes)
+    if isinstance(bundle, Failed):
+        return bundle
     if bundle:  # a group that asks for nothing waits for nothing, and no one waits for it
         if problem := placement_queue.wait_for_older(asked, placement_timeout):
             return Failed(problem)
         # what is free (and whose callers hold what) changed while this one waited
-        bundle = placement(resources, ray.nodes(), held_by_callers(), number_nodes)
-        if isinstance(bundle, str):
-            return Failed(bundle)
+        bundle = _bundle(resources, ray.nodes(), number_nodes)
+        if isinstance(bundle, Failed):
+            return bundle
     group = _Placement.for_caller(bundle, number_nodes, request.run_name, asked)
     if isinstance(group, Failed):
         return group
@@ -211,6 +206,23 @@ def measure_on_cluster(
         return outcome
     finally:
         group.remove()
+
+
+def _bundle(resources: ResourceRequest, nodes: list[dict[str, Any]], count: int
+            ) -> dict[str, float] | Failed:  # fmt: skip
+    """The bundle to ask for, or Failed at once when this cluster can never hold `count` of
+    them: no autoscaler, or none whose node types could add what is missing (issue 26: a
+    3-node request on 2 nodes waited placement_timeout_seconds for an answer known at once)."""
+    bundle = placement(resources, nodes, held_by_callers(), count)
+    if isinstance(bundle, str):
+        return Failed(bundle)
+    # the alive nodes could hold it: Ray is not asked about its autoscaler (which may take
+    # up to capacity.REPORT_PATIENCE on a cluster seconds old)
+    if not bundle or capacity.never_placeable(bundle, count, nodes, None) is None:
+        return bundle
+    if never := capacity.never_placeable(bundle, count, nodes, capacity.read_autoscaler(nodes)):
+        return Failed(unplaceable_reason(bundle, count, nodes, None, never=never))
+    return bundle
 
 
 class _Placement:
