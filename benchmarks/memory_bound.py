@@ -8,7 +8,11 @@ what the run measured:
 - a configuration that ran out of memory is "caught" when the bound exceeds the device's
   80 GiB: the actuator would answer it is_valid = 0 without launching.
 
-    python benchmarks/memory_bound.py            # the table, then the counts
+Then the predicted peak (benchmarks/memory_prediction.py): the same runs against the prediction,
+its error against torch's peak, which OOMs it predicts, and its constants fitted with each model
+family left out.
+
+    python benchmarks/memory_bound.py            # the bound's table and counts, then the prediction's
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ class Run:
     gpus: int
     peft: str
     batch: int
+    accumulation: int
+    mixed_precision: bool
     r: int
     targets: tuple[str, ...]
     dtype: str
@@ -74,6 +80,8 @@ def load_runs(path: Path = DATA / "fms_acceleration_a100_80gb.csv") -> list[Run]
             model=row["model_name_or_path"], gpus=int(row["num_gpus"]),
             peft="lora" if row["peft_method"] == "lora" else "none",
             batch=int(row["per_device_train_batch_size"]),
+            accumulation=int(row["gradient_accumulation_steps"] or 1),
+            mixed_precision=row["bf16"] == "True" or row["fp16"] == "True",
             r=int(float(row["r"] or 8)), targets=tuple(row["target_modules"].split()),
             dtype=row["torch_dtype"], nvidia_mib=_number(row["mem_nvidia_mem_reserved"]),
             torch_peak=int(peak) if peak else None, ran=bool(row["train_runtime"].strip()),
@@ -168,7 +176,11 @@ def main() -> int:
     summary = counts(verdicts)
     print("\n" + ", ".join(f"{k}: {v}" for k, v in summary.items()))
     bad = summary["ran_below_bound_violations"] + summary["ran_called_certain_oom"]
-    return 1 if bad else 0
+    import memory_prediction
+
+    print()
+    predicted = memory_prediction.main()
+    return 1 if bad or predicted["ran_predicted_out_of_memory"] else 0
 
 
 if __name__ == "__main__":

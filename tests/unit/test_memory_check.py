@@ -107,3 +107,53 @@ def test_gptq_weights_without_a_width_in_config_count_at_the_narrowest_gptq_widt
                       model_dir({**LLAMA_405B, "name": "q", "quantization_config": {"bits": 4}}),
                       gptq)  # fmt: skip
     assert with_bits.bound.total > found.bound.total
+
+
+def test_every_row_carries_the_prediction_beside_the_bound_marked_as_predicted(model_dir):
+    from ado_actuators.sfttrainer.plan.memory_check import PREDICTED_PROPERTY
+
+    found = check(values(), model_dir(LLAMA_8B))
+    row = found.annotate(Measured(properties={"is_valid": 1}))
+    assert row.properties[PREDICTED_PROPERTY] == pytest.approx(found.prediction.gib, abs=1e-3)
+    record = row.metadata["gpu_memory_prediction"]
+    assert record["predicted"] is True and record["measured"] is False
+    assert record["peak_phase"] in record["phases_gib"]
+    assert set(record["fitted"]) == {"activations", "recompute", "logits"}
+    cpu = check(values(number_gpus=0, batch_size=1), model_dir({**LLAMA_8B, "name": "c"}))
+    assert cpu.annotate(Measured(properties={})).metadata["gpu_memory_prediction"]["predicted"] is False
+
+
+def test_a_predicted_oom_says_predicted_gives_both_numbers_and_how_to_measure_it(model_dir):
+    # Llama 8B full fine-tuning, 16 x 2048 tokens on one A100: the bound fits, the logits do not
+    found = check(values(batch_size=16, model_max_length=2048), model_dir(LLAMA_8B))
+    assert not found.certain_oom and found.predicted_oom
+    invalid = found.predicted_invalid()
+    assert invalid.gpu_oom and invalid.metadata["answered_by"] == "prediction"
+    assert invalid.metadata["gpu_memory_prediction"]["measured"] is False
+    reason = invalid.reason
+    assert reason.startswith("predicted GPU out of memory (a prediction, not a measurement)")
+    assert f"{found.prediction.gib:.2f} GiB" in reason and "has 80 GiB" in reason
+    assert "skip_predicted_oom: false" in reason
+    smaller = check(values(batch_size=1, model_max_length=512), model_dir({**LLAMA_8B, "name": "s"}))
+    assert not smaller.predicted_oom
+
+
+def test_skip_predicted_oom_answers_without_launching_and_its_default_launches(model_dir, tmp_path):
+    from ado_actuators.sfttrainer.contract.outcomes import Invalid
+    from ado_actuators.sfttrainer.engine.measurement import measure
+    from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
+
+    location = model_dir(LLAMA_8B)
+    entity = {"model_name": "big", "model_max_length": 2048, "batch_size": 16, "number_gpus": 1,
+              "gpu_model": "NVIDIA-A100-SXM4-80GB", "max_steps": 3}  # fmt: skip
+
+    def settings(skip: bool) -> MeasurementSettings:
+        return MeasurementSettings(data_directory=str(tmp_path / "data"), hf_home=str(tmp_path),
+                                   output_dir=str(tmp_path / "out"), skip_predicted_oom=skip,
+                                   model_map={"big": {"Vanilla": location}})  # fmt: skip
+
+    answered = measure(entity, FULL.identifier, settings(True), label="p")
+    assert isinstance(answered, Invalid) and answered.reason.startswith("predicted GPU out of memory")
+    # launched: it goes on to the node's checks (a model directory without a tokenizer here)
+    launched = measure(entity, FULL.identifier, settings(False), label="p")
+    assert isinstance(launched, Failed) and "no tokenizer file" in launched.reason

@@ -273,3 +273,16 @@ def test_the_picture_and_page_carry_the_answers_and_the_comparison(tmp_path):
            "0.278 GPU-hours per million dataset tokens</li>" in page
     assert compared.summary.startswith("full\n  Fastest valid: 1 GPU, sequence length 512, batch 8")
     assert "Compared with old.csv" in compared.summary and "Compared" not in plain.summary
+
+
+def test_the_fastest_answer_shows_the_predicted_memory_beside_the_measured():
+    from ado_actuators.sfttrainer.report import summary
+    from ado_actuators.sfttrainer.report.table import Panel, Point
+
+    both = Point(Panel(1, ("full",)), 512, 8, True, {
+        "dataset_tokens_per_second": (100.0, 100.0, 100.0),
+        "gpu_memory_max_allocated_gib": (20.0, 20.0, 20.0),
+        "gpu_memory_predicted_gib": (22.0, 22.0, 22.0)}, 1)  # fmt: skip
+    assert summary._memory(both) == "; GPU memory/device 20 GiB measured, 22 GiB predicted (+10%)"
+    cpu = Point(Panel(0, ("full",)), 512, 8, True, {"gpu_memory_max_allocated_gib": (0.0,) * 3}, 1)
+    assert summary._memory(cpu) == ""

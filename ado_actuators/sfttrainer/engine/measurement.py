@@ -32,9 +32,12 @@ from ado_actuators.sfttrainer.plan.memory_check import assess
 log = logging.getLogger(__name__)
 
 
-def _resolve(
+def resolve(
     values_in: dict[str, Any], definition: ExperimentDefinition, params: MeasurementSettings
 ) -> tuple[Any, str] | Outcome:
+    """The entity's values and its model's location, or the outcome that needs no launch
+    (a configuration rule, a value outside the domain, an unknown model). The preview
+    (engine/preview.py) answers with the same."""
     try:
         values = entity_values(values_in, overrides=definition.default_overrides())
     except pydantic.ValidationError as error:
@@ -86,7 +89,7 @@ def measure(
     """Never raises: an unexpected error is a Failed outcome with its traceback's tail."""
     try:
         definition = catalog_data().experiment(experiment_id)
-        resolved = _resolve(values_in, definition, params)
+        resolved = resolve(values_in, definition, params)
         if not isinstance(resolved, tuple):
             return resolved
         values, location = resolved
@@ -96,6 +99,8 @@ def measure(
                         enabled=params.memory_bound_check)  # fmt: skip
         if memory.certain_oom:
             return memory.invalid()
+        if params.skip_predicted_oom and memory.predicted_oom:
+            return memory.predicted_invalid()
         dataset = _dataset(values, params)
         request = NodeRequest(
             plan_inputs={

@@ -115,6 +115,14 @@ class MeasurementSettings(pydantic.BaseModel):
         "the model's config.json) exceeds gpu_model's memory; false measures such "
         "configurations anyway. The bound is reported either way.",
     )
+    skip_predicted_oom: bool = pydantic.Field(
+        default=False,
+        description="Answer is_valid = 0 without launching when the predicted peak of GPU "
+        "memory per device (with the allocator's headroom and the CUDA context) exceeds "
+        "gpu_model's memory; the row says it was predicted, not measured. false (the "
+        "default) launches every configuration the certain bound lets through. The "
+        "prediction is reported either way (gpu_memory_predicted_gib).",
+    )
     allow_shared_gpus: bool = pydantic.Field(
         default=False,
         description="Measure on a GPU where another process holds memory (the metadata lists "

@@ -1,9 +1,12 @@
-"""The certain-OOM check of one measurement: the memory lower bound vs the device's memory.
+"""The memory verdicts of one measurement before launch: the certain lower bound and the
+predicted peak (plan/memory_peak.py) against the device's memory.
 
-Runs in the actuator's process after the entity is resolved and before any Ray resource is
-requested. It reads only the model's config.json, so a model directory holding nothing else
-(no tokenizer, no weights) is answered here; the node's checks for weights and tokenizer
-files come later, and only for measurements that are launched.
+Runs in the engine after the entity is resolved and before any Ray resource is requested. It
+reads only the model's config.json, so a model directory holding nothing else (no tokenizer,
+no weights) is answered here; the node's checks for weights and tokenizer files come later,
+and only for measurements that are launched. The bound answers a certain OOM (on by default);
+the prediction is reported on every row and answers only where `skip_predicted_oom` asks it
+to, marked as a prediction.
 """
 
 from __future__ import annotations
@@ -16,19 +19,34 @@ from ado_actuators.sfttrainer.catalog.validity import ModelConfigUnavailable, re
 from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, Outcome
 from ado_actuators.sfttrainer.metrics.gpu_memory import GIB, device_memory_bytes
 from ado_actuators.sfttrainer.plan.architecture import (
+    ParameterCounts,
     UnsupportedArchitecture,
     count_parameters,
     quantized_bits,
 )
+from ado_actuators.sfttrainer.plan.launch import batch_devices
+from ado_actuators.sfttrainer.plan.logits_memory import loss_code_for
 from ado_actuators.sfttrainer.plan.memory_bound import (
+    CUDA_CONTEXT_BYTES,
     GPTQ_MIN_BITS,
     MemoryBound,
     Training,
     memory_bound,
+    trainable_parameters,
+)
+from ado_actuators.sfttrainer.plan.memory_peak import (
+    ALLOCATOR_HEADROOM,
+    Dimensions,
+    PeakPrediction,
+    Workload,
+    predict_peak,
 )
 
 PROPERTY = "gpu_memory_lower_bound_gib"
 METADATA = "gpu_memory_bound"
+PREDICTED_PROPERTY = "gpu_memory_predicted_gib"
+PREDICTED_METADATA = "gpu_memory_prediction"
+MAX_GPUS_TRIED = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +56,24 @@ class MemoryAssessment:
     gpu_model: str | None = None
     skipped: str | None = None
     """Why no verdict was given (the measurement then runs as it would without the check)."""
+    prediction: PeakPrediction | None = None
+    prediction_skipped: str | None = None
+    counts: ParameterCounts | None = None
+    dimensions: Dimensions | None = None
+    trainable: int | None = None
+
+    @property
+    def predicted_need(self) -> float | None:
+        """Bytes of the device the prediction needs: the allocated peak, the allocator's
+        headroom over it, and the CUDA context."""
+        if self.prediction is None:
+            return None
+        return self.prediction.total * (1 + ALLOCATOR_HEADROOM) + CUDA_CONTEXT_BYTES
+
+    @property
+    def predicted_oom(self) -> bool:
+        need = self.predicted_need
+        return need is not None and self.device_bytes is not None and need > self.device_bytes
 
     @property
     def certain_oom(self) -> bool:
@@ -68,38 +104,102 @@ class MemoryAssessment:
         return Invalid(
             reason=reason,
             gpu_oom=True,
-            metadata={METADATA: self.metadata()},
-            properties={PROPERTY: round(self.bound.gib, 3)},
+            metadata={METADATA: self.metadata(), PREDICTED_METADATA: self.prediction_metadata()},
+            properties=self.properties(),
         )
 
+    def prediction_metadata(self) -> dict[str, Any]:
+        if self.prediction is None:
+            return {"predicted": False, "skipped": self.prediction_skipped}
+        data = {"predicted": True, "measured": False, **self.prediction.as_metadata(),
+                "allocator_headroom": ALLOCATOR_HEADROOM,
+                "needs_on_device_gib": round(self.predicted_need / GIB, 3)}  # fmt: skip
+        if self.device_bytes is not None:
+            data["device_memory_gib"] = round(self.device_bytes / GIB, 3)
+        return data
+
+    def predicted_invalid(self) -> Invalid:
+        """skip_predicted_oom's answer: is_valid = 0 without launching, marked as predicted."""
+        assert self.prediction is not None and self.device_bytes is not None
+        need = self.predicted_need / GIB
+        reason = (
+            f"predicted GPU out of memory (a prediction, not a measurement): each device is "
+            f"predicted to peak at {self.prediction.gib:.2f} GiB allocated in the "
+            f"{self.prediction.phase} phase, {need:.2f} GiB with the allocator's headroom and the "
+            f"CUDA context, but {self.gpu_model} has {self.device_bytes / GIB:g} GiB. Not "
+            f"launched: set the actuator parameter skip_predicted_oom: false to measure it anyway"
+        )
+        return Invalid(
+            reason=reason,
+            gpu_oom=True,
+            metadata={METADATA: self.metadata(), PREDICTED_METADATA: self.prediction_metadata(),
+                      "answered_by": "prediction"},  # fmt: skip
+            properties=self.properties(),
+        )
+
+    def properties(self) -> dict[str, float]:
+        found = {}
+        if self.bound is not None:
+            found[PROPERTY] = round(self.bound.gib, 3)
+        if self.prediction is not None:
+            found[PREDICTED_PROPERTY] = round(self.prediction.gib, 3)
+        return found
+
     def annotate(self, outcome: Outcome) -> Outcome:
-        """The bound on a measured (or measured-invalid) row, and the check's record."""
+        """The bound and the prediction on a measured (or measured-invalid) row."""
         if isinstance(outcome, (Measured, Invalid)):
             outcome.metadata[METADATA] = self.metadata()
-            if self.bound is not None:
-                outcome.properties[PROPERTY] = round(self.bound.gib, 3)
+            outcome.metadata[PREDICTED_METADATA] = self.prediction_metadata()
+            outcome.properties.update(self.properties())
         return outcome
+
+
+def _workload(values: Any, definition: ExperimentDefinition, model_type: str) -> Workload:
+    """What of the entity the activations and logits depend on (plan/memory_peak.py)."""
+    kernels = values.fast_kernels or definition.fixed.get("fast_kernels") or []
+    mixed = bool(values.bf16) or values.accelerate_config_mixed_precision != "no"
+    return Workload(
+        per_device_batch=max(1, values.batch_size // batch_devices(values)),
+        sequence_length=values.model_max_length,
+        gradient_checkpointing=bool(values.gradient_checkpointing),
+        flash_attention=bool(values.flash_attn),
+        gradient_accumulation_steps=values.gradient_accumulation_steps,
+        loss=loss_code_for(values.fms_hf_tuning_version, model_type),
+        fused_loss="in_place" if kernels[:1] == ["True"] else None,
+        fast_rms_layernorm=kernels[1:2] == ["True"],
+        autocast=mixed,
+        fsdp_upcast=mixed and values.distributed_backend == "FSDP",
+    )  # fmt: skip
 
 
 def assess(
     values: Any, definition: ExperimentDefinition, location: str, *, hf_home: str, enabled: bool
 ) -> MemoryAssessment:
-    """The bound of `values` (an EntityValues) under `definition`, and whether it can fit."""
+    """The bound and the predicted peak of `values` (an EntityValues) under `definition`, and
+    whether they fit."""
     if values.number_gpus < 1:
-        return MemoryAssessment(skipped="number_gpus 0 trains on CPUs: no GPU memory to bound")
+        why = "number_gpus 0 trains on CPUs: no GPU memory to bound"
+        return MemoryAssessment(skipped=why, prediction_skipped=why)
     try:
         config = read_model_config(location, hf_home)
         counts = count_parameters(config)
         bits = quantized_bits(config)
-    except (ModelConfigUnavailable, UnsupportedArchitecture) as error:
-        return MemoryAssessment(skipped=f"no bound from the model's config.json: {error}")
+        dims = Dimensions.of(config)
+    except (ModelConfigUnavailable, UnsupportedArchitecture, KeyError, TypeError) as error:
+        why = f"no bound from the model's config.json: {error}"
+        return MemoryAssessment(skipped=why, prediction_skipped=why)
     if bits is None and definition.weights_format == "GPTQ-Quantized":
         bits = GPTQ_MIN_BITS
     targets = catalog_data().target_modules(values.model_name)
     training = Training.of(values, definition.peft_method, targets, bits)
     bound = memory_bound(counts, training)
+    workload = _workload(values, definition, dims.model_type)
+    adapted = tuple(targets) if definition.peft_method == "lora" else ()
+    prediction = predict_peak(counts, dims, training, bound, workload, adapted)
     device = device_memory_bytes(values.gpu_model)
-    found = MemoryAssessment(bound=bound, device_bytes=device, gpu_model=values.gpu_model)
+    found = MemoryAssessment(bound=bound, device_bytes=device, gpu_model=values.gpu_model,
+                             prediction=prediction, counts=counts, dimensions=dims,
+                             trainable=trainable_parameters(counts, training))  # fmt: skip
     if device is None:
         return dataclasses.replace(found, skipped=(
             f"gpu_model {values.gpu_model!r} has no memory figure in metrics/gpu_memory.yaml"
@@ -107,3 +207,19 @@ def assess(
     if not enabled:
         return dataclasses.replace(found, skipped="turned off (memory_bound_check: false)")
     return found
+
+
+def fewest_gpus(values: Any, definition: ExperimentDefinition, location: str, *,
+                hf_home: str) -> int | None:  # fmt: skip
+    """The fewest GPUs (on one node, the same per-device batch) the prediction says fit, up to
+    MAX_GPUS_TRIED; None when none does or nothing can be predicted."""
+    per_device = max(1, values.batch_size // batch_devices(values))
+    for gpus in range(max(1, values.number_gpus) + 1, MAX_GPUS_TRIED + 1):
+        trial = values.model_copy(update={"number_gpus": gpus, "batch_size": per_device * gpus,
+                                          "number_nodes": 1})  # fmt: skip
+        found = assess(trial, definition, location, hf_home=hf_home, enabled=True)
+        if found.prediction is None or found.skipped:
+            return None
+        if not found.certain_oom and not found.predicted_oom:
+            return gpus
+    return None

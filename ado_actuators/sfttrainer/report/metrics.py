@@ -29,6 +29,10 @@ METRICS: tuple[Metric, ...] = (
     Metric("model_tflops_per_device", "model TFLOP/s per device", "model TFLOP/s per device"),
     # Stored as a fraction of the device's dense peak (issue 8); shown in percent.
     Metric("model_flops_utilization", "MFU (% of device peak)", "MFU (%)", scale=100.0),
+    # The prediction beside the measurement, so its error on this hardware is in sight.
+    Metric("gpu_memory_max_allocated_gib", "GPU memory/device (GiB): measured —, predicted - -",
+           "GPU memory measured (GiB)", companions=("gpu_memory_predicted_gib",)),
 )
 
-COMPANION_TITLES = {"train_step_seconds_p90": "step time p90 (s)"}
+COMPANION_TITLES = {"train_step_seconds_p90": "step time p90 (s)",
+                    "gpu_memory_predicted_gib": "GPU memory predicted (GiB)"}  # fmt: skip

@@ -42,7 +42,18 @@ def _fastest(group: GroupAnswers) -> str:
     cost = gpu_hours_per_million_tokens(group.fastest)
     return (f"Fastest valid: {configuration(group.fastest)}: "
             f"{format_value(speed(group.fastest))} dataset tokens/s"
-            + (f", {cost:.3g} GPU-hours per million dataset tokens" if cost else ""))  # fmt: skip
+            + (f", {cost:.3g} GPU-hours per million dataset tokens" if cost else "")
+            + _memory(group.fastest))  # fmt: skip
+
+
+def _memory(point: Point) -> str:
+    """The measured peak beside the predicted one, where a GPU row has both."""
+    measured = point.values.get("gpu_memory_max_allocated_gib", (0.0,))[0]
+    predicted = point.values.get("gpu_memory_predicted_gib", (0.0,))[0]
+    if not (measured > 0 and predicted > 0):
+        return ""
+    return (f"; GPU memory/device {format_value(measured)} GiB measured, "
+            f"{format_value(predicted)} GiB predicted ({predicted / measured - 1:+.0%})")
 
 
 def _limits(limits: tuple[BatchLimit, ...]) -> list[str]:

@@ -1,0 +1,160 @@
+"""How much memory the logits and the loss take, as a transformers release computes them.
+
+A causal LM's loss is the largest single allocation of a fine-tuning step at long sequences
+and large vocabularies ([tokens, vocab] tensors), and how many such tensors are alive at once
+changed between transformers releases: where the logits are upcast to fp32 (in the model, in
+the loss, or nowhere), and whether the loss shifts the logits (a copy) or the labels. This
+module reads those two facts from a release's own source (`read_loss_code`, pure), and keeps
+what it read from each release an fms-hf-tuning version pins in `packages/transformers-loss.yaml`
+(written from the releases' wheels by `tests/unit/test_transformers_releases.py`, which fails
+when the file and the releases disagree). Nothing here imports transformers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from importlib import resources
+from typing import Any
+
+import yaml
+
+FAMILY_MODULES = {
+    "llama": "llama", "mistral": "mistral", "granite": "granite", "qwen2": "qwen2",
+    "qwen3": "qwen3", "mixtral": "mixtral", "granitemoe": "granitemoe",
+    "granitemoeshared": "granitemoeshared", "gpt_bigcode": "gpt_bigcode",
+}  # fmt: skip
+"""config.json's model_type -> the folder of transformers/models/ holding its modeling file."""
+
+RECORD = "transformers-loss.yaml"
+
+
+@dataclasses.dataclass(frozen=True)
+class LossCode:
+    """What a release's causal-LM loss does to the logits (read from its source)."""
+
+    upcast: str  # "model": the model returns fp32 logits; "loss": the loss upcasts; "none"
+    shifts: str  # "logits": a shifted contiguous copy of the logits; "labels": no copy
+
+    def __post_init__(self) -> None:
+        assert self.upcast in ("model", "loss", "none") and self.shifts in ("logits", "labels")
+
+    def bytes_per_logit(self, dtype_bytes: int, fused: str | None = None,
+                        autocast: bool = False) -> float:  # fmt: skip
+        """Bytes per [token, vocab] element alive at the loss's peak, forward or backward.
+
+        Before cross-entropy: the model's logits (dtype, or fp32 when upcast in the model, the
+        dtype copy then freed), the loss's fp32 upcast, and the shifted copy. Cross-entropy
+        keeps its log_softmax output (its input's width) for backward; under autocast a
+        low-precision one is joined by the fp32 copy nll_loss takes. Backward then holds that,
+        the nll grad and log_softmax's grad: three of that width. Under mixed precision
+        accelerate converts the returned logits to fp32 while the saved tensors live.
+        `fused`: "in_place" (a kernel that writes the gradient into its input: no log_softmax
+        tensors), "chunked" (a fused linear + cross-entropy that never holds the full logits).
+        """
+        if fused == "chunked":
+            return 0.0
+        fp32 = 4
+        model = fp32 if self.upcast == "model" else dtype_bytes
+        upcast = fp32 if self.upcast == "loss" else 0
+        loss_width = fp32 if self.upcast != "none" else dtype_bytes
+        shifted = loss_width if self.shifts == "logits" else 0
+        before = model + upcast + shifted
+        if fused == "in_place":
+            return float(before)
+        saved = loss_width + (fp32 if autocast and self.upcast == "none" else 0)
+        peaks = [before + saved, 3 * loss_width]
+        if autocast and self.upcast != "model":
+            peaks.append(model + saved + fp32)
+        return float(max(peaks))
+
+
+def read_loss_code(modeling_source: str, loss_source: str | None) -> LossCode:
+    """The LossCode of a release, from its models/<family>/modeling_<family>.py and its
+    loss/loss_utils.py (None: the release has none, before 4.46).
+
+    Only the causal-LM class's forward is read. A model that calls `self.loss_function`
+    computes its loss in ForCausalLMLoss; otherwise the forward computes it inline. An upcast
+    that only runs without labels (inference) does not count.
+    """
+    forward = _causal_lm_forward(modeling_source)
+    if "self.loss_function(" in forward:
+        if loss_source is None:
+            raise ValueError("the model calls self.loss_function, but no loss_utils.py was given")
+        loss = _function(loss_source, "ForCausalLMLoss")
+        upcast = "loss" if re.search(r"logits\s*=\s*logits\.float\(\)", loss) else "none"
+        if _upcasts_with_labels(forward):
+            upcast = "model"
+        return LossCode(upcast=upcast, shifts=_shifted(loss))
+    upcast = "model" if _upcasts_with_labels(forward) else "none"
+    return LossCode(upcast=upcast, shifts=_shifted(forward))
+
+
+def _shifted(code: str) -> str:
+    """"logits" where the loss slices the logits one position short (a copy follows), else
+    the labels are shifted (padded) instead."""
+    return "logits" if re.search(r"logits\[\.\.\., *:-1, *:\]", code) else "labels"
+
+
+def _function(source: str, name: str) -> str:
+    found = re.search(rf"^def {name}\(.*?(?=^(?:def |class |@)|^\w+ = |\Z)", source, re.S | re.M)
+    if not found:
+        raise ValueError(f"no function {name} in the source")
+    return found.group(0)
+
+
+def _causal_lm_forward(source: str) -> str:
+    found = re.search(r"^class \w+ForCausalLM\(\w*PreTrainedModel\b.*?(?=^class |\Z)", source, re.S | re.M)
+    if not found:
+        raise ValueError("no *ForCausalLM class in the modeling source")
+    body = found.group(0)
+    forward = re.search(r"^    def forward\(.*?(?=^    def |\Z)", body, re.S | re.M)
+    if not forward:
+        raise ValueError("the *ForCausalLM class has no forward")
+    return forward.group(0)
+
+
+def _upcasts_with_labels(forward: str) -> bool:
+    """An fp32 upcast of the logits on the training path: `.float()` on the lm_head call or on
+    `logits`, not inside a branch taken only without labels."""
+    for match in re.finditer(r"(lm_head\([^\n]*\)\.float\(\)|logits\s*=\s*logits\.float\(\))", forward):
+        line_start = forward.rfind("\n", 0, match.start()) + 1
+        indent = match.start() - line_start - len(forward[line_start:match.start()].lstrip())
+        preceding = forward[:line_start].rstrip().splitlines()
+        guard = next((line for line in reversed(preceding)
+                      if line.strip() and len(line) - len(line.lstrip()) < indent), "")  # fmt: skip
+        if re.search(r"if labels is None", guard):
+            continue
+        return True
+    return False
+
+
+@functools.cache
+def _record() -> dict[str, Any]:
+    text = resources.files("ado_actuators.sfttrainer.plan").joinpath("packages", RECORD).read_text()
+    return yaml.safe_load(text)
+
+
+def loss_code(transformers_version: str, model_type: str) -> LossCode | None:
+    """What the release read, for a model family; None when the release or family is not in
+    the record (the prediction then says so rather than guessing)."""
+    family = _record().get("releases", {}).get(transformers_version, {}).get(model_type)
+    return LossCode(**family) if family else None
+
+
+def transformers_release(fms_hf_tuning_version: str) -> str | None:
+    """The transformers release the version's package list pins (plan/packages)."""
+    from ado_actuators.sfttrainer.plan.environments import read_package_list
+
+    for line in read_package_list(fms_hf_tuning_version):
+        name, _, version = line.strip().partition("==")
+        if name.strip().lower() == "transformers" and version:
+            return version.strip()
+    return None
+
+
+def loss_code_for(fms_hf_tuning_version: str, model_type: str) -> LossCode | None:
+    """The LossCode of the release an fms-hf-tuning version trains with, for a model family."""
+    release = transformers_release(fms_hf_tuning_version)
+    return loss_code(release, model_type) if release else None

@@ -1,0 +1,109 @@
+"""The logits' memory of every transformers release an offered fms-hf-tuning version pins, read
+from the release itself: its wheel, fetched once from the package registry, through the same
+`read_loss_code` the record was written with. Fails when plan/packages/transformers-loss.yaml
+and the releases disagree, or when a version pins a release the record lacks.
+
+    python tests/unit/test_transformers_releases.py --write DIR   # rewrite the record from
+                                                                   # the wheels in DIR
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ado_actuators.sfttrainer.catalog.entity import FMS_HF_TUNING_VERSIONS
+from ado_actuators.sfttrainer.plan import environments, logits_memory
+
+RECORD = Path(logits_memory.__file__).parent / "packages" / logits_memory.RECORD
+
+
+def pinned_releases() -> dict[str, list[str]]:
+    """transformers release -> the fms-hf-tuning versions whose package list pins it."""
+    pins: dict[str, list[str]] = {}
+    for version in FMS_HF_TUNING_VERSIONS:
+        for line in environments.read_package_list(version):
+            if found := re.fullmatch(r"transformers==([\w.]+)", line.strip()):
+                pins.setdefault(found.group(1), []).append(version)
+    return pins
+
+
+def fetch(release: str, directory: Path) -> Path:
+    wheel = directory / f"transformers-{release}-py3-none-any.whl"
+    if not wheel.is_file():
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary",
+             ":all:", f"transformers=={release}", "-d", str(directory)],
+            check=True, capture_output=True, timeout=300,
+        )  # fmt: skip
+    return wheel
+
+
+def read_release(wheel: Path) -> dict[str, dict[str, str]]:
+    """family -> {upcast, shifts}, for every family the release has a modeling file for."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        loss_path = "transformers/loss/loss_utils.py"
+        loss = archive.read(loss_path).decode() if loss_path in names else None
+        read = {}
+        for model_type, folder in logits_memory.FAMILY_MODULES.items():
+            path = f"transformers/models/{folder}/modeling_{folder}.py"
+            if path in names:
+                code = logits_memory.read_loss_code(archive.read(path).decode(), loss)
+                read[model_type] = {"upcast": code.upcast, "shifts": code.shifts}
+        return read
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory) -> dict[str, Path]:
+    kept = os.environ.get("SFTTRAINER_TEST_ENVIRONMENTS")
+    directory = Path(kept) / "releases" if kept else tmp_path_factory.mktemp("transformers")
+    directory.mkdir(parents=True, exist_ok=True)
+    releases = sorted(pinned_releases())
+    with ThreadPoolExecutor(4) as pool:
+        return dict(zip(releases, pool.map(lambda r: fetch(r, directory), releases), strict=True))
+
+
+@pytest.mark.slow
+def test_the_record_is_what_each_pinned_release_reads(wheels):
+    record = yaml.safe_load(RECORD.read_text())["releases"]
+    assert set(record) == set(wheels), "the record and the pinned releases differ"
+    for release, wheel in wheels.items():
+        assert record[release] == read_release(wheel), release
+
+
+def test_every_pinned_release_is_in_the_record():
+    """The fast half: an fms-hf-tuning list pinning a new transformers needs the record
+    rewritten (the slow test above then checks it against the release)."""
+    record = yaml.safe_load(RECORD.read_text())["releases"]
+    assert set(pinned_releases()) == set(record)
+    assert logits_memory.loss_code("4.45.2", "llama") == logits_memory.LossCode("model", "logits")
+
+
+def write(directory: Path) -> None:
+    releases = {r: read_release(fetch(r, directory)) for r in sorted(pinned_releases())}
+    pins = pinned_releases()
+    header = (
+        "# Read by plan/logits_memory.py. What each transformers release pinned by an offered\n"
+        "# fms-hf-tuning version does to the logits of a causal LM's loss, read from the\n"
+        "# release's own source (models/<family>/modeling_<family>.py, loss/loss_utils.py) by\n"
+        "# logits_memory.read_loss_code. Written by tests/unit/test_transformers_releases.py\n"
+        "# --write; the same test checks it against the wheels. upcast: where the logits become\n"
+        "# fp32 (model | loss | none); shifts: what the loss shifts (logits: a copy | labels).\n"
+    )
+    body = {"pinned_by": {r: pins[r] for r in sorted(pins)}, "releases": releases}
+    RECORD.write_text(header + yaml.safe_dump(body, sort_keys=True, default_flow_style=None))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["--write"] or len(sys.argv) != 3:
+        sys.exit("usage: test_transformers_releases.py --write WHEEL_DIRECTORY")
+    write(Path(sys.argv[2]))
