@@ -240,3 +240,163 @@ def test_on_the_published_a100_runs_the_prediction_is_close_and_calls_no_run_tha
     assert found["median_abs_error"] <= 0.10
     assert found["ran_predicted_out_of_memory"] == 0
     assert found["out_of_memory_predicted"] >= 70
+
+
+# ---- every field and key, exactly (what `make mutation` asks of this module) -----------------
+
+WIDE_HEADS = dict(TINY, head_dim=32)  # q width 4 x 32 = 128, wider than the hidden 64
+SANTACODER_LIKE = {"model_type": "gpt_bigcode", "vocab_size": 500, "n_embd": 64, "n_layer": 3,
+                   "n_head": 4, "n_positions": 128}  # fmt: skip
+
+
+def test_dimensions_are_read_as_each_family_spells_them():
+    assert Dimensions.of(TINY) == Dimensions("llama", 2, 64, 4, 64, 32, 128, 1000, 1)
+    # head_dim given; no num_key_value_heads: as many as query heads
+    no_kv = {k: v for k, v in WIDE_HEADS.items() if k != "num_key_value_heads"}
+    assert Dimensions.of(no_kv) == Dimensions("llama", 2, 64, 4, 128, 128, 128, 1000, 1)
+    assert Dimensions.of(dict(TINY, model_type="mixtral", num_experts_per_tok=2)).experts_per_token == 2
+    # GPTBigCode: multi-query (one 16-wide key/value head), n_inner absent: 4 x hidden
+    assert Dimensions.of(SANTACODER_LIKE) == Dimensions("gpt_bigcode", 3, 64, 4, 64, 16, 256, 500, 1)
+    multi_head = dict(SANTACODER_LIKE, multi_query=False, n_inner=100)
+    assert Dimensions.of(multi_head) == Dimensions("gpt_bigcode", 3, 64, 4, 64, 64, 100, 500, 1)
+
+
+def test_gpt_bigcode_layers_keep_their_layernorm_inputs_and_gelu_tensors():
+    dims = Dimensions.of(SANTACODER_LIKE)
+    work = Workload(per_device_batch=1, sequence_length=8)
+    # norms 2 x 2h = 256; attention 2 x (2 x 64 + 2 x 16) = 320; GELU 2 x 2 x 256 = 1024
+    assert layer_activation_bytes(dims, full(), work, fitted=UNIT) == 256 + 320 + 1024
+
+
+def test_experts_multiply_the_mlp_by_the_experts_each_token_visits():
+    dense = Dimensions.of(TINY)
+    moe = Dimensions.of(dict(TINY, model_type="mixtral", num_experts_per_tok=2))
+    work = Workload(per_device_batch=1, sequence_length=8)
+    assert layer_activation_bytes(moe, full(), work, fitted=UNIT) - layer_activation_bytes(
+        dense, full(), work, fitted=UNIT) == 1024  # the MLP's 1024 once more
+
+
+def test_an_adapters_input_is_the_hidden_state_but_for_o_proj_and_down_proj():
+    dims = Dimensions.of(WIDE_HEADS)  # o_proj reads 128, down_proj 128 (the MLP), others 64
+    lora = Training(peft_method="lora", torch_dtype="bfloat16", optim="adamw_torch",
+                    number_gpus=1, lora_r=8)  # fmt: skip
+    work = Workload(per_device_batch=1, sequence_length=8)
+    base = layer_activation_bytes(dims, lora, work, (), UNIT)
+    for name, inputs in (("q_proj", 64), ("o_proj", 128), ("down_proj", 128), ("c_attn", 64)):
+        assert layer_activation_bytes(dims, lora, work, (name,), UNIT) - base == 3 * inputs + 2 * 8, name
+
+
+def test_fsdp_gathers_nothing_without_fsdp_or_shards_and_exactly_this_with_them():
+    config = dict(TINY, num_hidden_layers=3)
+    counts, dims = count_parameters(config), Dimensions.of(config)
+    for training in (full(), Training(peft_method="none", torch_dtype="bfloat16", optim="adamw_torch",
+                                      number_gpus=4, distributed_backend="DDP")):  # fmt: skip
+        assert gathered_bytes(counts, dims, memory_bound(counts, training), training) == 0
+    two = full(number_gpus=2)
+    root = counts.embedding + counts.lm_head + 64
+    layer = (counts.total - root) / 3
+    assert gathered_bytes(counts, dims, memory_bound(counts, two), two) == (root + 2 * layer) * 2 / 2
+
+
+def test_every_phase_holds_exactly_its_parts():
+    counts, dims = count_parameters(TINY), Dimensions.of(TINY)
+    training = full()
+    bound = memory_bound(counts, training)
+    weights, gradients, state = (bound.parts[k] for k in ("weights", "gradients", "optimizer_state"))
+    work = Workload(per_device_batch=2, sequence_length=8, loss=LossCode("loss", "labels"),
+                    gradient_accumulation_steps=2)  # fmt: skip
+    fitted = Fitted(activations=1.0, recompute=3.0, logits=0.5)
+    prediction = predict_peak(counts, dims, training, bound, work, fitted=fitted)
+    per_layer = (768 + 384 + 1024) * 16
+    during = {"weights": weights, "optimizer_state": state, "gradients": gradients, "fsdp_gathered": 0.0}
+    assert prediction.phases == {
+        "loss": {**during, "checkpointed_inputs": 2 * 16 * 64 * 2, "logits_and_loss": 0.5 * 16 * 1000 * 12},
+        "backward": {**during, "checkpointed_inputs": 2 * 16 * 64 * 2, "recompute": 3.0 * per_layer},
+        "optimizer_step": {"weights": weights, "optimizer_state": state, "gradients": gradients,
+                           "optimizer_temporaries": state / 2},
+    }  # fmt: skip
+    assert prediction.fitted == fitted and prediction.notes == ()
+    metadata = prediction.as_metadata()
+    assert metadata["phases_gib"]["optimizer_step"]["optimizer_temporaries"] == round(state / 2 / GIB, 3)
+    assert metadata["phases_gib"]["loss"]["logits_and_loss"] == round(96000 / GIB, 3)
+    assert metadata["fitted"] == {"activations": 1.0, "recompute": 3.0, "logits": 0.5}
+
+
+def test_without_checkpointing_there_is_no_backward_phase_and_no_state_no_temporary():
+    counts, dims = count_parameters(TINY), Dimensions.of(TINY)
+    sgd = Training(peft_method="none", torch_dtype="bfloat16", optim="sgd", number_gpus=1)
+    prediction = predict_peak(counts, dims, sgd, memory_bound(counts, sgd),
+                              Workload(1, 8, gradient_checkpointing=False), fitted=UNIT)  # fmt: skip
+    assert set(prediction.phases) == {"loss", "optimizer_step"}
+    assert prediction.phases["optimizer_step"]["optimizer_temporaries"] == 0.0
+    assert prediction.phases["loss"]["activations"] == 2 * (768 + 384 + 1024) * 8
+    assert prediction.notes == ("optimizer state of sgd not counted",
+                                "logits not counted: the transformers release's loss is not on record")
+
+
+def test_two_accumulated_micro_batches_keep_the_gradients_and_a_chunked_loss_needs_no_record():
+    counts, dims = count_parameters(TINY), Dimensions.of(TINY)
+    training = full()
+    bound = memory_bound(counts, training)
+    two = predict_peak(counts, dims, training, bound, Workload(1, 8, gradient_accumulation_steps=2,
+                                                               fused_loss="chunked"))  # fmt: skip
+    assert two.phases["loss"]["gradients"] == bound.parts["gradients"] and two.notes == ()
+
+
+def test_the_fp32_upcast_needs_fsdp_over_several_devices_and_unquantized_weights():
+    counts, dims = count_parameters(TINY), Dimensions.of(TINY)
+    upcast = Workload(1, 8, autocast=True, fsdp_upcast=True)
+    one = full()
+    single = predict_peak(counts, dims, one, memory_bound(counts, one), upcast)
+    assert single.phases["optimizer_step"]["weights"] == memory_bound(counts, one).parts["weights"]
+    quantized = Training(peft_method="lora", torch_dtype="bfloat16", optim="adamw_torch",
+                         number_gpus=2, quantized_bits=4)  # fmt: skip
+    bound = memory_bound(counts, quantized)
+    assert predict_peak(counts, dims, quantized, bound, upcast).phases["optimizer_step"]["weights"] == (
+        bound.parts["weights"])
+    two = full(number_gpus=2)
+    sharded = predict_peak(counts, dims, two, memory_bound(counts, two), upcast)
+    assert sharded.notes[-1] == "FSDP under mixed precision: trainable parameters upcast to fp32"
+
+
+def test_logits_under_autocast_and_by_default():
+    dims = Dimensions.of(TINY)
+    code = LossCode("none", "logits")
+    assert code.bytes_per_logit(2) == 6  # no autocast unless asked
+    work = Workload(per_device_batch=1, sequence_length=8, loss=code, autocast=True)
+    assert logits_bytes(dims, full(), work, UNIT) == 8 * 1000 * 12
+    assert logits_bytes(dims, full(), work, Fitted(logits=2.0)) == 2 * 8 * 1000 * 12
+    with pytest.raises(AssertionError):
+        LossCode("bf16", "logits")
+    with pytest.raises(AssertionError):
+        LossCode("loss", "both")
+
+
+def test_the_release_reader_names_what_it_could_not_find():
+    with pytest.raises(ValueError, match=r"^no \*ForCausalLM class in the modeling source$"):
+        read_loss_code("class Foo(Bar):\n    pass\n", None)
+    with pytest.raises(ValueError, match=r"^the \*ForCausalLM class has no forward$"):
+        read_loss_code("class LlamaForCausalLM(LlamaPreTrainedModel):\n    x = 1\n", None)
+    with pytest.raises(ValueError, match=r"^the model calls self.loss_function, but no loss_utils.py was given$"):
+        read_loss_code(MODEL_LOSS_FUNCTION, None)
+    with pytest.raises(ValueError, match=r"^no function ForCausalLMLoss in the source$"):
+        read_loss_code(MODEL_LOSS_FUNCTION, "def Other():\n    pass\n")
+
+
+def test_an_upcast_is_read_wherever_the_training_path_takes_it():
+    no_upcast_loss = LOSS_449.replace("    logits = logits.float()\n", "")
+    assert read_loss_code(MODEL_LOSS_FUNCTION, no_upcast_loss) == LossCode("none", "labels")
+    # an unguarded upcast in a model that also calls the loss function: the model's
+    unguarded = MODEL_LOSS_FUNCTION.replace("        if labels is None:\n            logits = logits.float()\n",
+                                            "        logits = logits.float()\n")  # fmt: skip
+    assert read_loss_code(unguarded, no_upcast_loss) == LossCode("model", "labels")
+    # a guard ends where its block ends: an upcast after it counts
+    after = MODEL_LOSS_FUNCTION.replace("        loss = self.loss_function",
+                                        "        logits = logits.float()\n        loss = self.loss_function")  # fmt: skip
+    assert read_loss_code(after, no_upcast_loss).upcast == "model"
+
+
+def test_a_release_or_family_not_on_record_has_no_loss_code():
+    assert logits_memory.loss_code("0.0.1", "llama") is None
+    assert logits_memory.loss_code("4.45.2", "falcon") is None
+    assert logits_memory.transformers_release("3.2.2") == "4.55.4"

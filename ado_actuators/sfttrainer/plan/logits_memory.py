@@ -65,7 +65,9 @@ class LossCode:
             return float(before)
         saved = loss_width + (fp32 if autocast and self.upcast == "none" else 0)
         peaks = [before + saved, 3 * loss_width]
-        if autocast and self.upcast != "model":
+        if autocast:
+            # (where the model already upcasts nothing is converted, and this sum is then no
+            # larger than the forward's)
             peaks.append(model + saved + fp32)
         return float(max(peaks))
 
@@ -117,17 +119,9 @@ def _causal_lm_forward(source: str) -> str:
 
 def _upcasts_with_labels(forward: str) -> bool:
     """An fp32 upcast of the logits on the training path: `.float()` on the lm_head call or on
-    `logits`, not inside a branch taken only without labels."""
-    for match in re.finditer(r"(lm_head\([^\n]*\)\.float\(\)|logits\s*=\s*logits\.float\(\))", forward):
-        line_start = forward.rfind("\n", 0, match.start()) + 1
-        indent = match.start() - line_start - len(forward[line_start:match.start()].lstrip())
-        preceding = forward[:line_start].rstrip().splitlines()
-        guard = next((line for line in reversed(preceding)
-                      if line.strip() and len(line) - len(line.lstrip()) < indent), "")  # fmt: skip
-        if re.search(r"if labels is None", guard):
-            continue
-        return True
-    return False
+    `logits`, outside the branches taken only without labels (inference)."""
+    training_path = re.sub(r"^( *)if labels is None:\n(?:\1 +.*\n|\n)+", "", forward, flags=re.M)
+    return bool(re.search(r"lm_head\([^\n]*\)\.float\(\)|logits\s*=\s*logits\.float\(\)", training_path))
 
 
 @functools.cache
@@ -139,7 +133,7 @@ def _record() -> dict[str, Any]:
 def loss_code(transformers_version: str, model_type: str) -> LossCode | None:
     """What the release read, for a model family; None when the release or family is not in
     the record (the prediction then says so rather than guessing)."""
-    family = _record().get("releases", {}).get(transformers_version, {}).get(model_type)
+    family = _record()["releases"].get(transformers_version, {}).get(model_type)
     return LossCode(**family) if family else None
 
 
@@ -148,13 +142,11 @@ def transformers_release(fms_hf_tuning_version: str) -> str | None:
     from ado_actuators.sfttrainer.plan.environments import read_package_list
 
     for line in read_package_list(fms_hf_tuning_version):
-        name, _, version = line.strip().partition("==")
-        if name.strip().lower() == "transformers" and version:
-            return version.strip()
+        if pinned := re.fullmatch(r"transformers==([\w.]+)", line.strip()):
+            return pinned.group(1)
     return None
 
 
 def loss_code_for(fms_hf_tuning_version: str, model_type: str) -> LossCode | None:
     """The LossCode of the release an fms-hf-tuning version trains with, for a model family."""
-    release = transformers_release(fms_hf_tuning_version)
-    return loss_code(release, model_type) if release else None
+    return loss_code(transformers_release(fms_hf_tuning_version) or "", model_type)

@@ -58,9 +58,9 @@ public A100 data allows is 6.6 %, so no run that ran is called out of memory."""
 
 FSDP_PREFETCHED_UNITS = 2
 """FSDP's default BACKWARD_PRE prefetch gathers the next unit while the current one runs."""
-LORA_DROPOUT = True
+DROPOUT_MASK_BYTES = 1
 """fms-hf-tuning's LoRA default lora_dropout 0.05: dropout keeps a copy of each adapted input
-and its mask (one byte per element)."""
+and its mask, a byte per element."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +80,7 @@ class Dimensions:
     @classmethod
     def of(cls, config: dict[str, Any]) -> Dimensions:
         config = language_config(config)
-        model_type = str(config.get("model_type") or "")
+        model_type = str(config.get("model_type", ""))
         if model_type == "gpt_bigcode":
             hidden, heads = config["n_embd"], config["n_head"]
             return cls(model_type, config["n_layer"], hidden, heads, hidden,
@@ -183,9 +183,9 @@ def layer_activation_bytes(dims: Dimensions, training: Training, workload: Workl
     mlp *= dims.experts_per_token
     adapters = 0.0
     if training.peft_method == "lora":
-        inputs = {"q_proj": h, "k_proj": h, "v_proj": h, "o_proj": q, "gate_proj": h,
-                  "up_proj": h, "down_proj": inter, "c_attn": h, "c_fc": h}  # fmt: skip
-        per_input = width + (1 if LORA_DROPOUT else 0)
+        # every target reads the hidden state but these two
+        inputs = {"o_proj": q, "down_proj": inter}
+        per_input = width + DROPOUT_MASK_BYTES
         adapters = sum(per_input * inputs.get(name, h) + width * training.lora_r for name in adapted)
     return fitted.activations * (norms + attention + mlp + adapters)
 
