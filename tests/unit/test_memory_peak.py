@@ -259,6 +259,9 @@ def test_dimensions_are_read_as_each_family_spells_them():
     assert Dimensions.of(SANTACODER_LIKE) == Dimensions("gpt_bigcode", 3, 64, 4, 64, 16, 256, 500, 1)
     multi_head = dict(SANTACODER_LIKE, multi_query=False, n_inner=100)
     assert Dimensions.of(multi_head) == Dimensions("gpt_bigcode", 3, 64, 4, 64, 64, 100, 500, 1)
+    # a head's width is the whole part of hidden / heads
+    assert Dimensions.of(dict(SANTACODER_LIKE, n_embd=66)).kv_width == 16
+    assert Dimensions.of(dict(TINY, hidden_size=66)).q_width == 64
 
 
 def test_gpt_bigcode_layers_keep_their_layernorm_inputs_and_gelu_tensors():
@@ -287,14 +290,16 @@ def test_an_adapters_input_is_the_hidden_state_but_for_o_proj_and_down_proj():
 
 
 def test_fsdp_gathers_nothing_without_fsdp_or_shards_and_exactly_this_with_them():
-    config = dict(TINY, num_hidden_layers=3)
+    config = dict(TINY, num_hidden_layers=1, tie_word_embeddings=False)  # an LM head of its own
     counts, dims = count_parameters(config), Dimensions.of(config)
-    for training in (full(), Training(peft_method="none", torch_dtype="bfloat16", optim="adamw_torch",
-                                      number_gpus=4, distributed_backend="DDP")):  # fmt: skip
+    expert_parallel_ddp = Training(peft_method="none", torch_dtype="bfloat16", optim="adamw_torch",
+                                   number_gpus=4, distributed_backend="DDP", fast_moe=2)  # fmt: skip
+    for training in (full(), expert_parallel_ddp):
         assert gathered_bytes(counts, dims, memory_bound(counts, training), training) == 0
     two = full(number_gpus=2)
     root = counts.embedding + counts.lm_head + 64
-    layer = (counts.total - root) / 3
+    assert counts.lm_head == counts.embedding == 64000
+    layer = counts.total - root  # the one layer
     assert gathered_bytes(counts, dims, memory_bound(counts, two), two) == (root + 2 * layer) * 2 / 2
 
 
@@ -320,6 +325,18 @@ def test_every_phase_holds_exactly_its_parts():
     assert metadata["phases_gib"]["optimizer_step"]["optimizer_temporaries"] == round(state / 2 / GIB, 3)
     assert metadata["phases_gib"]["loss"]["logits_and_loss"] == round(96000 / GIB, 3)
     assert metadata["fitted"] == {"activations": 1.0, "recompute": 3.0, "logits": 0.5}
+
+
+def test_the_metadata_rounds_each_part_to_the_mebibyte_and_keeps_the_notes():
+    counts, dims = count_parameters(MISTRAL_7B), Dimensions.of(MISTRAL_7B)
+    training = full()
+    bound = memory_bound(counts, training)
+    prediction = predict_peak(counts, dims, training, bound, Workload(4, 4096))
+    metadata = prediction.as_metadata()
+    step = metadata["phases_gib"]["optimizer_step"]
+    assert step["weights"] == round(bound.parts["weights"] / GIB, 3) == 13.489
+    assert metadata["notes"] == ["logits not counted: the transformers release's loss is not on record"]
+    assert metadata["peak_phase"] == "optimizer_step" and metadata["predicted_gib"] == 67.444
 
 
 def test_without_checkpointing_there_is_no_backward_phase_and_no_state_no_temporary():

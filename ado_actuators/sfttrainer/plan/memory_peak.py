@@ -80,7 +80,7 @@ class Dimensions:
     @classmethod
     def of(cls, config: dict[str, Any]) -> Dimensions:
         config = language_config(config)
-        model_type = str(config.get("model_type", ""))
+        model_type = str(config.get("model_type"))
         if model_type == "gpt_bigcode":
             hidden, heads = config["n_embd"], config["n_head"]
             return cls(model_type, config["n_layer"], hidden, heads, hidden,
@@ -204,7 +204,7 @@ def logits_bytes(dims: Dimensions, training: Training, workload: Workload,
                  fitted: Fitted = FITTED) -> float:  # fmt: skip
     """The logits and the loss at their peak: [tokens, vocab] times the release's bytes
     (prompt tuning's virtual tokens ride along in every sequence)."""
-    if workload.loss is None or workload.fused_loss == "chunked":
+    if workload.loss is None:
         return 0.0
     tokens = workload.tokens
     if training.peft_method == "pt":
@@ -218,7 +218,7 @@ def gathered_bytes(counts: ParameterCounts, dims: Dimensions, bound: MemoryBound
                    training: Training) -> float:  # fmt: skip
     """FSDP's unsharded parameters during forward and backward: the root unit (embedding, LM
     head, final norm: gathered for the whole step) and the prefetched decoder layers."""
-    if bound.shards <= 1 or training.distributed_backend != "FSDP":
+    if training.distributed_backend != "FSDP":  # one device's share is all of it: nothing gathered
         return 0.0
     width = DTYPE_BYTES[training.torch_dtype]
     root = counts.embedding + counts.lm_head + dims.hidden
@@ -252,16 +252,13 @@ def predict_peak(counts: ParameterCounts, dims: Dimensions, training: Training,
     during = {**at_rest, "gradients": accumulating,
               "fsdp_gathered": gathered_bytes(counts, dims, bound, training)}  # fmt: skip
     activations = activation_bytes(dims, training, workload, adapted, fitted)
-    recompute = activations.pop("recompute", 0.0)
+    recompute = activations.pop("recompute", None)
     # The logits live from the LM head through the loss's backward, before any layer is
     # recomputed; a recomputed layer lives after them. Never both at once.
-    phases = {
-        "loss": {**during, **activations, "logits_and_loss": logits_bytes(dims, training, workload, fitted)},
-        "backward": {**during, **activations, "recompute": recompute},
-        # one state-sized temporary per optimizer with state (torch's foreach AdamW)
-        "optimizer_step": {**at_rest, "gradients": gradients,
-                           "optimizer_temporaries": state / 2 if state else 0.0},
-    }  # fmt: skip
-    if not recompute:
-        del phases["backward"]
+    phases = {"loss": {**during, **activations,
+                       "logits_and_loss": logits_bytes(dims, training, workload, fitted)}}  # fmt: skip
+    if recompute is not None:
+        phases["backward"] = {**during, **activations, "recompute": recompute}
+    # one state-sized temporary (of AdamW's two) in torch's foreach AdamW
+    phases["optimizer_step"] = {**at_rest, "gradients": gradients, "optimizer_temporaries": state / 2}
     return PeakPrediction(phases=phases, fitted=fitted, notes=tuple(notes))
