@@ -142,6 +142,16 @@ def test_a_run_that_fits_withdraws_the_oom_it_contradicts(settings, cluster, cap
     assert cluster.launched[-1] == "batch_size.6"
 
 
+def test_a_valid_run_with_nothing_to_withdraw_writes_nothing(settings, cluster):
+    # nearly every measurement: a read-only data_directory must cost it nothing
+    assert isinstance(measure(settings, batch_size=2), Measured)
+    assert not settings.oom_record_file().parent.exists()
+    measure(settings, batch_size=4)
+    lines = settings.oom_record_file().read_text()
+    assert "oom_record" not in measure(settings, batch_size=2, model_max_length=128).metadata
+    assert settings.oom_record_file().read_text() == lines
+
+
 def test_a_record_that_cannot_be_read_or_written_never_fails_a_measurement(settings, cluster, caplog):
     path = settings.oom_record_file()
     path.parent.parent.mkdir(parents=True)

@@ -72,11 +72,15 @@ class Record:
 
     def supersede(self, fits: Configuration, by: dict[str, Any]) -> list[Entry]:
         """Marks every OOM in force that `fits` (a configuration that ran valid) contradicts:
-        one it dominates-or-equals. Decided under the lock, so an OOM recorded a moment ago
-        by another measurement is seen. Returns those marked."""
+        one it dominates-or-equals. Returns those marked."""
+        if not any(dominates(e.configuration, fits) for e in self.ooms()):
+            # every valid run asks: where nothing is contradicted (nearly always), it takes no
+            # lock and writes nothing, so a read-only data_directory costs nothing
+            return []
         marked: list[Entry] = []
 
         def lines(current: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            # decided again under the lock: a writer at once may have marked them already
             marked.extend(e for e in _in_force(current) if dominates(e.configuration, fits))
             return [{"format": FORMAT, "kind": SUPERSEDED, "id": e.id, "at": now(), "by": by}
                     for e in marked]  # fmt: skip
