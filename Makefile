@@ -82,7 +82,7 @@ bench: env
 
 # a night rehearsed: 72 measurements on a 2-raylet local cluster, the ado process SIGKILLed
 # halfway and the operation run again, then audited (benchmarks/overnight.py; ~5 min on 2
-# cores). OVERNIGHT_ARGS=--small: 24 measurements, which `make test` runs too
+# cores). OVERNIGHT_ARGS=--small: 48 measurements, which `make test` runs too
 # (tests/e2e/test_overnight.py: every check but the overhead).
 overnight: env
 	$(BIN)/python benchmarks/overnight.py $(OVERNIGHT_ARGS)

@@ -163,6 +163,7 @@ def measure_one(root, config, models, dataset, cpu, steps, gpu_model, flash, rep
         data_directory=str(dataset.parent), hf_home=str(root / "hf"),
         output_dir=str(root / "measured"), stall_timeout_seconds=STALL_SECONDS,
         model_map={config.model: {"Vanilla": str(models[config.model])}},
+        oom_dominance=False,  # a benchmark measures each configuration it lists, OOMs too
     )  # fmt: skip
 
     def wrapped():

@@ -12,11 +12,14 @@ import pytest
 
 from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
 from ado_actuators.sfttrainer.catalog import datasets
+from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.cli.generate_dataset_text import generate
 from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured
 from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV
 from ado_actuators.sfttrainer.engine.measurement import measure
 from ado_actuators.sfttrainer.execute.environment import installed_fms_hf_tuning
+from ado_actuators.sfttrainer.ledger.dominance import configuration
+from ado_actuators.sfttrainer.ledger.record import Record
 
 pytestmark = pytest.mark.slow
 DATASET = "news-chars-512-entries-4096"
@@ -35,6 +38,8 @@ def params(tmp_path_factory, tiny_model_dir) -> SFTTrainerParameters:
         output_dir=str(root / "out"),
         model_map={"tiny": {"Vanilla": str(tiny_model_dir)}},
         stall_timeout_seconds=120,
+        # these tests inject one fault after another into the same entity: each must launch
+        oom_dominance=False,
     )
 
 
@@ -124,10 +129,24 @@ def test_configuration_invalid_entity_is_answered_without_launching(params):
     assert not list(Path(params.output_dir).glob("*/invalid-entity-*"))  # nothing launched
 
 
-def test_gpu_out_of_memory_is_invalid(params, monkeypatch):
+def with_record(params, path: Path):
+    return params.model_copy(update={"oom_dominance": True, "oom_record_path": str(path)})
+
+
+def test_gpu_out_of_memory_is_invalid_and_answers_its_larger_neighbours(params, monkeypatch, tmp_path):
     monkeypatch.setenv(FAULT_ENV, "oom@1")
-    outcome = run(params)
+    recording = with_record(params, tmp_path / "ooms.jsonl")
+    outcome = run(recording)
     assert isinstance(outcome, Invalid) and outcome.gpu_oom
+    assert outcome.metadata["oom_record"] == {"recorded": str(tmp_path / "ooms.jsonl")}
+    # a larger batch is answered from the record, naming the run's log, and launches nothing
+    launched = set(Path(params.output_dir).glob("*/*"))
+    larger = run(recording, batch_size=4)
+    assert isinstance(larger, Invalid) and larger.gpu_oom, larger
+    assert larger.metadata["answered_by"] == "oom_dominance"
+    assert f"Its log: {outcome.metadata['log']} (workdir {outcome.metadata['workdir']}" in larger.reason
+    assert Path(outcome.metadata["log"]).is_file()
+    assert set(Path(params.output_dir).glob("*/*")) == launched
 
 
 def test_illegal_memory_access_is_invalid(params, monkeypatch):
@@ -178,10 +197,18 @@ def test_a_version_without_a_registry_release_fails_saying_so(params):
     assert "choose another fms_hf_tuning_version" in outcome.reason
 
 
-def test_stability_reports_fractions_over_five_runs_with_mixed_outcomes(params, monkeypatch):
+def test_stability_reports_fractions_over_five_runs_with_mixed_outcomes(params, monkeypatch, tmp_path):
     # repeats 0 and 1 run out of GPU memory, repeat 2 crashes, repeats 3 and 4 run clean
     monkeypatch.setenv(FAULT_ENV, "0:oom@1,1:oom@2,2:exception@1")
-    outcome = run(params, "finetune_full_stability-v1.0.0")
+    # a record whose OOM of a smaller batch would answer this configuration, were it asked:
+    # the stability experiment never asks it, and its OOMs are not recorded
+    stability = "finetune_full_stability-v1.0.0"
+    record = Record(tmp_path / "ooms.jsonl")
+    smaller = configuration(entity_values(entity(batch_size=1)), stability, params.model_map["tiny"]["Vanilla"])
+    record.add(smaller, {"label": "seeded"})
+    seeded = record.path.read_text()
+    outcome = run(with_record(params, record.path), stability)
+    assert record.path.read_text() == seeded
     assert isinstance(outcome, Measured), getattr(outcome, "reason", "")
     assert outcome.properties == {"f_gpu_oom": 0.4, "f_other_error": 0.2, "f_no_error": 0.4, "is_valid": 1}
     runs = outcome.metadata["runs"]

@@ -25,6 +25,7 @@ from ado_actuators.sfttrainer.execute.classify import TRAINING_COMPLETED
 from ado_actuators.sfttrainer.execute.cluster import measure_on_cluster
 from ado_actuators.sfttrainer.execute.environment import EnvironmentRequest
 from ado_actuators.sfttrainer.execute.node import NodeRequest
+from ado_actuators.sfttrainer.ledger.neighbours import neighbours
 from ado_actuators.sfttrainer.plan.environments import vision_problem
 from ado_actuators.sfttrainer.plan.launch import plan_resources
 from ado_actuators.sfttrainer.plan.memory_check import assess
@@ -101,6 +102,11 @@ def measure(
             return memory.invalid()
         if params.skip_predicted_oom and memory.predicted_oom:
             return memory.predicted_invalid()
+        # A measured OOM of a configuration no larger answers this one, before any Ray
+        # resource too; what the launch shows is told to the record afterwards.
+        known = neighbours(params.oom_record_file(), values, definition, location, label)
+        if known is not None and (answer := known.answer()) is not None:
+            return memory.annotate(answer)
         dataset = _dataset(values, params)
         request = NodeRequest(
             plan_inputs={
@@ -127,6 +133,8 @@ def measure(
         outcome = measure_on_cluster(request, resources, placement_timeout=placement_timeout)
         if isinstance(outcome, Measured) and params.aim_dashboard_url:
             outcome.metadata["aim_dashboard_url"] = params.aim_dashboard_url
+        if known is not None:
+            known.learn(outcome)
         return memory.annotate(outcome)
     except Exception as error:  # noqa: BLE001 - every request must come back with a reason
         log.exception("measurement of %s failed unexpectedly", label)

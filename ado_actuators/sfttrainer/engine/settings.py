@@ -123,6 +123,21 @@ class MeasurementSettings(pydantic.BaseModel):
         "default) launches every configuration the certain bound lets through. The "
         "prediction is reported either way (gpu_memory_predicted_gib).",
     )
+    oom_dominance: bool = pydantic.Field(
+        default=True,
+        description="Answer is_valid = 0 without launching a request that a measured GPU "
+        "out-of-memory run proves: equal to it in every other entity value and experiment "
+        "parameter (experiment, fms_hf_tuning_version, gpu_model, GPUs, nodes, ...) with a "
+        "per-device batch and a model_max_length no smaller; its reason names the run that "
+        "proved it. The stability experiment neither uses nor feeds the record. false neither "
+        "reads nor writes the record.",
+    )
+    oom_record_path: str = pydantic.Field(
+        default=".sfttrainer/measured-ooms.jsonl",
+        description="The record of measured GPU out-of-memory runs (JSON lines, appended under "
+        "a file lock), read and written by every measurement wherever Ray runs it: a relative "
+        "path is under data_directory, which every node already reads.",
+    )
     allow_shared_gpus: bool = pydantic.Field(
         default=False,
         description="Measure on a GPU where another process holds memory (the metadata lists "
@@ -190,6 +205,13 @@ class MeasurementSettings(pydantic.BaseModel):
         if isinstance(params, pydantic.BaseModel):
             params = {**params.model_dump(exclude_unset=True), **(params.model_extra or {})}
         return cls.model_validate(params)
+
+    def oom_record_file(self) -> Path | None:
+        """The record of measured OOMs, or None when oom_dominance is off."""
+        if not self.oom_dominance:
+            return None
+        path = Path(self.oom_record_path).expanduser()
+        return path if path.is_absolute() else Path(self.data_directory) / path
 
     def tokens_cache_path(self) -> Path | None:
         if self.num_tokens_cache_directory is None:
