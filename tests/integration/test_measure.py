@@ -83,6 +83,13 @@ def test_full_lora_and_prompt_tuning_measure(params, experiment):
     assert outcome.metadata["flash_attention"] is False
     assert any("flash" in note for note in outcome.metadata["notes"])
     assert outcome.metadata["steps"] == 2
+    # what the row cost: the devices were held for the training and all around it
+    assert props["measurement_seconds"] > props["train_runtime"]
+    assert props["warmup_seconds"] == 0.0  # no auto_stop_method: nothing left out
+    # two steps are too few for an interval: none, and a note says why (never a 0)
+    assert "dataset_tokens_per_second_ci95_percent" not in props
+    assert ("dataset_tokens_per_second_ci95_percent omitted: 2 measured step(s): an interval "
+            "needs at least 6 (3 batches of 2 steps)") in outcome.metadata["notes"]  # fmt: skip
     assert outcome.metadata["aim_dashboard_url"] == "https://aim.example"
     # without aim_db no AIM repository is written (it would be deleted unread); the
     # samples are in the rank reports, which stay with the logs
@@ -119,6 +126,14 @@ def test_stop_after_seconds_stops_early_and_omits_token_estimates(params):
     # counted over the steps that ran, not HF's planned 50 epochs over the runtime
     props = outcome.properties
     assert props["train_steps_per_second"] * props["train_runtime"] == pytest.approx(outcome.metadata["steps"])
+    # how precise the throughput is, over every step this machine had time for
+    steps, counted = outcome.metadata["steps"], outcome.metadata.get("dataset_tokens_per_second_ci95")
+    if steps >= 6:
+        assert props["dataset_tokens_per_second_ci95_percent"] >= 0
+        assert counted["batches"] * counted["steps_per_batch"] + counted["steps_left_out"] == steps
+    else:
+        assert "dataset_tokens_per_second_ci95_percent" not in props and counted is None
+    assert props["measurement_seconds"] > props["train_runtime"]
 
 
 def test_configuration_invalid_entity_is_answered_without_launching(params):

@@ -92,6 +92,37 @@ def test_a_time_limit_of_0_is_no_limit_and_of_1_s_is_one():
     assert "train_tokens_per_second" not in limited and "train_tokens_per_gpu_per_second" not in limited
 
 
+# ---- how precise the throughput is, and how long the warm-up lasted ---------------------------
+
+T2 = 4.302653  # Student's t, 97.5 %, 2 degrees of freedom (3 batches)
+INTERVAL = "dataset_tokens_per_second_ci95_percent"
+
+
+def test_the_interval_counts_each_step_as_its_slowest_rank_ends_it():
+    r0 = report(0, [step(i, i - 1, i) for i in range(1, 7)], world=2)  # ends 1, 2, ..., 6
+    ends = [1.5, 2, 3, 4.5, 5, 6]
+    r1 = report(1, [step(i, ([0] + ends)[i - 1], ends[i - 1]) for i in range(1, 7)], world=2)
+    both = props([r0, r1], number_gpus=2)
+    # the slowest ends 1.5 2 3 4.5 5 6 from 0: steps of 1.5 .5 1 1.5 .5 1 s, which add up to the
+    # runtime; batches of 2 steps (200 tokens each): 2, 2.5, 1.5 s, mean 2, sd 0.5
+    assert both["train_runtime"] == 6
+    assert both[INTERVAL] == pytest.approx(100 * T2 * 0.5 / 3**0.5 / 2, rel=1e-12)
+    assert props([r0, r1.model_copy(update={"steps": r0.steps})], number_gpus=2)[INTERVAL] == 0.0
+    assert INTERVAL not in props([report(0, [step(i, i - 1, i) for i in range(1, 6)])])  # 5 steps
+
+
+def test_the_warm_up_is_left_out_of_the_interval_and_its_length_reported():
+    # warm-up from 5 s to 50 s, then six steps of 1 s from 60 s
+    r = report(0, [step(1, 5, 50), *(step(i, 58 + i, 59 + i) for i in range(2, 8))], warmup_steps=1)
+    measured = props([r], since=warmup_end([r]))
+    assert measured["warmup_seconds"] == 60 - 5
+    assert measured[INTERVAL] == 0.0
+    whole = props([r])  # steps of 45 s, 11 s and 5 x 1 s: the first left out, batches 12, 2, 2 s
+    assert whole["warmup_seconds"] == 0.0
+    # mean 16/3 s, sd sqrt(100/3) s: t(2) sqrt(100/3) / sqrt(3) of 16/3 = t(2) 10/16
+    assert whole[INTERVAL] == pytest.approx(100 * T2 * 10 / 16, rel=1e-12)
+
+
 # ---- model FLOPs ------------------------------------------------------------------------------
 
 # 4N + 2T with T = 0 (a frozen model: prompt tuning) and no attention term (s = 0)

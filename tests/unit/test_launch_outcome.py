@@ -221,13 +221,16 @@ def test_the_metadata_of_a_measurement():
     assert found.metadata == {
         "flash_attention": True,
         "distributed_type": "NO",
-        "notes": ["flash_attn dropped on CPU",
+        "notes": ["dataset_tokens_per_second_ci95_percent omitted: 2 measured step(s): an interval "
+                  "needs at least 6 (3 batches of 2 steps)",
+                  "flash_attn dropped on CPU",
                   "model_flops_utilization omitted: no dense peak known for gpu_model None (CPU)"],
         "versions": {"torch": "2.13.0"},
         "steps": 2,
         "warmup_steps": 0,
         "measured_steps": 2,
         "model_flops_per_token": 6 * 100_000 + 12 * 2 * 64 * 100,
+        "dataset_tokens_per_second_ci95": None,  # two steps: no interval
         "model_parameters": TINY.model_dump(),
         "stopped_by": "stop_after_seconds=30",
         "aim_run_hash": "4f2a",
@@ -263,6 +266,8 @@ def test_notes_say_why_utilisation_and_energy_are_omitted_on_a_gpu():
     assert set(unknown.metadata["notes"]) == {
         "model_flops_utilization omitted: no dense peak known for gpu_model Acme-X1",
         "gpu_energy_joules_per_token omitted: GPU 0 on h: no energy counter readings",
+        "dataset_tokens_per_second_ci95_percent omitted: 1 measured step(s): an interval needs "
+        "at least 6 (3 batches of 2 steps)",
     }
     known = outcome([gpu_rank(ONE_STEP)], [node()], world_size=1, number_gpus=1, gpu_model=A100)
     assert "model_flops_utilization" in known.properties
@@ -293,10 +298,24 @@ def test_when_every_step_was_warm_up_the_whole_run_is_measured_and_a_note_says_s
     warm = outcome([rank(0, 1, steps=steps, warmup_steps=2)], [node()], world_size=1, number_gpus=0)
     assert isinstance(warm, Measured)
     assert warm.properties["train_runtime"] == 2 and warm.properties["dataset_tokens_per_second"] == 100
+    assert warm.properties["warmup_seconds"] == 0.0  # nothing was left out
     assert (warm.metadata["steps"], warm.metadata["warmup_steps"], warm.metadata["measured_steps"]) == (2, 2, 2)
     assert ("warm-up not excluded: training ended on the last warm-up step, so the figures cover "
             "every step") in warm.metadata["notes"]  # fmt: skip
     assert not any(n.startswith("warm-up") for n in cpu_run().metadata["notes"])
+
+
+def test_a_window_of_six_steps_has_its_interval_counted_and_the_warm_up_its_length():
+    # warm-up 0-30 s, then six steps of 1 s: batches of 2 steps, 3 of them, none left out
+    steps = [StepTiming(step=1, start=0, end=30, dataset_tokens=100),
+             *(StepTiming(step=i, start=28 + i, end=29 + i, dataset_tokens=100) for i in range(2, 8))]  # fmt: skip
+    found = outcome([rank(0, 1, steps=steps, warmup_steps=1)], [node()], world_size=1, number_gpus=0)
+    assert isinstance(found, Measured), found
+    assert found.properties["dataset_tokens_per_second_ci95_percent"] == 0.0
+    assert found.properties["warmup_seconds"] == 30
+    assert found.metadata["dataset_tokens_per_second_ci95"] == {
+        "steps_per_batch": 2, "batches": 3, "steps_left_out": 0}  # fmt: skip
+    assert not any(n.startswith("dataset_tokens_per_second_ci95") for n in found.metadata["notes"])
 
 
 def test_no_completed_step_fails_a_training_that_completed():

@@ -16,6 +16,7 @@ from ado_actuators.sfttrainer.metrics.aggregate import (
     energy_note,
     gpu_sampling_problem,
     model_flops_per_token,
+    throughput_interval,
     warmup_end,
 )
 
@@ -179,6 +180,9 @@ def launch_outcome(
         # warm-up ended on the last step trained: no step is left to measure without it
         notes.add("warm-up not excluded: training ended on the last warm-up step, so the "
                   "figures cover every step")  # fmt: skip
+    interval = throughput_interval(reports, since)
+    if interval.why:
+        notes.add(f"dataset_tokens_per_second_ci95_percent omitted: {interval.why}")
     if note := energy_note(reports):
         notes.add(f"gpu_energy_joules_per_token omitted: {note}")
     if (per_token := model_flops_per_token(reports, since)) is None:
@@ -195,6 +199,7 @@ def launch_outcome(
         "warmup_steps": rank0.warmup_steps,
         "measured_steps": len(rank0.steps) - (rank0.warmup_steps if since is not None else 0),
         "model_flops_per_token": per_token,
+        "dataset_tokens_per_second_ci95": interval.metadata(),
         "model_parameters": rank0.model_parameters.model_dump() if rank0.model_parameters else None,
         "stopped_by": rank0.stopped_by,
         "aim_run_hash": rank0.aim_run_hash,

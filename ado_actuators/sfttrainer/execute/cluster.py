@@ -167,7 +167,8 @@ def measure_on_cluster(
     if ray is None:
         if number_nodes > 1:
             return Failed(f"number_nodes {number_nodes} needs a Ray cluster; none is running")
-        return _outcome(request, [run_node(request)])
+        granted = time.monotonic()  # no group to wait for: the devices are this process's
+        return _held(_outcome(request, [run_node(request)]), granted)
     asked = time.time_ns()
     orphan_groups.reap()
     bundle = _bundle(resources, ray.nodes(), number_nodes)
@@ -186,6 +187,7 @@ def measure_on_cluster(
     try:
         if problem := group.wait(placement_timeout):
             return Failed(problem)
+        granted = time.monotonic()
         # the wait for resources (queue and placement) is the schedule's, not the tool's cost:
         # users read it when a space's measurements take longer than their trainings
         waited = {"placement_wait_seconds": round((time.time_ns() - asked) / 1e9, 3)}
@@ -203,9 +205,19 @@ def measure_on_cluster(
                 runtime_env=runtime_env), group.strategy(0))  # fmt: skip
             outcome = runs if isinstance(runs, Failed) else _outcome(request, runs)
         outcome.metadata.update(waited)
-        return outcome
     finally:
         group.remove()
+    return _held(outcome, granted)
+
+
+def _held(outcome: Outcome, granted: float) -> Outcome:
+    """The outcome with measurement_seconds: how long the measurement held its devices, from
+    their grant (`granted`, time.monotonic()) to their release, now. What a row cost, whatever
+    ran in between (environment, model loading, warm-up, teardown); a Failed row is not
+    stored, so it carries none."""
+    if not isinstance(outcome, Failed):
+        outcome.properties["measurement_seconds"] = time.monotonic() - granted
+    return outcome
 
 
 def _bundle(resources: ResourceRequest, nodes: list[dict[str, Any]], count: int

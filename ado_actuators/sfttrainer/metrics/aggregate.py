@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from ado_actuators.sfttrainer.contract.trainer_io import GpuSample, RankReport, StepTiming
-from ado_actuators.sfttrainer.metrics import flops, gpu_peaks
+from ado_actuators.sfttrainer.metrics import flops, gpu_peaks, precision
 from ado_actuators.sfttrainer.metrics.steps import step_time_properties
 
 GPU_SERIES = {
@@ -154,6 +154,13 @@ def model_flops_per_token(reports: list[RankReport], since: float | None) -> flo
     return flops.flops_per_token(rank0.model_parameters, mean_length)
 
 
+def throughput_interval(reports: list[RankReport], since: float | None) -> precision.Interval:
+    """The 95 % interval of dataset_tokens_per_second over the window's steps (metrics/precision.py)."""
+    return precision.throughput_interval(
+        *precision.step_series(window_steps(reports, r, since) for r in reports)
+    )
+
+
 def benchmark_properties(
     reports: list[RankReport],
     *,
@@ -201,6 +208,11 @@ def benchmark_properties(
         props.pop("train_tokens_per_gpu_per_second", None)
     if rank0_steps:
         props |= step_time_properties([s.end - s.start for s in rank0_steps])
+        # rank 0's own clock at both ends (nodes' clocks may differ); 0.0 with nothing excluded
+        props["warmup_seconds"] = rank0_steps[0].start - rank0.steps[0].start
+    interval = throughput_interval(reports, since)
+    if interval.percent is not None:
+        props["dataset_tokens_per_second_ci95_percent"] = interval.percent
     per_token = model_flops_per_token(reports, since)
     if per_token is not None:
         props["model_tflops_per_device"] = per_token * tokens / runtime / devices / 1e12
