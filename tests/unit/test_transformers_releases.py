@@ -10,7 +10,6 @@ and the releases disagree, or when a version pins a release the record lacks.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import zipfile
@@ -21,7 +20,7 @@ import pytest
 import yaml
 
 from ado_actuators.sfttrainer.catalog.entity import FMS_HF_TUNING_VERSIONS
-from ado_actuators.sfttrainer.plan import environments, logits_memory
+from ado_actuators.sfttrainer.plan import logits_memory
 
 RECORD = Path(logits_memory.__file__).parent / "packages" / logits_memory.RECORD
 
@@ -30,9 +29,8 @@ def pinned_releases() -> dict[str, list[str]]:
     """transformers release -> the fms-hf-tuning versions whose package list pins it."""
     pins: dict[str, list[str]] = {}
     for version in FMS_HF_TUNING_VERSIONS:
-        for line in environments.read_package_list(version):
-            if found := re.fullmatch(r"transformers==([\w.]+)", line.strip()):
-                pins.setdefault(found.group(1), []).append(version)
+        if release := logits_memory.transformers_release(version):
+            pins.setdefault(release, []).append(version)
     return pins
 
 

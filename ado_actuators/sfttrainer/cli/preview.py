@@ -91,9 +91,9 @@ def _rows(space: Path, actuator_config: Path | None):
 
 
 def _known_models(settings: Any) -> set[str]:
-    from ado_actuators.sfttrainer.catalog.models import shipped_model_names
+    from ado_actuators.sfttrainer.catalog.models import merged_model_map
 
-    return set(shipped_model_names()) | set(settings.model_map or {})
+    return set(merged_model_map(settings.model_map))
 
 
 def _cell(value: Any) -> str:

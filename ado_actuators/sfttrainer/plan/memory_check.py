@@ -182,10 +182,20 @@ def assess(
         return MemoryAssessment(skipped=why, prediction_skipped=why)
     try:
         config = read_model_config(location, hf_home)
+    except ModelConfigUnavailable as error:
+        why = f"no bound from the model's config.json: {error}"
+        return MemoryAssessment(skipped=why, prediction_skipped=why)
+    return judge(values, definition, config, enabled=enabled)
+
+
+def judge(values: Any, definition: ExperimentDefinition, config: dict[str, Any], *,
+          enabled: bool) -> MemoryAssessment:  # fmt: skip
+    """assess() on a config.json already read."""
+    try:
         counts = count_parameters(config)
         bits = quantized_bits(config)
         dims = Dimensions.of(config)
-    except (ModelConfigUnavailable, UnsupportedArchitecture, KeyError, TypeError) as error:
+    except (UnsupportedArchitecture, KeyError, TypeError) as error:
         why = f"no bound from the model's config.json: {error}"
         return MemoryAssessment(skipped=why, prediction_skipped=why)
     if bits is None and definition.weights_format == "GPTQ-Quantized":
@@ -212,12 +222,16 @@ def assess(
 def fewest_gpus(values: Any, definition: ExperimentDefinition, location: str, *,
                 hf_home: str) -> int | None:  # fmt: skip
     """The fewest GPUs (on one node, the same per-device batch) the prediction says fit, up to
-    MAX_GPUS_TRIED; None when none does or nothing can be predicted."""
+    MAX_GPUS_TRIED; None when none does or nothing can be predicted. config.json is read once."""
+    try:
+        config = read_model_config(location, hf_home)
+    except ModelConfigUnavailable:
+        return None
     per_device = max(1, values.batch_size // batch_devices(values))
     for gpus in range(max(1, values.number_gpus) + 1, MAX_GPUS_TRIED + 1):
         trial = values.model_copy(update={"number_gpus": gpus, "batch_size": per_device * gpus,
                                           "number_nodes": 1})  # fmt: skip
-        found = assess(trial, definition, location, hf_home=hf_home, enabled=True)
+        found = judge(trial, definition, config, enabled=True)
         if found.prediction is None or found.skipped:
             return None
         if not found.certain_oom and not found.predicted_oom:
