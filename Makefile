@@ -79,6 +79,7 @@ demo: env
 bench: env
 	$(BIN)/python benchmarks/time_to_first_step.py
 	$(BIN)/python benchmarks/operation_overhead.py
+	$(BIN)/python benchmarks/stopping.py
 
 # a night rehearsed: 72 measurements on a 2-raylet local cluster, the ado process SIGKILLed
 # halfway and the operation run again, then audited (benchmarks/overnight.py; ~5 min on 2

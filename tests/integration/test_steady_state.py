@@ -1,5 +1,7 @@
-"""WARMUP_60S_STABLE_120S_OR_10_STEPS for real: two ranks on CPU through the engine (no ado),
-about three minutes of training. Every reported figure must cover the same window."""
+"""Both auto_stop_methods for real: two ranks on CPU through the engine (no ado).
+WARMUP_60S_STABLE_120S_OR_10_STEPS trains about three minutes, and every reported figure must
+cover the same window; STEADY_CI95_1PCT, capped at STEADY_CAP seconds, must stop both ranks at
+the same step, sooner, and report the interval it stopped on."""
 
 from __future__ import annotations
 
@@ -14,16 +16,18 @@ from ado_actuators.sfttrainer.contract.outcomes import Measured
 from ado_actuators.sfttrainer.contract.trainer_io import RankReport
 from ado_actuators.sfttrainer.engine.measurement import measure
 from ado_actuators.sfttrainer.execute.environment import installed_fms_hf_tuning
-from ado_actuators.sfttrainer.trainer.stopping import WARMUP_60S_STABLE_120S_OR_10_STEPS
+from ado_actuators.sfttrainer.trainer.stopping import (
+    STEADY_CI95_1PCT,
+    WARMUP_60S_STABLE_120S_OR_10_STEPS,
+)
 
 pytestmark = pytest.mark.slow
 DATASET = "news-chars-512-entries-4096"
 WARMUP, STABLE, STABLE_STEPS = 60.0, 120.0, 10
+STEADY_CAP = 40.0
 
 
-@pytest.fixture(scope="module")
-def measured(tmp_path_factory, tiny_model_dir):
-    root = tmp_path_factory.mktemp("steady")
+def measure_with(method: dict, root: Path, tiny_model_dir: Path):
     data = root / "data"
     data.mkdir()
     generate(data / datasets.dataset_filename(DATASET), datasets.get_shape(DATASET),
@@ -37,13 +41,24 @@ def measured(tmp_path_factory, tiny_model_dir):
         "gpu_model": "NVIDIA-A100-SXM4-80GB", "distributed_backend": "DDP",
         "dataset_id": DATASET, "max_steps": -1, "num_train_epochs": 10000.0,
         "gradient_accumulation_steps": 1, "torch_dtype": "float32",
-        "auto_stop_method": WARMUP_60S_STABLE_120S_OR_10_STEPS,
-        "fms_hf_tuning_version": installed_fms_hf_tuning(),
+        "fms_hf_tuning_version": installed_fms_hf_tuning(), **method,
     }  # fmt: skip
     outcome = measure(entity, "finetune_full_benchmark-v1.0.0", params, label="steady", use_cpu=True)
     assert isinstance(outcome, Measured), getattr(outcome, "reason", outcome)
     reports = RankReport.read_all(Path(outcome.metadata["workdir"]) / "reports")
     return outcome, reports
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory, tiny_model_dir):
+    method = {"auto_stop_method": WARMUP_60S_STABLE_120S_OR_10_STEPS}
+    return measure_with(method, tmp_path_factory.mktemp("steady"), tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def adaptive(tmp_path_factory, tiny_model_dir):
+    method = {"auto_stop_method": STEADY_CI95_1PCT, "auto_stop_max_seconds": STEADY_CAP}
+    return measure_with(method, tmp_path_factory.mktemp("adaptive"), tiny_model_dir)
 
 
 def test_both_ranks_stopped_together_by_the_method(measured):
@@ -98,3 +113,40 @@ def test_step_count_and_tokens_in_the_report_are_the_window(measured):
     assert durations[0] <= props["train_step_seconds_p50"] <= props["train_step_seconds_p90"] <= durations[-1]
     per_token = outcome.metadata["model_flops_per_token"]
     assert props["model_tflops_per_device"] * 1e12 / props["dataset_tokens_per_second_per_gpu"] == pytest.approx(per_token)
+
+
+def test_steady_ci95_stops_both_ranks_together_and_sooner(adaptive, measured):
+    outcome, reports = adaptive
+    assert len(reports) == 2
+    assert [s.step for s in reports[0].steps] == [s.step for s in reports[1].steps]
+    assert all(r.stopped_by == f"auto_stop_method={STEADY_CI95_1PCT}" for r in reports)
+    # both judged the same shared series, so both ended the same way at the same step
+    assert reports[0].auto_stop == reports[1].auto_stop
+    stop = reports[0].auto_stop
+    assert stop.method == STEADY_CI95_1PCT and stop.max_seconds == STEADY_CAP
+    assert stop.ended_by in {"target", "cap"}  # which one depends on the machine's noise
+    assert reports[0].warmup_steps == reports[1].warmup_steps == stop.warmup_steps
+    trained = max(s.end for r in reports for s in r.steps) - min(r.steps[0].start for r in reports)
+    spec = max(s.end for r in measured[1] for s in r.steps) - min(r.steps[0].start for r in measured[1])
+    assert trained < spec and spec >= WARMUP + STABLE
+    if stop.ended_by == "cap":
+        # stops at the first step end past the cap: less than one step (here < 5 s) beyond it
+        assert STEADY_CAP <= trained < STEADY_CAP + 5
+    assert outcome.metadata["auto_stop"] == stop.model_dump()
+
+
+def test_steady_ci95_reports_its_interval_and_its_warm_up(adaptive):
+    outcome, reports = adaptive
+    props, stop = outcome.properties, reports[0].auto_stop
+    assert stop.steady_state_found, "a tiny model on CPU settles within 10 steps of the first"
+    warm = stop.warmup_steps
+    assert warm >= 11 and props["warmup_seconds"] == pytest.approx(
+        reports[0].steps[warm].start - reports[0].steps[0].start
+    )
+    assert outcome.metadata["measured_steps"] == stop.measured_steps == len(reports[0].steps) - warm
+    # the interval the ranks stopped on is the row's: the same steps, the same arithmetic
+    assert props["dataset_tokens_per_second_ci95_percent"] == pytest.approx(stop.ci95_percent, rel=1e-6)
+    if stop.ended_by == "target":
+        assert stop.ci95_percent <= 1.0 and stop.measured_steps >= 20
+    else:
+        assert any("target not reached" in n for n in outcome.metadata["notes"])

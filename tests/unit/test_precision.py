@@ -1,4 +1,4 @@
-"""The interval of a throughput over effective samples (metrics/precision.py), against
+"""The interval of a throughput over effective samples (stats/batch_means.py, metrics/precision.py), against
 hand-computed figures. t(2) = 4.302653 and t(8) = 2.306004 are Student's 97.5 % quantiles."""
 
 import math
@@ -6,12 +6,12 @@ import math
 import pytest
 
 from ado_actuators.sfttrainer.contract.trainer_io import StepTiming
-from ado_actuators.sfttrainer.metrics.precision import (
+from ado_actuators.sfttrainer.metrics.precision import step_series
+from ado_actuators.sfttrainer.stats.batch_means import (
     T_975,
     Interval,
     batch_means_interval,
     batching,
-    step_series,
     throughput_interval,
 )
 

@@ -130,3 +130,24 @@ def test_a_range_domain_expands_by_its_interval():
     assert [v["batch_size"] for _, v in entities(document)] == [2, 4, 6, 8]
     with pytest.raises(SpaceError, match="entitySpace"):
         entities({"experiments": []})
+
+
+def test_gpu_hours_follow_the_entity_s_stop():
+    from ado_actuators.sfttrainer.catalog.entity import entity_values
+    from ado_actuators.sfttrainer.engine.preview import gpu_hours
+
+    def hours(**fields):
+        values = entity_values({"model_name": "m", "model_max_length": 8, "batch_size": 2,
+                                "number_gpus": 2, "gpu_model": "L40S", **fields})  # fmt: skip
+        return gpu_hours(values, None, "none")
+
+    # no limit of any kind: the epochs decide (stop_after_seconds' default -1 is no limit)
+    assert hours() == (None, "bounded by epochs: the dataset's length decides")
+    assert hours(stop_after_seconds=900.0) == (0.5, "time-bounded: exact")
+    assert hours(auto_stop_method="WARMUP_60S_STABLE_120S_OR_10_STEPS") == (
+        pytest.approx(0.1), "auto-stop: at least 60 s + 120 s")
+    # STEADY_CI95_1PCT: at most its cap, or an earlier stop_after_seconds
+    assert hours(auto_stop_method="STEADY_CI95_1PCT") == (
+        pytest.approx(2 * 120 / 3600), "STEADY_CI95_1PCT: at most 120 s")
+    assert hours(auto_stop_method="STEADY_CI95_1PCT", auto_stop_max_seconds=1800.0,
+                 stop_after_seconds=900.0) == (0.5, "STEADY_CI95_1PCT: at most 900 s")  # fmt: skip

@@ -122,13 +122,16 @@ _AGREE_SCRIPT = textwrap.dedent(
     """
     import json, os, sys
     import torch.distributed as dist
-    from ado_actuators.sfttrainer.trainer.stopping import Decision, agree
+    from ado_actuators.sfttrainer.trainer.stopping import Decision, agree, shared_step
     # a file rendezvous: no port to choose, so none another process can take meanwhile
     dist.init_process_group("gloo", init_method=os.environ["INIT_METHOD"],
                             rank=int(os.environ["RANK"]), world_size=2)
     rank = dist.get_rank()
     rounds = [Decision(), Decision(stop=rank == 0), Decision(end_warmup=rank == 1)]
-    print(json.dumps([[d.end_warmup, d.stop] for d in map(agree, rounds)]))
+    agreed = [[d.end_warmup, d.stop] for d in map(agree, rounds)]
+    # rank 1 started later and ended later; epoch-sized clocks, as time.time() gives
+    start, end, tokens = (1.7e9 + 0.25, 1.7e9 + 2.5, 100) if rank == 0 else (1.7e9 + 0.75, 1.7e9 + 3.125, 60)
+    print(json.dumps({"agreed": agreed, "step": list(shared_step(start, end, tokens))}))
     dist.barrier()
     dist.destroy_process_group()
     """
@@ -137,7 +140,8 @@ _AGREE_SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow  # two processes importing torch
 def test_agree_is_an_or_over_real_gloo_ranks(tmp_path):
-    """Rank 0 alone wants to stop, rank 1 alone ends warm-up: both ranks must see both."""
+    """Rank 0 alone wants to stop, rank 1 alone ends warm-up: both ranks must see both; and
+    both see the same step (shared_step) whatever each rank timed."""
     init_method = f"file://{tmp_path / 'rendezvous'}"
     procs = [
         subprocess.Popen(
@@ -165,4 +169,7 @@ def test_agree_is_an_or_over_real_gloo_ranks(tmp_path):
                 p.kill()
                 p.wait()
     expected = [[False, False], [False, True], [True, False]]
-    assert results == [expected, expected]
+    assert [r["agreed"] for r in results] == [expected, expected]
+    # the step as both saw it: the earliest start, the latest end, the tokens of both
+    step = [1.7e9 + 0.25, 1.7e9 + 3.125, 160]
+    assert [r["step"] for r in results] == [step, step]

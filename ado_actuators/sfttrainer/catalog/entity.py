@@ -17,7 +17,7 @@ from typing import Any
 import pydantic
 
 from ado_actuators.sfttrainer.catalog import datasets
-from ado_actuators.sfttrainer.trainer import stopping
+from ado_actuators.sfttrainer.trainer import steady, stopping
 
 
 class Domain(enum.StrEnum):
@@ -107,8 +107,15 @@ FIELDS: dict[str, Field] = _fields(
           "train_tokens_per_gpu_per_second.", Domain.DISCRETE, range=(-1.0, 1000001.0),
           default=-1.0),
     Field("auto_stop_method", "WARMUP_60S_STABLE_120S_OR_10_STEPS: stop after >= 60 s warm-up "
-          "plus the longer of 120 s or 10 steps, excluding warm-up from the metrics.",
+          "plus the longer of 120 s or 10 steps, excluding warm-up from the metrics. "
+          "STEADY_CI95_1PCT: warm-up ends when the step times show no trend (Mann-Kendall), then "
+          "stop once the throughput's 95 % confidence interval is within 1 % (at least 20 "
+          "measured steps), or at auto_stop_max_seconds.",
           Domain.CATEGORICAL, values=AUTO_STOP_METHODS),
+    Field("auto_stop_max_seconds", "STEADY_CI95_1PCT's cap: stop this many seconds after the "
+          "first step's start, target reached or not (the row's metadata says which). Ignored "
+          "by the other methods.", Domain.DISCRETE, range=(1.0, 86401.0),
+          default=steady.DEFAULT_MAX_SECONDS),
     Field("gradient_checkpointing", "Trade a slower backward pass for memory.", Domain.BINARY,
           default=True, fms_flag="--gradient_checkpointing"),
     Field("gradient_checkpointing_use_reentrant", "Use the reentrant checkpoint variant.",

@@ -50,10 +50,36 @@ class TrainerJob(pydantic.BaseModel):
     )
     stop_after_seconds: float = -1.0
     auto_stop_method: str | None = None
+    auto_stop_max_seconds: float | None = pydantic.Field(
+        default=None, description="STEADY_CI95_1PCT's cap; None: the method's default."
+    )
     sample_interval_seconds: float = 0.5
     gpu_indices: list[int] = pydantic.Field(
         default_factory=list, description="Node-local GPU indices this measurement uses."
     )
+
+
+class AutoStopOutcome(pydantic.BaseModel):
+    """How an adaptive stop method (STEADY_CI95_1PCT) ended: whether it found a steady state
+    and reached its target, or was cut short, and the interval it judged last."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    method: str
+    target_percent: float
+    max_seconds: float
+    steady_state_found: bool
+    target_reached: bool
+    ended_by: str = pydantic.Field(
+        description="'target': the interval reached the target; 'cap': max_seconds passed first; "
+        "'other limit': another limit (stop_after_seconds) stopped it; 'training end': the "
+        "training's own end (max_steps, epochs) came first."
+    )
+    ci95_percent: float | None = pydantic.Field(
+        default=None, description="The relative half-width the method judged at its last step."
+    )
+    warmup_steps: int = 0
+    measured_steps: int = 0
 
 
 class StepTiming(pydantic.BaseModel):
@@ -158,6 +184,9 @@ class RankReport(pydantic.BaseModel):
     steps: list[StepTiming] = pydantic.Field(default_factory=list)
     stopped_by: str | None = pydantic.Field(
         default=None, description="Why training stopped before its natural end, if it did."
+    )
+    auto_stop: AutoStopOutcome | None = pydantic.Field(
+        default=None, description="How an adaptive auto_stop_method ended; None for the others."
     )
     warmup_steps: int = pydantic.Field(
         default=0,

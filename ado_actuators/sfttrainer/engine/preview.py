@@ -20,6 +20,7 @@ from ado_actuators.sfttrainer.metrics.flops import flops_per_token
 from ado_actuators.sfttrainer.metrics.gpu_memory import GIB
 from ado_actuators.sfttrainer.metrics.gpu_peaks import peak_tflops
 from ado_actuators.sfttrainer.plan.memory_check import MemoryAssessment, assess, fewest_gpus
+from ado_actuators.sfttrainer.trainer.steady import STEADY_CI95_1PCT
 
 PREVIEW_MFU = 0.35
 """The model-FLOPs utilisation a step-bounded measurement's time is estimated at: typical of
@@ -101,7 +102,12 @@ def model_parameters(memory: MemoryAssessment, peft_method: str) -> ModelParamet
 def gpu_hours(values: Any, memory: MemoryAssessment, peft_method: str) -> tuple[float | None, str]:
     """The GPU time a launched configuration trains for, and how it was estimated."""
     gpus = max(1, values.number_gpus)
-    if values.stop_after_seconds:
+    steady = (values.auto_stop_method or "").upper() == STEADY_CI95_1PCT
+    if steady:  # whichever limit comes first; the target usually comes before either
+        cap = min(values.auto_stop_max_seconds,
+                  values.stop_after_seconds if values.stop_after_seconds > 0 else float("inf"))  # fmt: skip
+        return gpus * cap / 3600, f"{STEADY_CI95_1PCT}: at most {cap:g} s"
+    if values.stop_after_seconds > 0:  # -1: no time limit
         return gpus * values.stop_after_seconds / 3600, "time-bounded: exact"
     if values.auto_stop_method:
         return gpus * SPEC_AUTO_STOP_SECONDS / 3600, "auto-stop: at least 60 s + 120 s"

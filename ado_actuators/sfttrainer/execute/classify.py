@@ -7,7 +7,7 @@ import re
 from ado_actuators.sfttrainer.contract.oom_texts import says_gpu_memory_exhausted
 from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured, Outcome
 from ado_actuators.sfttrainer.contract.trainer_io import Outcome as RankOutcome
-from ado_actuators.sfttrainer.contract.trainer_io import RankReport
+from ado_actuators.sfttrainer.contract.trainer_io import AutoStopOutcome, RankReport
 from ado_actuators.sfttrainer.execute.node import NodeRun
 from ado_actuators.sfttrainer.metrics import flops
 from ado_actuators.sfttrainer.metrics.aggregate import (
@@ -180,6 +180,8 @@ def launch_outcome(
         # warm-up ended on the last step trained: no step is left to measure without it
         notes.add("warm-up not excluded: training ended on the last warm-up step, so the "
                   "figures cover every step")  # fmt: skip
+    if note := auto_stop_note(rank0.auto_stop):
+        notes.add(note)
     interval = throughput_interval(reports, since)
     if interval.why:
         notes.add(f"dataset_tokens_per_second_ci95_percent omitted: {interval.why}")
@@ -202,6 +204,25 @@ def launch_outcome(
         "dataset_tokens_per_second_ci95": interval.metadata(),
         "model_parameters": rank0.model_parameters.model_dump() if rank0.model_parameters else None,
         "stopped_by": rank0.stopped_by,
+        "auto_stop": rank0.auto_stop.model_dump() if rank0.auto_stop else None,
         "aim_run_hash": rank0.aim_run_hash,
     }
     return Measured(properties=properties, metadata=metadata)
+
+
+def auto_stop_note(outcome: AutoStopOutcome | None) -> str | None:
+    """What a row must say when an adaptive method did not end at its target."""
+    if outcome is None or outcome.target_reached:
+        return None
+    where = {
+        "cap": f"auto_stop_max_seconds ({outcome.max_seconds:g} s) passed",
+        "other limit": "stop_after_seconds stopped training",
+        "training end": "training ended (max_steps or num_train_epochs)",
+    }[outcome.ended_by]
+    if not outcome.steady_state_found:
+        return (f"{outcome.method}: no steady state found before {where}: the step times still "
+                f"showed a trend, so no step was left out as warm-up and the figures cover every "
+                f"step")  # fmt: skip
+    judged = "" if outcome.ci95_percent is None else f" (it was {outcome.ci95_percent:.2f} %)"
+    return (f"{outcome.method}: target not reached: {where} before the 95 % interval was within "
+            f"{outcome.target_percent:g} %{judged}")

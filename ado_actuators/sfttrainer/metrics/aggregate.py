@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 from ado_actuators.sfttrainer.contract.trainer_io import GpuSample, RankReport, StepTiming
 from ado_actuators.sfttrainer.metrics import flops, gpu_peaks, precision
+from ado_actuators.sfttrainer.stats import batch_means
 from ado_actuators.sfttrainer.metrics.steps import step_time_properties
 
 GPU_SERIES = {
@@ -154,9 +155,9 @@ def model_flops_per_token(reports: list[RankReport], since: float | None) -> flo
     return flops.flops_per_token(rank0.model_parameters, mean_length)
 
 
-def throughput_interval(reports: list[RankReport], since: float | None) -> precision.Interval:
-    """The 95 % interval of dataset_tokens_per_second over the window's steps (metrics/precision.py)."""
-    return precision.throughput_interval(
+def throughput_interval(reports: list[RankReport], since: float | None) -> batch_means.Interval:
+    """The 95 % interval of dataset_tokens_per_second over the window's steps (stats/batch_means.py)."""
+    return batch_means.throughput_interval(
         *precision.step_series(window_steps(reports, r, since) for r in reports)
     )
 

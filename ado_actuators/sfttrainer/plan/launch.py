@@ -270,6 +270,7 @@ def plan_launch(inputs: PlanInputs) -> LaunchPlan:
         run_labels=inputs.run_labels,
         stop_after_seconds=values.stop_after_seconds,
         auto_stop_method=values.auto_stop_method,
+        auto_stop_max_seconds=values.auto_stop_max_seconds,
         # use_cpu stands CPU processes in for GPUs: there is no GPU to sample
         gpu_indices=[] if inputs.use_cpu else list(range(gpus_per_node)),
     )

@@ -133,7 +133,7 @@ class Measurement:
                 notes.append(note)
         self.report.flash_attention = bool(args.model_args.use_flash_attn)
         self.policy = policy = stopping.make_policy(
-            self.job.stop_after_seconds, self.job.auto_stop_method
+            self.job.stop_after_seconds, self.job.auto_stop_method, self.job.auto_stop_max_seconds
         )
         self._open_aim()
         # local rank 0 samples the node's GPUs of this measurement
@@ -193,6 +193,7 @@ class Measurement:
             report.hf_metrics = self.callback.hf_metrics
             report.stopped_by = self.callback.stopped_by
             report.warmup_steps = self.policy.warmup_steps
+            report.auto_stop = self.policy.outcome()
             report.model_parameters = self.callback.model_parameters
             report.notes.extend(self.callback.notes)
         report.gpu_memory_max_allocated_bytes = cuda.max_memory_allocated()

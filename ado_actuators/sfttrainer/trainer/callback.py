@@ -104,7 +104,10 @@ class MeasurementCallback(TrainerCallback):
             self.monitor.mark_window_end(end)
         if not self.policy.synchronised:
             return
-        decision = stopping.agree(self.policy.propose(start, end), device=args.device)
+        tokens = counts.dataset_tokens
+        if self.policy.shares_steps:
+            start, end, tokens = stopping.shared_step(start, end, tokens, device=args.device)
+        decision = stopping.agree(self.policy.propose(start, end, tokens), device=args.device)
         self.policy.commit(end, decision)
         if decision.stop:
             control.should_training_stop = True

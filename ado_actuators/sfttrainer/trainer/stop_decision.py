@@ -1,0 +1,62 @@
+"""What a stop policy answers at a step end, and the bookkeeping every policy shares
+(trainer/stopping.py describes the protocol; the policies live there and in steady.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol
+
+from ado_actuators.sfttrainer.contract.trainer_io import AutoStopOutcome
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    end_warmup: bool = False  # this step is the last warm-up step
+    stop: bool = False
+
+    def __or__(self, other: Decision) -> Decision:
+        return Decision(self.end_warmup or other.end_warmup, self.stop or other.stop)
+
+
+class StopPolicy(Protocol):
+    reason: str | None  # what stopped training, once it did
+    warmup_steps: int
+    synchronised: bool  # False: the policy never stops, so ranks need not agree
+    # True: propose() must be given the step as every rank saw it (the earliest start, the
+    # latest end, the tokens of all ranks), so every rank judges the same series
+    shares_steps: bool
+
+    def begin(self, start: float) -> None: ...
+
+    def propose(self, start: float, end: float, tokens: int = 0) -> Decision: ...
+
+    def commit(self, end: float, decision: Decision) -> None: ...
+
+    def outcome(self) -> AutoStopOutcome | None: ...
+
+
+class PolicyBase:
+    """Shared bookkeeping: when the first step began and how many steps have ended."""
+
+    synchronised = True
+    shares_steps = False
+    warmup_steps = 0
+    reason: str | None = None
+
+    def __init__(self) -> None:
+        self.first_start: float | None = None
+        self.steps = 0
+
+    def begin(self, start: float) -> None:
+        if self.first_start is None:
+            self.first_start = start
+
+    def elapsed(self, end: float) -> float:
+        return end - self.first_start
+
+    def commit(self, end: float, decision: Decision) -> None:
+        self.steps += 1
+
+    def outcome(self) -> AutoStopOutcome | None:
+        """How an adaptive method ended, for the rank's report; None for the fixed ones."""
+        return None
