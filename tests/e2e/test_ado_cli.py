@@ -15,6 +15,7 @@ from tiny_model import build_tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 BENCHMARK_PROPERTIES = 23
+STEADY_CAP = 15
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +39,10 @@ def test_actuator_and_experiments_are_listed(ado):
     for spelling in ("gtpq", "gptq"):
         described = ado.run("describe", "experiment", f"SFTTrainer.finetune_{spelling}-lora_benchmark-v1.0.0")
         assert "float16" in described.stdout
+    # both stop methods and the adaptive one's cap are in ado's catalogue
+    described = ado.run("describe", "experiment", "SFTTrainer.finetune_full_benchmark-v1.0.0").stdout
+    for offered in ("WARMUP_60S_STABLE_120S_OR_10_STEPS", "STEADY_CI95_1PCT", "auto_stop_max_seconds"):
+        assert offered in described
 
 
 def test_seed_example_space_is_accepted_unchanged(ado):
@@ -84,11 +89,18 @@ def test_operation_measures_valid_rows_and_leaves_failures_unstored(ado, tmp_pat
         {"property": {"identifier": "torch_dtype"}, "value": "float32"},
         {"property": {"identifier": "gradient_accumulation_steps"}, "value": 1},
     ]
+    # prompt tuning stops when its figure is known (or at a 15 s cap) instead of after 2 steps
+    steady = [p for p in parameterization if p["property"]["identifier"] != "max_steps"] + [
+        {"property": {"identifier": "auto_stop_method"}, "value": "STEADY_CI95_1PCT"},
+        {"property": {"identifier": "auto_stop_max_seconds"}, "value": STEADY_CAP},
+        {"property": {"identifier": "num_train_epochs"}, "value": 10000},
+    ]
     space_id = ado.create("space", write_yaml(tmp_path / "space.yaml", {
         "experiments": [
             {"experimentIdentifier": e, "actuatorIdentifier": "SFTTrainer",
-             "parameterization": parameterization}
-            for e in ("finetune_full_benchmark-v1.0.0", "finetune_pt_benchmark-v1.0.0")
+             "parameterization": values}
+            for e, values in (("finetune_full_benchmark-v1.0.0", parameterization),
+                              ("finetune_pt_benchmark-v1.0.0", steady))
         ],
         "entitySpace": [
             # a model nobody mapped: its measurements fail, with a reason, and are not stored
@@ -133,6 +145,15 @@ def test_operation_measures_valid_rows_and_leaves_failures_unstored(ado, tmp_pat
         assert float(row["gpu_energy_joules_per_token"]) == 0.0
         assert float(row["gpu_memory_max_allocated_gib"]) == 0.0
         assert row.get("model_flops_utilization", "") in ("", "nan")
+        if method == "pt":
+            # STEADY_CI95_1PCT: a tested warm-up left out, an interval, and a stop well before
+            # the spec's method's 180 s (at the target, or at the first step end past the cap)
+            assert float(row["warmup_seconds"]) > 0
+            assert float(row["dataset_tokens_per_second_ci95_percent"]) > 0
+            assert float(row["warmup_seconds"]) + float(row["train_runtime"]) < STEADY_CAP + 5
+        else:  # 2 steps: too few for an interval, and nothing left out
+            assert row.get("dataset_tokens_per_second_ci95_percent", "") in ("", "nan")
+            assert float(row["warmup_seconds"]) == 0.0
         per_token = float(row["model_tflops_per_device"]) * 1e12 / float(row["dataset_tokens_per_second_per_gpu"])
         assert low <= per_token * (1 + 1e-9) and per_token <= high * (1 + 1e-9), (method, low, per_token, high)
     shutil.rmtree(tmp_path / "out", ignore_errors=True)
