@@ -18,7 +18,7 @@ from ado_actuators.sfttrainer.plan.environments import vision_problem
 from ado_actuators.sfttrainer.report.cost import Cost, Hours, cost, cost_lines, rule_of
 from ado_actuators.sfttrainer.report.table import space_table
 
-from test_report import FULL, row
+from test_report import row
 
 STABILITY = "SFTTrainer.finetune_full_stability-v1.0.0"
 REASONS = {  # one of each as stored before answered_by was written for it
