@@ -52,6 +52,7 @@ def test_a_405b_model_on_one_a100_is_certain_oom_with_both_numbers_and_parts(mod
     for part in ("weights", "gradients", "optimizer_state", "CUDA context", "memory_bound_check"):
         assert part in reason
     assert invalid.metadata["gpu_memory_bound"]["checked"] is True
+    assert invalid.metadata["answered_by"] == "certain_oom"  # what report/cost.py counts
 
 
 def test_lora_of_405b_over_8_gpus_is_still_certain_oom_but_an_8b_fits(model_dir):

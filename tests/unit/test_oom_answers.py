@@ -170,7 +170,8 @@ def test_validity_comes_first_and_a_failure_records_nothing(settings, cluster, m
     measure(settings, batch_size=4, **gpus)
     # batch 9 over 2 GPUs is dominated, but not divisible: invalid by rule, not by the record
     invalid = measure(settings, batch_size=9, **gpus)
-    assert isinstance(invalid, Invalid) and not invalid.gpu_oom and "answered_by" not in invalid.metadata
+    assert isinstance(invalid, Invalid) and not invalid.gpu_oom
+    assert invalid.metadata["answered_by"] == "configuration_rule"
     assert "batch_size 9 is not divisible by number_gpus 2" in invalid.reason
     lines = record_lines(settings)
     crashed = Failed("crashed", metadata={"workdir": "/w"})

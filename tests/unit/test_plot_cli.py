@@ -33,7 +33,8 @@ def test_help_says_what_it_draws_and_how_to_feed_it():
     text = " ".join(result.output.split())
     for needle in ("SPACE_ID", "--csv", "--context", "--output-dir", "batch size",
                    "is_valid", "ado show measurements", "--compare", "fastest valid",
-                   "largest batch size that fits", "GPU-hours"):  # fmt: skip
+                   "largest batch size that fits", "GPU-hours", "95 % intervals",
+                   "answered without launching"):  # fmt: skip
         assert needle in text, needle
 
 
@@ -43,9 +44,11 @@ def test_the_csv_ado_wrote_becomes_a_picture_and_a_page(tmp_path):
     png, html = tmp_path / "demo.png", tmp_path / "demo.html"
     # the two paths, then the answers
     assert result.stdout.splitlines()[:2] == [str(png), str(html)]
-    assert result.stdout.splitlines()[2:5] == [
+    assert result.stdout.splitlines()[2:6] == [
         "full",
-        "  Fastest valid: 0 GPUs (CPU), sequence length 128, batch 2: 1,329 dataset tokens/s",
+        "  Fastest valid: 0 GPUs (CPU), sequence length 128, batch 2: 1,329 dataset tokens/s (no "
+        "95 % interval: stored before it existed, or too few steps)",
+        "  Tied: not judged, the fastest has no 95 % interval (only an equal speed ties)",
         "  Largest batch that fits, 0 GPUs (CPU): sequence length 128: 4 (largest tried, none "
         "invalid); sequence length 256: 4 (largest tried, none invalid)",
     ]
@@ -95,10 +98,12 @@ def test_compare_gives_the_ratio_per_configuration_and_flags_a_regression(tmp_pa
     out = result.stdout
     assert "Compared with release-3.1.0.csv (fms-hf-tuning 3.2.2 here, 3.1.0 there)" in out
     assert "8 configurations matched (0 only here, 0 only there)" in out
-    assert "1 differ by more than 10%" in out
-    assert "full, 0 GPUs (CPU), sequence length 128, batch 2: 0.80× slower" in out
+    assert "1 differ: slower or faster where the 95 % intervals do not overlap" in out
+    assert ("full, 0 GPUs (CPU), sequence length 128, batch 2: 0.80× slower (beyond the ±10% "
+            "band: neither row has a 95 % interval)") in out
     page = (tmp_path / "ado-measurements-demo.html").read_text()
     assert page.count('<tr class="flagged">') == 1 and page.count('<td class="n">1.000</td>') == 7
+    assert page.count("<td>±10% band</td>") == 8  # the demo's rows predate the intervals
     assert "compared with release-3.1.0.csv" in page
 
 

@@ -237,8 +237,10 @@ def test_two_releases_compare_per_configuration_and_differences_over_10_percent_
     assert comparison.only_here == comparison.only_there == 0
     heading, lines = comparison_block(comparison)
     assert heading == "Compared with old.csv (fms-hf-tuning 3.2.2 here, 3.1.0 there)"
-    assert "3 configurations matched" in lines[0] and "2 differ by more than 10%" in lines[0]
-    assert lines[1:] == ["full, 1 GPU, sequence length 512, batch 4: 0.85× slower",
+    assert "3 configurations matched" in lines[0] and "2 differ: slower or faster" in lines[0]
+    # rows without an interval (stored before it existed) are judged by the ±10 % band
+    assert lines[1:] == ["full, 1 GPU, sequence length 512, batch 4: 0.85× slower (beyond the "
+                         "±10% band: neither row has a 95 % interval)",
                          "full, 1 GPU, sequence length 512, batch 16: valid only in the other space"]  # fmt: skip
     # 10 % exactly is within the noise band; past it in either direction is not
     assert compare(release("a", b4=1100.0), release("b"), "x").pairs[0].flag is None
@@ -269,8 +271,9 @@ def test_the_picture_and_page_carry_the_answers_and_the_comparison(tmp_path):
     page = compared.html.read_text()
     assert page.count('<tr class="flagged">') == 2 and "<td>0.850</td>" not in page
     assert '<td class="n">0.850</td>' in page and '<td class="n">invalid</td>' in page
-    assert "<li>Fastest valid: 1 GPU, sequence length 512, batch 8: 1,000 dataset tokens/s, " \
-           "0.278 GPU-hours per million dataset tokens</li>" in page
+    assert "<li>Fastest valid: 1 GPU, sequence length 512, batch 8: 1,000 dataset tokens/s (no " \
+           "95 % interval: stored before it existed, or too few steps), 0.278 GPU-hours per " \
+           "million dataset tokens</li>" in page
     assert compared.summary.startswith("full\n  Fastest valid: 1 GPU, sequence length 512, batch 8")
     assert "Compared with old.csv" in compared.summary and "Compared" not in plain.summary
 

@@ -80,6 +80,7 @@ def test_a_vision_dataset_on_a_release_without_image_fields_is_invalid_before_an
             f"fms-hf-tuning {version} cannot read vision datasets (it has no "
             "--dataset_image_field); choose fms_hf_tuning_version 2.8.2 or later, or a text "
             "dataset_id")
+        assert outcome.metadata == {"answered_by": "configuration_rule"}
     else:  # a release that reads it goes on, here to the unknown model
         assert not isinstance(outcome, Invalid) and "not-in-any-map" in outcome.reason
 

@@ -17,11 +17,15 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     "GPU) against batch size, one line per sequence length (model_max_length), one panel per "
     "number of GPUs and experiment, invalid configurations (is_valid = 0, e.g. out of GPU "
     "memory) marked with an X; step-time spread, model TFLOP/s and MFU too when the space has "
-    "them. Then the answers, per experiment (and model): the fastest valid configuration, the "
-    "largest batch size that fits per number of GPUs and sequence length, and with several GPU "
-    "counts the scaling against perfect scaling and GPU-hours per million dataset tokens. "
+    "them; error bars are the 95 % intervals of dataset tokens/s where rows have them. Then "
+    "the answers, per experiment (and model): the fastest valid configuration and those tied "
+    "with it (their 95 % intervals overlap), the largest batch size that fits per number of "
+    "GPUs and sequence length, with several GPU counts the scaling against perfect scaling and "
+    "GPU-hours per million dataset tokens; then what the space cost: GPU-hours held (valid and "
+    "invalid; CPU-hours apart) and the configurations answered without launching, by rule. "
     "--compare OTHER adds the ratio of dataset tokens/s to another space per configuration, "
-    "flagging differences over 10 %. Writes DIR/NAME.png and DIR/NAME.html (the picture "
+    "flagging a difference where the 95 % intervals do not overlap (over 10 % where a row has "
+    "none) or in validity. Writes DIR/NAME.png and DIR/NAME.html (the picture "
     "embedded, plus the plotted values; no network needed to view it), prints both paths, "
     "then the answers. "
     "Examples: sfttrainer_plot space-3b2a1c-7d9e0f  |  "
@@ -64,7 +68,9 @@ def plot(
             help="Another space to compare with, e.g. the same space measured with another "
             "fms-hf-tuning release: a CSV file (a name ending in .csv) or a space id (read like "
             "SPACE_ID, in the same context). Ratio = dataset tokens/s here / there, matched per "
-            "configuration on every field except those fixed to a different value in each space.",
+            "configuration on every field except those fixed to a different value in each space; "
+            "flagged where the two rows' 95 % intervals do not overlap, or, where either row has "
+            "no interval, beyond ±10 %.",
         ),
     ] = None,  # fmt: skip
     name: Annotated[

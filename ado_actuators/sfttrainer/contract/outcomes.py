@@ -37,3 +37,17 @@ class Failed:
 
 
 Outcome = Measured | Invalid | Failed
+
+ANSWERED_BY = "answered_by"
+"""The metadata key of an Invalid answered without launching: which rule answered it. Declared
+here, the lowest room, because its producers (engine/, plan/, ledger/) and its reader
+(report/, counting what a space cost) live in rooms that share no other."""
+CONFIGURATION_RULE = "configuration_rule"
+"""A rule the configuration breaks (catalog/validity.py, plan/environments.vision_problem)."""
+CERTAIN_OOM = "certain_oom"
+"""The memory lower bound exceeds the device (plan/memory_check.py)."""
+PREDICTED_OOM = "prediction"
+"""The predicted peak exceeds the device, with skip_predicted_oom (plan/memory_check.py)."""
+OOM_DOMINANCE = "oom_dominance"
+"""A measured OOM of a configuration no larger (ledger/neighbours.py)."""
+ANSWERED_WITHOUT_LAUNCHING = (CONFIGURATION_RULE, CERTAIN_OOM, PREDICTED_OOM, OOM_DOMINANCE)

@@ -19,7 +19,14 @@ from ado_actuators.sfttrainer.catalog.validity import (
     num_local_experts,
     read_model_config,
 )
-from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured, Outcome
+from ado_actuators.sfttrainer.contract.outcomes import (
+    ANSWERED_BY,
+    CONFIGURATION_RULE,
+    Failed,
+    Invalid,
+    Measured,
+    Outcome,
+)
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
 from ado_actuators.sfttrainer.execute.classify import TRAINING_COMPLETED
 from ado_actuators.sfttrainer.execute.cluster import measure_on_cluster
@@ -46,12 +53,12 @@ def resolve(
         return Failed(f"entity values not understood ({fields}): {error}")
     # Rules 1-6 need no model: an invalid configuration is answered before anything else.
     if not values.fast_moe and (problems := configuration_problems(values)):
-        return Invalid(reason="; ".join(problems))
+        return _broken_rule("; ".join(problems))
     if problems := domain_problems(values):
         return Failed("entity value(s) outside the experiment's domain: " + "; ".join(problems))
     vision = bool(values.dataset_image_field or datasets.get_shape(values.dataset_id).image_field)
     if problem := vision_problem(values.fms_hf_tuning_version, vision):
-        return Invalid(reason=problem)
+        return _broken_rule(problem)
     try:
         location = model_location(values.model_name, definition.weights_format, params.model_map)
     except UnknownModelError as error:
@@ -62,8 +69,12 @@ def resolve(
         except ModelConfigUnavailable as error:
             return Failed(f"fast_moe needs the model's num_local_experts: {error}")
         if problems := configuration_problems(values, experts):
-            return Invalid(reason="; ".join(problems))
+            return _broken_rule("; ".join(problems))
     return values, location
+
+
+def _broken_rule(reason: str) -> Invalid:
+    return Invalid(reason=reason, metadata={ANSWERED_BY: CONFIGURATION_RULE})
 
 
 def _dataset(values: Any, params: MeasurementSettings) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ado_actuators.sfttrainer.contract import outcomes
 from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, Outcome
 from ado_actuators.sfttrainer.ledger.dominance import (
     Configuration,
@@ -24,7 +25,7 @@ from ado_actuators.sfttrainer.ledger.record import Entry, Record, RecordUnavaila
 
 log = logging.getLogger(__name__)
 
-ANSWERED_BY = "oom_dominance"
+ANSWERED_BY = outcomes.OOM_DOMINANCE
 """metadata["answered_by"] of a request answered from the record instead of measured."""
 NOTE = "oom_record"
 """metadata key of what a measured outcome did to the record (or why it could not)."""
@@ -55,7 +56,7 @@ class Neighbours:
             reason=self._reason(proof),
             gpu_oom=True,
             metadata={
-                "answered_by": ANSWERED_BY,
+                outcomes.ANSWERED_BY: ANSWERED_BY,
                 "measured": False,
                 "dominated_by": {**proof.proof, "record": str(self.record.path)},
             },

@@ -16,7 +16,14 @@ from typing import Any
 
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
 from ado_actuators.sfttrainer.catalog.validity import ModelConfigUnavailable, read_model_config
-from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, Outcome
+from ado_actuators.sfttrainer.contract.outcomes import (
+    ANSWERED_BY,
+    CERTAIN_OOM,
+    PREDICTED_OOM,
+    Invalid,
+    Measured,
+    Outcome,
+)
 from ado_actuators.sfttrainer.metrics.gpu_memory import GIB, device_memory_bytes
 from ado_actuators.sfttrainer.plan.architecture import (
     ParameterCounts,
@@ -104,7 +111,8 @@ class MemoryAssessment:
         return Invalid(
             reason=reason,
             gpu_oom=True,
-            metadata={METADATA: self.metadata(), PREDICTED_METADATA: self.prediction_metadata()},
+            metadata={METADATA: self.metadata(), PREDICTED_METADATA: self.prediction_metadata(),
+                      ANSWERED_BY: CERTAIN_OOM},  # fmt: skip
             properties=self.properties(),
         )
 
@@ -133,7 +141,7 @@ class MemoryAssessment:
             reason=reason,
             gpu_oom=True,
             metadata={METADATA: self.metadata(), PREDICTED_METADATA: self.prediction_metadata(),
-                      "answered_by": "prediction"},  # fmt: skip
+                      ANSWERED_BY: PREDICTED_OOM},  # fmt: skip
             properties=self.properties(),
         )
 

@@ -4,8 +4,9 @@
     other = compare(table, space_table(other_rows), "old.csv")   # compare.py (pure, optional)
     files = write_report(table, out_dir, "space-abc", title=..., comparison=other)
 
-write_report asks answers.py (pure) which configuration wins, has summary.py word it once, and
-hands both to figure.py and page.py to lay out. Rows come from ado (sources.py: its API or the
+write_report asks answers.py (pure) which configuration wins and which tie with it, and
+cost.py (pure) what the space cost, has summary.py and cost.py word them once, and hands the
+words to figure.py and page.py to lay out. Rows come from ado (sources.py: its API or the
 CSV `ado show measurements` writes). matplotlib is imported only in figure.py, when a picture
 is drawn, never by the actuator.
 """

@@ -1,6 +1,7 @@
 """The questions a space is measured to answer, per experiment (and model, or any other entity
-field that varies): which valid configuration is fastest, which is the largest batch that fits
-per (GPU count, sequence length), and how throughput scales with GPUs.
+field that varies): which valid configuration is fastest and which are tied with it, which is
+the largest batch that fits per (GPU count, sequence length), and how throughput scales with
+GPUs.
 
 Pure: a SpaceTable in, frozen answers out; wording is summary.py's, drawing figure.py's.
 """
@@ -9,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from ado_actuators.sfttrainer.report.table import Point, SpaceTable
+from ado_actuators.sfttrainer.report.table import THROUGHPUT, Point, SpaceTable
 
 # What "fastest" means: the throughput of the whole run, as the user pays for it.
-SPEED = "dataset_tokens_per_second"
+SPEED = THROUGHPUT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +50,11 @@ class GroupAnswers:
     fastest: Point | None  # None: nothing valid
     batch_limits: tuple[BatchLimit, ...]
     scaling: tuple[ScalingStep, ...]  # empty unless the group has several GPU counts
+    # Valid configurations the measurements cannot tell from the fastest (`ties`), fastest first
+    tied: tuple[Point, ...] = ()
+    # The other valid configurations no tie could be judged for: no interval on either side
+    unjudged: int = 0
+    rivals: int = 0  # the other valid configurations
 
     @property
     def label(self) -> str:
@@ -74,10 +80,28 @@ def gpu_hours_per_million_tokens(point: Point) -> float | None:
     return gpus * 1e6 / speed(point) / 3600
 
 
+def overlap(point: Point, other: Point) -> bool | None:
+    """Whether the two 95 % intervals of dataset tokens/s intersect; None without both."""
+    mine, theirs = point.interval, other.interval
+    if mine is None or theirs is None:
+        return None
+    return mine[0] <= theirs[1] and theirs[0] <= mine[1]
+
+
+def ties(point: Point, other: Point) -> bool:
+    """Intervals that overlap; without an interval on either side, only an equal speed ties:
+    nothing says how far apart two figures without one may be and still be the same."""
+    return bool(overlap(point, other)) or speed(point) == speed(other)
+
+
 def _group_answers(group: tuple[str, ...], points: list[Point]) -> GroupAnswers:
     candidates = [p for p in points if p.valid and SPEED in p.values]
     fastest = max(candidates, key=speed, default=None)
-    return GroupAnswers(group, fastest, _batch_limits(points), _scaling(candidates))
+    others = [p for p in candidates if p is not fastest]
+    tied = tuple(sorted((p for p in others if ties(p, fastest)), key=speed, reverse=True))
+    unjudged = sum(overlap(p, fastest) is None and not ties(p, fastest) for p in others)
+    return GroupAnswers(group, fastest, _batch_limits(points), _scaling(candidates), tied,
+                        unjudged, len(others))  # fmt: skip
 
 
 def _batch_limits(points: list[Point]) -> tuple[BatchLimit, ...]:

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from ado_actuators.sfttrainer.report.answers import SPEED, speed
+from ado_actuators.sfttrainer.report.answers import SPEED, overlap, speed
 from ado_actuators.sfttrainer.report.table import LINE, ROW, X, Point, SpaceTable, TableError
 
-# A ratio further than this from 1 is flagged: above run-to-run noise on a quiet machine.
+# Where either row has no 95 % interval (stored before it existed, or too few steps), a ratio
+# further than this from 1 is flagged: above run-to-run noise on a quiet machine.
 THRESHOLD = 0.10
+# Which rule judged a pair's speeds.
+INTERVALS, BAND = "95 % intervals", f"±{THRESHOLD:.0%} band"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,11 +37,23 @@ class Pair:
         return speed(self.point) / speed(self.other) if speed(self.other) > 0 else None
 
     @property
+    def judged_by(self) -> str | None:
+        """INTERVALS where both rows have one: they say how far apart the two speeds may be by
+        the runs' own noise; else BAND. None where there is no ratio to judge."""
+        if self.ratio is None:
+            return None
+        return BAND if overlap(self.point, self.other) is None else INTERVALS
+
+    @property
     def flag(self) -> str | None:
         if self.point.valid != self.other.valid:
             return "valid only in the other space" if self.other.valid else "valid only here"
-        # rounded: 1100 / 1000 is 1.1000000000000001 in floating point, and exactly 10 % is in
-        if self.ratio is not None and round(abs(self.ratio - 1), 9) > THRESHOLD:
+        if self.judged_by == INTERVALS:
+            apart = not overlap(self.point, self.other)
+        else:
+            # rounded: 1100 / 1000 is 1.1000000000000001 in floating point, and 10 % is in
+            apart = self.ratio is not None and round(abs(self.ratio - 1), 9) > THRESHOLD
+        if apart:
             return "slower" if self.ratio < 1 else "faster"
         return None
 

@@ -25,7 +25,12 @@ INVALID_MARKER = "X"
 INVALID_LABEL = "invalid: is_valid = 0 (e.g. out of GPU memory)"
 FASTEST_MARKER = "*"
 FASTEST_LABEL = "fastest valid configuration of its experiment"
-FLAG_LABEL = f"differs from the other space by > {THRESHOLD:.0%} (or in validity)"
+TIED_LABEL = "tied with the fastest (95 % intervals overlap)"
+FLAG_LABEL = (f"differs from the other space (95 % intervals apart, else by > {THRESHOLD:.0%}; "
+              "or in validity)")  # fmt: skip
+BARS_LABEL = "bars: 95 % interval (else range of repeats)"
+# The per-GPU figure is the total over number_gpus: its interval is the same share of it.
+INTERVAL_COLUMNS = (SPEED, "dataset_tokens_per_second_per_gpu")
 
 
 def render_png(table: SpaceTable, title: str, subtitle: str = "",
@@ -48,7 +53,8 @@ def render_png(table: SpaceTable, title: str, subtitle: str = "",
     subfigures = fig.subfigures(len(parts), 1, height_ratios=parts, squeeze=False)[:, 0]
     colors = _colors(table.sequence_lengths)
     fastest = [g.fastest for g in groups if g.fastest is not None]
-    _draw_grid(subfigures[0], table, colors, fastest, comparison)
+    tied = [p for g in groups for p in g.tied]
+    _draw_grid(subfigures[0], table, colors, (fastest, tied), comparison)
     if scaled:
         _draw_scaling(subfigures[1], scaled, columns, colors)
     if lines:
@@ -59,9 +65,11 @@ def render_png(table: SpaceTable, title: str, subtitle: str = "",
     return buffer.getvalue()
 
 
-def _draw_grid(sub, table: SpaceTable, colors, fastest: list[Point], comparison) -> None:
+def _draw_grid(sub, table: SpaceTable, colors, winners: tuple[list[Point], list[Point]],
+               comparison) -> None:  # fmt: skip
     from matplotlib.lines import Line2D
 
+    fastest, tied = winners
     panels, metrics = table.panels, table.metrics
     columns = len(metrics) + (comparison is not None)
     # Panels of one metric share their y range (from 0), so facets compare by eye.
@@ -73,6 +81,8 @@ def _draw_grid(sub, table: SpaceTable, colors, fastest: list[Point], comparison)
             _draw_panel(ax, points, metric, colors)
             if metric.column == SPEED:
                 _mark_fastest(ax, [p for p in points if any(p is f for f in fastest)], colors)
+                _mark_fastest(ax, [p for p in points if any(p is t for t in tied)], colors,
+                              hollow=True)  # fmt: skip
             if r == 0:
                 ax.set_title(metric.label, fontsize=10)
         if comparison is not None:
@@ -100,21 +110,32 @@ def _draw_grid(sub, table: SpaceTable, colors, fastest: list[Point], comparison)
     if fastest:
         handles.append(Line2D([], [], color="0.3", marker=FASTEST_MARKER, linestyle="none",
                               markersize=13, markeredgecolor="black", label=FASTEST_LABEL))  # fmt: skip
+    if tied:
+        handles.append(Line2D([], [], marker=FASTEST_MARKER, linestyle="none", markersize=13,
+                              markerfacecolor="none", markeredgecolor="black", label=TIED_LABEL))  # fmt: skip
+    if any(p.interval for p in table.points):
+        handles.append(Line2D([], [], color="0.3", marker="|", linestyle="none", markersize=12,
+                              label=BARS_LABEL))  # fmt: skip
     if comparison is not None and comparison.flagged:
         handles.append(Line2D([], [], marker="o", linestyle="none", markersize=11,
                               markerfacecolor="none", markeredgecolor="red", label=FLAG_LABEL))  # fmt: skip
-    sub.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 3),
+    # as many columns of labels as the figure's width holds (at 9 pt, ~0.075 inch a character)
+    widest = max(len(h.get_label()) for h in handles) * 0.075 + 0.6
+    ncol = max(1, min(len(handles), 3, int(sub.figure.get_figwidth() / widest)))
+    sub.legend(handles=handles, loc="outside lower center", ncol=ncol,
                fontsize=9, frameon=False)  # fmt: skip
 
 
-def _mark_fastest(ax, points: list[Point], colors) -> None:
+def _mark_fastest(ax, points: list[Point], colors, hollow: bool = False) -> None:
     for p in points:
+        face = "none" if hollow else colors[p.sequence_length]
         ax.plot(p.batch_size, speed(p), marker=FASTEST_MARKER, markersize=17, linestyle="none",
-                color=colors[p.sequence_length], markeredgecolor="black", zorder=5)  # fmt: skip
+                markerfacecolor=face, markeredgecolor="black", zorder=5)  # fmt: skip
 
 
 def _draw_ratios(ax, points: list[Point], comparison: Comparison, colors) -> None:
-    """Ratio per configuration against a band of ±THRESHOLD: what falls outside is flagged."""
+    """Ratio per configuration against a band of ±THRESHOLD, which judges the pairs without
+    an interval (compare.py); the flagged are circled, whichever rule flagged them."""
     ax.axhspan(1 - THRESHOLD, 1 + THRESHOLD, color="0.92", zorder=0)
     ax.axhline(1.0, color="0.5", linewidth=0.8, zorder=1)
     pairs = [pair for p in points if (pair := comparison.pair_of(p)) is not None]
@@ -195,12 +216,13 @@ def _draw_panel(ax, points: list[Point], metric: Metric, colors: dict[int, str])
                 continue
             xs = [p.batch_size for p in shown]
             mean = [p.values[column][0] * metric.scale for p in shown]
-            low = [m - p.values[column][1] * metric.scale for m, p in zip(mean, shown)]
-            high = [p.values[column][2] * metric.scale - m for m, p in zip(mean, shown)]
             ax.plot(xs, mean, style, marker="o", markersize=5, color=colors[length])
-            if any(low) or any(high):  # repeated measurements: show their range
-                ax.errorbar(xs, mean, yerr=[low, high], fmt="none", ecolor=colors[length],
-                            capsize=3, linewidth=1)  # fmt: skip
+            below, above = bar_extents(shown, column, metric.scale)
+            barred = [i for i in range(len(shown)) if below[i] or above[i]]
+            if barred:  # only where there is an interval, or a range of repeated measurements
+                ax.errorbar([xs[i] for i in barred], [mean[i] for i in barred],
+                            yerr=[[below[i] for i in barred], [above[i] for i in barred]],
+                            fmt="none", ecolor=colors[length], capsize=3, linewidth=1)  # fmt: skip
     transform = ax.get_xaxis_transform()  # x in data, y in axes fractions
     for batch_size, height, length in invalid_markers(points):
         ax.plot(batch_size, height, marker=INVALID_MARKER, markersize=9, linestyle="none",
@@ -212,6 +234,22 @@ def _draw_panel(ax, points: list[Point], metric: Metric, colors: dict[int, str])
     ax.grid(True, color="0.9", linewidth=0.8)
     ax.tick_params(labelsize=8)
     ax.yaxis.set_major_formatter(_thousands)
+
+
+def bar_extents(points: list[Point], column: str, scale: float) -> tuple[list[float], list[float]]:
+    """How far each point's bar reaches below and above its mean: on the throughput panels
+    its 95 % interval where it has one, else the range of its repeated measurements (none for
+    one measurement)."""
+    below, above = [], []
+    for p in points:
+        mean, least, most = (v * scale for v in p.values[column])
+        if column in INTERVAL_COLUMNS and p.ci95_percent is not None:
+            below.append(mean * p.ci95_percent / 100)
+            above.append(mean * p.ci95_percent / 100)
+        else:
+            below.append(mean - least)
+            above.append(most - mean)
+    return below, above
 
 
 def _thousands(value: float, _position: int) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ado_actuators.sfttrainer.report.answers import answers
 from ado_actuators.sfttrainer.report.compare import Comparison
+from ado_actuators.sfttrainer.report.cost import COST_HEADING, cost, cost_lines
 from ado_actuators.sfttrainer.report.figure import render_png
 from ado_actuators.sfttrainer.report.page import render_html
 from ado_actuators.sfttrainer.report.summary import answer_blocks, as_text, comparison_block
@@ -26,7 +27,8 @@ def write_report(table: SpaceTable, out_dir: Path, stem: str, title: str,
                  comparison: Comparison | None = None) -> ReportFiles:  # fmt: skip
     """Writes OUT_DIR/STEM.png and OUT_DIR/STEM.html; each appears whole or not at all."""
     groups = answers(table)
-    blocks = answer_blocks(groups) + ([comparison_block(comparison)] if comparison else [])
+    blocks = [*answer_blocks(groups), (COST_HEADING, cost_lines(cost(table))),
+              *([comparison_block(comparison)] if comparison else [])]  # fmt: skip
     valid = sum(p.valid for p in table.points)
     subtitle = ", ".join(f"{FIELD_LABELS.get(name, name)} {value}" for name, value in table.shared)
     subtitle += ("; " if subtitle else "") + (

@@ -11,8 +11,16 @@ import html
 from ado_actuators.sfttrainer.report.metrics import COMPANION_TITLES
 from ado_actuators.sfttrainer.report.answers import SPEED, speed
 from ado_actuators.sfttrainer.report.compare import Comparison
-from ado_actuators.sfttrainer.report.summary import Block, configuration, format_value, ratio_text
-from ado_actuators.sfttrainer.report.table import FIELD_LABELS, Point, SpaceTable
+from ado_actuators.sfttrainer.report.summary import (
+    Block,
+    configuration,
+    format_value,
+    percent_text,
+    ratio_text,
+)
+from ado_actuators.sfttrainer.report.table import FIELD_LABELS, INTERVAL, Point, SpaceTable
+
+INTERVAL_TITLE = "dataset tokens/s 95 % interval (± %)"
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #222; }
@@ -34,6 +42,8 @@ def render_html(table: SpaceTable, png: bytes, title: str, subtitle: str = "",
     value_columns = [(c, t) for m in table.metrics
                      for c, t in ((m.column, m.title),
                                   *((x, COMPANION_TITLES.get(x, x)) for x in m.companions))]  # fmt: skip
+    if any(p.ci95_percent is not None for p in table.points):  # beside the figure it qualifies
+        value_columns.insert(1, (INTERVAL, INTERVAL_TITLE))
     scale = {m.column: m.scale for m in table.metrics}
     head = ["GPUs", "experiment", *(FIELD_LABELS.get(v, v) for v in table.varying),
             "sequence length", "batch size", "valid",
@@ -87,8 +97,10 @@ def _comparison(comparison: Comparison) -> str:
         rows.append(f"<tr{css}>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells)
                     + "".join(f'<td class="n">{html.escape(n)}</td>'
                               for n in (here, there, ratio_text(pair)))
-                    + f"<td>{html.escape(pair.flag or '')}</td></tr>")  # fmt: skip
-    head = ["experiment", "configuration", "dataset tokens/s here", "there", "ratio", "flag"]
+                    + f"<td>{html.escape(pair.flag or '')}</td>"
+                    + f"<td>{html.escape(pair.judged_by or '')}</td></tr>")  # fmt: skip
+    head = ["experiment", "configuration", "dataset tokens/s here", "there", "ratio", "flag",
+            "judged by"]  # fmt: skip
     return f"""<table>
 <caption>Compared with {html.escape(comparison.other_name)}, per matched configuration</caption>
 <thead><tr>{"".join(f"<th>{html.escape(h)}</th>" for h in head)}</tr></thead>
@@ -112,6 +124,8 @@ def _row(point: Point, value_columns: list[tuple[str, str]], scale: dict[str, fl
 
 
 def _number(point: Point, column: str, scale: float) -> str:
+    if column == INTERVAL:
+        return "" if point.ci95_percent is None else percent_text(point.ci95_percent)
     if column not in point.values:
         return ""
     return format_value(point.values[column][0] * scale)

@@ -10,7 +10,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from ado_actuators.sfttrainer.report.table import TableError
+from ado_actuators.sfttrainer.report.table import ANSWERED, EXPERIMENT, REASON, TableError
 
 SpaceRows = list[dict[str, Any]]
 
@@ -47,7 +47,25 @@ def rows_from_space(space_id: str, context_file: Path | None = None) -> SpaceRow
             "spaces with `ado get spaces`, or pick the context with --context FILE"
         ) from None
     frame = space.measuredEntitiesTable(property_type="target")
-    return frame.to_dict(orient="records")
+    return with_metadata(frame.to_dict(orient="records"), space.sampledEntities())
+
+
+def with_metadata(rows: SpaceRows, entities: Any) -> SpaceRows:
+    """The rows with what the table of properties leaves out: each result's answered_by and
+    invalid_reason (actuator/results.py stores the reason in the metadata), one per
+    measurement in the order ado lists the row's values in (its results' order), "" where a
+    result has none. ado's CSV has neither, so only a space read here counts what was answered
+    without launching (report/cost.py)."""
+    found: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for entity in entities:
+        for result in entity.measurement_results:
+            key = (entity.identifier, str(result.experimentReference))
+            found.setdefault(key, []).append(result.metadata or {})
+    for row in rows:
+        metadata = found.get((str(row.get("identifier")), str(row.get(EXPERIMENT))), [])
+        row[ANSWERED] = [str(m.get(ANSWERED) or "") for m in metadata]
+        row[REASON] = [str(m.get(REASON) or "") for m in metadata]
+    return rows
 
 
 def _project_context(context_file: Path | None) -> Any:

@@ -12,12 +12,15 @@ from ado_actuators.sfttrainer.report.answers import (
     gpu_hours_per_million_tokens,
     speed,
 )
-from ado_actuators.sfttrainer.report.compare import THRESHOLD, Comparison, Pair
+from ado_actuators.sfttrainer.report.compare import BAND, INTERVALS, THRESHOLD, Comparison, Pair
 from ado_actuators.sfttrainer.report.table import FIELD_LABELS, Panel, Point
 
 Block = tuple[str, list[str]]
+FLAG_RULE = ("slower or faster where the 95 % intervals do not overlap (beyond "
+             f"±{THRESHOLD:.0%} where a row has no interval), or valid in one space only")
 # Beyond this, the picture says how many more and the page lists them all.
 MAX_FLAGGED_LINES = 8
+NO_INTERVAL = "no 95 % interval: stored before it existed, or too few steps"
 
 
 def format_value(value: float) -> str:
@@ -33,17 +36,49 @@ def configuration(point: Point) -> str:
 
 
 def answer_blocks(groups: tuple[GroupAnswers, ...]) -> list[Block]:
-    return [(g.label, [_fastest(g), *_limits(g.batch_limits), *_scaling(g.scaling)]) for g in groups]
+    return [(g.label, [_fastest(g), *_ties(g), *_limits(g.batch_limits), *_scaling(g.scaling)])
+            for g in groups]  # fmt: skip
+
+
+def with_interval(point: Point) -> str:
+    """"1,234 ± 1.2 %": dataset tokens/s and the half-width of its 95 % interval."""
+    if point.ci95_percent is None:
+        return format_value(speed(point))
+    return f"{format_value(speed(point))} ± {percent_text(point.ci95_percent)} %"
+
+
+def percent_text(percent: float) -> str:
+    """Two significant digits, as precise as an interval's own width is known."""
+    return f"{percent:.2g}" if percent < 10 else f"{percent:.0f}"
 
 
 def _fastest(group: GroupAnswers) -> str:
     if group.fastest is None:
         return "Fastest valid: none, no configuration ran (all is_valid = 0)"
     cost = gpu_hours_per_million_tokens(group.fastest)
+    interval = " (95 % interval)" if group.fastest.ci95_percent is not None else f" ({NO_INTERVAL})"
     return (f"Fastest valid: {configuration(group.fastest)}: "
-            f"{format_value(speed(group.fastest))} dataset tokens/s"
+            f"{with_interval(group.fastest)} dataset tokens/s{interval}"
             + (f", {cost:.3g} GPU-hours per million dataset tokens" if cost else "")
             + _memory(group.fastest))  # fmt: skip
+
+
+def _ties(group: GroupAnswers) -> list[str]:
+    """The configurations the measurements cannot tell from the fastest, and those not
+    judged: a lead within the noise is no answer to act on."""
+    if group.fastest is None or not group.rivals:
+        return []
+    named = "; ".join(f"{configuration(p)}: {with_interval(p)}"
+                      + (" (the same speed, no interval)" if p.ci95_percent is None else "")
+                      for p in group.tied)  # fmt: skip
+    if group.fastest.ci95_percent is None:
+        return ["Tied: not judged, the fastest has no 95 % interval (only an equal speed ties)"
+                + (f"; the same speed: {named}" if named else "")]  # fmt: skip
+    line = f"Tied within the 95 % intervals: {named or 'none (no other interval overlaps)'}"
+    if group.unjudged:
+        line += (f"; {group.unjudged} other valid configuration{'s' if group.unjudged > 1 else ''}"
+                 f" not judged ({NO_INTERVAL}; only an equal speed would tie)")  # fmt: skip
+    return [line]
 
 
 def _memory(point: Point) -> str:
@@ -97,7 +132,7 @@ def comparison_block(comparison: Comparison) -> Block:
     lines = [
         f"{len(comparison.pairs)} configurations matched ({comparison.only_here} only here, "
         f"{comparison.only_there} only there); ratio = dataset tokens/s here ÷ there; "
-        f"{len(flagged)} differ by more than {THRESHOLD:.0%} or in validity",
+        f"{len(flagged)} differ: {FLAG_RULE}",
         *(_pair(p) for p in flagged[:MAX_FLAGGED_LINES]),
     ]  # fmt: skip
     if len(flagged) > MAX_FLAGGED_LINES:
@@ -107,7 +142,25 @@ def comparison_block(comparison: Comparison) -> Block:
 
 def _pair(pair: Pair) -> str:
     ratio = f"{pair.ratio:.2f}× " if pair.ratio is not None else ""
-    return f"{', '.join(pair.point.panel.column)}, {configuration(pair.point)}: {ratio}{pair.flag}"
+    return (f"{', '.join(pair.point.panel.column)}, {configuration(pair.point)}: {ratio}"
+            f"{pair.flag}{judged(pair)}")  # fmt: skip
+
+
+def judged(pair: Pair) -> str:
+    """Which rule flagged the pair, with what it compared."""
+    if pair.judged_by == INTERVALS:
+        return (f" (95 % intervals apart: {with_interval(pair.point)} here, "
+                f"{with_interval(pair.other)} there)")  # fmt: skip
+    if pair.judged_by is not None:
+        return f" (beyond the {BAND}: {_without(pair)})"
+    return ""
+
+
+def _without(pair: Pair) -> str:
+    here, there = (p.ci95_percent is None for p in (pair.point, pair.other))
+    if here and there:
+        return "neither row has a 95 % interval"
+    return f"the row {'here' if here else 'there'} has no 95 % interval"
 
 
 def ratio_text(pair: Pair) -> str:

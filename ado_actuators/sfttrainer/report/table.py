@@ -16,12 +16,20 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ado_actuators.sfttrainer.catalog.entity import FIELDS
+from ado_actuators.sfttrainer.contract.outcomes import ANSWERED_BY
 from ado_actuators.sfttrainer.report.metrics import METRICS, Metric
 
 # The axes of every panel: x, one line per value, and the row facet.
 X, LINE, ROW = "batch_size", "model_max_length", "number_gpus"
 EXPERIMENT = "experiment_id"
 VALIDITY = "is_valid"
+THROUGHPUT = "dataset_tokens_per_second"
+INTERVAL = "dataset_tokens_per_second_ci95_percent"  # metrics/precision.py
+SECONDS = "measurement_seconds"  # what the measurement held its devices for (execute/cluster.py)
+# A result's metadata, which ado's table of properties leaves out: sources.py adds them to the
+# rows it reads through ado's API, one per measurement; ado's CSV has neither. The reason is
+# the key actuator/results.py stores an Invalid's reason under.
+ANSWERED, REASON = ANSWERED_BY, "invalid_reason"
 REQUIRED = (EXPERIMENT, X, LINE, VALIDITY)
 # Named in the picture's subtitle when the whole space shares one value.
 CONTEXT_FIELDS = ("model_name", "gpu_model", "number_nodes", "dataset_id", "fms_hf_tuning_version")
@@ -65,6 +73,33 @@ class Point:
     # entity field and experiment parameter, as (name, text) pairs; a comparison of two
     # spaces matches on these (compare.py).
     identity: tuple[tuple[str, str], ...] = ()
+    # The 95 % interval of the mean dataset tokens/s, relative, in percent; None where a valid
+    # measurement has none (stored before it existed, or too few steps).
+    ci95_percent: float | None = None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """(low, high) dataset tokens/s."""
+        if self.ci95_percent is None or THROUGHPUT not in self.values:
+            return None
+        mean = self.values[THROUGHPUT][0]
+        # mean * percent / 100, not mean * (1 + percent / 100): exact where the numbers are
+        half = mean * self.ci95_percent / 100
+        return mean - half, mean + half
+
+
+@dataclasses.dataclass(frozen=True)
+class Stored:
+    """One row (an entity under one experiment, measured once or more) as what it held, for
+    cost.py. Each tuple lists the row's measurements in the order ado lists their values."""
+
+    number_gpus: int | None
+    number_nodes: int
+    valid: tuple[bool, ...]
+    seconds: tuple[float, ...]  # measurement_seconds, of the measurements that have one
+    # One per measurement, "" where it has none; None where the table holds no metadata.
+    answered_by: tuple[str, ...] | None
+    reasons: tuple[str, ...] | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +108,8 @@ class SpaceTable:
     metrics: tuple[Metric, ...]  # those with at least one value to plot, in display order
     varying: tuple[str, ...]  # entity fields besides the axes that split the facets
     shared: tuple[tuple[str, str], ...] = ()  # (field, value) every configuration has
+    # Every row, the experiments without throughput to draw included: they held devices too.
+    stored: tuple[Stored, ...] = ()
 
     @property
     def panels(self) -> tuple[Panel, ...]:
@@ -113,6 +150,7 @@ def space_table(rows: Iterable[Mapping[str, Any]], source: str = "the table") ->
             "(a space of SFTTrainer benchmark experiments, with batch_size and "
             "model_max_length in its entity space)"
         )
+    stored = tuple(_stored(row) for row in rows)
     rows = _without_experiments_measuring_no_throughput(rows, source)
     labels = _experiment_labels({str(row[EXPERIMENT]) for row in rows})
     varying = tuple(
@@ -142,7 +180,7 @@ def space_table(rows: Iterable[Mapping[str, Any]], source: str = "the table") ->
         (name, _text(rows[0][name])) for name in CONTEXT_FIELDS
         if name in columns and len({_hashable(row.get(name)) for row in rows}) == 1
     )  # fmt: skip
-    return SpaceTable(points, present, varying, shared)
+    return SpaceTable(points, present, varying, shared, stored)
 
 
 def _without_experiments_measuring_no_throughput(rows: list[dict[str, Any]], source: str):
@@ -184,7 +222,53 @@ def _point(key: tuple[Panel, int, int], rows: list[dict[str, Any]]) -> Point:
                 values[column] = (statistics.fmean(found), min(found), max(found))
     measurements = sum(max(1, len(_numbers(r.get(VALIDITY)))) for r in rows)
     return Point(panel, sequence_length, batch_size, bool(valid_rows), values, measurements,
-                 _identity(rows[0]))  # fmt: skip
+                 _identity(rows[0]), _interval(valid_rows))  # fmt: skip
+
+
+def _interval(rows: list[dict[str, Any]]) -> float | None:
+    """One measurement: its own interval. Several: the narrowest interval about their mean that
+    holds each one's, so the spread between runs widens it (a run's interval is its own noise
+    only, metrics/precision.py). None unless every throughput has an interval: ado lists each
+    property's values apart, so a value and an interval pair up only when both lists do."""
+    pairs: list[tuple[float, float]] = []
+    for row in rows:
+        speeds, widths = _numbers(row.get(THROUGHPUT)), _numbers(row.get(INTERVAL))
+        if len(speeds) != len(widths):
+            return None
+        pairs += zip(speeds, widths, strict=True)
+    if not pairs or not all(math.isfinite(s) and math.isfinite(w) and w >= 0 for s, w in pairs):
+        return None
+    if len(pairs) == 1:
+        return pairs[0][1]
+    mean = statistics.fmean(s for s, _ in pairs)
+    low = min(s - s * w / 100 for s, w in pairs)
+    high = max(s + s * w / 100 for s, w in pairs)
+    return 100 * max(mean - low, high - mean) / mean if mean > 0 else None
+
+
+def _stored(row: dict[str, Any]) -> Stored:
+    nodes = row.get("number_nodes")
+    if nodes in (None, ""):  # fixed in the experiment's parameterization, or the default 1
+        nodes = split_experiment(str(row.get(EXPERIMENT, "")))[1].get("number_nodes", 1)
+    valid = tuple(v >= 1 for v in _numbers(row.get(VALIDITY))) or (False,)
+    seconds = tuple(v for v in _numbers(row.get(SECONDS)) if math.isfinite(v) and v >= 0)
+    return Stored(_whole(row.get(ROW)), _whole(nodes) or 1, valid, seconds,
+                  _texts(row, ANSWERED), _texts(row, REASON))  # fmt: skip
+
+
+def _whole(cell: Any) -> int | None:
+    try:
+        return _integer(cell)
+    except ValueError:
+        return None
+
+
+def _texts(row: dict[str, Any], column: str) -> tuple[str, ...] | None:
+    if column not in row:
+        return None
+    cell = row[column]
+    items = cell if isinstance(cell, list | tuple) else [cell]
+    return tuple("" if item is None else str(item) for item in items)
 
 
 def _identity(row: dict[str, Any]) -> tuple[tuple[str, str], ...]:
