@@ -233,6 +233,7 @@ def test_the_metadata_of_a_measurement():
         "dataset_tokens_per_second_ci95": None,  # two steps: no interval
         "model_parameters": TINY.model_dump(),
         "stopped_by": "stop_after_seconds=30",
+        "auto_stop": None,  # no adaptive method
         "aim_run_hash": "4f2a",
     }  # fmt: skip
 
