@@ -3,17 +3,19 @@
     .venv/bin/python benchmarks/stopping.py [--workdir DIR] [--truth-factor 10] [--quick]
 
 One CPU space: the demo's tiny Llama (examples/local-cpu/tiny_model.py) trained by one process
-(number_gpus 0) at batch_size x model_max_length in CONFIGURATIONS, float32, 4 micro-batches
-per step. Those sizes give steps of a tenth of a second to about a second on two cores: long
-enough that a step is not at the mercy of one scheduler tick, short enough that the spec's
-three minutes hold hundreds of steps. Each configuration is measured three times, one right
+(number_gpus 0) at batch_size x model_max_length x gradient_accumulation_steps in
+CONFIGURATIONS, float32: steps of a quarter of a second or so on two cores. Shorter steps
+leave the figure at the mercy of single scheduler ticks (and 10x a cap's worth of them exceeds
+max_steps' domain); longer ones make the truth run (10x the steps) last longer than a
+benchmark can. Each configuration is measured three times, one right
 after the other, through the engine (engine.measurement.measure; no ado, no Ray):
 
 1. spec:   auto_stop_method WARMUP_60S_STABLE_120S_OR_10_STEPS;
 2. steady: auto_stop_method STEADY_CI95_1PCT, its default cap (trainer/steady.py);
-3. truth:  max_steps = --truth-factor (>= 10) x the steps the steady run trained, no early
-   stop. Its figure is dataset tokens per second over its steps after the steady run's
-   warm-up count (at least the first tenth), the same series and arithmetic as a row's.
+3. truth:  max_steps = --truth-factor (>= 10) x the steps the steady run trained (at most
+   10,000, max_steps' domain: it warns when that is fewer), no early stop. Its figure is
+   dataset tokens per second over its steps after the steady run's warm-up count (at least
+   the first tenth), the same series and arithmetic as a row's.
 
 It prints each configuration's training seconds (first step's start to last step's end) under
 both methods, their ratio, each row's figure and 95 % interval against the truth, and
@@ -46,14 +48,17 @@ import demo_kit  # noqa: E402,F401  (examples/local-cpu on the path)
 from tiny_model import build_tiny_model  # noqa: E402
 
 DATASET = "news-chars-512-entries-4096"
-CONFIGURATIONS = ((2, 128), (4, 128), (2, 256), (4, 256))  # (batch_size, model_max_length)
+CONFIGURATIONS = ((2, 128, 16), (4, 256, 4))  # (batch_size, model_max_length, accumulation)
+MAX_STEPS = 9999  # max_steps' domain is [-1, 10000)
 EXPERIMENT = "finetune_full_benchmark-v1.0.0"
 RATIO_GOAL, COVERAGE_GOAL = 0.5, 0.9
 
 
-def run(settings: MeasurementSettings, base: dict, batch: int, length: int, name: str, **extra):
+def run(settings: MeasurementSettings, base: dict, shape: tuple[int, int, int], name: str, **extra):
+    batch, length, accumulation = shape
     entity = {**base, "model_max_length": length, "batch_size": batch, "max_steps": -1,
-              "num_train_epochs": 10000.0, **extra}  # fmt: skip
+              "gradient_accumulation_steps": accumulation, "num_train_epochs": 10000.0,
+              **extra}  # fmt: skip
     outcome = measure(entity, EXPERIMENT, settings, label=name, use_cpu=not base["number_gpus"])
     if not isinstance(outcome, Measured):
         raise SystemExit(f"{name}: {getattr(outcome, 'reason', outcome)}")
@@ -92,19 +97,26 @@ def compare(settings: MeasurementSettings, base: dict, configurations, truth_fac
     entity fields `base` (model, GPUs, dtype, dataset); prints a line per configuration and
     the summary, writes both to out/stopping.json. benchmarks/gpu/stopping.py calls it too."""
     results = []
-    for batch, length in configurations:
-        here = f"b{batch}-l{length}"
-        spec, spec_reports = run(settings, base, batch, length, f"{here}-spec",
+    for shape in configurations:
+        batch, length, accumulation = shape
+        here = f"b{batch}-l{length}-ga{accumulation}"
+        spec, spec_reports = run(settings, base, shape, f"{here}-spec",
                                  auto_stop_method=WARMUP_60S_STABLE_120S_OR_10_STEPS)  # fmt: skip
-        steady, steady_reports = run(settings, base, batch, length, f"{here}-steady",
+        steady, steady_reports = run(settings, base, shape, f"{here}-steady",
                                      auto_stop_method=STEADY_CI95_1PCT)  # fmt: skip
         trained = len(steady_reports[0].steps)
-        _, truth_reports = run(settings, base, batch, length, f"{here}-truth",
-                               max_steps=truth_factor * trained)  # fmt: skip
+        # by steps, as the truth must be: stop_after_seconds would tokenise the dataset in the
+        # background while it trains (trainer/lazy_dataset.py), slowing the truth alone
+        steps = min(truth_factor * trained, MAX_STEPS)
+        _, truth_reports = run(settings, base, shape, f"{here}-truth", max_steps=steps)
+        if steps < truth_factor * trained:
+            print(f"warning: {here}'s truth trained {steps} steps (max_steps' domain ends at "
+                  f"{MAX_STEPS}), fewer than {truth_factor} x {trained}", flush=True)  # fmt: skip
         skip = max(steady_reports[0].warmup_steps, len(truth_reports[0].steps) // 10)
         truth = truth_figure(truth_reports, skip)
         entry = {
             "batch_size": batch, "model_max_length": length,
+            "gradient_accumulation_steps": accumulation,
             "spec": row(spec) | {"training_seconds": training_seconds(spec_reports),
                                  "steps": len(spec_reports[0].steps)},
             "steady": row(steady) | {"training_seconds": training_seconds(steady_reports),
@@ -157,7 +169,7 @@ def line(e: dict) -> str:
                 f"tok/s ±{ci} ({f['error_percent']:+.2f} % vs truth, "
                 f"{'covers' if f['covers_truth'] else 'misses'})")  # fmt: skip
     stop = e["steady"]["auto_stop"] or {}
-    return (f"batch {e['batch_size']} x {e['model_max_length']}: {fig('spec')} | {fig('steady')} "
+    return (f"batch {e['batch_size']} x {e['model_max_length']} x {e['gradient_accumulation_steps']}: {fig('spec')} | {fig('steady')} "
             f"[{stop.get('ended_by')}, warm-up {stop.get('warmup_steps')} steps] | truth "
             f"{e['truth']['tokens_per_second']:.0f} tok/s over {e['truth']['steps']} steps")
 

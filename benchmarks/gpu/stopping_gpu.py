@@ -30,7 +30,7 @@ from ado_actuators.sfttrainer.engine.settings import MeasurementSettings  # noqa
 from ado_actuators.sfttrainer.execute.environment import installed_fms_hf_tuning  # noqa: E402
 from ado_actuators.sfttrainer.metrics.gpu_peaks import gpu_model_from_device_name  # noqa: E402
 
-CONFIGURATIONS = ((4, 1024), (8, 1024))
+CONFIGURATIONS = ((4, 1024, 1), (8, 1024, 1))  # (batch_size, model_max_length, accumulation)
 
 
 def main() -> None:
@@ -54,7 +54,7 @@ def main() -> None:
     base = {
         "model_name": GRANITE, "number_gpus": 1,
         "gpu_model": gpu_model_from_device_name(torch.cuda.get_device_name(0)),
-        "dataset_id": DATASET_ID, "gradient_accumulation_steps": 1, "torch_dtype": "bfloat16",
+        "dataset_id": DATASET_ID, "torch_dtype": "bfloat16",
         "flash_attn": importlib.util.find_spec("flash_attn") is not None,
         "fms_hf_tuning_version": installed_fms_hf_tuning(),
     }  # fmt: skip

@@ -24,7 +24,7 @@ from ado_actuators.sfttrainer.trainer.stopping import (
 pytestmark = pytest.mark.slow
 DATASET = "news-chars-512-entries-4096"
 WARMUP, STABLE, STABLE_STEPS = 60.0, 120.0, 10
-STEADY_CAP = 40.0
+STEADY_CAP = 25.0
 
 
 def measure_with(method: dict, root: Path, tiny_model_dir: Path):

@@ -148,6 +148,6 @@ def test_gpu_hours_follow_the_entity_s_stop():
         pytest.approx(0.1), "auto-stop: at least 60 s + 120 s")
     # STEADY_CI95_1PCT: at most its cap, or an earlier stop_after_seconds
     assert hours(auto_stop_method="STEADY_CI95_1PCT") == (
-        pytest.approx(2 * 120 / 3600), "STEADY_CI95_1PCT: at most 120 s")
+        pytest.approx(2 * 80 / 3600), "STEADY_CI95_1PCT: at most 80 s")
     assert hours(auto_stop_method="STEADY_CI95_1PCT", auto_stop_max_seconds=1800.0,
                  stop_after_seconds=900.0) == (0.5, "STEADY_CI95_1PCT: at most 900 s")  # fmt: skip
