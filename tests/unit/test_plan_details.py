@@ -36,6 +36,9 @@ def test_the_trainer_job_carries_the_aim_repo_labels_and_stop_policy():
     job = plan_launch(labelled.model_copy(update={"run_labels": {"entity": "e1"}})).job
     assert job.aim_repo == "/work/m1/aim" and job.run_labels == {"entity": "e1"}
     assert (job.stop_after_seconds, job.auto_stop_method) == (30.0, WARMUP_60S_STABLE_120S_OR_10_STEPS)
+    assert job.auto_stop_max_seconds == 80.0  # the field's default reaches the trainer
+    capped = plan_launch(inputs(auto_stop_method="STEADY_CI95_1PCT", auto_stop_max_seconds=45.0)).job
+    assert (capped.auto_stop_method, capped.auto_stop_max_seconds) == ("STEADY_CI95_1PCT", 45.0)
 
 
 def test_files_go_under_the_measurements_workdir():

@@ -12,7 +12,7 @@ from ado_actuators.sfttrainer.contract.trainer_io import AutoStopOutcome, Outcom
 from ado_actuators.sfttrainer.execute.classify import auto_stop_note, launch_outcome
 from ado_actuators.sfttrainer.execute.node import NodeRun
 from ado_actuators.sfttrainer.stats.batch_means import throughput_interval
-from ado_actuators.sfttrainer.stats.trend import mann_kendall
+from ado_actuators.sfttrainer.stats.trend import Trend, mann_kendall
 from ado_actuators.sfttrainer.trainer.steady import (
     DEFAULT_MAX_SECONDS,
     MIN_STEADY_STEPS,
@@ -58,7 +58,9 @@ def test_one_outlier_cannot_fake_a_trend():
 
 
 def test_equal_values_have_no_order_and_no_trend():
-    assert mann_kendall([0.5] * 10).z == 0.0
+    assert mann_kendall([0.5] * 10) == Trend(0, 0.0)  # a variance of 0 too
+    # a rise then the same fall: S = 0, and Z is 0, not the continuity correction's -1 / sd
+    assert mann_kendall([1, 2, 3, 4, 5, 5, 4, 3, 2, 1]) == Trend(0, 0.0)
     assert not mann_kendall([1.0, 2.0] * 5).significant  # alternating
 
 
@@ -191,6 +193,21 @@ def test_the_cap_counts_from_the_first_start_and_the_target_is_judged_on_tokens_
             break
     assert 0 < varying.outcome().ci95_percent <= 1.0
     assert count > 1 + WARMUP_WINDOW + MIN_STEADY_STEPS
+
+
+def test_a_target_met_exactly_counts_and_a_rank_that_counted_no_token_never_meets_it():
+    exact = SteadyInterval(target_percent=0.0)  # a constant series' interval is exactly 0 %
+    assert drive(exact, [3.0] + [0.5] * 100) == 1 + WARMUP_WINDOW + MIN_STEADY_STEPS
+    assert exact.outcome().target_reached
+    blind = SteadyInterval(max_seconds=40.0)
+    for n in range(100):  # no tokens given: the throughput is unknown, so no interval either
+        start = 1.7e9 + n * 0.5
+        blind.begin(start)
+        decision = blind.propose(start, start + 0.5)
+        blind.commit(start + 0.5, decision)
+        if decision.stop:
+            break
+    assert blind.outcome().ended_by == "cap" and blind.outcome().ci95_percent is None
 
 
 def test_added_seconds_is_the_row_series():

@@ -51,7 +51,6 @@ def mann_kendall(values: Sequence[float]) -> Trend:
     )
     ties = sum(t * (t - 1) * (2 * t + 5) for t in Counter(values).values())
     variance = (n * (n - 1) * (2 * n + 5) - ties) / 18
-    if variance <= 0:  # every value equal: no order, so no trend
-        return Trend(s, 0.0)
+    # S = 0 (every value equal among them, where the variance is 0 too): no trend either way
     z = (s - math.copysign(1, s)) / math.sqrt(variance) if s else 0.0
     return Trend(s, z)

@@ -46,6 +46,10 @@ to steps of 2.5 s, and far more steps than a CV of a few percent needs."""
 
 class SteadyInterval(PolicyBase):
     shares_steps = True
+    # set by propose(), which every step's commit() follows
+    _pending: tuple[float, float, int]
+    _reached: bool
+    _at_cap: bool
 
     def __init__(self, max_seconds: float | None = None, target_percent: float = TARGET_PERCENT):
         super().__init__()
@@ -56,14 +60,13 @@ class SteadyInterval(PolicyBase):
         self.steady = False
         self.warmup_steps = 0
         self.interval: Interval | None = None  # the last one judged
-        self._pending: tuple[float, float, int] | None = None
-        self._reached = self._at_cap = False
         self._ended_by: str | None = None
 
     def propose(self, start: float, end: float, tokens: int = 0) -> Decision:
         self._pending = (start, end, tokens)
         steps = [*self.seen, self._pending]
         self._at_cap = end - steps[0][0] >= self.max_seconds
+        self._reached = False
         if not self.steady:
             window = added_seconds(steps[1:])[-WARMUP_WINDOW:]
             settled = len(window) == WARMUP_WINDOW and not mann_kendall(window).significant
@@ -79,7 +82,6 @@ class SteadyInterval(PolicyBase):
 
     def commit(self, end: float, decision: Decision) -> None:
         super().commit(end, decision)
-        assert self._pending is not None, "commit() without propose()"
         self.seen.append(self._pending)
         if decision.end_warmup and not self.steady:
             self.steady, self.warmup_steps = True, self.steps
@@ -98,7 +100,7 @@ class SteadyInterval(PolicyBase):
             ended_by=self._ended_by or "training end",
             ci95_percent=percent,
             warmup_steps=self.warmup_steps,
-            measured_steps=len(self.seen) - self.warmup_steps if self.steady else len(self.seen),
+            measured_steps=len(self.seen) - self.warmup_steps,  # warmup_steps is 0 until steady
         )
 
 
