@@ -4,7 +4,7 @@
 
 One CPU space: the demo's tiny Llama (examples/local-cpu/tiny_model.py) trained by one process
 (number_gpus 0) at batch_size x model_max_length x gradient_accumulation_steps in
-CONFIGURATIONS, float32: steps of a quarter of a second or so on two cores. Shorter steps
+CONFIGURATIONS, float32: steps of 0.13 to 0.2 s on two cores. Shorter steps
 leave the figure at the mercy of single scheduler ticks (and 10x a cap's worth of them exceeds
 max_steps' domain); longer ones make the truth run (10x the steps) last longer than a
 benchmark can. Each configuration is measured three times, one right
