@@ -11,6 +11,8 @@ against transformers' LLaVA-Next expansion.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from typer.testing import CliRunner
 
@@ -186,9 +188,14 @@ def test_fms_hf_tuning_prepares_and_collates(files, processor, tmp_path):
     strict=False,
 )
 @pytest.mark.slow  # the module's LLaVA-NeXT processor takes ~12 s to build
-def test_fms_hf_tuning_without_conversation_field(files, processor, tmp_path):
+def test_fms_hf_tuning_without_conversation_field(files, processor, tmp_path, monkeypatch):
     pytest.importorskip("tuning")
     from tuning.data.setup_dataprocessor import process_dataargs
+
+    # fms maps with num_proc = os.cpu_count(): a pool forked from this threaded test process,
+    # whose teardown after the expected error once hung on a worker for the whole 900 s
+    # timeout (a fresh-clone CI run, 2026-11-25). One process raises the same error in place.
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
 
     process_dataargs(
         _data_args(files[SQUARE]), processor.tokenizer, _train_args(tmp_path),
