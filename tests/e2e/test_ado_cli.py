@@ -146,11 +146,12 @@ def test_operation_measures_valid_rows_and_leaves_failures_unstored(ado, tmp_pat
         assert float(row["gpu_memory_max_allocated_gib"]) == 0.0
         assert row.get("model_flops_utilization", "") in ("", "nan")
         if method == "pt":
-            # STEADY_CI95_1PCT: a tested warm-up left out, an interval, and a stop well before
-            # the spec's method's 180 s (at the target, or at the first step end past the cap)
+            # STEADY_CI95_1PCT: a tested warm-up left out, an interval, and a stop at the target
+            # or at the first step end past the 15 s cap: before the spec's method would even
+            # end its 60 s warm-up (a margin no step of a tiny model on busy cores comes near)
             assert float(row["warmup_seconds"]) > 0
             assert float(row["dataset_tokens_per_second_ci95_percent"]) > 0
-            assert float(row["warmup_seconds"]) + float(row["train_runtime"]) < STEADY_CAP + 5
+            assert float(row["warmup_seconds"]) + float(row["train_runtime"]) < 60
         else:  # 2 steps: too few for an interval, and nothing left out
             assert row.get("dataset_tokens_per_second_ci95_percent", "") in ("", "nan")
             assert float(row["warmup_seconds"]) == 0.0

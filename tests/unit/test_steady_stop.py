@@ -3,6 +3,7 @@ steady, one outlier, autocorrelated), and Mann-Kendall's arithmetic against hand
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 
@@ -23,19 +24,11 @@ from ado_actuators.sfttrainer.trainer.steady import (
 )
 from ado_actuators.sfttrainer.trainer.stopping import AnyOf, StopAfterSeconds, make_policy
 
+import stop_drive
 
-def drive(policy, durations, tokens=100, t0=1.7e9, gap=0.0):
-    """Feeds steps of the given durations; returns how many steps ran before the stop."""
-    t = t0
-    for n, duration in enumerate(durations, start=1):
-        start, end = t, t + duration
-        policy.begin(start)
-        decision = policy.propose(start, end, tokens)
-        policy.commit(end, decision)
-        if decision.stop:
-            return n
-        t = end + gap
-    return len(durations)
+
+# every step carries 100 tokens, at epoch-sized clocks as time.time() gives
+drive = functools.partial(stop_drive.drive, tokens=100, t0=1.7e9)
 
 
 # --- Mann-Kendall, by hand ------------------------------------------------------------------

@@ -19,20 +19,7 @@ from ado_actuators.sfttrainer.trainer.stopping import (
     agree,
     make_policy,
 )
-
-
-def drive(policy, durations, t0=1000.0, gap=0.0):
-    """Feeds steps of the given durations; returns how many steps ran before the stop."""
-    t = t0
-    for n, duration in enumerate(durations, start=1):
-        start, end = t, t + duration
-        policy.begin(start)
-        decision = policy.propose(start, end)
-        policy.commit(end, decision)
-        if decision.stop:
-            return n
-        t = end + gap
-    return len(durations)
+from stop_drive import drive
 
 
 def test_never_stop_needs_no_agreement():

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 
 from ado_actuators.sfttrainer.contract.trainer_io import GpuSample, RankReport, StepTiming
 from ado_actuators.sfttrainer.metrics import flops, gpu_peaks, precision
-from ado_actuators.sfttrainer.stats import batch_means
 from ado_actuators.sfttrainer.metrics.steps import step_time_properties
+from ado_actuators.sfttrainer.stats import batch_means
 
 GPU_SERIES = {
     "gpu_compute_utilization": "compute_percent",
