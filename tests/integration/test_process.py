@@ -6,6 +6,7 @@ machine starts a process does not matter.
 """
 
 import os
+import subprocess
 import sys
 import textwrap
 import time
@@ -14,6 +15,7 @@ import psutil
 from keep_active import KeepActive  # pytest puts tests/ on sys.path
 
 from ado_actuators.sfttrainer.execute.process import run_process
+from ado_actuators.sfttrainer.host.pdeathsig import EXECUTOR_PID_ENV
 
 STALL = 2  # seconds: the tests wait it out once or thrice
 NEVER = 3600  # a stall timeout the processes that end by themselves never come near
@@ -89,3 +91,41 @@ def test_progress_files_keep_a_quiet_process_alive(tmp_path):
                              activity_paths=(beat,))  # fmt: skip
     assert result.returncode == 0 and result.stopped_by_watchdog is None
     assert result.seconds >= 3 * STALL
+
+
+def rank_without_arguments(executor_pid: int) -> subprocess.CompletedProcess:
+    """The trainer's entry point as a launcher starts a rank, told which executor it descends from."""
+    env = {**os.environ, EXECUTOR_PID_ENV: str(executor_pid)}
+    return subprocess.run(
+        [sys.executable, "-m", "ado_actuators.sfttrainer.trainer"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_a_rank_whose_executor_is_not_its_ancestor_exits_before_its_imports():
+    # A launcher SIGKILLed while its rank was still importing leaves the rank re-parented, out
+    # of reach of the parent-death signal it had not yet asked for. A live process that is not
+    # an ancestor stands in for that executor, so the outcome does not depend on a race.
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        orphan = rank_without_arguments(stranger.pid)
+    finally:
+        stranger.kill()
+        stranger.wait()
+    # exit 1 and silent: it never reached the argument parsing that would print its usage (2)
+    assert (orphan.returncode, orphan.stdout, orphan.stderr) == (1, "", "")
+
+
+def test_a_rank_that_descends_from_its_executor_runs_on():
+    descendant = rank_without_arguments(os.getpid())
+    assert descendant.returncode == 2 and "--sfttrainer_job" in descendant.stdout + descendant.stderr
+
+
+def test_the_launcher_is_told_which_executor_it_descends_from(tmp_path):
+    log = tmp_path / "log"
+    script = f"import os; print(os.environ[{EXECUTOR_PID_ENV!r}])"
+    result = run_process(
+        [sys.executable, "-c", script], env=dict(os.environ), cwd=tmp_path, log_path=log,
+        stall_timeout=NEVER,
+    )  # fmt: skip
+    assert result.returncode == 0 and log.read_text().split() == [str(os.getpid())]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from ado_actuators.sfttrainer.host.pdeathsig import die_with_parent
+from ado_actuators.sfttrainer.host.pdeathsig import EXECUTOR_PID_ENV, die_with_parent
 
 TERMINATE_GRACE_SECONDS = 15.0
 
@@ -148,18 +148,24 @@ def run_process(
     must not hold an operation forever.
     """
     started = time.monotonic()
+    executor = os.getpid()
+
+    def die_with_executor() -> None:
+        # If the worker running this is SIGKILLed, the launcher dies with it (each rank does
+        # the same towards the launcher: trainer/__main__.py), even between fork and prctl.
+        if die_with_parent() and os.getppid() != executor:
+            os._exit(1)
+
     with log_path.open("ab") as log:
         process = subprocess.Popen(
             argv,
             cwd=cwd,
-            env=env,
+            env={**env, EXECUTOR_PID_ENV: str(executor)},
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            # If the worker running this is SIGKILLed, the launcher dies with it (each rank
-            # does the same towards the launcher: trainer/__main__.py).
-            preexec_fn=die_with_parent,
+            preexec_fn=die_with_executor,
         )
     watched = [log_path, *activity_paths]
     stopped_by = None

@@ -10,6 +10,13 @@ fms runs in the caller's working directory; its termination log goes to the repo
 
 from __future__ import annotations
 
+if __name__ == "__main__":
+    # Before the imports below, which take seconds on busy cores: a launcher SIGKILLed in that
+    # window would leave this rank training on, holding GPUs and a dead rendezvous.
+    from ado_actuators.sfttrainer.host.pdeathsig import die_with_executor
+
+    die_with_executor()
+
 import contextlib
 import datetime
 import logging
@@ -285,7 +292,4 @@ def exit_without_teardown(code: int):
 
 
 if __name__ == "__main__":
-    # A rank whose launcher is killed outright (SIGKILL: no chance to stop its ranks) must not
-    # train on, holding GPUs and a half-dead rendezvous.
-    die_with_parent()
     exit_without_teardown(main())
