@@ -3,7 +3,8 @@
 How each run was trained, per table (fms-acceleration at the data's commit, cited in
 benchmarks/data/fms_acceleration_a100_80gb.csv): yahma/alpaca-cleaned packed into full
 sequences of max_seq_length 4096 (santacoder: 2048, its tokenizer's limit), flash attention,
-gradient checkpointing, AdamW, one micro-batch per step (scripts/benchmarks/scenarios*.yaml,
+gradient checkpointing (transformers' default, reentrant: defaults.yaml sets no
+gradient_checkpointing_kwargs), FSDP for more than one GPU (accelerate.yaml), AdamW, one micro-batch per step (scripts/benchmarks/scenarios*.yaml,
 defaults.yaml, benchmark.py); transformers 4.48.1 for `a100_80gb`, 4.45.2 for the granite and
 liger tables (scripts/benchmarks/refs/requirements*.txt). The MoE table trained unpacked
 batches padded to their longest sample (about 280 tokens at the first batch, the longest one
@@ -60,7 +61,7 @@ def workload(run: Run, config: dict) -> Workload:
     dims = Dimensions.of(config)
     return Workload(
         per_device_batch=run.batch, sequence_length=sequence_length(run, config),
-        gradient_accumulation_steps=run.accumulation,
+        gradient_accumulation_steps=run.accumulation, reentrant_checkpointing=True,
         loss=loss_code(TRANSFORMERS[run.table], dims.model_type),
         fused_loss=fused_loss(run.framework), fast_rms_layernorm=fast_rms(run.framework),
         autocast=run.mixed_precision, fsdp_upcast=run.mixed_precision and run.gpus > 1,

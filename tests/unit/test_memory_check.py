@@ -158,3 +158,14 @@ def test_skip_predicted_oom_answers_without_launching_and_its_default_launches(m
     # launched: it goes on to the node's checks (a model directory without a tokenizer here)
     launched = measure(entity, FULL.identifier, settings(False), label="p")
     assert isinstance(launched, Failed) and "no tokenizer file" in launched.reason
+
+
+def test_reentrant_checkpointing_of_lora_over_fsdp_holds_the_input_gradients(model_dir):
+    location = model_dir(LLAMA_8B)
+    entity = dict(number_gpus=2, batch_size=4, model_max_length=1024)
+    held = check(values(**entity, gradient_checkpointing_use_reentrant=True), location, LORA)
+    plain = check(values(**entity), location, LORA)
+    backward = held.prediction.phases["backward"]
+    # (32 layers - 1) x 2 sequences of 1,024 tokens x 4,096 x 2 bytes
+    assert backward["fsdp_held_input_gradients"] == 31 * 2048 * 4096 * 2
+    assert "fsdp_held_input_gradients" not in plain.prediction.phases["backward"]

@@ -15,6 +15,7 @@ from ado_actuators.sfttrainer.plan.memory_peak import (
     Workload,
     activation_bytes,
     gathered_bytes,
+    held_input_gradient_bytes,
     layer_activation_bytes,
     logits_bytes,
     predict_peak,
@@ -239,7 +240,7 @@ def test_on_the_published_a100_runs_the_prediction_is_close_and_calls_no_run_tha
     assert found["runs_with_torch_peak"] > 200
     assert found["median_abs_error"] <= 0.10
     assert found["ran_predicted_out_of_memory"] == 0
-    assert found["out_of_memory_predicted"] >= 70
+    assert found["out_of_memory_predicted"] >= 85  # the issue's recall goal, of 100 OOMs
 
 
 # ---- every field and key, exactly (what `make mutation` asks of this module) -----------------
@@ -374,6 +375,42 @@ def test_the_fp32_upcast_needs_fsdp_over_several_devices_and_unquantized_weights
     two = full(number_gpus=2)
     sharded = predict_peak(counts, dims, two, memory_bound(counts, two), upcast)
     assert sharded.notes[-1] == "FSDP under mixed precision: trainable parameters upcast to fp32"
+    # LoRA: the adapters are units of their own; the layers' frozen weights stay bf16
+    lora = Training(peft_method="lora", torch_dtype="bfloat16", optim="adamw_torch",
+                    number_gpus=2, target_modules=("q_proj",))  # fmt: skip
+    bound = memory_bound(counts, lora)
+    step = predict_peak(counts, dims, lora, bound, upcast).phases["optimizer_step"]
+    assert step["weights"] == bound.parts["weights"]
+    assert step["gradients"] == 2 * bound.parts["gradients"] > 0
+    assert step["optimizer_state"] == 2 * bound.parts["optimizer_state"] > 0
+
+
+def lora_over(number_gpus: int, backend: str = "FSDP", peft: str = "lora") -> Training:
+    return Training(peft_method=peft, torch_dtype="bfloat16", optim="adamw_torch",
+                    number_gpus=number_gpus, target_modules=("q_proj",),
+                    distributed_backend=backend)  # fmt: skip
+
+
+def test_fsdp_over_frozen_layers_holds_every_layers_input_gradient_under_reentrant_checkpointing():
+    counts, dims = count_parameters(TINY), Dimensions.of(TINY)
+    reentrant = Workload(per_device_batch=2, sequence_length=8, reentrant_checkpointing=True)
+    two = lora_over(2)
+    # (2 layers - 1) x 16 tokens x hidden 64 x 2 bytes
+    assert held_input_gradient_bytes(dims, two, memory_bound(counts, two), reentrant) == 2048
+    pt = lora_over(2, peft="pt")
+    assert held_input_gradient_bytes(dims, pt, memory_bound(counts, pt), reentrant) == 2048
+    prediction = predict_peak(counts, dims, two, memory_bound(counts, two), reentrant)
+    assert prediction.phases["backward"]["fsdp_held_input_gradients"] == 2048
+    assert "fsdp_held_input_gradients" not in prediction.phases["loss"]
+    # none of it: the layers train (full), one device, DDP, no checkpointing, non-reentrant
+    for training, work in [
+        (full(number_gpus=2), reentrant), (lora_over(1), reentrant), (lora_over(2, "DDP"), reentrant),
+        (two, Workload(2, 8, gradient_checkpointing=False, reentrant_checkpointing=True)),
+        (two, Workload(2, 8)),
+    ]:  # fmt: skip
+        assert held_input_gradient_bytes(dims, training, memory_bound(counts, training), work) == 0
+        phases = predict_peak(counts, dims, training, memory_bound(counts, training), work).phases
+        assert "fsdp_held_input_gradients" not in phases.get("backward", {})
 
 
 def test_logits_under_autocast_and_by_default():

@@ -170,6 +170,7 @@ def _workload(values: Any, definition: ExperimentDefinition, model_type: str) ->
         per_device_batch=max(1, values.batch_size // batch_devices(values)),
         sequence_length=values.model_max_length,
         gradient_checkpointing=bool(values.gradient_checkpointing),
+        reentrant_checkpointing=bool(values.gradient_checkpointing_use_reentrant),
         flash_attention=bool(values.flash_attn),
         gradient_accumulation_steps=values.gradient_accumulation_steps,
         loss=loss_code_for(values.fms_hf_tuning_version, model_type),
