@@ -13,14 +13,21 @@ tiny random Llama, max_steps 2. Mixed into it, as a night has them:
   launched) and batch_size 3 over number_nodes 2 with CPU ranks (not divisible: Failed);
 - unsatisfiable entities: number_gpus 1 of a gpu_model no node has (Failed at once);
 - injected OOMs and crashes (the test hook tests/e2e/inject/sitecustomize.py, FAULT_ENV
-  `oom@1` / `exception@1`): batch_size 3 at one sequence length runs out of memory, batch_size
-  4 at another crashes.
-Once half of the trainings have started, the `ado` process itself is SIGKILLed; the same
-operation file is then run again. Afterwards it checks and prints:
+  `oom@1` / `exception@1`): batch_size 3 at the shortest sequence length runs out of memory,
+  batch_size 2 there crashes;
+- the entities that OOM answers without launching (single-node CPU, batch_size >= 3 and any
+  length, the OOM itself aside), and the smaller batches at longer lengths it must not answer:
+  each asks the record of measured OOMs only once the OOM is recorded (the test hook's
+  SFTTRAINER_TEST_AWAIT_OOM), the largest only in the run after the kill.
+Once half of the trainings have started and both OOMs are recorded, the `ado` process itself
+is SIGKILLed; the same operation file is then run again. Afterwards it checks and prints:
 - every (entity, experiment) has exactly one request in the last run's trace, and exactly
   one stored row (Success) or none (Failed); nothing stored twice over both runs;
 - no trainer or launcher process and no placement group (read from the cluster's state) is
   left after the kill, nor after the last run;
+- every entity the OOM answers never launched, in either run, and its reason names the OOM's
+  entity and its log (benchmarks/overnight_dominance.py); the one held back until after the
+  kill was answered from the OOM the killed run recorded; the record holds one OOM per method;
 - the per-measurement overhead (from ado issuing the request to the measurement's last file
   write, minus the trainer's train_runtime and minus the measurement's own wait for
   resources, `placement_wait_seconds`: with batchSize 3 on two nodes that wait is the
@@ -55,11 +62,14 @@ import demo_kit  # noqa: F401,E402  (examples/local-cpu on the path)
 import run_marks  # noqa: E402  (tests/)
 from ado_cli import AdoCLI, generate_text_dataset  # noqa: E402
 from ado_operations import leftover_processes, operation_id  # noqa: E402
+from overnight_dominance import audit, experiments_recorded, record_of  # noqa: E402
 from overnight_records import entities_of, key_of, overheads, stored_rows, trace  # noqa: E402
 from overnight_space import (  # noqa: E402
     BATCH_SIZE_OP,
     DATASET,
+    EXPERIMENTS,
     MODEL,
+    awaited,
     expected,
     faults,
     method_of,
@@ -99,9 +109,9 @@ def measurement_dirs(out: Path) -> list[Path]:
     return sorted(found)
 
 
-def run_killed_halfway(ado: AdoCLI, operation: Path, out: Path, half: int, log: Path) -> dict:
-    """`ado create operation`, SIGKILLed once `half` trainings have started and one of them
-    is training; then waits for what it started to go."""
+def run_killed_halfway(ado: AdoCLI, operation: Path, out: Path, half: int, log: Path, ready) -> dict:
+    """`ado create operation`, SIGKILLed once `half` trainings have started, one of them is
+    training and `ready()`; then waits for what it started to go."""
     started = time.monotonic()
     with log.open("w") as handle:
         proc = subprocess.Popen([ado.executable, "create", "operation", "-f", str(operation)],
@@ -111,7 +121,7 @@ def run_killed_halfway(ado: AdoCLI, operation: Path, out: Path, half: int, log: 
     try:
         while proc.poll() is None:
             running = trainer_processes(out)
-            if len(measurement_dirs(out)) >= half and running:
+            if len(measurement_dirs(out)) >= half and running and ready():
                 killed_with = running
                 proc.send_signal(signal.SIGKILL)  # the ado process itself
                 break
@@ -155,9 +165,9 @@ def _alive(pid: int) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true",
-                        help="one sequence length: 24 measurements, 10 trainings (a CI test)")  # fmt: skip
+                        help="two sequence lengths: 48 measurements, 14 trainings (a CI test)")  # fmt: skip
     parser.add_argument("--lengths", type=int, nargs="+", default=None,
-                        help="model_max_length values (default 32 64 128; --small: 64)")  # fmt: skip
+                        help="model_max_length values, shortest first (default 32 64 128; --small: 32 64)")  # fmt: skip
     parser.add_argument("--cpus", type=int, default=4, help="logical CPUs each raylet offers")
     parser.add_argument("--report-overhead-only", action="store_true",
                         help="print the overhead but do not judge it (a test: timings are "
@@ -165,7 +175,7 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="kept; default: a temporary one, deleted")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the cluster on SIGTERM too
-    lengths = args.lengths or ([64] if args.small else [32, 64, 128])
+    lengths = args.lengths or ([32, 64] if args.small else [32, 64, 128])
     injected = faults(lengths)
     promised = expected(lengths, injected)
     total_trainings = trainings(promised)
@@ -180,6 +190,7 @@ def main() -> int:
     if args.workdir is None:
         run.record_path(root)
     out = root / "out"
+    second_run = root / "second-run"  # what the entity held back until after the kill waits for
     offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
                "HF_HOME": str(root / "hf"), "TMPDIR": str(root / "tmp"),
                "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}  # fmt: skip
@@ -196,7 +207,9 @@ def main() -> int:
         python_path = os.pathsep.join(filter(None, [str(INJECT), str(REPO), os.environ.get("PYTHONPATH")]))
         node_env = {**offline, "PYTHONPATH": python_path,
                     "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-                    "SFTTRAINER_TEST_FAULTS": ";".join(f"{n}={f}" for n, f in injected.items())}  # fmt: skip
+                    "SFTTRAINER_TEST_FAULTS": ";".join(f"{n}={f}" for n, f in injected.items()),
+                    "SFTTRAINER_TEST_AWAIT_OOM": ";".join(f"{n}@{f}" if f else n
+                                                          for n, f in awaited(lengths, second_run).items())}  # fmt: skip
         cluster = start_cluster([{}, {}], env=node_env, cpus=args.cpus)
         ado_proc_env = {**offline, "RAY_ADDRESS": cluster.address, **cluster.auth_env,
                         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}  # fmt: skip
@@ -207,21 +220,21 @@ def main() -> int:
             "actuatorIdentifier": "SFTTrainer",
             "parameters": {"data_directory": str(data), "hf_home": offline["HF_HOME"],
                            "output_dir": str(out), "model_map": {MODEL: {"Vanilla": str(model)}},
-                           "stall_timeout_seconds": 120, "placement_timeout_seconds": 120,
-                           # every fault here must launch to show what it gives: the OOM would
-                           # otherwise answer the larger crash entity (a measured OOM's answers
-                           # are rehearsed in e2e/test_versions.py and integration tests)
-                           "oom_dominance": False},
+                           "stall_timeout_seconds": 120, "placement_timeout_seconds": 120},
         }))  # fmt: skip
         space_id = ado.create("space", write_yaml(root / "space.yaml", space_document(lengths)),
                               "--new-sample-store")  # fmt: skip
         operation = write_yaml(root / "operation.yaml", operation_document(space_id, config_id))
 
-        first = run_killed_halfway(ado, operation, out, math.ceil(total_trainings / 2), root / "first.log")
+        record = record_of(data)
+        first = run_killed_halfway(ado, operation, out, math.ceil(total_trainings / 2), root / "first.log",
+                                   ready=lambda: len(experiments_recorded(record)) == len(EXPERIMENTS))  # fmt: skip
         if not first["killed"]:
             failures.append("the first run ended before half of the trainings had started")
+        at_kill = {e.proof.get("experiment"): e.proof for e in record.ooms()}
         after_kill, cleared_in = wait_for_leftovers(cluster, out, first["pids"])
         print(f"after the kill: {len(after_kill)} left after {cleared_in:.1f} s {after_kill}", flush=True)
+        second_run.touch()
 
         second_started = time.monotonic()
         result = ado.run("create", "operation", "-f", str(operation), check=False, timeout=3600)
@@ -280,6 +293,9 @@ def main() -> int:
             outcome_of[key] = outcome
             if outcome != promise.split(":")[0]:
                 problems.append(f"{key}: {outcome}, the design promises {promise}: {reasons.get(key, '')[:200]}")
+        found, dominance = audit(promised, first_results + last_results, last_results, out, record,
+                                 at_kill, lengths, second_run)  # fmt: skip
+        problems += found
         breakdown = Counter(f"{outcome_of[k]} (promised {p})" for k, p in promised.items() if k in outcome_of)
         failed_reasons = Counter(reasons[k].splitlines()[0][:90] for k, o in outcome_of.items()
                                  if o == "failed" and k in reasons)  # fmt: skip
@@ -313,6 +329,9 @@ def main() -> int:
             ("failed", counts["failed"]),
             ("missing", counts["missing"]),
             ("duplicates", counts["duplicates"]),
+            ("answered by a measured OOM, never launched", dominance["dominated"]),
+            ("  of which after the kill, from the killed run's record", dominance["answered after the kill"]),
+            ("OOMs recorded", dominance["recorded"]),
             ("leftovers after kill / at end", f"{len(after_kill)} / {len(at_end)} (cleared in {cleared_in:.0f} s)"),
             (f"overhead first/last {n}, s", f"{head:.1f} / {tail:.1f} ({tail / head - 1:+.0%})" if n else "n/a"),
             ("  of which before launch, s", f"{wait_head:.1f} / {wait_tail:.1f}" if n else "n/a"),

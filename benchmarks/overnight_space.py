@@ -36,13 +36,26 @@ def write_yaml(path: Path, document: dict) -> Path:
 # ---- the space -------------------------------------------------------------------------
 
 
+OOM_BATCH = 3
+
+
 def faults(lengths: list[int]) -> dict[str, str]:
     """Needle -> FAULT_ENV. A needle is a whole single-node CPU entity's identifier followed
     by the "-" before the run's name, so it matches that measurement's directory only: OOM
-    for batch_size 3 at the middle length, a crash for batch_size 4 at the last."""
-    middle, last = lengths[len(lengths) // 2], lengths[-1]
-    return {f"{entity_id(3, middle, 0, 1)}-": "oom@1",
-            f"{entity_id(4, last, 0, 1)}-": "exception@1"}  # fmt: skip
+    for batch_size 3 at the first (shortest) length, a crash for batch_size 2 there."""
+    return {f"{oom_entity(lengths)}-": "oom@1",
+            f"{entity_id(OOM_BATCH - 1, lengths[0], 0, 1)}-": "exception@1"}  # fmt: skip
+
+
+def oom_entity(lengths: list[int]) -> str:
+    return entity_id(OOM_BATCH, lengths[0], 0, 1)
+
+
+def dominated(batch: int, length: int, gpus: int, nodes: int, lengths: list[int]) -> bool:
+    """Whether the injected OOM answers the entity: the same but for a batch and a length no
+    smaller (single-node CPU ranks, as the OOM's), the OOM itself aside."""
+    no_smaller = batch >= OOM_BATCH and length >= lengths[0]
+    return gpus == 0 and nodes == 1 and no_smaller and (batch, length) != (OOM_BATCH, lengths[0])
 
 
 def expected(lengths: list[int], injected: dict[str, str]) -> dict[tuple[str, str], str]:
@@ -59,12 +72,29 @@ def expected(lengths: list[int], injected: dict[str, str]) -> dict[tuple[str, st
                         outcome = "failed: unsatisfiable"
                     elif batch % nodes:
                         outcome = "failed: configuration"
+                    elif dominated(batch, length, gpus, nodes, lengths):
+                        outcome = "invalid: dominated"
                     else:
                         fault = next((f for n, f in injected.items() if nodes == 1 and n in entity + "-"), None)
                         outcome = {"oom@1": "invalid: OOM", "exception@1": "failed: crash"}.get(fault, "valid")
                     for method in EXPERIMENTS:
                         promised[(entity, method)] = outcome
     return promised
+
+
+def awaited(lengths: list[int], second_run: Path) -> dict[str, str]:
+    """Entity -> what it waits for before asking the record of measured OOMs (the test hook
+    SFTTRAINER_TEST_AWAIT_OOM): "" for its experiment's OOM alone, or a file besides. Every
+    entity the OOM answers, and the smaller batches at longer lengths it must not answer, ask
+    only once the OOM is recorded; the largest also only in the run after the kill, so that
+    one answer comes from what the killed run recorded."""
+    waits = {}
+    for length in lengths:
+        for batch in BATCH_SIZES:
+            if dominated(batch, length, 0, 1, lengths) or (batch < OOM_BATCH and length > lengths[0]):
+                waits[entity_id(batch, length, 0, 1)] = ""
+    waits[entity_id(BATCH_SIZES[-1], lengths[-1], 0, 1)] = str(second_run)
+    return waits
 
 
 def trainings(promised: dict[tuple[str, str], str]) -> int:

@@ -24,6 +24,11 @@ SFTTRAINER_TEST_MEET=DIR=TEXT,TEXT: a measurement whose directory's path contain
 TEXTs leaves `DIR/arrived-<TEXT>` and launches only once every TEXT has arrived: measurements
 that must run at once are shown to, by design rather than by schedule (run one after the
 other, the first waits out the guard and fails).
+SFTTRAINER_TEST_AWAIT_OOM=TEXT[@FILE];TEXT[@FILE]: a measurement whose label contains TEXT asks
+the record of measured OOMs only once the record holds an OOM measured under its own experiment
+(and FILE exists, where one is given): whether the OOM answers it is then decided after the OOM
+was recorded, by design rather than by schedule. The waiting task keeps its CPU: with at most
+six requests in flight on two 4-CPU nodes, one node always has the 2 CPUs an OOM's run needs.
 SFTTRAINER_TEST_HOLD_FAULT=DIR: a rank about to fire its injected fault first waits for
 `DIR/stopped-<its launcher's pid>`, which the test writes once it has done to the launcher
 what it wanted done before the fault (a SIGSTOP): an order by design, not by schedule. Then it
@@ -48,7 +53,11 @@ _SLOW = os.environ.get("SFTTRAINER_TEST_SLOW_PREPARE")
 _UNMOUNTED = os.environ.get("SFTTRAINER_TEST_UNMOUNTED_DATASET")
 _HOLD = os.environ.get("SFTTRAINER_TEST_HOLD_FAULT")
 _MEET = os.environ.get("SFTTRAINER_TEST_MEET")
+_AWAIT_OOM = [
+    entry.partition("@")[::2] for entry in os.environ.get("SFTTRAINER_TEST_AWAIT_OOM", "").split(";") if entry
+]
 _GUARD_SECONDS = 300  # only a hang reaches it: the peers' preparation is what is waited for
+_AWAIT_GUARD_SECONDS = 900  # only a hang reaches it: an OOM's run, or a killed first run
 
 
 def _break_conversion(module):
@@ -151,6 +160,26 @@ def _hold_faults(module):
     module.fire = fire
 
 
+def _await_oom(module):
+    real_answer = module.Neighbours.answer
+
+    @functools.wraps(real_answer)
+    def answer(self):
+        for needle, gate in _AWAIT_OOM:
+            if needle not in self.label:
+                continue
+            deadline = time.monotonic() + _AWAIT_GUARD_SECONDS
+            while not (any(e.proof.get("experiment") == self.experiment for e in self.record.ooms())
+                       and (not gate or Path(gate).exists())):  # fmt: skip
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{self.label} waited for an OOM of {self.experiment} in "
+                                       f"{self.record.path}{' and ' + gate if gate else ''}")  # fmt: skip
+                time.sleep(0.5)
+        return real_answer(self)
+
+    module.Neighbours.answer = answer
+
+
 class _Patch(importlib.abc.MetaPathFinder):
     """Runs `patch(module)` right after the module named `target` is first executed."""
 
@@ -176,5 +205,7 @@ if _BREAK_CONVERSION:
     sys.meta_path.insert(0, _Patch("ado_actuators.sfttrainer.actuator.results", _break_conversion))
 if _HOLD:
     sys.meta_path.insert(0, _Patch("ado_actuators.sfttrainer.trainer.faults", _hold_faults))
+if _AWAIT_OOM:
+    sys.meta_path.insert(0, _Patch("ado_actuators.sfttrainer.ledger.neighbours", _await_oom))
 if _FAULTS or _STAGES or _SLOW or _UNMOUNTED or _MEET:
     sys.meta_path.insert(0, _Patch("ado_actuators.sfttrainer.execute.node", _patch_node))
