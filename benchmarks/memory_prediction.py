@@ -4,8 +4,8 @@ How each run was trained, per table (fms-acceleration at the data's commit, cite
 benchmarks/data/fms_acceleration_a100_80gb.csv): yahma/alpaca-cleaned packed into full
 sequences of max_seq_length 4096 (santacoder: 2048, its tokenizer's limit), flash attention,
 gradient checkpointing (transformers' default, reentrant: defaults.yaml sets no
-gradient_checkpointing_kwargs), FSDP for more than one GPU (accelerate.yaml), AdamW, one micro-batch per step (scripts/benchmarks/scenarios*.yaml,
-defaults.yaml, benchmark.py); transformers 4.48.1 for `a100_80gb`, 4.45.2 for the granite and
+gradient_checkpointing_kwargs), FSDP for more than one GPU (accelerate.yaml), AdamW, one
+micro-batch per step (scripts/benchmarks/scenarios*.yaml, defaults.yaml, benchmark.py); transformers 4.48.1 for `a100_80gb`, 4.45.2 for the granite and
 liger tables (scripts/benchmarks/refs/requirements*.txt). The MoE table trained unpacked
 batches padded to their longest sample (about 280 tokens at the first batch, the longest one
 unrecorded) and recorded no torch peak: its runs are judged for OOM only.

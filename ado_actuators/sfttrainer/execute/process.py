@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import re
 import signal
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from ado_actuators.sfttrainer.host.pdeathsig import EXECUTOR_PID_ENV, die_with_parent
+from ado_actuators.sfttrainer.host.pdeathsig import EXECUTOR_PID_ENV, die_with
 
 TERMINATE_GRACE_SECONDS = 15.0
 
@@ -149,13 +150,6 @@ def run_process(
     """
     started = time.monotonic()
     executor = os.getpid()
-
-    def die_with_executor() -> None:
-        # If the worker running this is SIGKILLed, the launcher dies with it (each rank does
-        # the same towards the launcher: trainer/__main__.py), even between fork and prctl.
-        if die_with_parent() and os.getppid() != executor:
-            os._exit(1)
-
     with log_path.open("ab") as log:
         process = subprocess.Popen(
             argv,
@@ -165,7 +159,9 @@ def run_process(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=die_with_executor,
+            # If the worker running this is SIGKILLed, the launcher dies with it (each rank
+            # does the same towards the launcher: trainer/__main__.py).
+            preexec_fn=functools.partial(die_with, executor),
         )
     watched = [log_path, *activity_paths]
     stopped_by = None

@@ -31,6 +31,14 @@ def die_with_parent(sig: signal.Signals = signal.SIGKILL) -> bool:
         return False
 
 
+def die_with(parent_pid: int) -> None:
+    """die_with_parent, from a child of `parent_pid` right after the fork: exit at once if that
+    parent is already gone (it died between fork and the request; no signal would come).
+    Only getppid and prctl: safe between fork and exec."""
+    if die_with_parent() and os.getppid() != parent_pid:
+        os._exit(1)
+
+
 def die_with_executor() -> None:
     """die_with_parent, then exit at once if the executor named in the environment is no
     longer among this process's ancestors.

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from ado_actuators.sfttrainer.contract.trainer_io import JOB_FLAG, Outcome, RankReport, TrainerJob
-from ado_actuators.sfttrainer.host.pdeathsig import die_with_parent
+from ado_actuators.sfttrainer.host.pdeathsig import die_with
 from ado_actuators.sfttrainer.trainer import adapt, cuda, fms, lazy_dataset, stopping
 from ado_actuators.sfttrainer.trainer.callback import MeasurementCallback
 from ado_actuators.sfttrainer.trainer.failures import classify
@@ -90,8 +90,7 @@ def _default_sigterm_in_child() -> None:
     its queue's semaphore for ever (seen once in the overnight test)."""
     if signal.getsignal(signal.SIGTERM) is _raise_terminated:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if die_with_parent() and os.getppid() != _forking_pid:
-        os._exit(1)  # the rank died before the signal was asked for: nothing would send it
+    die_with(_forking_pid)
 
 
 os.register_at_fork(before=_remember_forking_pid, after_in_child=_default_sigterm_in_child)
