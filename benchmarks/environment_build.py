@@ -26,9 +26,11 @@ from ado_actuators.sfttrainer.plan import environments as plan
 def _spec(version: str) -> plan.EnvironmentSpec:
     roots = (*environment.WORKER_ROOTS, "torch")
     return plan.environment_spec(
-        version, plan.read_package_list(version), exact=False,
+        version,
+        plan.read_package_list(version),
+        exact=False,
         worker_needs=environment.worker_needs(roots),
-    )  # fmt: skip
+    )
 
 
 def _ours(spec: plan.EnvironmentSpec, directory: Path) -> list[float]:
@@ -63,7 +65,10 @@ def _ray(spec: plan.EnvironmentSpec, kinds: list[str]) -> dict[str, list[float]]
             times = []
             for _ in range(2):
                 started = time.monotonic()
-                assert ray.get(versions.options(runtime_env=runtime_env).remote()) == spec.fms_hf_tuning_version
+                assert (
+                    ray.get(versions.options(runtime_env=runtime_env).remote())
+                    == spec.fms_hf_tuning_version
+                )
                 times.append(time.monotonic() - started)
             results[kind] = times
     finally:

@@ -62,14 +62,20 @@ def held(frozen: bool, reentrant: bool, fsdp: bool) -> tuple[int, int]:
         for block in stack.blocks:
             block.linear.requires_grad_(False)
     if fsdp:
-        stack = FullyShardedDataParallel(stack, auto_wrap_policy=ModuleWrapPolicy({Block}),
-                                         device_id=torch.device("cpu"))  # fmt: skip
+        stack = FullyShardedDataParallel(
+            stack, auto_wrap_policy=ModuleWrapPolicy({Block}), device_id=torch.device("cpu")
+        )
     first = nn.Linear(WIDTH, WIDTH)
     hidden = first(torch.randn(2, 16, WIDTH))
     seen: list = []
-    hidden.register_hook(lambda grad: seen.append((
-        sum(ref() is not None for ref in inputs),
-        sum(ref() is not None and ref().grad is not None for ref in inputs))))
+    hidden.register_hook(
+        lambda grad: seen.append(
+            (
+                sum(ref() is not None for ref in inputs),
+                sum(ref() is not None and ref().grad is not None for ref in inputs),
+            )
+        )
+    )
     loss = stack(hidden, reentrant)
     inputs.clear()  # the first forward's inputs: only the recomputed ones count
     loss.backward()
@@ -90,9 +96,11 @@ def main() -> None:
     print(f"{'blocks':<10} {'checkpoint':<14} {'FSDP':<5} inputs alive / with a gradient")
     for frozen, reentrant, fsdp in itertools.product((True, False), repeat=3):
         alive, with_grad = held(frozen, reentrant, fsdp)
-        print(f"{'frozen' if frozen else 'trainable':<10} "
-              f"{'reentrant' if reentrant else 'non-reentrant':<14} {'yes' if fsdp else 'no':<5} "
-              f"{alive} / {with_grad}")  # fmt: skip
+        print(
+            f"{'frozen' if frozen else 'trainable':<10} "
+            f"{'reentrant' if reentrant else 'non-reentrant':<14} {'yes' if fsdp else 'no':<5} "
+            f"{alive} / {with_grad}"
+        )
     dist.destroy_process_group()
 
 

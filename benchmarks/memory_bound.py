@@ -75,17 +75,24 @@ def load_runs(path: Path = DATA / "fms_acceleration_a100_80gb.csv") -> list[Run]
     runs = []
     for row in csv.DictReader(lines):
         peak = _number(row["mem_peak_torch_mem_alloc_in_bytes"])
-        runs.append(Run(
-            table=row["table"], framework=row["framework_config"],
-            model=row["model_name_or_path"], gpus=int(row["num_gpus"]),
-            peft="lora" if row["peft_method"] == "lora" else "none",
-            batch=int(row["per_device_train_batch_size"]),
-            accumulation=int(row["gradient_accumulation_steps"] or 1),
-            mixed_precision=row["bf16"] == "True" or row["fp16"] == "True",
-            r=int(float(row["r"] or 8)), targets=tuple(row["target_modules"].split()),
-            dtype=row["torch_dtype"], nvidia_mib=_number(row["mem_nvidia_mem_reserved"]),
-            torch_peak=int(peak) if peak else None, ran=bool(row["train_runtime"].strip()),
-        ))  # fmt: skip
+        runs.append(
+            Run(
+                table=row["table"],
+                framework=row["framework_config"],
+                model=row["model_name_or_path"],
+                gpus=int(row["num_gpus"]),
+                peft="lora" if row["peft_method"] == "lora" else "none",
+                batch=int(row["per_device_train_batch_size"]),
+                accumulation=int(row["gradient_accumulation_steps"] or 1),
+                mixed_precision=row["bf16"] == "True" or row["fp16"] == "True",
+                r=int(float(row["r"] or 8)),
+                targets=tuple(row["target_modules"].split()),
+                dtype=row["torch_dtype"],
+                nvidia_mib=_number(row["mem_nvidia_mem_reserved"]),
+                torch_peak=int(peak) if peak else None,
+                ran=bool(row["train_runtime"].strip()),
+            )
+        )
     return runs
 
 
@@ -94,8 +101,14 @@ def load_configs(path: Path = DATA / "model_configs.yaml") -> dict[str, dict]:
     configs = {}
     for model, entry in raw.items():
         base = raw[entry["same_as"]]["config"] if "same_as" in entry else entry["config"]
-        configs[model] = {**base, **({"quantization_config": entry["quantization_config"]}
-                                     if "quantization_config" in entry else {})}  # fmt: skip
+        configs[model] = {
+            **base,
+            **(
+                {"quantization_config": entry["quantization_config"]}
+                if "quantization_config" in entry
+                else {}
+            ),
+        }
     return configs
 
 
@@ -104,9 +117,14 @@ def bound_of(run: Run, config: dict) -> MemoryBound:
     if "bnb" in run.framework:
         bits = 4  # bitsandbytes QLoRA: the plugin loads the block weights in 4 bits
     training = Training(
-        peft_method=run.peft, torch_dtype=run.dtype, optim="adamw_torch",
-        number_gpus=run.gpus, lora_r=run.r, target_modules=run.targets, quantized_bits=bits,
-    )  # fmt: skip
+        peft_method=run.peft,
+        torch_dtype=run.dtype,
+        optim="adamw_torch",
+        number_gpus=run.gpus,
+        lora_r=run.r,
+        target_modules=run.targets,
+        quantized_bits=bits,
+    )
     return memory_bound(count_parameters(config), training)
 
 
@@ -119,10 +137,14 @@ def judge(run: Run, configs: dict[str, dict]) -> Verdict:
     if run.ran:
         without_context = bound.total - bound.parts["cuda_context"]
         if run.torch_peak is not None and run.torch_peak <= without_context:
-            problems.append(f"torch peak {run.torch_peak / GIB:.2f} GiB <= bound "
-                            f"{without_context / GIB:.2f} GiB")  # fmt: skip
+            problems.append(
+                f"torch peak {run.torch_peak / GIB:.2f} GiB <= bound "
+                f"{without_context / GIB:.2f} GiB"
+            )
         if run.nvidia_mib is not None and run.nvidia_mib * MIB <= bound.total:
-            problems.append(f"nvidia-smi {run.nvidia_mib / 1024:.2f} GiB <= bound {bound.gib:.2f} GiB")
+            problems.append(
+                f"nvidia-smi {run.nvidia_mib / 1024:.2f} GiB <= bound {bound.gib:.2f} GiB"
+            )
     return Verdict(run, bound, "; ".join(problems) or None)
 
 
@@ -148,8 +170,9 @@ def report(verdicts: list[Verdict]) -> str:
         torch_peak = run.torch_peak / GIB if run.torch_peak else None
         nvidia = run.nvidia_mib / 1024 if run.nvidia_mib else None
         bound = v.bound.gib if v.bound else None
-        lines.append(f"{run.label()[:62]:<62} {_cell(bound)} {_cell(torch_peak)} "
-                     f"{_cell(nvidia)}  {outcome}")  # fmt: skip
+        lines.append(
+            f"{run.label()[:62]:<62} {_cell(bound)} {_cell(torch_peak)} {_cell(nvidia)}  {outcome}"
+        )
     return "\n".join(lines)
 
 
@@ -171,8 +194,10 @@ def counts(verdicts: list[Verdict]) -> dict[str, int]:
 def main() -> int:
     verdicts = evaluate()
     print(report(verdicts))
-    print("\nGiB per device; bound = weights + gradients + AdamW state (sharded) + 0.25 CUDA "
-          "context;\ntorch = rank 0's max_memory_allocated, nvidia = nvidia-smi peak.")  # fmt: skip
+    print(
+        "\nGiB per device; bound = weights + gradients + AdamW state (sharded) + 0.25 CUDA "
+        "context;\ntorch = rank 0's max_memory_allocated, nvidia = nvidia-smi peak."
+    )
     summary = counts(verdicts)
     print("\n" + ", ".join(f"{k}: {v}" for k, v in summary.items()))
     bad = summary["ran_below_bound_violations"] + summary["ran_called_certain_oom"]

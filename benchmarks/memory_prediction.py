@@ -32,8 +32,12 @@ from ado_actuators.sfttrainer.plan.memory_peak import (
     predict_peak,
 )
 
-TRANSFORMERS = {"a100_80gb": "4.48.1", "a100_80gb_granite": "4.45.2",
-                "a100_80gb_liger": "4.45.2", "a100_80gb_moe": "4.52.4"}  # fmt: skip
+TRANSFORMERS = {
+    "a100_80gb": "4.48.1",
+    "a100_80gb_granite": "4.45.2",
+    "a100_80gb_liger": "4.45.2",
+    "a100_80gb_moe": "4.52.4",
+}
 PACKED_LENGTH = 4096
 MOE_PADDED_LENGTH = 280  # the first batch's; the longest batch's is not recorded
 
@@ -60,12 +64,16 @@ def fast_rms(framework: str) -> bool:
 def workload(run: Run, config: dict) -> Workload:
     dims = Dimensions.of(config)
     return Workload(
-        per_device_batch=run.batch, sequence_length=sequence_length(run, config),
-        gradient_accumulation_steps=run.accumulation, reentrant_checkpointing=True,
+        per_device_batch=run.batch,
+        sequence_length=sequence_length(run, config),
+        gradient_accumulation_steps=run.accumulation,
+        reentrant_checkpointing=True,
         loss=loss_code(TRANSFORMERS[run.table], dims.model_type),
-        fused_loss=fused_loss(run.framework), fast_rms_layernorm=fast_rms(run.framework),
-        autocast=run.mixed_precision, fsdp_upcast=run.mixed_precision and run.gpus > 1,
-    )  # fmt: skip
+        fused_loss=fused_loss(run.framework),
+        fast_rms_layernorm=fast_rms(run.framework),
+        autocast=run.mixed_precision,
+        fsdp_upcast=run.mixed_precision and run.gpus > 1,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,10 +97,22 @@ def cases(runs: list[Run] | None = None) -> list[Case]:
         if config is None:
             continue
         dims = Dimensions.of(config)
-        training = Training(peft_method=run.peft, torch_dtype=run.dtype, optim="adamw_torch",
-                            number_gpus=run.gpus, lora_r=run.r, target_modules=run.targets)  # fmt: skip
-        inputs = (count_parameters(config), dims, training, bound_of(run, config),
-                  workload(run, config), run.targets if run.peft == "lora" else ())  # fmt: skip
+        training = Training(
+            peft_method=run.peft,
+            torch_dtype=run.dtype,
+            optim="adamw_torch",
+            number_gpus=run.gpus,
+            lora_r=run.r,
+            target_modules=run.targets,
+        )
+        inputs = (
+            count_parameters(config),
+            dims,
+            training,
+            bound_of(run, config),
+            workload(run, config),
+            run.targets if run.peft == "lora" else (),
+        )
         found.append(Case(run, dims.model_type, inputs))
     return found
 
@@ -122,8 +142,11 @@ def median_error(rows: list[Judged]) -> float:
     return statistics.median(errors) if errors else float("nan")
 
 
-AXES = {"activations": [a / 20 for a in range(10, 41)], "recompute": [r / 4 for r in range(0, 17)],
-        "logits": [x / 20 for x in range(16, 31)]}  # fmt: skip
+AXES = {
+    "activations": [a / 20 for a in range(10, 41)],
+    "recompute": [r / 4 for r in range(0, 17)],
+    "logits": [x / 20 for x in range(16, 31)],
+}
 
 
 def fit(found: list[Case], start: Fitted = Fitted()) -> Fitted:
@@ -171,7 +194,9 @@ def summary(rows: list[Judged]) -> dict[str, float]:
 
 def report(rows: list[Judged]) -> str:
     device = device_memory_bytes(GPU_MODEL)
-    lines = [f"{'table':6} {'configuration':<52} {'pred':>6} {'torch':>6} {'nvidia':>6} {'error':>6}  outcome"]
+    lines = [
+        f"{'table':6} {'configuration':<52} {'pred':>6} {'torch':>6} {'nvidia':>6} {'error':>6}  outcome"
+    ]
     for j in rows:
         run = j.run
         torch_peak = f"{run.torch_peak / GIB:6.2f}" if run.torch_peak else "     -"
@@ -181,8 +206,10 @@ def report(rows: list[Judged]) -> str:
             outcome = "ran, PREDICTED OOM" if device_need(j) > device else "ran"
         else:
             outcome = "OOM, predicted" if device_need(j) > device else "OOM, not predicted"
-        lines.append(f"{run.table[9:15] or '80gb':6} {run.label()[:52]:<52} {j.predicted / GIB:6.2f} "
-                     f"{torch_peak} {nvidia} {error}  {outcome}")  # fmt: skip
+        lines.append(
+            f"{run.table[9:15] or '80gb':6} {run.label()[:52]:<52} {j.predicted / GIB:6.2f} "
+            f"{torch_peak} {nvidia} {error}  {outcome}"
+        )
     return "\n".join(lines)
 
 
@@ -190,23 +217,35 @@ def main() -> dict[str, float]:
     found = cases()
     rows = judge(found)
     print(report(rows))
-    print("\nGiB per device; pred = the predicted peak (plan/memory_peak.py, FITTED), torch = rank 0's "
-          "max_memory_allocated, nvidia = nvidia-smi's peak; error against torch; OOM predicted "
-          f"when pred x {1 + ALLOCATOR_HEADROOM:g} + the CUDA context exceeds 80 GiB.")  # fmt: skip
+    print(
+        "\nGiB per device; pred = the predicted peak (plan/memory_peak.py, FITTED), torch = rank 0's "
+        "max_memory_allocated, nvidia = nvidia-smi's peak; error against torch; OOM predicted "
+        f"when pred x {1 + ALLOCATOR_HEADROOM:g} + the CUDA context exceeds 80 GiB."
+    )
     found_summary = summary(rows)
-    print("prediction: " + ", ".join(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}"
-                                     for k, v in found_summary.items()))  # fmt: skip
+    print(
+        "prediction: "
+        + ", ".join(
+            f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}"
+            for k, v in found_summary.items()
+        )
+    )
     print(f"constants: FITTED {FITTED}; fitted here on every run: {fit(found)}")
     pooled = []
     for family, (fitted, own) in leave_one_family_out(found).items():
         pooled += own
         judged_runs = sum(j.error is not None for j in own)
-        print(f"  leave {family:<12} out: fitted on the others {fitted}, median |error| on "
-              f"{family}: {median_error(own):.1%} over {judged_runs} runs")  # fmt: skip
+        print(
+            f"  leave {family:<12} out: fitted on the others {fitted}, median |error| on "
+            f"{family}: {median_error(own):.1%} over {judged_runs} runs"
+        )
     left_out = summary(pooled)
-    print("prediction, each family with the others' fit: "
-          + ", ".join(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}"
-                      for k, v in left_out.items()))  # fmt: skip
+    print(
+        "prediction, each family with the others' fit: "
+        + ", ".join(
+            f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}" for k, v in left_out.items()
+        )
+    )
     return found_summary
 
 

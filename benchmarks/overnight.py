@@ -109,14 +109,20 @@ def measurement_dirs(out: Path) -> list[Path]:
     return sorted(found)
 
 
-def run_killed_halfway(ado: AdoCLI, operation: Path, out: Path, half: int, log: Path, ready) -> dict:
+def run_killed_halfway(
+    ado: AdoCLI, operation: Path, out: Path, half: int, log: Path, ready
+) -> dict:
     """`ado create operation`, SIGKILLed once `half` trainings have started, one of them is
     training and `ready()`; then waits for what it started to go."""
     started = time.monotonic()
     with log.open("w") as handle:
-        proc = subprocess.Popen([ado.executable, "create", "operation", "-f", str(operation)],
-                                env=ado.env, stdout=handle, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.Popen(
+            [ado.executable, "create", "operation", "-f", str(operation)],
+            env=ado.env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     killed_with: dict[int, str] = {}
     try:
         while proc.poll() is None:
@@ -131,9 +137,12 @@ def run_killed_halfway(ado: AdoCLI, operation: Path, out: Path, half: int, log: 
             proc.kill()  # an error here: never leave it running
         proc.wait()
     killed_at = time.monotonic()
-    print(f"first run: {'SIGKILLed' if killed_with else f'ENDED by itself (exit {proc.returncode})'} "
-          f"after {killed_at - started:.1f} s, {len(measurement_dirs(out))} trainings launched, "
-          f"{len(killed_with)} trainer/launcher processes running", flush=True)  # fmt: skip
+    print(
+        f"first run: {'SIGKILLed' if killed_with else f'ENDED by itself (exit {proc.returncode})'} "
+        f"after {killed_at - started:.1f} s, {len(measurement_dirs(out))} trainings launched, "
+        f"{len(killed_with)} trainer/launcher processes running",
+        flush=True,
+    )
     return {"killed": bool(killed_with), "pids": killed_with, "seconds": killed_at - started}
 
 
@@ -144,7 +153,11 @@ def wait_for_leftovers(cluster, out: Path, pids: dict[int, str]) -> tuple[list[s
     started = time.monotonic()
     while True:
         alive = [f"pid {pid}: {cmd[:160]}" for pid, cmd in pids.items() if _alive(pid)]
-        alive += [f"pid {pid}: {cmd[:160]}" for pid, cmd in trainer_processes(out).items() if pid not in pids]
+        alive += [
+            f"pid {pid}: {cmd[:160]}"
+            for pid, cmd in trainer_processes(out).items()
+            if pid not in pids
+        ]
         groups = [f"placement group {state}" for state in live_placement_groups(cluster)]
         waited = time.monotonic() - started
         if not (alive or groups) or waited > LEFTOVER_WAIT:
@@ -164,23 +177,39 @@ def _alive(pid: int) -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--small", action="store_true",
-                        help="two sequence lengths: 48 measurements, 14 trainings (a CI test)")  # fmt: skip
-    parser.add_argument("--lengths", type=int, nargs="+", default=None,
-                        help="model_max_length values, shortest first (default 32 64 128; --small: 32 64)")  # fmt: skip
+    parser.add_argument(
+        "--small",
+        action="store_true",
+        help="two sequence lengths: 48 measurements, 14 trainings (a CI test)",
+    )
+    parser.add_argument(
+        "--lengths",
+        type=int,
+        nargs="+",
+        default=None,
+        help="model_max_length values, shortest first (default 32 64 128; --small: 32 64)",
+    )
     parser.add_argument("--cpus", type=int, default=4, help="logical CPUs each raylet offers")
-    parser.add_argument("--report-overhead-only", action="store_true",
-                        help="print the overhead but do not judge it (a test: timings are "
-                             "the benchmark's claims, not a test's)")  # fmt: skip
-    parser.add_argument("--workdir", type=Path, default=None, help="kept; default: a temporary one, deleted")
+    parser.add_argument(
+        "--report-overhead-only",
+        action="store_true",
+        help="print the overhead but do not judge it (a test: timings are "
+        "the benchmark's claims, not a test's)",
+    )
+    parser.add_argument(
+        "--workdir", type=Path, default=None, help="kept; default: a temporary one, deleted"
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the cluster on SIGTERM too
     lengths = args.lengths or ([32, 64] if args.small else [32, 64, 128])
     injected = faults(lengths)
     promised = expected(lengths, injected)
     total_trainings = trainings(promised)
-    print(f"space: {len(promised)} measurements ({len(promised) // 2} entities x 2 methods), "
-          f"{total_trainings} of them train; faults {injected}", flush=True)  # fmt: skip
+    print(
+        f"space: {len(promised)} measurements ({len(promised) // 2} entities x 2 methods), "
+        f"{total_trainings} of them train; faults {injected}",
+        flush=True,
+    )
 
     # short: Ray's socket paths (under the cluster's own /tmp/sftc-*) and the labels
     root = (args.workdir or Path(tempfile.mkdtemp(prefix="sfton-", dir="/tmp"))).absolute()
@@ -191,9 +220,15 @@ def main() -> int:
         run.record_path(root)
     out = root / "out"
     second_run = root / "second-run"  # what the entity held back until after the kill waits for
-    offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-               "HF_HOME": str(root / "hf"), "TMPDIR": str(root / "tmp"),
-               "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}  # fmt: skip
+    offline = {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HOME": str(root / "hf"),
+        "TMPDIR": str(root / "tmp"),
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONUNBUFFERED": "1",
+    }
     (root / "tmp").mkdir(exist_ok=True)
     started = time.monotonic()
     cluster = None
@@ -204,36 +239,70 @@ def main() -> int:
         generate_text_dataset(data, DATASET, 64)
         # The raylets' workers (which run the measurements and start the trainers) import this
         # checkout and the fault hook: a `ray start` cluster's workers take the raylet's env.
-        python_path = os.pathsep.join(filter(None, [str(INJECT), str(REPO), os.environ.get("PYTHONPATH")]))
-        node_env = {**offline, "PYTHONPATH": python_path,
-                    "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-                    "SFTTRAINER_TEST_FAULTS": ";".join(f"{n}={f}" for n, f in injected.items()),
-                    "SFTTRAINER_TEST_AWAIT_OOM": ";".join(f"{n}@{f}" if f else n
-                                                          for n, f in awaited(lengths, second_run).items())}  # fmt: skip
+        python_path = os.pathsep.join(
+            filter(None, [str(INJECT), str(REPO), os.environ.get("PYTHONPATH")])
+        )
+        node_env = {
+            **offline,
+            "PYTHONPATH": python_path,
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+            "SFTTRAINER_TEST_FAULTS": ";".join(f"{n}={f}" for n, f in injected.items()),
+            "SFTTRAINER_TEST_AWAIT_OOM": ";".join(
+                f"{n}@{f}" if f else n for n, f in awaited(lengths, second_run).items()
+            ),
+        }
         cluster = start_cluster([{}, {}], env=node_env, cpus=args.cpus)
-        ado_proc_env = {**offline, "RAY_ADDRESS": cluster.address, **cluster.auth_env,
-                        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}  # fmt: skip
-        print(f"cluster of 2 raylets x {args.cpus} CPUs at {cluster.address}; inputs ready after "
-              f"{time.monotonic() - started:.1f} s", flush=True)  # fmt: skip
+        ado_proc_env = {
+            **offline,
+            "RAY_ADDRESS": cluster.address,
+            **cluster.auth_env,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        }
+        print(
+            f"cluster of 2 raylets x {args.cpus} CPUs at {cluster.address}; inputs ready after "
+            f"{time.monotonic() - started:.1f} s",
+            flush=True,
+        )
         ado = AdoCLI(home=root / "ado", extra_env=ado_proc_env)
-        config_id = ado.create("actuatorconfiguration", write_yaml(root / "ac.yaml", {
-            "actuatorIdentifier": "SFTTrainer",
-            "parameters": {"data_directory": str(data), "hf_home": offline["HF_HOME"],
-                           "output_dir": str(out), "model_map": {MODEL: {"Vanilla": str(model)}},
-                           "stall_timeout_seconds": 120, "placement_timeout_seconds": 120},
-        }))  # fmt: skip
-        space_id = ado.create("space", write_yaml(root / "space.yaml", space_document(lengths)),
-                              "--new-sample-store")  # fmt: skip
+        config_id = ado.create(
+            "actuatorconfiguration",
+            write_yaml(
+                root / "ac.yaml",
+                {
+                    "actuatorIdentifier": "SFTTrainer",
+                    "parameters": {
+                        "data_directory": str(data),
+                        "hf_home": offline["HF_HOME"],
+                        "output_dir": str(out),
+                        "model_map": {MODEL: {"Vanilla": str(model)}},
+                        "stall_timeout_seconds": 120,
+                        "placement_timeout_seconds": 120,
+                    },
+                },
+            ),
+        )
+        space_id = ado.create(
+            "space", write_yaml(root / "space.yaml", space_document(lengths)), "--new-sample-store"
+        )
         operation = write_yaml(root / "operation.yaml", operation_document(space_id, config_id))
 
         record = record_of(data)
-        first = run_killed_halfway(ado, operation, out, math.ceil(total_trainings / 2), root / "first.log",
-                                   ready=lambda: len(experiments_recorded(record)) == len(EXPERIMENTS))  # fmt: skip
+        first = run_killed_halfway(
+            ado,
+            operation,
+            out,
+            math.ceil(total_trainings / 2),
+            root / "first.log",
+            ready=lambda: len(experiments_recorded(record)) == len(EXPERIMENTS),
+        )
         if not first["killed"]:
             failures.append("the first run ended before half of the trainings had started")
         at_kill = {e.proof.get("experiment"): e.proof for e in record.ooms()}
         after_kill, cleared_in = wait_for_leftovers(cluster, out, first["pids"])
-        print(f"after the kill: {len(after_kill)} left after {cleared_in:.1f} s {after_kill}", flush=True)
+        print(
+            f"after the kill: {len(after_kill)} left after {cleared_in:.1f} s {after_kill}",
+            flush=True,
+        )
         second_run.touch()
 
         second_started = time.monotonic()
@@ -261,13 +330,19 @@ def main() -> int:
         reasons = {}
         for row in last_results:
             if str(row.get("Valid")).lower() != "true":
-                reasons[(entities_of(row)[0], method_of(row.get("Experiment ID", "")))] = row.get("Invalid Reason", "")
+                reasons[(entities_of(row)[0], method_of(row.get("Experiment ID", "")))] = row.get(
+                    "Invalid Reason", ""
+                )
         # stored twice over both runs: a measurement recorded by the killed run and again by the last
-        recorded = Counter((entities_of(r)[0], method_of(r.get("Experiment ID", "")))
-                           for r in first_results + last_results
-                           if r.get("Request type") == "measured" and str(r.get("Valid")).lower() == "true")  # fmt: skip
+        recorded = Counter(
+            (entities_of(r)[0], method_of(r.get("Experiment ID", "")))
+            for r in first_results + last_results
+            if r.get("Request type") == "measured" and str(r.get("Valid")).lower() == "true"
+        )
         counts = Counter()
-        problems = [f"{key}: in the last trace, not in the space" for key in in_trace if key not in promised]
+        problems = [
+            f"{key}: in the last trace, not in the space" for key in in_trace if key not in promised
+        ]
         outcome_of = {}
         for key, promise in sorted(promised.items()):
             if in_trace[key] != 1:
@@ -292,21 +367,40 @@ def main() -> int:
             counts[outcome] += 1
             outcome_of[key] = outcome
             if outcome != promise.split(":")[0]:
-                problems.append(f"{key}: {outcome}, the design promises {promise}: {reasons.get(key, '')[:200]}")
-        found, dominance = audit(promised, first_results + last_results, last_results, out, record,
-                                 at_kill, lengths, second_run)  # fmt: skip
+                problems.append(
+                    f"{key}: {outcome}, the design promises {promise}: {reasons.get(key, '')[:200]}"
+                )
+        found, dominance = audit(
+            promised,
+            first_results + last_results,
+            last_results,
+            out,
+            record,
+            at_kill,
+            lengths,
+            second_run,
+        )
         problems += found
-        breakdown = Counter(f"{outcome_of[k]} (promised {p})" for k, p in promised.items() if k in outcome_of)
-        failed_reasons = Counter(reasons[k].splitlines()[0][:90] for k, o in outcome_of.items()
-                                 if o == "failed" and k in reasons)  # fmt: skip
+        breakdown = Counter(
+            f"{outcome_of[k]} (promised {p})" for k, p in promised.items() if k in outcome_of
+        )
+        failed_reasons = Counter(
+            reasons[k].splitlines()[0][:90]
+            for k, o in outcome_of.items()
+            if o == "failed" and k in reasons
+        )
 
         timed = overheads(first_results + last_results)
         per = [operation - train - queued for _, _, operation, train, _, queued in timed]
         waits = [before - queued for *_, before, queued in timed]
         queues = [queued for *_, queued in timed]
         n = min(10, len(per) // 2)
-        head, tail = (statistics.mean(per[:n]), statistics.mean(per[-n:])) if n else (math.nan, math.nan)
-        wait_head, wait_tail = (statistics.mean(waits[:n]), statistics.mean(waits[-n:])) if n else (math.nan, math.nan)
+        head, tail = (
+            (statistics.mean(per[:n]), statistics.mean(per[-n:])) if n else (math.nan, math.nan)
+        )
+        wait_head, wait_tail = (
+            (statistics.mean(waits[:n]), statistics.mean(waits[-n:])) if n else (math.nan, math.nan)
+        )
         within = n > 0 and abs(tail / head - 1) <= OVERHEAD_TOLERANCE
 
         print("\nper outcome (last run):")
@@ -315,8 +409,10 @@ def main() -> int:
         print("failure reasons (last run):")
         for line, number in failed_reasons.most_common():
             print(f"  {number:3d}  {line}")
-        print(f"timed trainings (both runs): {len(per)}; overhead per measurement (of which before "
-              "launch), s: " + " ".join(f"{x:.1f} ({w:.1f})" for x, w in zip(per, waits)))  # fmt: skip
+        print(
+            f"timed trainings (both runs): {len(per)}; overhead per measurement (of which before "
+            "launch), s: " + " ".join(f"{x:.1f} ({w:.1f})" for x, w in zip(per, waits))
+        )
         if problems:
             print("problems:\n  " + "\n  ".join(problems))
         leftovers = len(after_kill) + len(at_end)
@@ -330,17 +426,32 @@ def main() -> int:
             ("missing", counts["missing"]),
             ("duplicates", counts["duplicates"]),
             ("answered by a measured OOM, never launched", dominance["dominated"]),
-            ("  of which after the kill, from the killed run's record", dominance["answered after the kill"]),
+            (
+                "  of which after the kill, from the killed run's record",
+                dominance["answered after the kill"],
+            ),
             ("OOMs recorded", dominance["recorded"]),
-            ("leftovers after kill / at end", f"{len(after_kill)} / {len(at_end)} (cleared in {cleared_in:.0f} s)"),
-            (f"overhead first/last {n}, s", f"{head:.1f} / {tail:.1f} ({tail / head - 1:+.0%})" if n else "n/a"),
+            (
+                "leftovers after kill / at end",
+                f"{len(after_kill)} / {len(at_end)} (cleared in {cleared_in:.0f} s)",
+            ),
+            (
+                f"overhead first/last {n}, s",
+                f"{head:.1f} / {tail:.1f} ({tail / head - 1:+.0%})" if n else "n/a",
+            ),
             ("  of which before launch, s", f"{wait_head:.1f} / {wait_tail:.1f}" if n else "n/a"),
-            ("waited for resources (left out), s", f"{statistics.mean(queues[:n]):.1f} / "
-             f"{statistics.mean(queues[-n:]):.1f}" if n else "n/a"),
+            (
+                "waited for resources (left out), s",
+                f"{statistics.mean(queues[:n]):.1f} / {statistics.mean(queues[-n:]):.1f}"
+                if n
+                else "n/a",
+            ),
             ("runs, s", f"killed after {first['seconds']:.0f}, re-run {second_seconds:.0f}"),
         ]
-        print(f"\novernight rehearsal ({'--small' if args.small else 'full'}, lengths {lengths}, "
-              f"batchSize {BATCH_SIZE_OP}, 2 raylets x {args.cpus} CPUs)")
+        print(
+            f"\novernight rehearsal ({'--small' if args.small else 'full'}, lengths {lengths}, "
+            f"batchSize {BATCH_SIZE_OP}, 2 raylets x {args.cpus} CPUs)"
+        )
         print("| what | value |\n|---|---|")
         for name, value in rows:
             print(f"| {name} | {value} |")
@@ -349,7 +460,9 @@ def main() -> int:
         if leftovers:
             failures.append(f"{leftovers} process(es)/placement group(s) left")
         if not within and not args.report_overhead_only:
-            failures.append(f"overhead of the last {n} not within {OVERHEAD_TOLERANCE:.0%} of the first {n}")
+            failures.append(
+                f"overhead of the last {n} not within {OVERHEAD_TOLERANCE:.0%} of the first {n}"
+            )
     finally:
         if cluster is not None:
             cluster.stop()

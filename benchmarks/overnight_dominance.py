@@ -30,8 +30,14 @@ def launched(out: Path, key: tuple[str, str]) -> list[Path]:
 
 
 def audit(
-    promised: dict[tuple[str, str], str], rows: list[dict[str, str]], last: list[dict[str, str]],
-    out: Path, record: Record, at_kill: dict[str, dict], lengths: list[int], second_run: Path,
+    promised: dict[tuple[str, str], str],
+    rows: list[dict[str, str]],
+    last: list[dict[str, str]],
+    out: Path,
+    record: Record,
+    at_kill: dict[str, dict],
+    lengths: list[int],
+    second_run: Path,
 ) -> tuple[list[str], Counter]:
     """Problems, and counts for the table. `rows`: the result rows of both runs; `last`: the
     last run's; `at_kill`: experiment -> the proof of its OOM as the record held it when the
@@ -65,17 +71,26 @@ def audit(
             elif not (Path(proof["workdir"]).is_dir() and Path(proof["log"]).is_file()):
                 problems.append(f"{key}: the proof's workdir/log {proof} is not there")
             elif oom not in reason or proof["log"] not in reason:
-                problems.append(f"{key}: the reason names neither the OOM nor its log: {reason[:300]}")
+                problems.append(
+                    f"{key}: the reason names neither the OOM nor its log: {reason[:300]}"
+                )
     # one answer, by construction, in the run after the kill, from what the killed run recorded
     after_kill = [entity for entity, gate in awaited(lengths, second_run).items() if gate]
     for entity in after_kill:
         for method, experiment in EXPERIMENTS.items():
-            given = [parse(r.get("Result Metadata") or "") or {} for r in last
-                     if key_of(r) == (entity, method) and r.get("Request type") == "measured"]  # fmt: skip
-            proofs = [m.get("dominated_by", {}).get("workdir") for m in given if isinstance(m, dict)]
+            given = [
+                parse(r.get("Result Metadata") or "") or {}
+                for r in last
+                if key_of(r) == (entity, method) and r.get("Request type") == "measured"
+            ]
+            proofs = [
+                m.get("dominated_by", {}).get("workdir") for m in given if isinstance(m, dict)
+            ]
             if proofs != [at_kill.get(experiment, {}).get("workdir")]:
-                problems.append(f"{(entity, method)}: answered after the kill from {proofs}, not from "
-                                f"the OOM the killed run recorded ({at_kill.get(experiment)})")  # fmt: skip
+                problems.append(
+                    f"{(entity, method)}: answered after the kill from {proofs}, not from "
+                    f"the OOM the killed run recorded ({at_kill.get(experiment)})"
+                )
             else:
                 counts["answered after the kill"] += 1
     entries = record.ooms()
@@ -83,7 +98,9 @@ def audit(
     if sorted((e.proof.get("label"), e.proof.get("experiment")) for e in entries) != sorted(
         (oom, experiment) for experiment in EXPERIMENTS.values()
     ) or len(lines) != len(entries):
-        problems.append(f"the OOM record holds {len(entries)} OOMs in {len(lines)} lines, not one per "
-                        f"experiment: {[e.proof.get('label') for e in entries]}")  # fmt: skip
+        problems.append(
+            f"the OOM record holds {len(entries)} OOMs in {len(lines)} lines, not one per "
+            f"experiment: {[e.proof.get('label') for e in entries]}"
+        )
     counts["recorded"] = len(entries)
     return problems, counts

@@ -29,8 +29,17 @@ def trace(ado: AdoCLI, space_id: str, unrolled: bool) -> list[dict[str, str]]:
     """The requests (or, `unrolled`, the results) of every operation on the space, each row
     naming its operation (the killed run's identifier is printed only when ado ends)."""
     target = ado.home / f"trace-{space_id}-{'results' if unrolled else 'requests'}.csv"
-    ado.run("show", "trace", "discoveryspace", space_id, *(["--unroll-entities"] if unrolled else []),
-            "-o", "csv", "--output-file", str(target))  # fmt: skip
+    ado.run(
+        "show",
+        "trace",
+        "discoveryspace",
+        space_id,
+        *(["--unroll-entities"] if unrolled else []),
+        "-o",
+        "csv",
+        "--output-file",
+        str(target),
+    )
     return read_csv(target)
 
 
@@ -63,9 +72,15 @@ def stored_rows(ado: AdoCLI, space_id: str) -> tuple[Counter, dict[tuple[str, st
     measured = ado.measurements(space_id)
     print(f"stored columns (first 12): {list(measured[0])[:12] if measured else None}")
     for row in measured:
-        entity = row.get("identifier") or entity_id(int(row["batch_size"]), int(row["model_max_length"]),
-                                                    int(row["number_gpus"]), int(row["number_nodes"]))  # fmt: skip
-        experiment = row.get("experiment_id") or next((v for k, v in row.items() if "experiment" in k), "")
+        entity = row.get("identifier") or entity_id(
+            int(row["batch_size"]),
+            int(row["model_max_length"]),
+            int(row["number_gpus"]),
+            int(row["number_nodes"]),
+        )
+        experiment = row.get("experiment_id") or next(
+            (v for k, v in row.items() if "experiment" in k), ""
+        )
         key = (entity, method_of(experiment))
         counts[key] += 1
         valid.setdefault(key, []).append(row.get("is_valid", ""))
@@ -79,7 +94,9 @@ def training_seconds(workdir: Path) -> float | None:
     return reports[0].hf_metrics.train_runtime if reports else None
 
 
-def overheads(result_rows: list[dict[str, str]]) -> list[tuple[float, str, float, float, float, float]]:
+def overheads(
+    result_rows: list[dict[str, str]],
+) -> list[tuple[float, str, float, float, float, float]]:
     """(issued at, entity, operation seconds, training seconds, seconds before launch, seconds
     waited for resources) of every valid training that was measured (not replayed), in the
     order ado issued them. Before launch: from ado issuing the request to the measurement's
@@ -103,6 +120,14 @@ def overheads(result_rows: list[dict[str, str]]) -> list[tuple[float, str, float
             issued = issued.replace(tzinfo=timezone.utc)
         ended = max(p.stat().st_mtime for p in workdir.rglob("*") if p.is_file())
         launched = min(p.stat().st_mtime for p in workdir.rglob("job.json"))
-        found.append((issued.timestamp(), row.get("Entity ID", ""), ended - issued.timestamp(), train,
-                      launched - issued.timestamp(), float(metadata.get("placement_wait_seconds", 0.0))))
+        found.append(
+            (
+                issued.timestamp(),
+                row.get("Entity ID", ""),
+                ended - issued.timestamp(),
+                train,
+                launched - issued.timestamp(),
+                float(metadata.get("placement_wait_seconds", 0.0)),
+            )
+        )
     return sorted(found)

@@ -20,8 +20,10 @@ BATCH_SIZE_OP = 3  # the operation's batchSize: three measurements at once
 
 def entity_id(batch: int, length: int, gpus: int, nodes: int) -> str:
     """ado's entity identifier: the constitutive properties in sorted order."""
-    return (f"batch_size.{batch}-model_max_length.{length}-model_name.{MODEL}-"
-            f"number_gpus.{gpus}-number_nodes.{nodes}")  # fmt: skip
+    return (
+        f"batch_size.{batch}-model_max_length.{length}-model_name.{MODEL}-"
+        f"number_gpus.{gpus}-number_nodes.{nodes}"
+    )
 
 
 def method_of(experiment: str) -> str:
@@ -43,8 +45,10 @@ def faults(lengths: list[int]) -> dict[str, str]:
     """Needle -> FAULT_ENV. A needle is a whole single-node CPU entity's identifier followed
     by the "-" before the run's name, so it matches that measurement's directory only: OOM
     for batch_size 3 at the first (shortest) length, a crash for batch_size 2 there."""
-    return {f"{oom_entity(lengths)}-": "oom@1",
-            f"{entity_id(OOM_BATCH - 1, lengths[0], 0, 1)}-": "exception@1"}  # fmt: skip
+    return {
+        f"{oom_entity(lengths)}-": "oom@1",
+        f"{entity_id(OOM_BATCH - 1, lengths[0], 0, 1)}-": "exception@1",
+    }
 
 
 def oom_entity(lengths: list[int]) -> str:
@@ -75,8 +79,13 @@ def expected(lengths: list[int], injected: dict[str, str]) -> dict[tuple[str, st
                     elif dominated(batch, length, gpus, nodes, lengths):
                         outcome = "invalid: dominated"
                     else:
-                        fault = next((f for n, f in injected.items() if nodes == 1 and n in entity + "-"), None)
-                        outcome = {"oom@1": "invalid: OOM", "exception@1": "failed: crash"}.get(fault, "valid")
+                        fault = next(
+                            (f for n, f in injected.items() if nodes == 1 and n in entity + "-"),
+                            None,
+                        )
+                        outcome = {"oom@1": "invalid: OOM", "exception@1": "failed: crash"}.get(
+                            fault, "valid"
+                        )
                     for method in EXPERIMENTS:
                         promised[(entity, method)] = outcome
     return promised
@@ -91,7 +100,9 @@ def awaited(lengths: list[int], second_run: Path) -> dict[str, str]:
     waits = {}
     for length in lengths:
         for batch in BATCH_SIZES:
-            if dominated(batch, length, 0, 1, lengths) or (batch < OOM_BATCH and length > lengths[0]):
+            if dominated(batch, length, 0, 1, lengths) or (
+                batch < OOM_BATCH and length > lengths[0]
+            ):
                 waits[entity_id(batch, length, 0, 1)] = ""
     waits[entity_id(BATCH_SIZES[-1], lengths[-1], 0, 1)] = str(second_run)
     return waits
@@ -103,29 +114,49 @@ def trainings(promised: dict[tuple[str, str], str]) -> int:
 
 
 def space_document(lengths: list[int]) -> dict:
-    fixed = {"fms_hf_tuning_version": "3.2.2", "dataset_id": DATASET, "max_steps": STEPS,
-             "torch_dtype": "float32", "gradient_accumulation_steps": 1,
-             "distributed_backend": "DDP", "gpu_model": GPU_MODEL}  # fmt: skip
+    fixed = {
+        "fms_hf_tuning_version": "3.2.2",
+        "dataset_id": DATASET,
+        "max_steps": STEPS,
+        "torch_dtype": "float32",
+        "gradient_accumulation_steps": 1,
+        "distributed_backend": "DDP",
+        "gpu_model": GPU_MODEL,
+    }
     parameterization = [{"property": {"identifier": k}, "value": v} for k, v in fixed.items()]
     return {
-        "experiments": [{"experimentIdentifier": e, "actuatorIdentifier": "SFTTrainer",
-                         "parameterization": parameterization} for e in EXPERIMENTS.values()],
+        "experiments": [
+            {
+                "experimentIdentifier": e,
+                "actuatorIdentifier": "SFTTrainer",
+                "parameterization": parameterization,
+            }
+            for e in EXPERIMENTS.values()
+        ],
         "entitySpace": [
             {"identifier": name, "propertyDomain": {"values": values}}
-            for name, values in {"model_name": [MODEL], "model_max_length": lengths,
-                                 "batch_size": list(BATCH_SIZES), "number_nodes": list(NODES),
-                                 "number_gpus": list(GPUS)}.items()
+            for name, values in {
+                "model_name": [MODEL],
+                "model_max_length": lengths,
+                "batch_size": list(BATCH_SIZES),
+                "number_nodes": list(NODES),
+                "number_gpus": list(GPUS),
+            }.items()
         ],
-    }  # fmt: skip
+    }
 
 
 def operation_document(space_id: str, config_id: str) -> dict:
     return {
-        "spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id],
+        "spaces": [space_id],
+        "actuatorConfigurationIdentifiers": [config_id],
         "operation": {
             "module": {"operatorName": "random_walk", "operationType": "search"},
-            "parameters": {"numberEntities": "all", "singleMeasurement": True,
-                           "batchSize": BATCH_SIZE_OP,
-                           "samplerConfig": {"mode": "sequential", "samplerType": "generator"}},
+            "parameters": {
+                "numberEntities": "all",
+                "singleMeasurement": True,
+                "batchSize": BATCH_SIZE_OP,
+                "samplerConfig": {"mode": "sequential", "samplerType": "generator"},
+            },
         },
-    }  # fmt: skip
+    }

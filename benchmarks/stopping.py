@@ -56,9 +56,15 @@ RATIO_GOAL, COVERAGE_GOAL = 0.5, 0.9
 
 def run(settings: MeasurementSettings, base: dict, shape: tuple[int, int, int], name: str, **extra):
     batch, length, accumulation = shape
-    entity = {**base, "model_max_length": length, "batch_size": batch, "max_steps": -1,
-              "gradient_accumulation_steps": accumulation, "num_train_epochs": 10000.0,
-              **extra}  # fmt: skip
+    entity = {
+        **base,
+        "model_max_length": length,
+        "batch_size": batch,
+        "max_steps": -1,
+        "gradient_accumulation_steps": accumulation,
+        "num_train_epochs": 10000.0,
+        **extra,
+    }
     outcome = measure(entity, EXPERIMENT, settings, label=name, use_cpu=not base["number_gpus"])
     if not isinstance(outcome, Measured):
         raise SystemExit(f"{name}: {getattr(outcome, 'reason', outcome)}")
@@ -77,11 +83,13 @@ def truth_figure(reports: list[RankReport], skip: int) -> float:
 
 def row(outcome: Measured) -> dict:
     props = outcome.properties
-    return {"tokens_per_second": props["dataset_tokens_per_second"],
-            "ci95_percent": props.get("dataset_tokens_per_second_ci95_percent"),
-            "warmup_seconds": props.get("warmup_seconds"),
-            "measured_steps": outcome.metadata["measured_steps"],
-            "auto_stop": outcome.metadata.get("auto_stop")}  # fmt: skip
+    return {
+        "tokens_per_second": props["dataset_tokens_per_second"],
+        "ci95_percent": props.get("dataset_tokens_per_second_ci95_percent"),
+        "warmup_seconds": props.get("warmup_seconds"),
+        "measured_steps": outcome.metadata["measured_steps"],
+        "auto_stop": outcome.metadata.get("auto_stop"),
+    }
 
 
 def covers(figure: dict, truth: float) -> bool:
@@ -91,8 +99,9 @@ def covers(figure: dict, truth: float) -> bool:
     return abs(truth - figure["tokens_per_second"]) <= half
 
 
-def compare(settings: MeasurementSettings, base: dict, configurations, truth_factor: int,
-            out: Path) -> dict:
+def compare(
+    settings: MeasurementSettings, base: dict, configurations, truth_factor: int, out: Path
+) -> dict:
     """The three runs of each (batch_size, model_max_length) of `configurations` over the
     entity fields `base` (model, GPUs, dtype, dataset); prints a line per configuration and
     the summary, writes both to out/stopping.json. benchmarks/gpu/stopping.py calls it too."""
@@ -100,31 +109,47 @@ def compare(settings: MeasurementSettings, base: dict, configurations, truth_fac
     for shape in configurations:
         batch, length, accumulation = shape
         here = f"b{batch}-l{length}-ga{accumulation}"
-        spec, spec_reports = run(settings, base, shape, f"{here}-spec",
-                                 auto_stop_method=WARMUP_60S_STABLE_120S_OR_10_STEPS)  # fmt: skip
-        steady, steady_reports = run(settings, base, shape, f"{here}-steady",
-                                     auto_stop_method=STEADY_CI95_1PCT)  # fmt: skip
+        spec, spec_reports = run(
+            settings,
+            base,
+            shape,
+            f"{here}-spec",
+            auto_stop_method=WARMUP_60S_STABLE_120S_OR_10_STEPS,
+        )
+        steady, steady_reports = run(
+            settings, base, shape, f"{here}-steady", auto_stop_method=STEADY_CI95_1PCT
+        )
         trained = len(steady_reports[0].steps)
         # by steps, as the truth must be: stop_after_seconds would tokenise the dataset in the
         # background while it trains (trainer/lazy_dataset.py), slowing the truth alone
         steps = min(truth_factor * trained, MAX_STEPS)
         _, truth_reports = run(settings, base, shape, f"{here}-truth", max_steps=steps)
         if steps < truth_factor * trained:
-            print(f"warning: {here}'s truth trained {steps} steps (max_steps' domain ends at "
-                  f"{MAX_STEPS}), fewer than {truth_factor} x {trained}", flush=True)  # fmt: skip
+            print(
+                f"warning: {here}'s truth trained {steps} steps (max_steps' domain ends at "
+                f"{MAX_STEPS}), fewer than {truth_factor} x {trained}",
+                flush=True,
+            )
         skip = max(steady_reports[0].warmup_steps, len(truth_reports[0].steps) // 10)
         truth = truth_figure(truth_reports, skip)
         entry = {
-            "batch_size": batch, "model_max_length": length,
+            "batch_size": batch,
+            "model_max_length": length,
             "gradient_accumulation_steps": accumulation,
-            "spec": row(spec) | {"training_seconds": training_seconds(spec_reports),
-                                 "steps": len(spec_reports[0].steps)},
-            "steady": row(steady) | {"training_seconds": training_seconds(steady_reports),
-                                     "steps": trained},
-            "truth": {"tokens_per_second": truth, "steps": len(truth_reports[0].steps),
-                      "steps_left_out": skip,
-                      "training_seconds": training_seconds(truth_reports)},
-        }  # fmt: skip
+            "spec": row(spec)
+            | {
+                "training_seconds": training_seconds(spec_reports),
+                "steps": len(spec_reports[0].steps),
+            },
+            "steady": row(steady)
+            | {"training_seconds": training_seconds(steady_reports), "steps": trained},
+            "truth": {
+                "tokens_per_second": truth,
+                "steps": len(truth_reports[0].steps),
+                "steps_left_out": skip,
+                "training_seconds": training_seconds(truth_reports),
+            },
+        }
         for method in ("spec", "steady"):
             entry[method]["covers_truth"] = covers(entry[method], truth)
             entry[method]["error_percent"] = 100 * (entry[method]["tokens_per_second"] / truth - 1)
@@ -148,30 +173,52 @@ def main() -> None:
     root = args.workdir or Path(tempfile.mkdtemp(prefix="sfttrainer-stopping-"))
     data = root / "data"
     data.mkdir(parents=True, exist_ok=True)
-    generate(data / datasets.dataset_filename(DATASET), datasets.get_shape(DATASET),
-             entries=4096, progress=False)  # fmt: skip
+    generate(
+        data / datasets.dataset_filename(DATASET),
+        datasets.get_shape(DATASET),
+        entries=4096,
+        progress=False,
+    )
     model = build_tiny_model(root / "tiny-llama")
     settings = MeasurementSettings(
-        data_directory=str(data), hf_home=str(root / "hf"), output_dir=str(root / "out"),
-        model_map={"tiny": {"Vanilla": str(model)}}, stall_timeout_seconds=600,
-    )  # fmt: skip
-    base = {"model_name": "tiny", "number_gpus": 0, "dataset_id": DATASET, "torch_dtype": "float32",
-            "fms_hf_tuning_version": installed_fms_hf_tuning()}  # fmt: skip
-    compare(settings, base, CONFIGURATIONS[:1] if args.quick else CONFIGURATIONS,
-            args.truth_factor, root)
+        data_directory=str(data),
+        hf_home=str(root / "hf"),
+        output_dir=str(root / "out"),
+        model_map={"tiny": {"Vanilla": str(model)}},
+        stall_timeout_seconds=600,
+    )
+    base = {
+        "model_name": "tiny",
+        "number_gpus": 0,
+        "dataset_id": DATASET,
+        "torch_dtype": "float32",
+        "fms_hf_tuning_version": installed_fms_hf_tuning(),
+    }
+    compare(
+        settings,
+        base,
+        CONFIGURATIONS[:1] if args.quick else CONFIGURATIONS,
+        args.truth_factor,
+        root,
+    )
 
 
 def line(e: dict) -> str:
     def fig(m: str) -> str:
         f = e[m]
         ci = "n/a" if f["ci95_percent"] is None else f"{f['ci95_percent']:.2f} %"
-        return (f"{m} {f['training_seconds']:.0f} s {f['steps']} steps {f['tokens_per_second']:.0f} "
-                f"tok/s ±{ci} ({f['error_percent']:+.2f} % vs truth, "
-                f"{'covers' if f['covers_truth'] else 'misses'})")  # fmt: skip
+        return (
+            f"{m} {f['training_seconds']:.0f} s {f['steps']} steps {f['tokens_per_second']:.0f} "
+            f"tok/s ±{ci} ({f['error_percent']:+.2f} % vs truth, "
+            f"{'covers' if f['covers_truth'] else 'misses'})"
+        )
+
     stop = e["steady"]["auto_stop"] or {}
-    return (f"batch {e['batch_size']} x {e['model_max_length']} x {e['gradient_accumulation_steps']}: {fig('spec')} | {fig('steady')} "
-            f"[{stop.get('ended_by')}, warm-up {stop.get('warmup_steps')} steps] | truth "
-            f"{e['truth']['tokens_per_second']:.0f} tok/s over {e['truth']['steps']} steps")
+    return (
+        f"batch {e['batch_size']} x {e['model_max_length']} x {e['gradient_accumulation_steps']}: {fig('spec')} | {fig('steady')} "
+        f"[{stop.get('ended_by')}, warm-up {stop.get('warmup_steps')} steps] | truth "
+        f"{e['truth']['tokens_per_second']:.0f} tok/s over {e['truth']['steps']} steps"
+    )
 
 
 def summarise(results: list[dict]) -> dict:
@@ -188,14 +235,16 @@ def summarise(results: list[dict]) -> dict:
 
 
 def report(s: dict, path: Path) -> str:
-    return "\n".join([
-        f"training seconds: spec method {s['spec_training_seconds']:.0f} s, STEADY_CI95_1PCT "
-        f"{s['steady_training_seconds']:.0f} s: ratio {s['ratio']:.3f} (goal <= {RATIO_GOAL})",
-        f"coverage of the truth by the 95 % interval over {s['configurations']} configuration(s): "
-        f"STEADY_CI95_1PCT {s['coverage_steady']:.0%} (goal >= {COVERAGE_GOAL:.0%}), "
-        f"spec method {s['coverage_spec']:.0%}",
-        f"figures: {path}",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"training seconds: spec method {s['spec_training_seconds']:.0f} s, STEADY_CI95_1PCT "
+            f"{s['steady_training_seconds']:.0f} s: ratio {s['ratio']:.3f} (goal <= {RATIO_GOAL})",
+            f"coverage of the truth by the 95 % interval over {s['configurations']} configuration(s): "
+            f"STEADY_CI95_1PCT {s['coverage_steady']:.0%} (goal >= {COVERAGE_GOAL:.0%}), "
+            f"spec method {s['coverage_spec']:.0%}",
+            f"figures: {path}",
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -37,23 +37,40 @@ DATASET_ID = "news-tokens-16384plus-entries-4096"
 def first_step_seconds(root: Path, model: Path, dataset: Path, name: str, **entity) -> float:
     definition = catalog_data().experiment("finetune_full_benchmark-v1.0.0")
     values = entity_values(
-        {"model_name": "tiny", "model_max_length": 512, "batch_size": 2, "number_gpus": 0,
-         "torch_dtype": "float32", "fms_hf_tuning_version": "3.2.2", **entity}  # fmt: skip
+        {
+            "model_name": "tiny",
+            "model_max_length": 512,
+            "batch_size": 2,
+            "number_gpus": 0,
+            "torch_dtype": "float32",
+            "fms_hf_tuning_version": "3.2.2",
+            **entity,
+        }
     )
     workdir = root / name
     plan = plan_launch(
         PlanInputs(
-            values=values, definition=definition, model_location=str(model),
-            dataset_path=dataset, text_field="output", workdir=workdir, python=sys.executable,
-            hf_home=str(root / "hf"), main_process_port=workspace.free_port(), aim_repo=None,
-        )  # fmt: skip
+            values=values,
+            definition=definition,
+            model_location=str(model),
+            dataset_path=dataset,
+            text_field="output",
+            workdir=workdir,
+            python=sys.executable,
+            hf_home=str(root / "hf"),
+            main_process_port=workspace.free_port(),
+            aim_repo=None,
+        )
     )
     started = time.time()
     workspace.prepare(plan)
     result = run_process(
-        plan.node.argv, env={**_env(root)}, cwd=workdir, log_path=workdir / "train.log",
+        plan.node.argv,
+        env={**_env(root)},
+        cwd=workdir,
+        log_path=workdir / "train.log",
         stall_timeout=3600,
-    )  # fmt: skip
+    )
     reports = RankReport.read_all(plan.report_dir)
     if result.returncode != 0 or not reports or not reports[0].steps:
         raise SystemExit(f"{name} run failed:\n{result.log_tail()}")
@@ -63,8 +80,13 @@ def first_step_seconds(root: Path, model: Path, dataset: Path, name: str, **enti
 def _env(root: Path) -> dict[str, str]:
     import os
 
-    return {**os.environ, "HF_HOME": str(root / "hf"), "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}  # fmt: skip
+    return {
+        **os.environ,
+        "HF_HOME": str(root / "hf"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+    }
 
 
 def main() -> None:
@@ -80,10 +102,19 @@ def main() -> None:
     if not dataset.exists():
         generator = Path(sys.executable).with_name("sfttrainer_generate_dataset_text")
         subprocess.run(
-            [str(generator), "--dataset-id", DATASET_ID, "--entries", str(args.entries),
-             "--min-tokens", str(args.min_tokens), "-o", str(dataset)],
+            [
+                str(generator),
+                "--dataset-id",
+                DATASET_ID,
+                "--entries",
+                str(args.entries),
+                "--min-tokens",
+                str(args.min_tokens),
+                "-o",
+                str(dataset),
+            ],
             check=True,
-        )  # fmt: skip
+        )
     step_bounded, time_bounded = [], []
     for repeat in range(args.repeats):
         step_bounded.append(

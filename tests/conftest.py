@@ -28,8 +28,17 @@ import run_marks
 TRAINER_MODULE = "ado_actuators.sfttrainer.trainer"
 
 # Variables from an outer launcher (or a developer's shell) that would change what a test runs.
-_LEAKY = (FAULT_ENV, "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-          "ACCELERATE_USE_CPU", "TERMINATION_LOG_FILE", "CUDA_VISIBLE_DEVICES")  # fmt: skip
+_LEAKY = (
+    FAULT_ENV,
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "ACCELERATE_USE_CPU",
+    "TERMINATION_LOG_FILE",
+    "CUDA_VISIBLE_DEVICES",
+)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -43,7 +52,9 @@ def marked_run(request):
     worker = getattr(request.config, "workerinput", {}).get("workerid")
     run = run_marks.Run.start(owner=os.getppid() if worker else None, label=worker)
     if cleared := run_marks.clear_leftovers(keep=run.directory):
-        warnings.warn("cleared what killed test sessions left:\n" + "\n".join(cleared), stacklevel=1)
+        warnings.warn(
+            "cleared what killed test sessions left:\n" + "\n".join(cleared), stacklevel=1
+        )
     yield run
     if run.owner_alive():
         run.finish()
@@ -123,17 +134,39 @@ def spec_fms_args(
 
     constants = {**catalog_data().sft_trainer_constants, "log_level": log_level}
     return [
-        "--model_name_or_path", str(model), "--torch_dtype", torch_dtype,
-        "--use_flash_attn", "True", "--training_data_path", str(data),
-        "--dataset_text_field", "output", "--max_steps", str(max_steps),
-        "--per_device_train_batch_size", str(batch_size), "--max_seq_length", str(max_seq_length),
-        "--output_dir", "output", "--gradient_accumulation_steps", str(grad_accum),
-        "--gradient_checkpointing", "True", "--peft_method", peft_method,
-        "--optim", "adamw_torch", "--bf16", "False",
-        "--gradient_checkpointing_kwargs", '{"use_reentrant": false}',
+        "--model_name_or_path",
+        str(model),
+        "--torch_dtype",
+        torch_dtype,
+        "--use_flash_attn",
+        "True",
+        "--training_data_path",
+        str(data),
+        "--dataset_text_field",
+        "output",
+        "--max_steps",
+        str(max_steps),
+        "--per_device_train_batch_size",
+        str(batch_size),
+        "--max_seq_length",
+        str(max_seq_length),
+        "--output_dir",
+        "output",
+        "--gradient_accumulation_steps",
+        str(grad_accum),
+        "--gradient_checkpointing",
+        "True",
+        "--peft_method",
+        peft_method,
+        "--optim",
+        "adamw_torch",
+        "--bf16",
+        "False",
+        "--gradient_checkpointing_kwargs",
+        '{"use_reentrant": false}',
         *(word for name, value in constants.items() for word in (f"--{name}", value)),
         *extra,
-    ]  # fmt: skip
+    ]
 
 
 @dataclasses.dataclass
@@ -158,10 +191,23 @@ def accelerate_ddp_config(path: Path, processes: int) -> Path:
     from ado_actuators.sfttrainer.catalog.entity import entity_values
     from ado_actuators.sfttrainer.plan.accelerate import accelerate_config
 
-    values = entity_values({"model_name": "tiny", "model_max_length": 64, "number_gpus": processes,
-                            "batch_size": processes, "distributed_backend": "DDP"})  # fmt: skip
-    config = accelerate_config(values, processes_per_node=processes, machine_rank=0,
-                               main_process_ip=None, main_process_port=0, use_cpu=True)  # fmt: skip
+    values = entity_values(
+        {
+            "model_name": "tiny",
+            "model_max_length": 64,
+            "number_gpus": processes,
+            "batch_size": processes,
+            "distributed_backend": "DDP",
+        }
+    )
+    config = accelerate_config(
+        values,
+        processes_per_node=processes,
+        machine_rank=0,
+        main_process_ip=None,
+        main_process_port=0,
+        use_cpu=True,
+    )
     # Port 0: accelerate picks a free port just before it binds it. One picked here would stay
     # free for every import of the launch, for a concurrent launch to take.
     path.write_text(json.dumps(config))  # JSON is YAML
@@ -178,8 +224,17 @@ def start_trainer(
         cmd = [sys.executable, "-m", TRAINER_MODULE]
     else:
         config = accelerate_ddp_config(workdir / "accelerate.yaml", processes)
-        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
-               "--num_processes", str(processes), "-m", TRAINER_MODULE]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            str(config),
+            "--num_processes",
+            str(processes),
+            "-m",
+            TRAINER_MODULE,
+        ]
     return subprocess.Popen(
         [*cmd, JOB_FLAG, str(job_path), *fms_argv],
         cwd=workdir,

@@ -39,9 +39,7 @@ NCCL_UNHANDLED_CUDA_ERROR_BARE = (
 )
 
 # NCCL_DEBUG=WARN's line for it (PKU-YuanGroup/Open-Sora-Plan#386, older NCCL, no error number)
-NCCL_WARN_OOM_LINE = (
-    "ins-7df6eojsifuykig9:3018451:3018451 [0] enqueue.cc:1085 NCCL WARN Cuda failure 'out of memory'"
-)
+NCCL_WARN_OOM_LINE = "ins-7df6eojsifuykig9:3018451:3018451 [0] enqueue.cc:1085 NCCL WARN Cuda failure 'out of memory'"
 
 # accelerate 1.15's launch on a busy main_process_port with several machines (made here: a
 # socket held on the port, `accelerate launch` of a 2-machine config)

@@ -83,8 +83,11 @@ class RayCluster:
         """A free port outside every worker port range and not taken yet, that `also` accepts."""
         while True:
             port = free_port()
-            if (port not in self.taken and also(port)
-                    and not any(low <= port <= high for low, high in self.worker_ranges)):
+            if (
+                port not in self.taken
+                and also(port)
+                and not any(low <= port <= high for low, high in self.worker_ranges)
+            ):
                 self.taken.add(port)
                 return port
 
@@ -108,38 +111,88 @@ class RayCluster:
                 return minimum
 
     def _start(self, extra: list[str], resources: dict[str, float], cpus: int, log: str) -> None:
-        ports = ["--node-manager-port", "--object-manager-port", "--dashboard-agent-grpc-port",
-                 "--dashboard-agent-listen-port", "--metrics-export-port",
-                 "--runtime-env-agent-port"]  # fmt: skip
-        argv = [RAY, "start", "--block", "--node-ip-address", NODE_IP,
-                "--num-cpus", str(cpus), "--num-gpus", "0", "--resources", json.dumps(resources),
-                "--object-store-memory", str(80 * 1024**2), "--disable-usage-stats", *extra]  # fmt: skip
+        ports = [
+            "--node-manager-port",
+            "--object-manager-port",
+            "--dashboard-agent-grpc-port",
+            "--dashboard-agent-listen-port",
+            "--metrics-export-port",
+            "--runtime-env-agent-port",
+        ]
+        argv = [
+            RAY,
+            "start",
+            "--block",
+            "--node-ip-address",
+            NODE_IP,
+            "--num-cpus",
+            str(cpus),
+            "--num-gpus",
+            "0",
+            "--resources",
+            json.dumps(resources),
+            "--object-store-memory",
+            str(80 * 1024**2),
+            "--disable-usage-stats",
+            *extra,
+        ]
         minimum = self._worker_range()
         self.worker_ranges.append((minimum, minimum + WORKER_PORTS))
-        argv += ["--min-worker-port", str(minimum), "--max-worker-port", str(minimum + WORKER_PORTS)]
+        argv += [
+            "--min-worker-port",
+            str(minimum),
+            "--max-worker-port",
+            str(minimum + WORKER_PORTS),
+        ]
         for flag in ports:
             argv += [flag, str(self._port(lambda p: True))]
         with (self.temp_dir.parent / log).open("wb") as out:
-            self.starters.append(subprocess.Popen(
-                argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_as_a_background_job,
-            ))  # fmt: skip
+            self.starters.append(
+                subprocess.Popen(
+                    argv,
+                    env=self.env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    preexec_fn=_as_a_background_job,
+                )
+            )
         if run := run_marks.current():
             run.record_process(self.starters[-1].pid)
 
     def start(self, nodes: list[dict[str, float]], cpus: int = 4, timeout: float = 300) -> None:
         head, *workers = nodes
-        self._start(["--head", "--port", str(self.gcs_port), "--temp-dir", str(self.temp_dir),
-                     "--include-dashboard", "true", "--dashboard-host", NODE_IP,
-                     "--dashboard-port", str(self.dashboard_port),
-                     "--ray-client-server-port", str(self._port(lambda p: True))],
-                    head, cpus, "head.log")  # fmt: skip
+        self._start(
+            [
+                "--head",
+                "--port",
+                str(self.gcs_port),
+                "--temp-dir",
+                str(self.temp_dir),
+                "--include-dashboard",
+                "true",
+                "--dashboard-host",
+                NODE_IP,
+                "--dashboard-port",
+                str(self.dashboard_port),
+                "--ray-client-server-port",
+                str(self._port(lambda p: True)),
+            ],
+            head,
+            cpus,
+            "head.log",
+        )
         self.wait_for_nodes(1, timeout)
         for index, resources in enumerate(workers, start=1):
             # its own temp dir: raylets sharing one would build a job's runtime environment
             # into the same directory at once (a real cluster's nodes never share one)
-            self._start(["--address", self.address, "--temp-dir", f"{self.temp_dir}-w{index}"],
-                        resources, cpus, f"worker-{index}.log")  # fmt: skip
+            self._start(
+                ["--address", self.address, "--temp-dir", f"{self.temp_dir}-w{index}"],
+                resources,
+                cpus,
+                f"worker-{index}.log",
+            )
         self.wait_for_nodes(len(nodes), timeout)
 
     def wait_for_nodes(self, count: int, timeout: float) -> None:
@@ -154,8 +207,13 @@ class RayCluster:
                     raise RuntimeError(f"ray start exited {starter.returncode}: {self.logs()}")
             remaining = max(1.0, deadline - time.monotonic())
             try:  # a probe that cannot reach the GCS yet (a loaded machine) is a "not yet"
-                result = subprocess.run([sys.executable, "-c", probe], env=self.client_env,
-                                        capture_output=True, text=True, timeout=remaining)  # fmt: skip
+                result = subprocess.run(
+                    [sys.executable, "-c", probe],
+                    env=self.client_env,
+                    capture_output=True,
+                    text=True,
+                    timeout=remaining,
+                )
             except subprocess.TimeoutExpired:
                 continue
             if result.returncode == 0 and result.stdout.strip().splitlines()[-1:] == [str(count)]:
@@ -164,7 +222,9 @@ class RayCluster:
         raise TimeoutError(f"{count} Ray nodes did not come up in {timeout} s: {self.logs()}")
 
     def logs(self) -> str:
-        return "\n".join(p.read_text(errors="replace")[-3000:] for p in self.temp_dir.parent.glob("*.log"))
+        return "\n".join(
+            p.read_text(errors="replace")[-3000:] for p in self.temp_dir.parent.glob("*.log")
+        )
 
     def processes(self) -> list[psutil.Process]:
         """Every process of this cluster: the starters' trees and whatever names its temp dir."""
@@ -216,11 +276,17 @@ def start_cluster(
     # killer would pick this cluster's workers for memory others use.
     # Token authentication with a token of its own (`ray start` never creates one: without
     # RAY_AUTH_TOKEN it needs ~/.ray/auth_token, which only an earlier local ray.init() writes).
-    environ = {**os.environ, **(env or {}), "RAY_AUTH_MODE": "token",
-               "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_memory_monitor_refresh_ms": "0"}
+    environ = {
+        **os.environ,
+        **(env or {}),
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": secrets.token_hex(32),
+        "RAY_memory_monitor_refresh_ms": "0",
+    }
     environ.pop("RAY_ADDRESS", None)
-    cluster = RayCluster(temp_dir=root / "r", gcs_port=free_port(),
-                         dashboard_port=free_port(), env=environ)  # fmt: skip
+    cluster = RayCluster(
+        temp_dir=root / "r", gcs_port=free_port(), dashboard_port=free_port(), env=environ
+    )
     try:
         cluster.start(nodes, cpus=cpus)
     except BaseException:
@@ -240,8 +306,13 @@ def two_raylets(
     workers import this checkout (the venv's editable install may be another), with the test
     hooks first when `hooks`, and `env`; stopped after the module, leaving no Ray process."""
     path = [str(HOOKS)] if hooks else []
-    node_env = {"PYTHONPATH": os.pathsep.join(filter(None, [*path, str(REPO), os.environ.get("PYTHONPATH")])),
-                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", **(env or {})}  # fmt: skip
+    node_env = {
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [*path, str(REPO), os.environ.get("PYTHONPATH")])
+        ),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        **(env or {}),
+    }
     started = start_cluster([{"full-worker": 1.0}, {"full-worker": 1.0}], env=node_env, cpus=cpus)
     yield started
     started.stop()
@@ -259,8 +330,13 @@ print("GROUPS " + json.dumps([g["state"] for g in placement_group_table().values
 def live_placement_groups(cluster: RayCluster) -> list[str]:
     """The state of every placement group of `cluster` not removed (from a process of its
     own: a test process must not join a cluster, RAY_AUTH_MODE is read when ray is imported)."""
-    result = subprocess.run([sys.executable, "-c", _PLACEMENT_GROUPS], env=cluster.client_env,
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", _PLACEMENT_GROUPS],
+        env=cluster.client_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     line = next((x for x in result.stdout.splitlines() if x.startswith("GROUPS ")), None)
     if line is None:
         raise AssertionError(f"could not list placement groups:\n{result.stdout}{result.stderr}")

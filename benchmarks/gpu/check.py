@@ -58,20 +58,55 @@ def steps(python: str, work: Path, results: Path, cpu: bool) -> list[Step]:
         # an OOM fails at its first step; one-rank FSDP/DDP check the launch, not the figures
         count = 3 if config.expect_oom else (20 if config.launcher == "single" else 10)
         budget = 120 if config.expect_oom else (200 if config.bare else 150)
-        return Step(f"row {config.label}", [*run, "--label", config.label, "--steps", str(count),
-                                            "--json", str(results / f"row-{config.label}.json")],
-                    budget * scale)  # fmt: skip
+        return Step(
+            f"row {config.label}",
+            [
+                *run,
+                "--label",
+                config.label,
+                "--steps",
+                str(count),
+                "--json",
+                str(results / f"row-{config.label}.json"),
+            ],
+            budget * scale,
+        )
 
     plan = [
-        Step("environment", [python, str(HERE / "probes.py"), "environment",
-                             "--result", str(results / "environment.json")], 90 * scale),
+        Step(
+            "environment",
+            [
+                python,
+                str(HERE / "probes.py"),
+                "environment",
+                "--result",
+                str(results / "environment.json"),
+            ],
+            90 * scale,
+        ),
         Step("prepare", [*run, "--prepare-only", "--entries", str(ENTRIES)], 240 * scale),
-        Step("nvml", [python, str(HERE / "probes.py"), "nvml",
-                      "--result", str(results / "nvml.json")], 60, gpu_only=True),
-    ]  # fmt: skip
-    forms = {form: Step(f"oom {form}", [python, str(HERE / "oom_forms.py"), form, "--result",
-                                        str(results / f"oom-{form}.json")], budget, gpu_only=True)
-             for form, budget in OOM_FORMS.items()}  # fmt: skip
+        Step(
+            "nvml",
+            [python, str(HERE / "probes.py"), "nvml", "--result", str(results / "nvml.json")],
+            60,
+            gpu_only=True,
+        ),
+    ]
+    forms = {
+        form: Step(
+            f"oom {form}",
+            [
+                python,
+                str(HERE / "oom_forms.py"),
+                form,
+                "--result",
+                str(results / f"oom-{form}.json"),
+            ],
+            budget,
+            gpu_only=True,
+        )
+        for form, budget in OOM_FORMS.items()
+    }
     rows = [row(config) for config in SETS["check"]["cpu" if cpu else "gpu"]]
     return [*plan, *(forms[f] for f in forms if f not in LAST), *rows, *(forms[f] for f in LAST)]
 
@@ -87,8 +122,9 @@ def _stop_tree(process: subprocess.Popen) -> None:
             proc.send_signal(signal.SIGTERM)
         except (psutil.NoSuchProcess, ProcessLookupError):
             pass
-    _, alive = psutil.wait_procs([p for p in tree if isinstance(p, psutil.Process)],
-                                 timeout=KILL_GRACE_SECONDS)  # fmt: skip
+    _, alive = psutil.wait_procs(
+        [p for p in tree if isinstance(p, psutil.Process)], timeout=KILL_GRACE_SECONDS
+    )
     for proc in [*alive, process]:
         try:
             proc.kill()
@@ -105,17 +141,22 @@ def run_step(step: Step, deadline: float, logs: Path, result_file: Path | None) 
     log = logs / (step.name.replace(" ", "-") + ".log")
     started = time.monotonic()
     with log.open("wb") as out:
-        process = subprocess.Popen(step.argv, stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)  # fmt: skip
+        process = subprocess.Popen(
+            step.argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             returncode = process.wait(timeout=timeout)
             status = "ok" if returncode == 0 else "failed"
         except subprocess.TimeoutExpired:
             _stop_tree(process)
             returncode, status = None, "timeout"
-    record = {"status": status, "seconds": round(time.monotonic() - started, 1),
-              "budget": round(timeout), "returncode": returncode,
-              "log_tail": log.read_text(errors="replace")[-3000:]}  # fmt: skip
+    record = {
+        "status": status,
+        "seconds": round(time.monotonic() - started, 1),
+        "budget": round(timeout),
+        "returncode": returncode,
+        "log_tail": log.read_text(errors="replace")[-3000:],
+    }
     if status == "timeout":
         record["why"] = f"stopped after its budget of {timeout:.0f} s"
     if result_file and result_file.is_file():
@@ -144,16 +185,25 @@ def summary(report: dict) -> str:
         result = report["steps"].get(f"oom {form}", {}).get("result")
         if result and result.get("raised"):
             first = result["message"].strip().splitlines()[0][:90] if result["message"] else ""
-            forms.append([form, result["exception_type"].rsplit(".", 1)[-1],
-                          result["trainer_classifier"], result["log_classifier"], first])  # fmt: skip
+            forms.append(
+                [
+                    form,
+                    result["exception_type"].rsplit(".", 1)[-1],
+                    result["trainer_classifier"],
+                    result["log_classifier"],
+                    first,
+                ]
+            )
         elif result:
             forms.append([form, "(did not fail)", "-", "-", ""])
     if len(forms) > 1:
         text.append(aligned(forms))
     nvml = report["steps"].get("nvml", {}).get("result")
     if nvml:
-        text.append(f"NVML: {json.dumps(nvml.get('load', nvml))}; energy "
-                    f"{nvml.get('energy_joules')} J; failures {nvml.get('failures', '-')}")  # fmt: skip
+        text.append(
+            f"NVML: {json.dumps(nvml.get('load', nvml))}; energy "
+            f"{nvml.get('energy_joules')} J; failures {nvml.get('failures', '-')}"
+        )
     return "\n\n".join(text)
 
 
@@ -161,12 +211,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cpu", action="store_true", help="the tiny model; GPU-only steps skipped")
-    parser.add_argument("--deadline", type=float, default=None,
-                        help="seconds for all steps (default 520 on a GPU, 3000 with --cpu)")
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="seconds for all steps (default 520 on a GPU, 3000 with --cpu)",
+    )
     parser.add_argument("--workdir", type=Path, default=None)
-    parser.add_argument("--only", default=None,
-                        help="only the steps whose name contains this (e.g. 'oom', 'fsdp'); "
-                        "environment and prepare always run")
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="only the steps whose name contains this (e.g. 'oom', 'fsdp'); "
+        "environment and prepare always run",
+    )
     args = parser.parse_args(argv)
     deadline = time.monotonic() + (args.deadline or (3000 if args.cpu else 520))
     out = args.out.absolute()
@@ -184,8 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"=== {step.name}", flush=True)
         record = run_step(step, deadline, logs, result_file(step))
         report["steps"][step.name] = record
-        print(f"    {record['status']} {record.get('seconds', '')} s {record.get('why', '')}",
-              flush=True)  # fmt: skip
+        print(
+            f"    {record['status']} {record.get('seconds', '')} s {record.get('why', '')}",
+            flush=True,
+        )
         if step.name.startswith("row ") and "result" in record:
             report["device"] = record["result"]["device"]
             report["gpu_model"] = record["result"]["gpu_model"]
@@ -197,9 +256,13 @@ def main(argv: list[str] | None = None) -> int:
     bad = [n for n, r in report["steps"].items() if r["status"] not in ("ok", "skipped")]
     bad += [f"row {r['label']} (unexpected outcome)" for r in report["rows"] if not as_expected(r)]
     if not args.cpu:  # on a GPU, the FSDP config must shard (on a CPU accelerate runs DDP)
-        bad += [f"row {r['label']} ran as {r.get('distributed_type')}, not FSDP"
-                for r in report["rows"] if r["config"]["launcher"] == "FSDP"
-                and not r["config"]["expect_oom"] and r.get("distributed_type") != "FSDP"]
+        bad += [
+            f"row {r['label']} ran as {r.get('distributed_type')}, not FSDP"
+            for r in report["rows"]
+            if r["config"]["launcher"] == "FSDP"
+            and not r["config"]["expect_oom"]
+            and r.get("distributed_type") != "FSDP"
+        ]
     if bad:
         print(f"\nnot as expected: {', '.join(bad)}", file=sys.stderr)
     return 1 if bad else 0

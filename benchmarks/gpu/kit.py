@@ -46,11 +46,14 @@ EXTRA = (
     "fms-hf-tuning==" + FMS_VERSION,  # installed --no-deps everywhere (it pins torch<2.9)
     "huggingface-hub==0.36.2",  # image: 1.33; transformers 4.55 and tokenizers 0.21 need <1.0
     "fsspec==2026.2.0",  # see SHADOWED_UNKNOWN
-    "dill==0.4.1", "multiprocess==0.70.19",  # datasets
+    "dill==0.4.1",
+    "multiprocess==0.70.19",  # datasets
     # the engine's schemas (contract, plan, settings) and the trainer's reports
-    "pydantic==2.14.3", "pydantic-core==2.50.4", "annotated-types==0.8.0",
+    "pydantic==2.14.3",
+    "pydantic-core==2.50.4",
+    "annotated-types==0.8.0",
     "typing-inspection==0.4.5",
-)  # fmt: skip
+)
 
 KNOWINGLY_UNMET = {
     "torch": "fms-hf-tuning pins torch<2.9; the check measures the image's CUDA torch 2.11",
@@ -66,9 +69,16 @@ SHADOWED_UNKNOWN = {
 }
 """Carried although the image has them, at a version nobody has read there."""
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
-TARGET = {**default_environment(), "python_version": "3.12", "python_full_version": "3.12.3",
-          "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
-          "implementation_name": "cpython", "extra": ""}  # fmt: skip
+TARGET = {
+    **default_environment(),
+    "python_version": "3.12",
+    "python_full_version": "3.12.3",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "implementation_name": "cpython",
+    "extra": "",
+}
 
 
 def image_packages(path: Path = HERE / "image.txt") -> dict[str, Version | None]:
@@ -97,18 +107,42 @@ def kit_requirements() -> list[str]:
 def download(requirements: list[str], dest: Path) -> None:
     platforms = [f"--platform={p}" for p in PLATFORMS] + ["--platform=any"]
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-         "--python-version=3.12", "--implementation=cp", *platforms, "--dest", str(dest),
-         *requirements],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version=3.12",
+            "--implementation=cp",
+            *platforms,
+            "--dest",
+            str(dest),
+            *requirements,
+        ],
         check=True,
-    )  # fmt: skip
+    )
 
 
 def build_own_wheel(dest: Path) -> Path:
     """This checkout's package as a wheel (never the PyPI project of the same name)."""
     with tempfile.TemporaryDirectory() as scratch:
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                        "--wheel-dir", scratch, str(REPO)], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--quiet",
+                "--no-deps",
+                "--wheel-dir",
+                scratch,
+                str(REPO),
+            ],
+            check=True,
+        )
         (built,) = Path(scratch).glob("*.whl")
         target = dest / built.name
         target.write_bytes(built.read_bytes())
@@ -128,8 +162,10 @@ def problems(wheels: list[Path], image: dict[str, Version | None], own: str) -> 
 
     This package's own wheel is left out: its requirements are the ado actuator's (ado-core,
     aim, uv); what the engine imports is proved by running it (the rehearsal, the device)."""
-    kit = {canonicalize_name(parse_wheel_filename(w.name)[0]): parse_wheel_filename(w.name)[1]
-           for w in wheels}  # fmt: skip
+    kit = {
+        canonicalize_name(parse_wheel_filename(w.name)[0]): parse_wheel_filename(w.name)[1]
+        for w in wheels
+    }
     found = []
     for wheel in wheels:
         if canonicalize_name(parse_wheel_filename(wheel.name)[0]) == own:
@@ -166,9 +202,17 @@ def main(argv: list[str] | None = None) -> int:
     heavy = [w.name for w in wheels if re.match(r"(torch|nvidia|triton|cuda)", w.name.lower())]
     sizes = {w.name: round(w.stat().st_size / 2**20, 2) for w in wheels}
     total = round(sum(sizes.values()), 1)
-    (dest / "MANIFEST.json").write_text(json.dumps(
-        {"fms_hf_tuning": FMS_VERSION, "wheels": sizes, "total_mib": total,
-         "knowingly_unmet": KNOWINGLY_UNMET}, indent=1))  # fmt: skip
+    (dest / "MANIFEST.json").write_text(
+        json.dumps(
+            {
+                "fms_hf_tuning": FMS_VERSION,
+                "wheels": sizes,
+                "total_mib": total,
+                "knowingly_unmet": KNOWINGLY_UNMET,
+            },
+            indent=1,
+        )
+    )
     for name, mib in sizes.items():
         print(f"{mib:8.2f} MiB  {name}")
     print(f"{total:8.1f} MiB  in {len(wheels)} wheels -> {dest}")

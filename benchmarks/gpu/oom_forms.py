@@ -56,13 +56,20 @@ def context() -> dict:
     held = fill_gpu()
     with tempfile.TemporaryDirectory() as scratch:
         result = Path(scratch) / "child.json"
-        done = subprocess.run([sys.executable, __file__, "context_child", "--result", str(result)],
-                              capture_output=True, text=True, timeout=CHILD_SECONDS)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, __file__, "context_child", "--result", str(result)],
+            capture_output=True,
+            text=True,
+            timeout=CHILD_SECONDS,
+        )
         del held
         if not result.is_file():
             raise RuntimeError(f"the second process wrote no result:\n{done.stderr[-2000:]}")
-        return {**json.loads(result.read_text()), "form": "context",
-                "made_by": "a second process starting while the first holds the GPU"}
+        return {
+            **json.loads(result.read_text()),
+            "form": "context",
+            "made_by": "a second process starting while the first holds the GPU",
+        }
 
 
 def context_child() -> None:

@@ -20,8 +20,21 @@ import sys
 import time
 from pathlib import Path
 
-LIBRARIES = ("torch", "transformers", "tokenizers", "huggingface_hub", "accelerate", "trl",
-             "peft", "datasets", "pydantic", "numpy", "pyarrow", "tuning", "ado_actuators")  # fmt: skip
+LIBRARIES = (
+    "torch",
+    "transformers",
+    "tokenizers",
+    "huggingface_hub",
+    "accelerate",
+    "trl",
+    "peft",
+    "datasets",
+    "pydantic",
+    "numpy",
+    "pyarrow",
+    "tuning",
+    "ado_actuators",
+)
 IDLE_SECONDS, LOAD_SECONDS, INTERVAL = 2.0, 6.0, 0.2
 
 
@@ -44,11 +57,18 @@ def environment() -> dict:
     device = {"cuda": torch.cuda.is_available(), "torch_cuda": torch.version.cuda}
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        device |= {"name": props.name, "capability": list(torch.cuda.get_device_capability(0)),
-                   "memory_gib": round(props.total_memory / 2**30, 2),
-                   "count": torch.cuda.device_count()}  # fmt: skip
-    return {"python": sys.version.split()[0], "executable": sys.executable,
-            "libraries": found, "device": device}  # fmt: skip
+        device |= {
+            "name": props.name,
+            "capability": list(torch.cuda.get_device_capability(0)),
+            "memory_gib": round(props.total_memory / 2**30, 2),
+            "count": torch.cuda.device_count(),
+        }
+    return {
+        "python": sys.version.split()[0],
+        "executable": sys.executable,
+        "libraries": found,
+        "device": device,
+    }
 
 
 def _summary(samples) -> dict:
@@ -102,12 +122,16 @@ def nvml() -> dict:
         energy = (after[0] - before[0]) / 1000.0
     failures = [f.error for f in idle_failed + busy_failed]
     return {
-        "available": True, "idle": _summary(idle), "load": _summary(busy),
-        "load_seconds": round(seconds, 2), "energy_joules": energy,
+        "available": True,
+        "idle": _summary(idle),
+        "load": _summary(busy),
+        "load_seconds": round(seconds, 2),
+        "energy_joules": energy,
         "energy_counter": {"before": before.get(0), "after": after.get(0)},
         "mean_watts_from_energy": round(energy / seconds, 1) if energy is not None else None,
-        "failures": len(failures), "first_failures": failures[:5],
-    }  # fmt: skip
+        "failures": len(failures),
+        "first_failures": failures[:5],
+    }
 
 
 PROBES = {"environment": environment, "nvml": nvml}

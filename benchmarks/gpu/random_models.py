@@ -16,26 +16,53 @@ DEMO = Path(__file__).resolve().parents[2] / "examples" / "local-cpu"
 
 # ibm-granite/granite-3.1-2b-base, config.json (2.5 B parameters, tied embeddings)
 GRANITE_3_1_2B: dict[str, Any] = {
-    "model_type": "granite", "architectures": ["GraniteForCausalLM"],
-    "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 40,
-    "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 49155,
-    "max_position_embeddings": 131072, "rope_theta": 5_000_000.0, "rms_norm_eps": 1e-5,
-    "attention_multiplier": 0.015625, "embedding_multiplier": 12.0, "logits_scaling": 8.0,
-    "residual_multiplier": 0.22, "attention_dropout": 0.1, "hidden_act": "silu",
-    "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": True,
-}  # fmt: skip
+    "model_type": "granite",
+    "architectures": ["GraniteForCausalLM"],
+    "hidden_size": 2048,
+    "intermediate_size": 8192,
+    "num_hidden_layers": 40,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 49155,
+    "max_position_embeddings": 131072,
+    "rope_theta": 5_000_000.0,
+    "rms_norm_eps": 1e-5,
+    "attention_multiplier": 0.015625,
+    "embedding_multiplier": 12.0,
+    "logits_scaling": 8.0,
+    "residual_multiplier": 0.22,
+    "attention_dropout": 0.1,
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "mlp_bias": False,
+    "tie_word_embeddings": True,
+}
 
 # meta-llama/Llama-3.1-8B, config.json (8.0 B parameters)
 LLAMA_3_1_8B: dict[str, Any] = {
-    "model_type": "llama", "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-    "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
-    "max_position_embeddings": 131072, "rope_theta": 500_000.0, "rms_norm_eps": 1e-5,
-    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-    "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "rope_theta": 500_000.0,
+    "rms_norm_eps": 1e-5,
+    "rope_scaling": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "mlp_bias": False,
     "tie_word_embeddings": False,
-}  # fmt: skip
+}
 
 CONFIGS = {"granite-3.1-2b": GRANITE_3_1_2B, "llama3.1-8b": LLAMA_3_1_8B}
 

@@ -33,19 +33,23 @@ class Config:
 
 GRANITE = "granite-3.1-2b"
 # full fine-tuning of 2.5 B parameters at 32 x 8192: the logits alone are ~50 GB (fp32)
-GRANITE_OOM = dict(model=GRANITE, method="full", batch_size=32, seq=8192, expect_oom=True,
-                   bare=False)  # fmt: skip
+GRANITE_OOM = dict(
+    model=GRANITE, method="full", batch_size=32, seq=8192, expect_oom=True, bare=False
+)
 SETS: dict[str, dict[str, tuple[Config, ...]]] = {
     "bench": {
         "gpu": (
-            Config(GRANITE, "full", 4, 1024), Config(GRANITE, "full", 8, 2048),
-            Config(GRANITE, "lora", 4, 1024), Config(GRANITE, "lora", 8, 2048),
+            Config(GRANITE, "full", 4, 1024),
+            Config(GRANITE, "full", 8, 2048),
+            Config(GRANITE, "lora", 4, 1024),
+            Config(GRANITE, "lora", 8, 2048),
             Config("llama3.1-8b", "lora", 4, 2048),
             # full fine-tuning of 8 B parameters at 32 x 8192: far beyond one GPU's memory
             Config("llama3.1-8b", "full", 32, 8192, expect_oom=True),
         ),
         "cpu": (
-            Config("tiny", "full", 2, 64), Config("tiny", "lora", 2, 64),
+            Config("tiny", "full", 2, 64),
+            Config("tiny", "lora", 2, 64),
             Config("tiny", "full", 2, 64, expect_oom=True),
         ),
     },
@@ -53,17 +57,20 @@ SETS: dict[str, dict[str, tuple[Config, ...]]] = {
     # and a real OOM in one process and under FSDP
     "check": {
         "gpu": (
-            Config(GRANITE, "full", 4, 1024), Config(GRANITE, "lora", 4, 1024),
+            Config(GRANITE, "full", 4, 1024),
+            Config(GRANITE, "lora", 4, 1024),
             Config(GRANITE, "full", 4, 1024, launcher="FSDP", bare=False),
             Config(GRANITE, "full", 4, 1024, launcher="DDP", bare=False),
-            Config(**GRANITE_OOM), Config(**GRANITE_OOM, launcher="FSDP"),
+            Config(**GRANITE_OOM),
+            Config(**GRANITE_OOM, launcher="FSDP"),
         ),
         "cpu": (
-            Config("tiny", "full", 2, 64), Config("tiny", "lora", 2, 64),
+            Config("tiny", "full", 2, 64),
+            Config("tiny", "lora", 2, 64),
             Config("tiny", "full", 2, 64, launcher="FSDP", bare=False),
             Config("tiny", "full", 2, 64, launcher="DDP", bare=False),
             Config("tiny", "full", 2, 64, expect_oom=True, bare=False),
             Config("tiny", "full", 2, 64, launcher="FSDP", expect_oom=True, bare=False),
         ),
     },
-}  # fmt: skip
+}

@@ -36,28 +36,48 @@ from table import as_expected, format_table
 
 from ado_actuators.sfttrainer.metrics.gpu_peaks import gpu_model_from_device_name
 
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu", action="store_true", help="the tiny model on the CPU")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--steps", type=int, default=None, help="optimisation steps per run")
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="wrapped/bare pairs per configuration (alternating order)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="wrapped/bare pairs per configuration (alternating order)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     parser.add_argument("--only", default=None, help="only labels containing this text")
     parser.add_argument("--label", default=None, help="only the row of exactly this label")
-    parser.add_argument("--set", choices=sorted(SETS), default="bench", dest="config_set",
-                        help="bench: the benchmark's rows; check: device-check.sh's")
-    parser.add_argument("--prepare-only", action="store_true",
-                        help="write the models and the dataset under --workdir, then stop")
-    parser.add_argument("--entries", type=int, default=None,
-                        help="dataset entries to generate (default: the shape's, 64 on a CPU)")
+    parser.add_argument(
+        "--set",
+        choices=sorted(SETS),
+        default="bench",
+        dest="config_set",
+        help="bench: the benchmark's rows; check: device-check.sh's",
+    )
+    parser.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="write the models and the dataset under --workdir, then stop",
+    )
+    parser.add_argument(
+        "--entries",
+        type=int,
+        default=None,
+        help="dataset entries to generate (default: the shape's, 64 on a CPU)",
+    )
     args = parser.parse_args(argv)
     root = (args.workdir or Path(tempfile.mkdtemp(prefix="sfttrainer-gpu-bench-"))).absolute()
     steps = args.steps or (4 if args.cpu else 20)
-    configs = [c for c in SETS[args.config_set]["cpu" if args.cpu else "gpu"]
-               if (args.only is None or args.only in c.label)
-               and (args.label is None or args.label == c.label)]  # fmt: skip
+    configs = [
+        c
+        for c in SETS[args.config_set]["cpu" if args.cpu else "gpu"]
+        if (args.only is None or args.only in c.label)
+        and (args.label is None or args.label == c.label)
+    ]
     if not configs:
         raise SystemExit(f"no row of --set {args.config_set} matches --only/--label")
     if args.cpu:
@@ -81,12 +101,18 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for config in configs:
         print(f"--- {config.label}", flush=True)
-        rows.append(measure_one(root, config, models, dataset, args.cpu, steps, gpu_model,
-                                flash, args.repeats))
+        rows.append(
+            measure_one(
+                root, config, models, dataset, args.cpu, steps, gpu_model, flash, args.repeats
+            )
+        )
     print(format_table(rows, f"{device} (gpu_model {gpu_model})" if gpu_model else device))
     if args.json:
-        args.json.write_text(json.dumps({"device": device, "gpu_model": gpu_model, "steps": steps,
-                                         "rows": rows}, indent=1))  # fmt: skip
+        args.json.write_text(
+            json.dumps(
+                {"device": device, "gpu_model": gpu_model, "steps": steps, "rows": rows}, indent=1
+            )
+        )
     failed = [r["label"] for r in rows if not as_expected(r)]
     if failed:
         print(f"unexpected outcome: {', '.join(failed)}", file=sys.stderr)

@@ -37,8 +37,13 @@ STALL_SECONDS = 1800
 
 
 def environment(root: Path) -> dict[str, str]:
-    return {**os.environ, "HF_HOME": str(root / "hf"), "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}  # fmt: skip
+    return {
+        **os.environ,
+        "HF_HOME": str(root / "hf"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+    }
 
 
 def prepare_models(root: Path, cpu: bool, names: set[str]) -> dict[str, Path]:
@@ -49,8 +54,16 @@ def prepare_models(root: Path, cpu: bool, names: set[str]) -> dict[str, Path]:
         return {"tiny": build_tiny_model(root / "models" / "tiny")}
     paths = {}
     for name in sorted(names):
-        subprocess.run([sys.executable, str(HERE / "random_models.py"), name,
-                        str(root / "models" / name), "cuda"], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                str(HERE / "random_models.py"),
+                name,
+                str(root / "models" / name),
+                "cuda",
+            ],
+            check=True,
+        )
         paths[name] = root / "models" / name
     return paths
 
@@ -62,22 +75,37 @@ def prepare_dataset(root: Path, entries: int | None) -> Path:
         # `python -m`, not the console script: a --target install (a lent GPU machine) puts
         # scripts nowhere near sys.executable
         extra = ["--entries", str(entries)] if entries else []
-        subprocess.run([sys.executable, "-m", "ado_actuators.sfttrainer.cli.generate_dataset_text",
-                        "--dataset-id", DATASET_ID, "--output-dir", str(data), *extra],
-                       check=True)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ado_actuators.sfttrainer.cli.generate_dataset_text",
+                "--dataset-id",
+                DATASET_ID,
+                "--output-dir",
+                str(data),
+                *extra,
+            ],
+            check=True,
+        )
     return path
 
 
 def entity(config: Config, cpu: bool, steps: int, gpu_model: str | None, flash: bool) -> dict:
     return {
-        "model_name": config.model, "model_max_length": config.seq,
-        "batch_size": config.batch_size, "number_gpus": 0 if cpu else 1,
-        "gpu_model": None if cpu else gpu_model, "dataset_id": DATASET_ID,
-        "max_steps": steps, "gradient_accumulation_steps": 1,
+        "model_name": config.model,
+        "model_max_length": config.seq,
+        "batch_size": config.batch_size,
+        "number_gpus": 0 if cpu else 1,
+        "gpu_model": None if cpu else gpu_model,
+        "dataset_id": DATASET_ID,
+        "max_steps": steps,
+        "gradient_accumulation_steps": 1,
         "torch_dtype": "float32" if cpu else "bfloat16",
         # flash attention where it can run; a GPU without the package measures without it
-        "flash_attn": flash, "fms_hf_tuning_version": installed_fms_hf_tuning(),
-    }  # fmt: skip
+        "flash_attn": flash,
+        "fms_hf_tuning_version": installed_fms_hf_tuning(),
+    }
 
 
 def hf_metrics_from_log(text: str) -> dict[str, float]:
@@ -89,16 +117,30 @@ def hf_metrics_from_log(text: str) -> dict[str, float]:
     return {}
 
 
-def _plan(root: Path, sub: str, config: Config, values: dict, model: Path, dataset: Path,
-          use_cpu: bool = False):  # fmt: skip
+def _plan(
+    root: Path,
+    sub: str,
+    config: Config,
+    values: dict,
+    model: Path,
+    dataset: Path,
+    use_cpu: bool = False,
+):
     plan = plan_launch(
         PlanInputs(
-            values=entity_values(values), definition=catalog_data().experiment(
-                EXPERIMENTS[config.method]), model_location=str(model), dataset_path=dataset,
-            text_field="output", workdir=root / sub / config.label, python=sys.executable,
-            hf_home=str(root / "hf"), main_process_port=workspace.free_port(), aim_repo=None,
-            weights_offline=True, use_cpu=use_cpu,
-        )  # fmt: skip
+            values=entity_values(values),
+            definition=catalog_data().experiment(EXPERIMENTS[config.method]),
+            model_location=str(model),
+            dataset_path=dataset,
+            text_field="output",
+            workdir=root / sub / config.label,
+            python=sys.executable,
+            hf_home=str(root / "hf"),
+            main_process_port=workspace.free_port(),
+            aim_repo=None,
+            weights_offline=True,
+            use_cpu=use_cpu,
+        )
     )
     return plan
 
@@ -111,16 +153,22 @@ def bare_run(root: Path, config: Config, values: dict, model: Path, dataset: Pat
     at = argv.index(TRAINER_MODULE)
     assert argv[at + 1] == JOB_FLAG
     argv[at : at + 3] = ["tuning.sft_trainer"]
-    result = run_process(argv, env={**environment(root), **plan.env}, cwd=plan.workdir,
-                         log_path=plan.workdir / "train.log", stall_timeout=STALL_SECONDS)  # fmt: skip
+    result = run_process(
+        argv,
+        env={**environment(root), **plan.env},
+        cwd=plan.workdir,
+        log_path=plan.workdir / "train.log",
+        stall_timeout=STALL_SECONDS,
+    )
     metrics = hf_metrics_from_log(result.log_path.read_text(errors="replace"))
     if result.returncode != 0 or not metrics:
         raise SystemExit(f"bare run {config.label} failed:\n{result.log_tail()}")
     return metrics
 
 
-def one_rank(root: Path, config: Config, values: dict, model: Path, dataset: Path,
-             cpu: bool) -> Outcome:  # fmt: skip
+def one_rank(
+    root: Path, config: Config, values: dict, model: Path, dataset: Path, cpu: bool
+) -> Outcome:
     """The plan's accelerate config for `config.launcher`, launched with one rank.
 
     The plan renders FSDP / DDP configs only for several ranks: plan two GPUs (or, on a CPU,
@@ -128,30 +176,54 @@ def one_rank(root: Path, config: Config, values: dict, model: Path, dataset: Pat
     the product's config, accelerate's wrapping (FSDP shards on one rank too) and the trainer
     wrapper under it; the outcome is classified as the engine classifies any launch.
     """
-    two = {**values, "number_gpus": 2, "batch_size": 2 * config.batch_size,
-           "distributed_backend": config.launcher}  # fmt: skip
+    two = {
+        **values,
+        "number_gpus": 2,
+        "batch_size": 2 * config.batch_size,
+        "distributed_backend": config.launcher,
+    }
     plan = _plan(root, "one-rank", config, two, model, dataset, use_cpu=cpu)
     argv = list(plan.node.argv)
     argv[argv.index("--num_processes") + 1] = "1"
     node = plan.node.model_copy(
-        update={"argv": argv, "accelerate_config": {**plan.node.accelerate_config,
-                                                    "num_processes": 1}})  # fmt: skip
+        update={
+            "argv": argv,
+            "accelerate_config": {**plan.node.accelerate_config, "num_processes": 1},
+        }
+    )
     job = plan.job.model_copy(update={"gpu_indices": [] if cpu else [0]})
     plan = plan.model_copy(update={"node": node, "job": job, "processes_per_node": 1})
     workspace.prepare(plan)
     fault = {FAULT_ENV: "oom@1"} if cpu and config.expect_oom else {}
-    result = run_process(argv, env={**environment(root), **plan.env, **fault}, cwd=plan.workdir,
-                         log_path=plan.workdir / "train.log", stall_timeout=STALL_SECONDS,
-                         activity_paths=(plan.report_dir,))  # fmt: skip
-    run = NodeRun(returncode=result.returncode, signal_name=result.signal_name,
-                  stopped_by_watchdog=result.stopped_by_watchdog, log_tail=result.log_tail(),
-                  reports=RankReport.read_all(plan.report_dir), workdir=str(plan.workdir))  # fmt: skip
+    result = run_process(
+        argv,
+        env={**environment(root), **plan.env, **fault},
+        cwd=plan.workdir,
+        log_path=plan.workdir / "train.log",
+        stall_timeout=STALL_SECONDS,
+        activity_paths=(plan.report_dir,),
+    )
+    run = NodeRun(
+        returncode=result.returncode,
+        signal_name=result.signal_name,
+        stopped_by_watchdog=result.stopped_by_watchdog,
+        log_tail=result.log_tail(),
+        reports=RankReport.read_all(plan.report_dir),
+        workdir=str(plan.workdir),
+    )
     resolved = entity_values(two)
-    outcome = launch_outcome(run.reports, [run], world_size=1, number_gpus=0 if cpu else 1,
-                             stop_after_seconds=resolved.stop_after_seconds,
-                             gpu_model=values["gpu_model"], devices=1)  # fmt: skip
-    outcome.metadata.update({"workdir": str(plan.workdir),
-                             "accelerate_config": node.accelerate_config})  # fmt: skip
+    outcome = launch_outcome(
+        run.reports,
+        [run],
+        world_size=1,
+        number_gpus=0 if cpu else 1,
+        stop_after_seconds=resolved.stop_after_seconds,
+        gpu_model=values["gpu_model"],
+        devices=1,
+    )
+    outcome.metadata.update(
+        {"workdir": str(plan.workdir), "accelerate_config": node.accelerate_config}
+    )
     return outcome
 
 
@@ -160,11 +232,13 @@ def measure_one(root, config, models, dataset, cpu, steps, gpu_model, flash, rep
     and bare throughput, in alternating order so that drift favours neither; ratio of medians."""
     values = entity(config, cpu, steps, gpu_model, flash)
     settings = MeasurementSettings(
-        data_directory=str(dataset.parent), hf_home=str(root / "hf"),
-        output_dir=str(root / "measured"), stall_timeout_seconds=STALL_SECONDS,
+        data_directory=str(dataset.parent),
+        hf_home=str(root / "hf"),
+        output_dir=str(root / "measured"),
+        stall_timeout_seconds=STALL_SECONDS,
         model_map={config.model: {"Vanilla": str(models[config.model])}},
         oom_dominance=False,  # a benchmark measures each configuration it lists, OOMs too
-    )  # fmt: skip
+    )
 
     def wrapped():
         if config.launcher != "single":
@@ -183,13 +257,17 @@ def measure_one(root, config, models, dataset, cpu, steps, gpu_model, flash, rep
 
     def bare() -> float:
         return bare_run(root, config, values, models[config.model], dataset)[
-            "train_samples_per_second"]
+            "train_samples_per_second"
+        ]
 
     outcome = wrapped()
     row = {"config": dataclasses.asdict(config), "label": config.label}
     if isinstance(outcome, Invalid):
-        row |= {"properties": {"is_valid": 0}, "reason": outcome.reason[:2000],
-                "gpu_oom": outcome.gpu_oom}  # fmt: skip
+        row |= {
+            "properties": {"is_valid": 0},
+            "reason": outcome.reason[:2000],
+            "gpu_oom": outcome.gpu_oom,
+        }
         return row
     if not isinstance(outcome, Measured):
         row |= {"properties": {}, "reason": outcome.reason[:4000]}

@@ -48,16 +48,21 @@ def main() -> None:
     models = prepare_models(root, False, {GRANITE})
     dataset = prepare_dataset(root, 4096)
     settings = MeasurementSettings(
-        data_directory=str(dataset.parent), hf_home=str(root / "hf"), output_dir=str(root / "out"),
-        model_map={GRANITE: {"Vanilla": str(models[GRANITE])}}, stall_timeout_seconds=1800,
-    )  # fmt: skip
+        data_directory=str(dataset.parent),
+        hf_home=str(root / "hf"),
+        output_dir=str(root / "out"),
+        model_map={GRANITE: {"Vanilla": str(models[GRANITE])}},
+        stall_timeout_seconds=1800,
+    )
     base = {
-        "model_name": GRANITE, "number_gpus": 1,
+        "model_name": GRANITE,
+        "number_gpus": 1,
         "gpu_model": gpu_model_from_device_name(torch.cuda.get_device_name(0)),
-        "dataset_id": DATASET_ID, "torch_dtype": "bfloat16",
+        "dataset_id": DATASET_ID,
+        "torch_dtype": "bfloat16",
         "flash_attn": importlib.util.find_spec("flash_attn") is not None,
         "fms_hf_tuning_version": installed_fms_hf_tuning(),
-    }  # fmt: skip
+    }
     compare(settings, base, CONFIGURATIONS, args.truth_factor, root)
 
 

@@ -22,10 +22,12 @@ def aligned(lines: list[list[str]]) -> str:
     """Left-aligned first column, right-aligned others."""
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     return "\n".join(
-        "  ".join(cell.rjust(w) if i else cell.ljust(w)
-                  for i, (cell, w) in enumerate(zip(line, widths, strict=True)))
+        "  ".join(
+            cell.rjust(w) if i else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(line, widths, strict=True))
+        )
         for line in lines
-    )  # fmt: skip
+    )
 
 
 def format_table(rows: list[dict], device: str, reason_chars: int | None = None) -> str:
@@ -50,5 +52,3 @@ def as_expected(row: dict) -> bool:
     if row["config"]["expect_oom"]:
         return row["properties"].get("is_valid") == 0 and bool(row.get("gpu_oom"))
     return row["properties"].get("is_valid") == 1
-
-

@@ -34,7 +34,9 @@ class AdoCLI:
     def env(self) -> dict[str, str]:
         return {**os.environ, "XDG_CONFIG_HOME": str(self.home), **self.extra_env}
 
-    def run(self, *args: str, check: bool = True, timeout: float = 1800) -> subprocess.CompletedProcess:
+    def run(
+        self, *args: str, check: bool = True, timeout: float = 1800
+    ) -> subprocess.CompletedProcess:
         result = subprocess.run(
             [self.executable, *args],
             env=self.env,
@@ -60,9 +62,17 @@ class AdoCLI:
         """One row per measured entity, columns named by target property."""
         target = self.home / f"measurements-{space_id}.csv"
         self.run(
-            "show", "measurements", "space", space_id, "-o", "csv",
-            "--property-format", "target", "--output-file", str(target),
-        )  # fmt: skip
+            "show",
+            "measurements",
+            "space",
+            space_id,
+            "-o",
+            "csv",
+            "--property-format",
+            "target",
+            "--output-file",
+            str(target),
+        )
         if not target.exists():  # ado writes no file for a space without measurements
             return []
         with target.open(newline="") as handle:
@@ -73,8 +83,16 @@ def generate_text_dataset(directory: Path, dataset_id: str, entries: int) -> Pat
     """Write `dataset_id` with `entries` entries where the actuator looks for it, through the
     shipped CLI (as a user prepares a cluster); returns the file."""
     subprocess.run(
-        [str(Path(sys.executable).with_name("sfttrainer_generate_dataset_text")),
-         "--dataset-id", dataset_id, "--entries", str(entries), "--output-dir", str(directory)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            str(Path(sys.executable).with_name("sfttrainer_generate_dataset_text")),
+            "--dataset-id",
+            dataset_id,
+            "--entries",
+            str(entries),
+            "--output-dir",
+            str(directory),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return directory / f"{dataset_id}.jsonl"

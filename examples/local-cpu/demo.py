@@ -25,8 +25,11 @@ from tiny_model import build_tiny_model
 
 HERE = Path(__file__).parent
 # Rows of the printed table: what identifies a configuration, then every measured property.
-CONFIGURATION = {"experiment_id": "experiment", "model_max_length": "model_max_length",
-                 "batch_size": "batch_size"}  # fmt: skip
+CONFIGURATION = {
+    "experiment_id": "experiment",
+    "model_max_length": "model_max_length",
+    "batch_size": "batch_size",
+}
 PROPERTIES = catalog_data().experiment("finetune_full_benchmark-v1.0.0").targets
 
 
@@ -37,8 +40,12 @@ def main() -> int:
     work = Path(os.environ.get("DEMO_WORK", "demo-work")).absolute()
     shutil.rmtree(work, ignore_errors=True)
     (work / "data").mkdir(parents=True)
-    offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-               "HF_HOME": str(work / "hf")}  # fmt: skip
+    offline = {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HOME": str(work / "hf"),
+    }
     os.environ.update(offline)
     started = time.monotonic()
 
@@ -49,15 +56,19 @@ def main() -> int:
 
     ado = AdoCLI(home=work / "ado-config", extra_env=offline)
     config = work / "actuator_configuration.yaml"
-    config.write_text(yaml.safe_dump({
-        "actuatorIdentifier": "SFTTrainer",
-        "parameters": {
-            "data_directory": str(work / "data"),
-            "hf_home": str(work / "hf"),
-            "output_dir": str(work / "measurements"),
-            "model_map": {"tiny-llama": {"Vanilla": str(model)}},
-        },
-    }))  # fmt: skip
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "actuatorIdentifier": "SFTTrainer",
+                "parameters": {
+                    "data_directory": str(work / "data"),
+                    "hf_home": str(work / "hf"),
+                    "output_dir": str(work / "measurements"),
+                    "model_map": {"tiny-llama": {"Vanilla": str(model)}},
+                },
+            }
+        )
+    )
     config_id = ado.create("actuatorconfiguration", config)
     space_id = ado.create("space", HERE / "space.yaml", "--new-sample-store")
     operation = work / "operation.yaml"

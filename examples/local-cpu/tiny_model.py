@@ -155,9 +155,7 @@ def write_text_dataset(
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print(
-            "usage: python examples/local-cpu/tiny_model.py OUT_DIR", file=sys.stderr
-        )
+        print("usage: python examples/local-cpu/tiny_model.py OUT_DIR", file=sys.stderr)
         return 2
     print(build_tiny_model(Path(argv[0])))
     return 0

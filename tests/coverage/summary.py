@@ -44,7 +44,9 @@ def lines(total: float, modules: dict[str, float], known: dict[str, str]) -> lis
     if under:
         out.append(f"modules under {BAR:g} %:")
     for pct, name in under:
-        why = known.get(name, "NO REASON RECORDED: add a test, or a reason to tests/coverage/gaps.toml")
+        why = known.get(
+            name, "NO REASON RECORDED: add a test, or a reason to tests/coverage/gaps.toml"
+        )
         out.append(f"  {pct:5.1f} %  {name}: {why}")
     stale = sorted(n for n in known if n in modules and modules[n] >= BAR)
     if stale:
@@ -54,8 +56,9 @@ def lines(total: float, modules: dict[str, float], known: dict[str, str]) -> lis
 
 def main() -> int:
     data_dir = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / ".coverage-data"
-    cov = coverage.Coverage(config_file=str(REPO / "pyproject.toml"),
-                            data_file=str(data_dir / "coverage"))  # fmt: skip
+    cov = coverage.Coverage(
+        config_file=str(REPO / "pyproject.toml"), data_file=str(data_dir / "coverage")
+    )
     cov.combine(data_paths=[str(data_dir)], keep=False)
     cov.save()
     with tempfile.TemporaryDirectory() as tmp:

@@ -23,8 +23,12 @@ def ado(tmp_path_factory) -> AdoCLI:
     home = tmp_path_factory.mktemp("ado-home")
     return AdoCLI(
         home=home,
-        extra_env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                   "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(home / "hf")},  # fmt: skip
+        extra_env={
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "HF_HOME": str(home / "hf"),
+        },
     )
 
 
@@ -37,11 +41,19 @@ def test_actuator_and_experiments_are_listed(ado):
     listing = ado.run("get", "actuators", "--details").stdout
     assert "SFTTrainer" in listing
     for spelling in ("gtpq", "gptq"):
-        described = ado.run("describe", "experiment", f"SFTTrainer.finetune_{spelling}-lora_benchmark-v1.0.0")
+        described = ado.run(
+            "describe", "experiment", f"SFTTrainer.finetune_{spelling}-lora_benchmark-v1.0.0"
+        )
         assert "float16" in described.stdout
     # both stop methods and the adaptive one's cap are in ado's catalogue
-    described = ado.run("describe", "experiment", "SFTTrainer.finetune_full_benchmark-v1.0.0").stdout
-    for offered in ("WARMUP_60S_STABLE_120S_OR_10_STEPS", "STEADY_CI95_1PCT", "auto_stop_max_seconds"):
+    described = ado.run(
+        "describe", "experiment", "SFTTrainer.finetune_full_benchmark-v1.0.0"
+    ).stdout
+    for offered in (
+        "WARMUP_60S_STABLE_120S_OR_10_STEPS",
+        "STEADY_CI95_1PCT",
+        "auto_stop_max_seconds",
+    ):
         assert offered in described
 
 
@@ -52,8 +64,10 @@ def test_seed_example_space_is_accepted_unchanged(ado):
 
 
 def test_misspelt_parameter_is_rejected_naming_it(ado, tmp_path):
-    bad = write_yaml(tmp_path / "bad.yaml", {"actuatorIdentifier": "SFTTrainer",
-                                             "parameters": {"data_directri": "/data"}})  # fmt: skip
+    bad = write_yaml(
+        tmp_path / "bad.yaml",
+        {"actuatorIdentifier": "SFTTrainer", "parameters": {"data_directri": "/data"}},
+    )
     with pytest.raises(AdoError, match=r"data_directri \(did you mean data_directory\?\)"):
         ado.create("actuatorconfiguration", bad)
 
@@ -67,8 +81,10 @@ def flops_per_token_bounds(model_dir: Path, max_seq: int) -> dict[str, tuple[flo
 
     p = count_parameters(AutoModelForCausalLM.from_pretrained(model_dir))
     attention = 12 * p.layers * p.attention_width
-    return {"full": (6 * p.matmul + attention, 6 * p.matmul + attention * max_seq),
-            "pt": (4 * p.matmul + attention, 4 * p.matmul + attention * max_seq)}  # fmt: skip
+    return {
+        "full": (6 * p.matmul + attention, 6 * p.matmul + attention * max_seq),
+        "pt": (4 * p.matmul + attention, 4 * p.matmul + attention * max_seq),
+    }
 
 
 @pytest.mark.slow
@@ -76,12 +92,21 @@ def test_operation_measures_valid_rows_and_leaves_failures_unstored(ado, tmp_pat
     model = build_tiny_model(tmp_path / "tiny-llama")
     data = tmp_path / "data"
     generate_text_dataset(data, "news-chars-512-entries-4096", 64)
-    config_id = ado.create("actuatorconfiguration", write_yaml(tmp_path / "ac.yaml", {
-        "actuatorIdentifier": "SFTTrainer",
-        "parameters": {"data_directory": str(data), "hf_home": str(tmp_path / "hf"),
-                       "output_dir": str(tmp_path / "out"),
-                       "model_map": {"tiny-llama": {"Vanilla": str(model)}}},
-    }))  # fmt: skip
+    config_id = ado.create(
+        "actuatorconfiguration",
+        write_yaml(
+            tmp_path / "ac.yaml",
+            {
+                "actuatorIdentifier": "SFTTrainer",
+                "parameters": {
+                    "data_directory": str(data),
+                    "hf_home": str(tmp_path / "hf"),
+                    "output_dir": str(tmp_path / "out"),
+                    "model_map": {"tiny-llama": {"Vanilla": str(model)}},
+                },
+            },
+        ),
+    )
     parameterization = [
         {"property": {"identifier": "fms_hf_tuning_version"}, "value": "3.2.2"},
         {"property": {"identifier": "dataset_id"}, "value": "news-chars-512-entries-4096"},
@@ -95,36 +120,55 @@ def test_operation_measures_valid_rows_and_leaves_failures_unstored(ado, tmp_pat
         {"property": {"identifier": "auto_stop_max_seconds"}, "value": STEADY_CAP},
         {"property": {"identifier": "num_train_epochs"}, "value": 10000},
     ]
-    space_id = ado.create("space", write_yaml(tmp_path / "space.yaml", {
-        "experiments": [
-            {"experimentIdentifier": e, "actuatorIdentifier": "SFTTrainer",
-             "parameterization": values}
-            for e, values in (("finetune_full_benchmark-v1.0.0", parameterization),
-                              ("finetune_pt_benchmark-v1.0.0", steady))
-        ],
-        "entitySpace": [
-            # a model nobody mapped: its measurements fail, with a reason, and are not stored
-            {"identifier": "model_name", "propertyDomain": {"values": ["tiny-llama", "unmapped-model"]}},
-            # 2 GPUs without a gpu_model: invalid by rule 5, stored at once as is_valid = 0
-            {"identifier": "number_gpus", "propertyDomain": {"values": [0, 2]}},
-            {"identifier": "model_max_length", "propertyDomain": {"values": [64]}},
-            {"identifier": "batch_size", "propertyDomain": {"values": [2, 4]}},
-        ],
-    }), "--new-sample-store")  # fmt: skip
+    space_id = ado.create(
+        "space",
+        write_yaml(
+            tmp_path / "space.yaml",
+            {
+                "experiments": [
+                    {
+                        "experimentIdentifier": e,
+                        "actuatorIdentifier": "SFTTrainer",
+                        "parameterization": values,
+                    }
+                    for e, values in (
+                        ("finetune_full_benchmark-v1.0.0", parameterization),
+                        ("finetune_pt_benchmark-v1.0.0", steady),
+                    )
+                ],
+                "entitySpace": [
+                    # a model nobody mapped: its measurements fail, with a reason, and are not stored
+                    {
+                        "identifier": "model_name",
+                        "propertyDomain": {"values": ["tiny-llama", "unmapped-model"]},
+                    },
+                    # 2 GPUs without a gpu_model: invalid by rule 5, stored at once as is_valid = 0
+                    {"identifier": "number_gpus", "propertyDomain": {"values": [0, 2]}},
+                    {"identifier": "model_max_length", "propertyDomain": {"values": [64]}},
+                    {"identifier": "batch_size", "propertyDomain": {"values": [2, 4]}},
+                ],
+            },
+        ),
+        "--new-sample-store",
+    )
     operation = yaml.safe_load((REPO / "examples" / "local-cpu" / "operation.yaml").read_text())
     operation |= {"spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id]}
-    result = ado.run("create", "operation", "-f", str(write_yaml(tmp_path / "op.yaml", operation)),
-                     timeout=900)
+    result = ado.run(
+        "create", "operation", "-f", str(write_yaml(tmp_path / "op.yaml", operation)), timeout=900
+    )
     rows = ado.measurements(space_id)
     invalid = [r for r in rows if float(r["is_valid"]) == 0]
     assert {(r["model_name"], r["number_gpus"]) for r in invalid} == {
-        ("tiny-llama", "2"), ("unmapped-model", "2")}  # fmt: skip
+        ("tiny-llama", "2"),
+        ("unmapped-model", "2"),
+    }
     assert len(invalid) == 8
     assert all(r["dataset_tokens_per_second"] in ("", "nan") for r in invalid)
     rows = [r for r in rows if float(r["is_valid"]) == 1]
     measured = {(r["experiment_id"].split(".")[1].split("-v1")[0], r["batch_size"]) for r in rows}
-    assert measured == {(e, b) for e in ("finetune_full_benchmark", "finetune_pt_benchmark")
-                        for b in ("2", "4")}, result.stdout[-3000:]  # fmt: skip
+    assert measured == {
+        (e, b) for e in ("finetune_full_benchmark", "finetune_pt_benchmark") for b in ("2", "4")
+    }, result.stdout[-3000:]
     for row in rows:
         assert (row["model_name"], row["number_gpus"]) == ("tiny-llama", "0")
         assert float(row["dataset_tokens_per_second"]) > 0
@@ -155,8 +199,17 @@ def test_operation_measures_valid_rows_and_leaves_failures_unstored(ado, tmp_pat
         else:  # 2 steps: too few for an interval, and nothing left out
             assert row.get("dataset_tokens_per_second_ci95_percent", "") in ("", "nan")
             assert float(row["warmup_seconds"]) == 0.0
-        per_token = float(row["model_tflops_per_device"]) * 1e12 / float(row["dataset_tokens_per_second_per_gpu"])
-        assert low <= per_token * (1 + 1e-9) and per_token <= high * (1 + 1e-9), (method, low, per_token, high)
+        per_token = (
+            float(row["model_tflops_per_device"])
+            * 1e12
+            / float(row["dataset_tokens_per_second_per_gpu"])
+        )
+        assert low <= per_token * (1 + 1e-9) and per_token <= high * (1 + 1e-9), (
+            method,
+            low,
+            per_token,
+            high,
+        )
     shutil.rmtree(tmp_path / "out", ignore_errors=True)
     _check_the_picture_of(space_id, ado, tmp_path / "plot", measured=rows, invalid=8)
 
@@ -169,8 +222,11 @@ def _check_the_picture_of(space_id, ado, out, measured, invalid):
 
     plotted = subprocess.run(
         [str(Path(sys.executable).with_name("sfttrainer_plot")), space_id, "-o", str(out)],
-        env=ado.env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        env=ado.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert plotted.returncode == 0, plotted.stderr
     paths = plotted.stdout.splitlines()[:2]
     assert paths == [str(out / f"{space_id}.png"), str(out / f"{space_id}.html")]
@@ -189,13 +245,22 @@ def test_plot_of_an_unknown_space_names_it(ado, tmp_path):
     ado.run("get", "spaces")  # ado creates its local context on first use
     context = ado.home / "ado" / "contexts" / "local.json"
     plotted = subprocess.run(
-        [str(Path(sys.executable).with_name("sfttrainer_plot")), "space-000000-000000",
-         "--context", str(context), "-o", str(tmp_path / "plot")],
+        [
+            str(Path(sys.executable).with_name("sfttrainer_plot")),
+            "space-000000-000000",
+            "--context",
+            str(context),
+            "-o",
+            str(tmp_path / "plot"),
+        ],
         # --context, not the active context, says where to look
         env={**ado.env, "XDG_CONFIG_HOME": str(tmp_path / "elsewhere")},
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert plotted.returncode == 2, plotted.stderr
     assert plotted.stderr.startswith(
-        "Error: space 'space-000000-000000' does not exist in ado context 'local'")
+        "Error: space 'space-000000-000000' does not exist in ado context 'local'"
+    )
     assert "Traceback" not in plotted.stderr and not (tmp_path / "plot").exists()

@@ -59,24 +59,48 @@ def setup(tmp_path_factory):
     model = build_tiny_model(root / "tiny-llama")
     data = root / "data"
     subprocess.run(
-        [str(Path(sys.executable).with_name("sfttrainer_generate_dataset_text")),
-         "--dataset-id", DATASET, "--entries", "16", "--output-dir", str(data)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            str(Path(sys.executable).with_name("sfttrainer_generate_dataset_text")),
+            "--dataset-id",
+            DATASET,
+            "--entries",
+            "16",
+            "--output-dir",
+            str(data),
+        ],
+        check=True,
+        capture_output=True,
+    )
     python_path = os.pathsep.join(p for p in (str(INJECT), os.environ.get("PYTHONPATH")) if p)
-    ado = AdoCLI(home=root / "ado", extra_env={
-        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-        "HF_HOME": str(root / "hf"), "PYTHONPATH": python_path,
-        # two 2-CPU measurements at once need a node of 4 CPUs (this machine may have 2)
-        "RAY_OVERRIDE_RESOURCES": json.dumps({"CPU": 4}),
-    })  # fmt: skip
-    config_id = ado.create("actuatorconfiguration", write_yaml(root / "ac.yaml", {
-        "actuatorIdentifier": "SFTTrainer",
-        "parameters": {"data_directory": str(data), "hf_home": str(root / "hf"),
-                       "output_dir": str(root / "out"), "aim_db": str(root / "aim"),
-                       "stall_timeout_seconds": STALL_SECONDS,
-                       "model_map": {"tiny-llama": {"Vanilla": str(model)}}},
-    }))  # fmt: skip
+    ado = AdoCLI(
+        home=root / "ado",
+        extra_env={
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "HF_HOME": str(root / "hf"),
+            "PYTHONPATH": python_path,
+            # two 2-CPU measurements at once need a node of 4 CPUs (this machine may have 2)
+            "RAY_OVERRIDE_RESOURCES": json.dumps({"CPU": 4}),
+        },
+    )
+    config_id = ado.create(
+        "actuatorconfiguration",
+        write_yaml(
+            root / "ac.yaml",
+            {
+                "actuatorIdentifier": "SFTTrainer",
+                "parameters": {
+                    "data_directory": str(data),
+                    "hf_home": str(root / "hf"),
+                    "output_dir": str(root / "out"),
+                    "aim_db": str(root / "aim"),
+                    "stall_timeout_seconds": STALL_SECONDS,
+                    "model_map": {"tiny-llama": {"Vanilla": str(model)}},
+                },
+            },
+        ),
+    )
     parameterization = [
         {"property": {"identifier": "fms_hf_tuning_version"}, "value": "3.2.2"},
         {"property": {"identifier": "dataset_id"}, "value": DATASET},
@@ -84,16 +108,28 @@ def setup(tmp_path_factory):
         {"property": {"identifier": "torch_dtype"}, "value": "float32"},
         {"property": {"identifier": "gradient_accumulation_steps"}, "value": 1},
     ]
-    space_id = ado.create("space", write_yaml(root / "space.yaml", {
-        "experiments": [{"experimentIdentifier": EXPERIMENT, "actuatorIdentifier": "SFTTrainer",
-                         "parameterization": parameterization}],
-        "entitySpace": [
-            {"identifier": "model_name", "propertyDomain": {"values": ["tiny-llama"]}},
-            {"identifier": "number_gpus", "propertyDomain": {"values": [0]}},
-            {"identifier": "model_max_length", "propertyDomain": {"values": [64]}},
-            {"identifier": "batch_size", "propertyDomain": {"values": [1, 2, 3, 4]}},
-        ],
-    }), "--new-sample-store")  # fmt: skip
+    space_id = ado.create(
+        "space",
+        write_yaml(
+            root / "space.yaml",
+            {
+                "experiments": [
+                    {
+                        "experimentIdentifier": EXPERIMENT,
+                        "actuatorIdentifier": "SFTTrainer",
+                        "parameterization": parameterization,
+                    }
+                ],
+                "entitySpace": [
+                    {"identifier": "model_name", "propertyDomain": {"values": ["tiny-llama"]}},
+                    {"identifier": "number_gpus", "propertyDomain": {"values": [0]}},
+                    {"identifier": "model_max_length", "propertyDomain": {"values": [64]}},
+                    {"identifier": "batch_size", "propertyDomain": {"values": [1, 2, 3, 4]}},
+                ],
+            },
+        ),
+        "--new-sample-store",
+    )
     operation = yaml.safe_load((REPO / "examples" / "local-cpu" / "operation.yaml").read_text())
     operation |= {"spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id]}
     operation["operation"]["parameters"]["batchSize"] = 2
@@ -198,10 +234,13 @@ def test_killed_worker_hung_rank_and_two_at_once(setup):
     started = time.monotonic()
     faults = f"{KILLED}=hang@1;{HUNG}=hang@1"
     (root / "meet").mkdir()
-    meet = f"{root / 'meet'}={','.join(f'{key}-' for key in CLEAN)}"  # the clean two launch together
+    meet = (
+        f"{root / 'meet'}={','.join(f'{key}-' for key in CLEAN)}"  # the clean two launch together
+    )
     with KeepActive(lambda: watched_silence(root / "out")):
-        first_id, output = run_operation(ado, operation, SFTTRAINER_TEST_FAULTS=faults,
-                                         SFTTRAINER_TEST_MEET=meet)  # fmt: skip
+        first_id, output = run_operation(
+            ado, operation, SFTTRAINER_TEST_FAULTS=faults, SFTTRAINER_TEST_MEET=meet
+        )
     print(f"first operation: {time.monotonic() - started:.1f} s")
     killer.done.set()
     assert killer.worker is not None, "the killed entity's trainer never hung"
@@ -212,7 +251,9 @@ def test_killed_worker_hung_rank_and_two_at_once(setup):
     counts = Counter(batch_size_of(r["Entity IDs"]) for r in requests)
     assert counts == Counter([KILLED, HUNG, *CLEAN]), requests  # none lost, none twice
     status = {batch_size_of(r["Entity IDs"]): r["Status"] for r in requests}
-    assert status == {KILLED: "Failed", HUNG: "Failed", CLEAN[0]: "Success", CLEAN[1]: "Success"}, status
+    assert status == {KILLED: "Failed", HUNG: "Failed", CLEAN[0]: "Success", CLEAN[1]: "Success"}, (
+        status
+    )
     lines = [line for line in output.splitlines() if f"SFTTrainer {EXPERIMENT}" in line]
     assert len(lines) == 2, "\n".join(lines)
     by_entity = {key: next(line for line in lines if key in line) for key in (KILLED, HUNG)}
@@ -235,7 +276,9 @@ def test_killed_worker_hung_rank_and_two_at_once(setup):
     # the shared repository gives back every run; each measured one once, complete (the
     # failed entities' runs, cut short, are there too)
     runs = aim_runs(root / "aim")
-    complete = Counter(batch_size_of(label) for label, outcome, series in runs if outcome == "ok" and series)
+    complete = Counter(
+        batch_size_of(label) for label, outcome, series in runs if outcome == "ok" and series
+    )
     assert complete == Counter(CLEAN), runs
     assert not leftover_processes(root)
 
@@ -247,13 +290,18 @@ def test_killed_worker_hung_rank_and_two_at_once(setup):
     again = trace(ado, second_id)
     kinds = Counter((r["Request type"], batch_size_of(r["Entity IDs"])) for r in again)
     # what was measured is replayed from the store, what failed is measured again
-    assert kinds == Counter([("measured", KILLED), ("measured", HUNG),
-                             ("replayed", CLEAN[0]), ("replayed", CLEAN[1])]), again  # fmt: skip
+    assert kinds == Counter(
+        [("measured", KILLED), ("measured", HUNG), ("replayed", CLEAN[0]), ("replayed", CLEAN[1])]
+    ), again
     assert all(r["Status"] == "Success" for r in again), again
     rows = ado.measurements(space_id)
-    assert Counter(f"batch_size.{r['batch_size']}" for r in rows) == Counter([KILLED, HUNG, *CLEAN]), rows
+    assert Counter(f"batch_size.{r['batch_size']}" for r in rows) == Counter(
+        [KILLED, HUNG, *CLEAN]
+    ), rows
     assert all(float(r["is_valid"]) == 1 for r in rows), rows
     runs = aim_runs(root / "aim")
-    complete = Counter(batch_size_of(label) for label, outcome, series in runs if outcome == "ok" and series)
+    complete = Counter(
+        batch_size_of(label) for label, outcome, series in runs if outcome == "ok" and series
+    )
     assert complete == Counter([KILLED, HUNG, *CLEAN]), runs
     assert not leftover_processes(root)

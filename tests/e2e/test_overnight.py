@@ -27,13 +27,19 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_a_small_night_killed_halfway_answers_every_measurement_once_and_leaves_nothing():
     done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "overnight.py"), "--small",
-         "--report-overhead-only"],
-        capture_output=True, text=True, timeout=1500,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "overnight.py"),
+            "--small",
+            "--report-overhead-only",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-6000:]
-    table = output[output.index("| what | value |"):]
+    table = output[output.index("| what | value |") :]
     assert "| missing | 0 |" in table and "| duplicates | 0 |" in table, table
     assert "| leftovers after kill / at end | 0 / 0" in table, table
     assert "| measurements | 48 |" in table, table

@@ -31,25 +31,46 @@ def write_yaml(path: Path, document: dict) -> Path:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, environments_dir):
     root = tmp_path_factory.mktemp("versions")
-    ado = AdoCLI(home=root / "ado-home", extra_env={
-        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-        "HF_HOME": str(root / "hf")})  # fmt: skip
+    ado = AdoCLI(
+        home=root / "ado-home",
+        extra_env={
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "HF_HOME": str(root / "hf"),
+        },
+    )
     model = build_tiny_model(root / "tiny-llama")
     data = root / "data"
     generate_text_dataset(data, DATASET, 16)
-    config_id = ado.create("actuatorconfiguration", write_yaml(root / "ac.yaml", {
-        "actuatorIdentifier": "SFTTrainer",
-        "parameters": {"data_directory": str(data), "hf_home": str(root / "hf"),
-                       "output_dir": str(root / "out"), "match_exact_dependencies": False,
-                       "environments_directory": str(environments_dir),
-                       "model_map": {"tiny-llama": {"Vanilla": str(model)}}},
-    }))  # fmt: skip
+    config_id = ado.create(
+        "actuatorconfiguration",
+        write_yaml(
+            root / "ac.yaml",
+            {
+                "actuatorIdentifier": "SFTTrainer",
+                "parameters": {
+                    "data_directory": str(data),
+                    "hf_home": str(root / "hf"),
+                    "output_dir": str(root / "out"),
+                    "match_exact_dependencies": False,
+                    "environments_directory": str(environments_dir),
+                    "model_map": {"tiny-llama": {"Vanilla": str(model)}},
+                },
+            },
+        ),
+    )
     return ado, root, model, data, config_id
 
 
 def measure_space(
-    setup, name: str, version: str | None, batch_sizes: list[int],
-    *, versions: list[str] | None = None, experiments: tuple[str, ...] = (FULL,),
+    setup,
+    name: str,
+    version: str | None,
+    batch_sizes: list[int],
+    *,
+    versions: list[str] | None = None,
+    experiments: tuple[str, ...] = (FULL,),
     env: dict[str, str] | None = None,
 ) -> tuple[list[dict], str]:
     """The entities of one space (batch sizes, and `versions` as an entity dimension),
@@ -64,7 +85,9 @@ def measure_space(
         {"property": {"identifier": "gradient_accumulation_steps"}, "value": 1},
     ]
     if version:
-        parameterization.append({"property": {"identifier": "fms_hf_tuning_version"}, "value": version})
+        parameterization.append(
+            {"property": {"identifier": "fms_hf_tuning_version"}, "value": version}
+        )
     dimensions = [
         {"identifier": "model_name", "propertyDomain": {"values": ["tiny-llama"]}},
         {"identifier": "number_gpus", "propertyDomain": {"values": [0]}},
@@ -72,13 +95,27 @@ def measure_space(
         {"identifier": "batch_size", "propertyDomain": {"values": batch_sizes}},
     ]
     if versions:
-        dimensions.append({"identifier": "fms_hf_tuning_version",
-                           "propertyDomain": {"values": versions}})  # fmt: skip
-    space_id = ado.create("space", write_yaml(root / f"{name}-space.yaml", {
-        "experiments": [{"experimentIdentifier": experiment, "actuatorIdentifier": "SFTTrainer",
-                         "parameterization": parameterization} for experiment in experiments],
-        "entitySpace": dimensions,
-    }), "--new-sample-store")  # fmt: skip
+        dimensions.append(
+            {"identifier": "fms_hf_tuning_version", "propertyDomain": {"values": versions}}
+        )
+    space_id = ado.create(
+        "space",
+        write_yaml(
+            root / f"{name}-space.yaml",
+            {
+                "experiments": [
+                    {
+                        "experimentIdentifier": experiment,
+                        "actuatorIdentifier": "SFTTrainer",
+                        "parameterization": parameterization,
+                    }
+                    for experiment in experiments
+                ],
+                "entitySpace": dimensions,
+            },
+        ),
+        "--new-sample-store",
+    )
     operation = yaml.safe_load((REPO / "examples" / "local-cpu" / "operation.yaml").read_text())
     operation |= {"spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id]}
     operation_id = ado.create("operation", write_yaml(root / f"{name}-op.yaml", operation))
@@ -128,31 +165,56 @@ INSTALLED, GENERATIONS = "3.2.2", ["2.3.1", "2.4.0", "2.8.2", "3.0.0", "3.1.0"]
 def test_a_release_of_every_api_generation_trains_full_fine_tuning(setup, trainer_tools):
     oom = f"fms_hf_tuning_version.{INSTALLED}-"
     rows, trace = measure_space(
-        setup, "generations", None, [2], versions=[INSTALLED, *GENERATIONS],
-        env={"PYTHONPATH": os.pathsep.join(filter(None, [str(INJECT), os.environ.get("PYTHONPATH")])),
-             "SFTTRAINER_TEST_FAULTS": f"{oom}=oom@1"},
-    )  # fmt: skip
+        setup,
+        "generations",
+        None,
+        [2],
+        versions=[INSTALLED, *GENERATIONS],
+        env={
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(INJECT), os.environ.get("PYTHONPATH")])
+            ),
+            "SFTTRAINER_TEST_FAULTS": f"{oom}=oom@1",
+        },
+    )
     valid = {row["fms_hf_tuning_version"]: float(row["is_valid"]) for row in rows}
     assert valid == {INSTALLED: 0, **dict.fromkeys(GENERATIONS, 1)}, trace[-3000:]
-    assert all(float(r["dataset_tokens_per_second"]) > 0 for r in rows if r["fms_hf_tuning_version"] != INSTALLED)
+    assert all(
+        float(r["dataset_tokens_per_second"]) > 0
+        for r in rows
+        if r["fms_hf_tuning_version"] != INSTALLED
+    )
     results = traced_results(trace)
     assert sorted(m["versions"]["fms-hf-tuning"] for m in results) == GENERATIONS
     for metadata in results:  # the version the training process imported is the one asked for
-        assert metadata["versions"]["fms-hf-tuning"] == metadata["environment"]["fms_hf_tuning_version"]
+        assert (
+            metadata["versions"]["fms-hf-tuning"]
+            == metadata["environment"]["fms_hf_tuning_version"]
+        )
         assert "answered_by" not in metadata
     # the OOM was measured and recorded before any other version was asked for, and answered none
-    (measured_oom,) = {m["workdir"]: m for m in _walk(yaml.safe_load(trace))
-                       if isinstance(m, dict) and "oom_record" in m}.values()  # fmt: skip
+    (measured_oom,) = {
+        m["workdir"]: m
+        for m in _walk(yaml.safe_load(trace))
+        if isinstance(m, dict) and "oom_record" in m
+    }.values()
     record = Path(measured_oom["oom_record"]["recorded"])
-    assert oom in Path(measured_oom["workdir"]).name and "GPU out of memory" in measured_oom["invalid_reason"]
-    assert all(Path(m["workdir"], "job.json").stat().st_mtime > record.stat().st_mtime for m in results)
+    assert (
+        oom in Path(measured_oom["workdir"]).name
+        and "GPU out of memory" in measured_oom["invalid_reason"]
+    )
+    assert all(
+        Path(m["workdir"], "job.json").stat().st_mtime > record.stat().st_mtime for m in results
+    )
     assert_exact_tokens(setup, results, {4: len(GENERATIONS)}, trainer_tools)
 
 
 def test_lora_and_prompt_tuning_train_on_the_releases_that_could_not(setup, trainer_tools):
     versions = ["2.4.0", "2.8.2"]
     experiments = ("finetune_lora_benchmark-v1.0.0", "finetune_pt_benchmark-v1.0.0")
-    rows, trace = measure_space(setup, "peft", None, [2], versions=versions, experiments=experiments)
+    rows, trace = measure_space(
+        setup, "peft", None, [2], versions=versions, experiments=experiments
+    )
     assert len(rows) == 4 and all(float(r["is_valid"]) == 1 for r in rows), trace[-3000:]
     results = traced_results(trace)
     assert sorted(m["versions"]["fms-hf-tuning"] for m in results) == sorted(versions * 2)
@@ -163,8 +225,11 @@ def assert_exact_tokens(setup, results: list[dict], entries: dict[int, int], tra
     """Every entry trained (2 steps of batch_size entries) counted as the spec counts them:
     `entries` maps the entries trained to how many measurements trained that many."""
     _, _, model, data, _ = setup
-    expected = sorted(spec_tokens(model, data, n, trainer_tools)
-                      for n, times in entries.items() for _ in range(times))  # fmt: skip
+    expected = sorted(
+        spec_tokens(model, data, n, trainer_tools)
+        for n, times in entries.items()
+        for _ in range(times)
+    )
     assert sorted(trained_tokens(m["workdir"]) for m in results) == expected
 
 

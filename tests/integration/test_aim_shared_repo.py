@@ -44,16 +44,21 @@ def test_writers_starting_at_once_all_record_their_run(tmp_path, fresh):
     gate = tmp_path / "gate"
     gate.mkdir()
     writers = [
-        subprocess.Popen([sys.executable, "-c", _WRITER, str(repo), str(gate), f"run-{i}"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(repo), str(gate), f"run-{i}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for i in range(WRITERS)
-    ]  # fmt: skip
+    ]
     try:
         # the gate opens once every writer has imported aim, however long that takes here
         deadline = time.monotonic() + 300  # a guard against a hang, not a speed claim
         while len(list(gate.glob("ready-*"))) < WRITERS:
             assert all(w.poll() is None for w in writers) and time.monotonic() < deadline, [
-                w.communicate()[0] for w in writers if w.poll() is not None]
+                w.communicate()[0] for w in writers if w.poll() is not None
+            ]
             time.sleep(0.05)
         (gate / "go").touch()
         outputs = [w.communicate(timeout=300)[0] for w in writers]

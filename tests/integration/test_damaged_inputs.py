@@ -25,18 +25,28 @@ def setup(tmp_path, tiny_model_dir):
     path = data / datasets.dataset_filename(DATASET)
     generate(path, datasets.get_shape(DATASET), entries=ENTRIES, progress=False)
     params = SFTTrainerParameters(
-        data_directory=str(data), hf_home=str(tmp_path / "hf"), output_dir=str(tmp_path / "out"),
-        model_map={"tiny": {"Vanilla": str(tiny_model_dir)}}, stall_timeout_seconds=120,
-    )  # fmt: skip
+        data_directory=str(data),
+        hf_home=str(tmp_path / "hf"),
+        output_dir=str(tmp_path / "out"),
+        model_map={"tiny": {"Vanilla": str(tiny_model_dir)}},
+        stall_timeout_seconds=120,
+    )
     return params, path
 
 
 def run(params, **overrides):
     values = {
-        "model_name": "tiny", "model_max_length": 64, "batch_size": 2, "number_gpus": 0,
-        "dataset_id": DATASET, "max_steps": -1, "gradient_accumulation_steps": 1,
-        "torch_dtype": "float32", "fms_hf_tuning_version": installed_fms_hf_tuning(), **overrides,
-    }  # fmt: skip
+        "model_name": "tiny",
+        "model_max_length": 64,
+        "batch_size": 2,
+        "number_gpus": 0,
+        "dataset_id": DATASET,
+        "max_steps": -1,
+        "gradient_accumulation_steps": 1,
+        "torch_dtype": "float32",
+        "fms_hf_tuning_version": installed_fms_hf_tuning(),
+        **overrides,
+    }
     return measure(values, "finetune_full_benchmark-v1.0.0", params, label="damaged")
 
 
@@ -88,7 +98,9 @@ def test_model_directory_without_its_tokenizer_is_named(setup, tiny_model_dir, t
     assert f"the model directory {model} on " in first and "has no tokenizer file" in first, first
 
 
-@pytest.mark.parametrize("max_steps", [-1, 1])  # the trainer reads it / its first entries are copied
+@pytest.mark.parametrize(
+    "max_steps", [-1, 1]
+)  # the trainer reads it / its first entries are copied
 def test_empty_dataset_file_is_named(setup, max_steps):
     params, path = setup
     path.write_bytes(b"")  # created, never written: what an interrupted copy leaves

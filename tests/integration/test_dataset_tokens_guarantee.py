@@ -117,8 +117,13 @@ def test_sentencepiece(entries, own_text, model_type):
     sentences = [s for text in own_text for s in text.replace("\n\n", " ").split(". ") if s]
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences), model_writer=model, vocab_size=2000,
-        model_type=model_type, hard_vocab_limit=False, byte_fallback=True, minloglevel=2,
-    )  # fmt: skip
+        sentence_iterator=iter(sentences),
+        model_writer=model,
+        vocab_size=2000,
+        model_type=model_type,
+        hard_vocab_limit=False,
+        byte_fallback=True,
+        minloglevel=2,
+    )
     processor = spm.SentencePieceProcessor(model_proto=model.getvalue())
     check(entries, processor.encode)

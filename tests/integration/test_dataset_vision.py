@@ -41,10 +41,19 @@ def files(tmp_path_factory) -> dict[str, str]:
     out = tmp_path_factory.mktemp("vision")
     paths = {}
     for dataset_id, entries in ((SQUARE, ENTRIES), (TALL, 2)):
-        result = CliRunner().invoke(gen.app, [
-            "--dataset-id", dataset_id, "--output-dir", str(out), "--entries", str(entries),
-            "--min-tokens", str(MIN_TOKENS),
-        ])  # fmt: skip
+        result = CliRunner().invoke(
+            gen.app,
+            [
+                "--dataset-id",
+                dataset_id,
+                "--output-dir",
+                str(out),
+                "--entries",
+                str(entries),
+                "--min-tokens",
+                str(MIN_TOKENS),
+            ],
+        )
         assert result.exit_code == 0, result.output
         paths[dataset_id] = str(out / datasets.dataset_filename(dataset_id))
     return paths
@@ -56,15 +65,18 @@ def bpe():
     the vocabulary then holds whole words, the hardest case for a words-per-token bound."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    texts = [m[1]["content"][0]["text"]
-             for m in vision_data.iter_messages(entries=20, min_tokens=3000, seed=777)]  # fmt: skip
+    texts = [
+        m[1]["content"][0]["text"]
+        for m in vision_data.iter_messages(entries=20, min_tokens=3000, seed=777)
+    ]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=4000, special_tokens=["<|end_of_text|>", "<image>"],
+        vocab_size=4000,
+        special_tokens=["<|end_of_text|>", "<image>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )  # fmt: skip
+    )
     tok.train_from_iterator(texts, trainer)
     return tok
 
@@ -73,29 +85,42 @@ def bpe():
 def processor(bpe):
     transformers = pytest.importorskip("transformers")
     tokenizer = transformers.GPT2TokenizerFast(
-        tokenizer_object=bpe, eos_token="<|end_of_text|>", pad_token="<|end_of_text|>",
-        bos_token="<|end_of_text|>", unk_token="<|end_of_text|>",
-        additional_special_tokens=["<image>"], model_max_length=131072,
-    )  # fmt: skip
+        tokenizer_object=bpe,
+        eos_token="<|end_of_text|>",
+        pad_token="<|end_of_text|>",
+        bos_token="<|end_of_text|>",
+        unk_token="<|end_of_text|>",
+        additional_special_tokens=["<image>"],
+        model_max_length=131072,
+    )
     tokenizer.chat_template = TEMPLATE
     tile = vision_data.GRANITE_VISION_TILE
     image_processor = transformers.LlavaNextImageProcessor(
-        size={"shortest_edge": tile}, crop_size={"height": tile, "width": tile},
+        size={"shortest_edge": tile},
+        crop_size={"height": tile, "width": tile},
         image_grid_pinpoints=[list(p) for p in vision_data.GRANITE_VISION_PINPOINTS],
-        image_mean=[0.5] * 3, image_std=[0.5] * 3, do_pad=True, resample=3,
-    )  # fmt: skip
+        image_mean=[0.5] * 3,
+        image_std=[0.5] * 3,
+        do_pad=True,
+        resample=3,
+    )
     return transformers.LlavaNextProcessor(
-        image_processor=image_processor, tokenizer=tokenizer, chat_template=TEMPLATE,
-        patch_size=vision_data.GRANITE_VISION_PATCH, vision_feature_select_strategy="full",
-        num_additional_image_tokens=0, image_token="<image>",
-    )  # fmt: skip
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        chat_template=TEMPLATE,
+        patch_size=vision_data.GRANITE_VISION_PATCH,
+        vision_feature_select_strategy="full",
+        num_additional_image_tokens=0,
+        image_token="<image>",
+    )
 
 
 def test_load_dataset_decodes_one_image_per_entry(files, tmp_path):
     for dataset_id, path in files.items():
         shape = datasets.get_shape(dataset_id)
-        ds = hf_datasets.load_dataset("parquet", data_files=path, split="train",
-                                      cache_dir=str(tmp_path / "cache"))  # fmt: skip
+        ds = hf_datasets.load_dataset(
+            "parquet", data_files=path, split="train", cache_dir=str(tmp_path / "cache")
+        )
         assert ds.column_names == [shape.text_field, shape.image_field]
         assert ds.features[shape.image_field] == hf_datasets.List(hf_datasets.Image())
         # the storage is the Image feature's {bytes, path}: undecoded, then cast back
@@ -109,8 +134,9 @@ def test_load_dataset_decodes_one_image_per_entry(files, tmp_path):
             assert image.convert("RGB").mode == "RGB"
             user, assistant = row[shape.text_field]
             assert (user["role"], assistant["role"]) == ("user", "assistant")
-            assert sum(c["type"] == "image" for m in row[shape.text_field]
-                       for c in m["content"]) == 1  # fmt: skip
+            assert (
+                sum(c["type"] == "image" for m in row[shape.text_field] for c in m["content"]) == 1
+            )
 
 
 def test_answers_meet_the_token_minimum(files, bpe):
@@ -134,8 +160,9 @@ def test_image_tokens_match_llava_next(processor):
         # transformers' own count, then the count in an actual processed input
         expected = vision_data.granite_vision_image_tokens(width, height)
         assert processor._get_number_of_features(height, width, 384, 384) == expected
-        batch = processor(text=["<image>\nhi"], images=[Image.new("RGB", (width, height))],
-                          return_tensors="pt")  # fmt: skip
+        batch = processor(
+            text=["<image>\nhi"], images=[Image.new("RGB", (width, height))], return_tensors="pt"
+        )
         image_id = processor.tokenizer.convert_tokens_to_ids("<image>")
         assert int((batch["input_ids"] == image_id).sum()) == expected
 
@@ -144,16 +171,19 @@ def _data_args(path: str, **extra):
     from tuning.config import configs
 
     return configs.DataArguments(
-        training_data_path=path, dataset_text_field="messages", dataset_image_field="images",
+        training_data_path=path,
+        dataset_text_field="messages",
+        dataset_image_field="images",
         **extra,
-    )  # fmt: skip
+    )
 
 
 def _train_args(tmp_path):
     from tuning.config import configs
 
-    return configs.TrainingArguments(output_dir=str(tmp_path / "out"), max_seq_length=4096,
-                                     use_cpu=True, report_to="none")  # fmt: skip
+    return configs.TrainingArguments(
+        output_dir=str(tmp_path / "out"), max_seq_length=4096, use_cpu=True, report_to="none"
+    )
 
 
 @pytest.mark.slow  # the module's LLaVA-NeXT processor takes ~12 s to build
@@ -198,6 +228,8 @@ def test_fms_hf_tuning_without_conversation_field(files, processor, tmp_path, mo
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
 
     process_dataargs(
-        _data_args(files[SQUARE]), processor.tokenizer, _train_args(tmp_path),
+        _data_args(files[SQUARE]),
+        processor.tokenizer,
+        _train_args(tmp_path),
         processor=processor,
-    )  # fmt: skip
+    )

@@ -72,16 +72,20 @@ class FakeHub:
         if repo["gated"]:
             return self.error(handler, 403, "GatedRepo")
         if api:
-            siblings = [{"rfilename": name, "size": repo["claimed"] or len(data)}
-                        for name, data in repo["files"].items()]  # fmt: skip
+            siblings = [
+                {"rfilename": name, "size": repo["claimed"] or len(data)}
+                for name, data in repo["files"].items()
+            ]
             payload = json.dumps({"id": repo_id, "sha": repo["commit"], "siblings": siblings})
             return self.send(handler, payload.encode(), {"Content-Type": "application/json"}, body)
         name = resolve.group(3)
         if name not in repo["files"]:
             return self.error(handler, 404, "EntryNotFound")
         data = repo["files"][name]
-        headers = {"X-Repo-Commit": repo["commit"],
-                   "ETag": '"' + hashlib.sha256(data).hexdigest() + '"'}  # fmt: skip
+        headers = {
+            "X-Repo-Commit": repo["commit"],
+            "ETag": '"' + hashlib.sha256(data).hexdigest() + '"',
+        }
         if body and (repo_id, name) in self.truncate | self.stall:  # the connection drops
             data, headers["Content-Length"] = data[: len(data) // 2], str(len(data))
         self.send(handler, data, headers, body)
@@ -117,8 +121,10 @@ def hub(tiny_model_dir):
     fake.add("org/tiny-llama", {**tiny, "README.md": b"# tiny", **SKIPPED_EXTRAS})
     fake.add("org/gated", {"config.json": b"{}"}, gated=True)
     fake.add("org/huge", {"config.json": b"{}", "model.safetensors": b"0"}, claimed_size=10**16)
-    fake.add("org/flaky", {"config.json": tiny["config.json"],
-                           "model.safetensors": tiny["model.safetensors"]})  # fmt: skip
+    fake.add(
+        "org/flaky",
+        {"config.json": tiny["config.json"], "model.safetensors": tiny["model.safetensors"]},
+    )
     yield fake
     fake.server.shutdown()
 
@@ -126,13 +132,27 @@ def hub(tiny_model_dir):
 def cli(*args, endpoint: str, env: dict | None = None):
     """The console script, as `ray job submit -- sfttrainer_download_hf_weights ...` runs it."""
     script = Path(sys.executable).with_name("sfttrainer_download_hf_weights")
-    command = [str(script)] if script.exists() else [
-        sys.executable, "-m", "ado_actuators.sfttrainer.cli.download_hf_weights"]  # fmt: skip
-    full_env = {**os.environ, "HF_ENDPOINT": endpoint, "HF_HUB_OFFLINE": "0",
-                "TRANSFORMERS_OFFLINE": "0", **(env or {})}  # fmt: skip
+    command = (
+        [str(script)]
+        if script.exists()
+        else [sys.executable, "-m", "ado_actuators.sfttrainer.cli.download_hf_weights"]
+    )
+    full_env = {
+        **os.environ,
+        "HF_ENDPOINT": endpoint,
+        "HF_HUB_OFFLINE": "0",
+        "TRANSFORMERS_OFFLINE": "0",
+        **(env or {}),
+    }
     full_env.pop("HF_TOKEN", None)
-    proc = subprocess.run(command + list(args), stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, env=full_env, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        command + list(args),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=120,
+    )
     assert "Traceback" not in proc.stderr, proc.stderr
     assert "\x1b[" not in proc.stdout + proc.stderr  # no terminal: plain text
     return proc
@@ -143,7 +163,7 @@ def rows(stdout: str) -> dict[str, tuple[str, str]]:
     lines = stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("model "))
     table = {}
-    for line in lines[header + 1:]:
+    for line in lines[header + 1 :]:
         if " entries: " in line:
             break
         cells = re.split(r"\s{2,}", line, maxsplit=4)
@@ -164,10 +184,16 @@ def snapshot(hf_home: Path, repo_id: str) -> Path:
 @pytest.mark.slow  # five CLI runs and a model load: the heaviest test of this file
 def test_fetch_report_rerun_cached_and_load_offline(tmp_path, hub, tiny_model_dir):
     hf_home = tmp_path / "hf_home"
-    models = models_yaml(tmp_path / "models.yaml", {
-        "local": str(tiny_model_dir), "gone": str(tmp_path / "no-such-model"),
-        "tiny": "org/tiny-llama", "nope": "org/does-not-exist", "gated": "org/gated",
-    })  # fmt: skip
+    models = models_yaml(
+        tmp_path / "models.yaml",
+        {
+            "local": str(tiny_model_dir),
+            "gone": str(tmp_path / "no-such-model"),
+            "tiny": "org/tiny-llama",
+            "nope": "org/does-not-exist",
+            "gated": "org/gated",
+        },
+    )
     first = cli("-i", str(models), "-o", str(hf_home), endpoint=hub.url)
     assert first.returncode == 1, first.stdout + first.stderr
     table = rows(first.stdout)
@@ -176,7 +202,9 @@ def test_fetch_report_rerun_cached_and_load_offline(tmp_path, hub, tiny_model_di
     status, reason = table["org/tiny-llama"]
     assert status == "fetched" and reason.startswith("7 files, "), reason
     assert table["org/does-not-exist"] == (
-        "failed", "repository not found on the hub (private? pass --token or set HF_TOKEN)")
+        "failed",
+        "repository not found on the hub (private? pass --token or set HF_TOKEN)",
+    )
     status, reason = table["org/gated"]
     assert status == "failed" and reason.startswith("gated repository"), reason
     assert "5 entries: 1 local, 1 missing, 1 fetched, 2 failed" in first.stdout
@@ -191,8 +219,13 @@ def test_fetch_report_rerun_cached_and_load_offline(tmp_path, hub, tiny_model_di
 
     # Again: cached, and the hub is not asked at all.
     hub.requests.clear()
-    again = cli("-i", str(models_yaml(tmp_path / "tiny.yaml", {"tiny": "org/tiny-llama"})),
-                "-o", str(hf_home), endpoint=hub.url)  # fmt: skip
+    again = cli(
+        "-i",
+        str(models_yaml(tmp_path / "tiny.yaml", {"tiny": "org/tiny-llama"})),
+        "-o",
+        str(hf_home),
+        endpoint=hub.url,
+    )
     assert again.returncode == 0, again.stdout + again.stderr
     assert rows(again.stdout)["org/tiny-llama"][0] == "cached"
     assert hub.requests == []
@@ -205,10 +238,15 @@ def test_fetch_report_rerun_cached_and_load_offline(tmp_path, hub, tiny_model_di
         "m = AutoModelForCausalLM.from_pretrained('org/tiny-llama')\n"
         "print(c.model_type, len(t), sum(p.numel() for p in m.parameters()))\n"
     )
-    env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1",
-           "HF_ENDPOINT": "http://127.0.0.1:9"}  # fmt: skip
-    proc = subprocess.run([sys.executable, "-c", load], env=env, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    env = {
+        **os.environ,
+        "HF_HOME": str(hf_home),
+        "HF_HUB_OFFLINE": "1",
+        "HF_ENDPOINT": "http://127.0.0.1:9",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", load], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[0] == "llama"
     from ado_actuators.sfttrainer.catalog.validity import read_model_config
@@ -228,8 +266,10 @@ def test_interrupted_download_is_never_reported_cached(tmp_path, hub):
         hub.truncate.clear()
     assert broken.returncode == 1
     status, reason = rows(broken.stdout)["org/flaky"]
-    assert (status, reason) == ("failed", "download interrupted: the connection dropped "
-                                "mid-file; run again to resume")
+    assert (status, reason) == (
+        "failed",
+        "download interrupted: the connection dropped mid-file; run again to resume",
+    )
     # huggingface_hub's offline look-up accepts the partial snapshot (config.json is there)...
     assert snapshot_download("org/flaky", cache_dir=hf_home / "hub", local_files_only=True)
     assert (snapshot(hf_home, "org/flaky") / "config.json").is_file()
@@ -238,7 +278,9 @@ def test_interrupted_download_is_never_reported_cached(tmp_path, hub):
     assert not hf_cache.is_cached("org/flaky", hf_home)
     dry = cli("-i", str(models), "-o", str(hf_home), "--dry-run", endpoint=hub.url)
     assert rows(dry.stdout)["org/flaky"] == (
-        "would fetch", "an earlier download did not finish; run the download again")
+        "would fetch",
+        "an earlier download did not finish; run the download again",
+    )
 
     resumed = cli("-i", str(models), "-o", str(hf_home), endpoint=hub.url)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -254,9 +296,13 @@ def test_killed_download_is_never_reported_cached(tmp_path, hub):
     hub.stall.add(("org/flaky", "model.safetensors"))
     script = Path(sys.executable).with_name("sfttrainer_download_hf_weights")
     env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0"}
-    proc = subprocess.Popen([str(script), "-i", str(models), "-o", str(hf_home)], env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)  # fmt: skip
+    proc = subprocess.Popen(
+        [str(script), "-i", str(models), "-o", str(hf_home)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 300  # a guard against a hang, not a speed claim
         while not any(kind == "STALLED" for kind, _ in hub.requests):
@@ -285,12 +331,22 @@ def test_unreachable_hub_fails_fast_and_keeps_usable_cache(tmp_path, tiny_model_
     closed = f"http://127.0.0.1:{refusing.getsockname()[1]}"
     hf_home = tmp_path / "hf_home"
     # A model another tool put in the cache (no record of ours): usable, but not checkable.
-    write_cached_model(hf_home / "hub", "org/prefilled", {
-        name: (tiny_model_dir / name).read_bytes() for name in ("config.json", "model.safetensors")
-    })  # fmt: skip
-    models = models_yaml(tmp_path / "models.yaml", {
-        "a": "org/a", "b": "org/b", "prefilled": "org/prefilled",
-    })  # fmt: skip
+    write_cached_model(
+        hf_home / "hub",
+        "org/prefilled",
+        {
+            name: (tiny_model_dir / name).read_bytes()
+            for name in ("config.json", "model.safetensors")
+        },
+    )
+    models = models_yaml(
+        tmp_path / "models.yaml",
+        {
+            "a": "org/a",
+            "b": "org/b",
+            "prefilled": "org/prefilled",
+        },
+    )
     try:
         proc = cli("-i", str(models), "-o", str(hf_home), endpoint=closed)
     finally:

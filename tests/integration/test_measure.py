@@ -30,8 +30,12 @@ def params(tmp_path_factory, tiny_model_dir) -> SFTTrainerParameters:
     root = tmp_path_factory.mktemp("measure")
     data = root / "data"
     data.mkdir()
-    generate(data / datasets.dataset_filename(DATASET), datasets.get_shape(DATASET),
-             entries=64, progress=False)  # fmt: skip
+    generate(
+        data / datasets.dataset_filename(DATASET),
+        datasets.get_shape(DATASET),
+        entries=64,
+        progress=False,
+    )
     return SFTTrainerParameters(
         data_directory=str(data),
         hf_home=str(root / "hf"),
@@ -45,11 +49,17 @@ def params(tmp_path_factory, tiny_model_dir) -> SFTTrainerParameters:
 
 def entity(**overrides):
     return {
-        "model_name": "tiny", "model_max_length": 96, "batch_size": 2, "number_gpus": 0,
-        "dataset_id": DATASET, "max_steps": 2, "gradient_accumulation_steps": 1,
-        "torch_dtype": "float32", "fms_hf_tuning_version": installed_fms_hf_tuning(),
+        "model_name": "tiny",
+        "model_max_length": 96,
+        "batch_size": 2,
+        "number_gpus": 0,
+        "dataset_id": DATASET,
+        "max_steps": 2,
+        "gradient_accumulation_steps": 1,
+        "torch_dtype": "float32",
+        "fms_hf_tuning_version": installed_fms_hf_tuning(),
         **overrides,
-    }  # fmt: skip
+    }
 
 
 def run(params, experiment="finetune_full_benchmark-v1.0.0", use_cpu=False, **overrides):
@@ -58,10 +68,16 @@ def run(params, experiment="finetune_full_benchmark-v1.0.0", use_cpu=False, **ov
 
 @pytest.mark.parametrize(
     "experiment",
-    ["finetune_full_benchmark-v1.0.0", "finetune_lora_benchmark-v1.0.0", "finetune_pt_benchmark-v1.0.0"],
+    [
+        "finetune_full_benchmark-v1.0.0",
+        "finetune_lora_benchmark-v1.0.0",
+        "finetune_pt_benchmark-v1.0.0",
+    ],
 )
 def test_full_lora_and_prompt_tuning_measure(params, experiment):
-    outcome = run(params.model_copy(update={"aim_dashboard_url": "https://aim.example"}), experiment)
+    outcome = run(
+        params.model_copy(update={"aim_dashboard_url": "https://aim.example"}), experiment
+    )
     assert isinstance(outcome, Measured), getattr(outcome, "reason", "")
     assert outcome.metadata["distributed_type"] == "NO"  # one process: no distributed mode
     props = outcome.properties
@@ -75,11 +91,15 @@ def test_full_lora_and_prompt_tuning_measure(params, experiment):
     # beyond the spec: present, and consistent with each other
     assert props["train_step_seconds_p50"] <= props["train_step_seconds_p90"]
     assert props["train_step_seconds_cv_percent"] >= 0
-    assert props["gpu_energy_joules_per_token"] == 0.0 and props["gpu_memory_max_allocated_gib"] == 0.0
+    assert (
+        props["gpu_energy_joules_per_token"] == 0.0 and props["gpu_memory_max_allocated_gib"] == 0.0
+    )
     assert "model_flops_utilization" not in props  # no peak for a CPU
     per_token = outcome.metadata["model_flops_per_token"]
     assert per_token > 0
-    assert props["model_tflops_per_device"] * 1e12 / props["dataset_tokens_per_second_per_gpu"] == pytest.approx(per_token)
+    assert props["model_tflops_per_device"] * 1e12 / props[
+        "dataset_tokens_per_second_per_gpu"
+    ] == pytest.approx(per_token)
     assert outcome.metadata["flash_attention"] is False
     assert any("flash" in note for note in outcome.metadata["notes"])
     assert outcome.metadata["steps"] == 2
@@ -88,8 +108,10 @@ def test_full_lora_and_prompt_tuning_measure(params, experiment):
     assert props["warmup_seconds"] == 0.0  # no auto_stop_method: nothing left out
     # two steps are too few for an interval: none, and a note says why (never a 0)
     assert "dataset_tokens_per_second_ci95_percent" not in props
-    assert ("dataset_tokens_per_second_ci95_percent omitted: 2 measured step(s): an interval "
-            "needs at least 6 (3 batches of 2 steps)") in outcome.metadata["notes"]  # fmt: skip
+    assert (
+        "dataset_tokens_per_second_ci95_percent omitted: 2 measured step(s): an interval "
+        "needs at least 6 (3 batches of 2 steps)"
+    ) in outcome.metadata["notes"]
     assert outcome.metadata["aim_dashboard_url"] == "https://aim.example"
     # without aim_db no AIM repository is written (it would be deleted unread); the
     # samples are in the rank reports, which stay with the logs
@@ -103,15 +125,25 @@ def test_two_ranks_over_gloo_with_fsdp_and_ddp_configs(params):
     What it does not: FSDP sharding. accelerate runs either config on CPU as MULTI_CPU, plain
     DDP over gloo, and the trainer's report says so (on GPUs it says FSDP / MULTI_GPU)."""
     for backend in ("FSDP", "DDP"):
-        outcome = run(params, use_cpu=True, number_gpus=2, batch_size=4, distributed_backend=backend,
-                      gpu_model="NVIDIA-A100-SXM4-80GB")
+        outcome = run(
+            params,
+            use_cpu=True,
+            number_gpus=2,
+            batch_size=4,
+            distributed_backend=backend,
+            gpu_model="NVIDIA-A100-SXM4-80GB",
+        )
         assert isinstance(outcome, Measured), getattr(outcome, "reason", "")
         assert outcome.metadata["distributed_type"] == "MULTI_CPU", backend
         config = Path(outcome.metadata["workdir"], "accelerate_config.yaml").read_text()
         assert f"distributed_type: {'FSDP' if backend == 'FSDP' else 'MULTI_GPU'}" in config
         props = outcome.properties
-        assert props["dataset_tokens_per_second_per_gpu"] == pytest.approx(props["dataset_tokens_per_second"] / 2)
-        assert props["train_tokens_per_second"] == pytest.approx(2 * props["train_tokens_per_gpu_per_second"])
+        assert props["dataset_tokens_per_second_per_gpu"] == pytest.approx(
+            props["dataset_tokens_per_second"] / 2
+        )
+        assert props["train_tokens_per_second"] == pytest.approx(
+            2 * props["train_tokens_per_gpu_per_second"]
+        )
 
 
 def test_stop_after_seconds_stops_early_and_omits_token_estimates(params):
@@ -125,9 +157,14 @@ def test_stop_after_seconds_stops_early_and_omits_token_estimates(params):
     assert outcome.properties["train_runtime"] >= 2
     # counted over the steps that ran, not HF's planned 50 epochs over the runtime
     props = outcome.properties
-    assert props["train_steps_per_second"] * props["train_runtime"] == pytest.approx(outcome.metadata["steps"])
+    assert props["train_steps_per_second"] * props["train_runtime"] == pytest.approx(
+        outcome.metadata["steps"]
+    )
     # how precise the throughput is, over every step this machine had time for
-    steps, counted = outcome.metadata["steps"], outcome.metadata.get("dataset_tokens_per_second_ci95")
+    steps, counted = (
+        outcome.metadata["steps"],
+        outcome.metadata.get("dataset_tokens_per_second_ci95"),
+    )
     if steps >= 6:
         assert props["dataset_tokens_per_second_ci95_percent"] >= 0
         assert counted["batches"] * counted["steps_per_batch"] + counted["steps_left_out"] == steps
@@ -148,7 +185,9 @@ def with_record(params, path: Path):
     return params.model_copy(update={"oom_dominance": True, "oom_record_path": str(path)})
 
 
-def test_gpu_out_of_memory_is_invalid_and_answers_its_larger_neighbours(params, monkeypatch, tmp_path):
+def test_gpu_out_of_memory_is_invalid_and_answers_its_larger_neighbours(
+    params, monkeypatch, tmp_path
+):
     monkeypatch.setenv(FAULT_ENV, "oom@1")
     recording = with_record(params, tmp_path / "ooms.jsonl")
     outcome = run(recording)
@@ -159,7 +198,10 @@ def test_gpu_out_of_memory_is_invalid_and_answers_its_larger_neighbours(params, 
     larger = run(recording, batch_size=4)
     assert isinstance(larger, Invalid) and larger.gpu_oom, larger
     assert larger.metadata["answered_by"] == "oom_dominance"
-    assert f"Its log: {outcome.metadata['log']} (workdir {outcome.metadata['workdir']}" in larger.reason
+    assert (
+        f"Its log: {outcome.metadata['log']} (workdir {outcome.metadata['workdir']}"
+        in larger.reason
+    )
     assert Path(outcome.metadata["log"]).is_file()
     assert set(Path(params.output_dir).glob("*/*")) == launched
 
@@ -178,8 +220,14 @@ def test_exception_at_step_k_fails_with_the_reason(params, monkeypatch):
 
 def test_killed_rank_fails(params, monkeypatch):
     monkeypatch.setenv(FAULT_ENV, "kill@1")
-    outcome = run(params, use_cpu=True, number_gpus=2, batch_size=4, distributed_backend="DDP",
-                  gpu_model="NVIDIA-A100-SXM4-80GB")
+    outcome = run(
+        params,
+        use_cpu=True,
+        number_gpus=2,
+        batch_size=4,
+        distributed_backend="DDP",
+        gpu_model="NVIDIA-A100-SXM4-80GB",
+    )
     assert isinstance(outcome, Failed)
     assert "without a report" in outcome.reason or "SIGKILL" in outcome.reason
 
@@ -195,7 +243,10 @@ def test_missing_dataset_names_the_file_and_the_command(params):
     outcome = run(params, dataset_id="news-chars-2048-entries-4096")
     assert isinstance(outcome, Failed)
     assert "news-chars-2048-entries-4096.jsonl does not exist" in outcome.reason
-    assert "sfttrainer_generate_dataset_text --dataset-id news-chars-2048-entries-4096 -o" in outcome.reason
+    assert (
+        "sfttrainer_generate_dataset_text --dataset-id news-chars-2048-entries-4096 -o"
+        in outcome.reason
+    )
 
 
 def test_missing_model_directory_fails_with_a_reason(params, tmp_path):
@@ -212,23 +263,37 @@ def test_a_version_without_a_registry_release_fails_saying_so(params):
     assert "choose another fms_hf_tuning_version" in outcome.reason
 
 
-def test_stability_reports_fractions_over_five_runs_with_mixed_outcomes(params, monkeypatch, tmp_path):
+def test_stability_reports_fractions_over_five_runs_with_mixed_outcomes(
+    params, monkeypatch, tmp_path
+):
     # repeats 0 and 1 run out of GPU memory, repeat 2 crashes, repeats 3 and 4 run clean
     monkeypatch.setenv(FAULT_ENV, "0:oom@1,1:oom@2,2:exception@1")
     # a record whose OOM of a smaller batch would answer this configuration, were it asked:
     # the stability experiment never asks it, and its OOMs are not recorded
     stability = "finetune_full_stability-v1.0.0"
     record = Record(tmp_path / "ooms.jsonl")
-    smaller = configuration(entity_values(entity(batch_size=1)), stability, params.model_map["tiny"]["Vanilla"])
+    smaller = configuration(
+        entity_values(entity(batch_size=1)), stability, params.model_map["tiny"]["Vanilla"]
+    )
     record.add(smaller, {"label": "seeded"})
     seeded = record.path.read_text()
     outcome = run(with_record(params, record.path), stability)
     assert record.path.read_text() == seeded
     assert isinstance(outcome, Measured), getattr(outcome, "reason", "")
-    assert outcome.properties == {"f_gpu_oom": 0.4, "f_other_error": 0.2, "f_no_error": 0.4, "is_valid": 1}
+    assert outcome.properties == {
+        "f_gpu_oom": 0.4,
+        "f_other_error": 0.2,
+        "f_no_error": 0.4,
+        "is_valid": 1,
+    }
     runs = outcome.metadata["runs"]
     assert [(r["repeat"], r["outcome"]) for r in runs] == [
-        (0, "gpu_oom"), (1, "gpu_oom"), (2, "error"), (3, "completed"), (4, "completed")]  # fmt: skip
+        (0, "gpu_oom"),
+        (1, "gpu_oom"),
+        (2, "error"),
+        (3, "completed"),
+        (4, "completed"),
+    ]
     assert "CUDA out of memory" in runs[0]["reason"] and "step 2" in runs[1]["reason"]
     assert "Injected trainer crash" in runs[2]["reason"]
     assert runs[3]["reason"] is None and len({r["workdir"] for r in runs}) == 5

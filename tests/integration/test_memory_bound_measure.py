@@ -23,11 +23,24 @@ from ado_actuators.sfttrainer.plan.memory_check import PROPERTY
 pytestmark = pytest.mark.slow
 DATASET = "news-chars-512-entries-4096"
 A100 = "NVIDIA-A100-SXM4-80GB"
-LLAMA_405B = dict(model_type="llama", vocab_size=128256, hidden_size=16384,
-                  intermediate_size=53248, num_hidden_layers=126, num_attention_heads=128,
-                  num_key_value_heads=8, tie_word_embeddings=False, torch_dtype="bfloat16")  # fmt: skip
-LLAMA_8B = dict(LLAMA_405B, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                num_attention_heads=32)  # fmt: skip
+LLAMA_405B = dict(
+    model_type="llama",
+    vocab_size=128256,
+    hidden_size=16384,
+    intermediate_size=53248,
+    num_hidden_layers=126,
+    num_attention_heads=128,
+    num_key_value_heads=8,
+    tie_word_embeddings=False,
+    torch_dtype="bfloat16",
+)
+LLAMA_8B = dict(
+    LLAMA_405B,
+    hidden_size=4096,
+    intermediate_size=14336,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +48,12 @@ def params(tmp_path_factory, tiny_model_dir) -> SFTTrainerParameters:
     root = tmp_path_factory.mktemp("membound")
     data = root / "data"
     data.mkdir()
-    generate(data / datasets.dataset_filename(DATASET), datasets.get_shape(DATASET),
-             entries=32, progress=False)  # fmt: skip
+    generate(
+        data / datasets.dataset_filename(DATASET),
+        datasets.get_shape(DATASET),
+        entries=32,
+        progress=False,
+    )
     models = {"tiny": {"Vanilla": str(tiny_model_dir)}}
     for name, config in {"llama3.1-405b": LLAMA_405B, "llama-8b-config-only": LLAMA_8B}.items():
         directory = root / "models" / name
@@ -44,29 +61,41 @@ def params(tmp_path_factory, tiny_model_dir) -> SFTTrainerParameters:
         (directory / "config.json").write_text(json.dumps(config))  # and nothing else
         models[name] = {"Vanilla": str(directory)}
     return SFTTrainerParameters(
-        data_directory=str(data), hf_home=str(root / "hf"), output_dir=str(root / "out"),
-        model_map=models, stall_timeout_seconds=120,
-    )  # fmt: skip
+        data_directory=str(data),
+        hf_home=str(root / "hf"),
+        output_dir=str(root / "out"),
+        model_map=models,
+        stall_timeout_seconds=120,
+    )
 
 
 def entity(**overrides):
     return {
-        "model_name": "tiny", "model_max_length": 64, "batch_size": 2, "number_gpus": 1,
-        "gpu_model": A100, "dataset_id": DATASET, "max_steps": 2,
-        "gradient_accumulation_steps": 1, "torch_dtype": "float32",
-        "fms_hf_tuning_version": installed_fms_hf_tuning(), **overrides,
-    }  # fmt: skip
+        "model_name": "tiny",
+        "model_max_length": 64,
+        "batch_size": 2,
+        "number_gpus": 1,
+        "gpu_model": A100,
+        "dataset_id": DATASET,
+        "max_steps": 2,
+        "gradient_accumulation_steps": 1,
+        "torch_dtype": "float32",
+        "fms_hf_tuning_version": installed_fms_hf_tuning(),
+        **overrides,
+    }
 
 
 def launched(params: SFTTrainerParameters, label: str) -> list[Path]:
     return list(Path(params.output_dir).glob(f"*/{label}-*"))
 
 
-@pytest.mark.parametrize("experiment", ["finetune_full_benchmark-v1.0.0",
-                                        "finetune_lora_benchmark-v1.0.0"])  # fmt: skip
+@pytest.mark.parametrize(
+    "experiment", ["finetune_full_benchmark-v1.0.0", "finetune_lora_benchmark-v1.0.0"]
+)
 def test_a_config_only_405b_model_is_invalid_without_launching(params, experiment):
-    outcome = measure(entity(model_name="llama3.1-405b", torch_dtype="bfloat16"), experiment,
-                      params, label="big")  # fmt: skip
+    outcome = measure(
+        entity(model_name="llama3.1-405b", torch_dtype="bfloat16"), experiment, params, label="big"
+    )
     assert isinstance(outcome, Invalid) and outcome.gpu_oom, outcome
     assert "certain GPU out of memory" in outcome.reason and "has 80 GiB" in outcome.reason
     assert outcome.properties[PROPERTY] > 80
@@ -75,21 +104,27 @@ def test_a_config_only_405b_model_is_invalid_without_launching(params, experimen
 
 def test_turned_off_the_same_model_goes_on_to_the_node_as_today(params):
     off = params.model_copy(update={"memory_bound_check": False})
-    outcome = measure(entity(model_name="llama3.1-405b"), "finetune_full_benchmark-v1.0.0", off,
-                      label="off")  # fmt: skip
+    outcome = measure(
+        entity(model_name="llama3.1-405b"), "finetune_full_benchmark-v1.0.0", off, label="off"
+    )
     assert isinstance(outcome, Failed) and "tokenizer" in outcome.reason
 
 
 def test_a_config_only_model_that_fits_is_measured_as_today(params):
     """Today: the node refuses a model directory without a tokenizer (not is_valid = 0)."""
-    outcome = measure(entity(model_name="llama-8b-config-only", torch_dtype="bfloat16"),
-                      "finetune_full_benchmark-v1.0.0", params, label="fits")  # fmt: skip
+    outcome = measure(
+        entity(model_name="llama-8b-config-only", torch_dtype="bfloat16"),
+        "finetune_full_benchmark-v1.0.0",
+        params,
+        label="fits",
+    )
     assert isinstance(outcome, Failed) and "tokenizer" in outcome.reason
 
 
 def test_a_model_that_fits_trains_and_reports_its_bound(params):
-    outcome = measure(entity(), "finetune_full_benchmark-v1.0.0", params, label="tiny",
-                      use_cpu=True)  # fmt: skip
+    outcome = measure(
+        entity(), "finetune_full_benchmark-v1.0.0", params, label="tiny", use_cpu=True
+    )
     assert isinstance(outcome, Measured), getattr(outcome, "reason", "")
     bound = outcome.properties[PROPERTY]
     assert 0.25 < bound < 0.3  # a ~130k-parameter model: the CUDA context allowance dominates

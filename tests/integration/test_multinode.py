@@ -38,10 +38,19 @@ BIN = Path(sys.executable).parent
 DATASET = "news-chars-512-entries-4096"
 EXPERIMENT = "finetune_full_benchmark-v1.0.0"
 MAX_SEQ, BATCH, STEPS = 64, 2, 2
-ENTITY = {"model_name": "tiny", "model_max_length": MAX_SEQ, "batch_size": BATCH,
-          "number_gpus": 0, "number_nodes": 2, "distributed_backend": "DDP",
-          "dataset_id": DATASET, "max_steps": STEPS, "gradient_accumulation_steps": 1,
-          "torch_dtype": "float32", "fms_hf_tuning_version": "3.2.2"}  # fmt: skip
+ENTITY = {
+    "model_name": "tiny",
+    "model_max_length": MAX_SEQ,
+    "batch_size": BATCH,
+    "number_gpus": 0,
+    "number_nodes": 2,
+    "distributed_backend": "DDP",
+    "dataset_id": DATASET,
+    "max_steps": STEPS,
+    "gradient_accumulation_steps": 1,
+    "torch_dtype": "float32",
+    "fms_hf_tuning_version": "3.2.2",
+}
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +61,13 @@ def cluster(isolated_env) -> Iterator[RayCluster]:
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory, tiny_model_dir) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("multinode")
-    return {"root": root, "model": tiny_model_dir, "data": root / "data", "hf": root / "hf",
-            "out": root / "out"}  # fmt: skip
+    return {
+        "root": root,
+        "model": tiny_model_dir,
+        "data": root / "data",
+        "hf": root / "hf",
+        "out": root / "out",
+    }
 
 
 def dataset_file(inputs) -> Path:
@@ -63,15 +77,31 @@ def dataset_file(inputs) -> Path:
 def ensure_dataset(inputs) -> Path:
     target = dataset_file(inputs)
     if not target.exists():
-        subprocess.run([str(BIN / "sfttrainer_generate_dataset_text"), "--dataset-id", DATASET,
-                        "--entries", "64", "-o", str(target)], check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            [
+                str(BIN / "sfttrainer_generate_dataset_text"),
+                "--dataset-id",
+                DATASET,
+                "--entries",
+                "64",
+                "-o",
+                str(target),
+            ],
+            check=True,
+            capture_output=True,
+        )
     return target
 
 
 def actuator_parameters(inputs, **extra) -> dict:
-    return {"data_directory": str(inputs["data"]), "hf_home": str(inputs["hf"]),
-            "output_dir": str(inputs["out"]), "model_map": {"tiny": {"Vanilla": str(inputs["model"])}},
-            "stall_timeout_seconds": 120, **extra}  # fmt: skip
+    return {
+        "data_directory": str(inputs["data"]),
+        "hf_home": str(inputs["hf"]),
+        "output_dir": str(inputs["out"]),
+        "model_map": {"tiny": {"Vanilla": str(inputs["model"])}},
+        "stall_timeout_seconds": 120,
+        **extra,
+    }
 
 
 def write_yaml(path: Path, document: dict) -> Path:
@@ -80,20 +110,33 @@ def write_yaml(path: Path, document: dict) -> Path:
 
 
 def space_document(entity_space: dict[str, list]) -> dict:
-    fixed = {k: v for k, v in ENTITY.items() if k not in entity_space and k not in
-             ("model_name", "batch_size", "number_gpus", "model_max_length")}  # fmt: skip
+    fixed = {
+        k: v
+        for k, v in ENTITY.items()
+        if k not in entity_space
+        and k not in ("model_name", "batch_size", "number_gpus", "model_max_length")
+    }
     return {
-        "experiments": [{
-            "experimentIdentifier": EXPERIMENT, "actuatorIdentifier": "SFTTrainer",
-            "parameterization": [{"property": {"identifier": k}, "value": v} for k, v in fixed.items()],
-        }],
+        "experiments": [
+            {
+                "experimentIdentifier": EXPERIMENT,
+                "actuatorIdentifier": "SFTTrainer",
+                "parameterization": [
+                    {"property": {"identifier": k}, "value": v} for k, v in fixed.items()
+                ],
+            }
+        ],
         "entitySpace": [
             {"identifier": name, "propertyDomain": {"values": values}}
-            for name, values in {"model_name": ["tiny"], "number_gpus": [0],
-                                 "model_max_length": [MAX_SEQ], "batch_size": [BATCH],
-                                 **entity_space}.items()
+            for name, values in {
+                "model_name": ["tiny"],
+                "number_gpus": [0],
+                "model_max_length": [MAX_SEQ],
+                "batch_size": [BATCH],
+                **entity_space,
+            }.items()
         ],
-    }  # fmt: skip
+    }
 
 
 def operation_document(space_id: str, config_id: str) -> dict:
@@ -118,17 +161,30 @@ def test_two_node_measurement_through_ado_and_a_three_node_one_that_cannot_be_pl
     cluster, inputs, tmp_path, trainer_tools
 ):
     ensure_dataset(inputs)
-    ado = AdoCLI(home=tmp_path / "ado", extra_env={"RAY_ADDRESS": cluster.address, **cluster.auth_env})
-    config_id = ado.create("actuatorconfiguration", write_yaml(tmp_path / "ac.yaml", {
-        "actuatorIdentifier": "SFTTrainer",
-        "parameters": actuator_parameters(inputs, placement_timeout_seconds=PLACEMENT_TIMEOUT),
-    }))  # fmt: skip
-    space_id = ado.create("space", write_yaml(tmp_path / "space.yaml",
-                                              space_document({"number_nodes": [2, 3]})),
-                          "--new-sample-store")  # fmt: skip
+    ado = AdoCLI(
+        home=tmp_path / "ado", extra_env={"RAY_ADDRESS": cluster.address, **cluster.auth_env}
+    )
+    config_id = ado.create(
+        "actuatorconfiguration",
+        write_yaml(
+            tmp_path / "ac.yaml",
+            {
+                "actuatorIdentifier": "SFTTrainer",
+                "parameters": actuator_parameters(
+                    inputs, placement_timeout_seconds=PLACEMENT_TIMEOUT
+                ),
+            },
+        ),
+    )
+    space_id = ado.create(
+        "space",
+        write_yaml(tmp_path / "space.yaml", space_document({"number_nodes": [2, 3]})),
+        "--new-sample-store",
+    )
     started = time.monotonic()
     identifier, output = run_operation(
-        ado, write_yaml(tmp_path / "op.yaml", operation_document(space_id, config_id)))
+        ado, write_yaml(tmp_path / "op.yaml", operation_document(space_id, config_id))
+    )
     print(f"ado create operation (2-node + unplaceable 3-node): {time.monotonic() - started:.1f} s")
     rows = ado.measurements(space_id)
     # the 3-node request failed: nothing stored, a rerun retries it
@@ -147,14 +203,17 @@ def test_two_node_measurement_through_ado_and_a_three_node_one_that_cannot_be_pl
     measured = float(row["dataset_tokens_per_second"]) * float(row["train_runtime"])
     assert measured == pytest.approx(expected, rel=1e-6)
     assert float(row["dataset_tokens_per_second_per_gpu"]) == pytest.approx(
-        float(row["dataset_tokens_per_second"]) / 2)  # fmt: skip
+        float(row["dataset_tokens_per_second"]) / 2
+    )
     # each node kept its own directory; rank 0 trained on node 0, rank 1 on node 1
     # (the 3-node request never launched: the only multi-node directory is the 2-node run's)
     (run_dir,) = {p.parent for p in (inputs["out"] / EXPERIMENT).glob("*/node-1")}
     per_node = [RankReport.read_all(run_dir / f"node-{k}" / "reports") for k in (0, 1)]
     assert [[r.rank for r in reports] for reports in per_node] == [[0], [1]]
     assert all(r.world_size == 2 and len(r.steps) == STEPS for reports in per_node for r in reports)
-    assert sum(s.dataset_tokens for reports in per_node for r in reports for s in r.steps) == expected
+    assert (
+        sum(s.dataset_tokens for reports in per_node for r in reports for s in r.steps) == expected
+    )
 
 
 def _run_processes(marker: str) -> dict[int, str]:
@@ -195,8 +254,11 @@ class RankKiller(threading.Thread):
         progress = rf"\| *([3-9]|\d\d+)/{KILLED_MAX_STEPS} \["
         if not logs or not re.search(progress, logs[0].read_text(errors="replace")):
             return {}
-        return {int(cmd.split("/node-")[1][0]): pid for pid, cmd in _run_processes(str(self.out)).items()
-                if "accelerate.commands.launch" not in cmd}  # fmt: skip
+        return {
+            int(cmd.split("/node-")[1][0]): pid
+            for pid, cmd in _run_processes(str(self.out)).items()
+            if "accelerate.commands.launch" not in cmd
+        }
 
     def run(self) -> None:
         while not self.done.is_set():
@@ -232,14 +294,32 @@ def test_a_rank_killed_mid_step_through_ado_fails_stops_every_rank_and_is_measur
 ):
     ensure_dataset(inputs)
     out = tmp_path / "out"
-    ado = AdoCLI(home=tmp_path / "ado", extra_env={"RAY_ADDRESS": cluster.address, **cluster.auth_env})
-    config_id = ado.create("actuatorconfiguration", write_yaml(tmp_path / "ac.yaml", {
-        "actuatorIdentifier": "SFTTrainer",
-        "parameters": actuator_parameters(inputs, output_dir=str(out), stall_timeout_seconds=600),
-    }))  # fmt: skip
+    ado = AdoCLI(
+        home=tmp_path / "ado", extra_env={"RAY_ADDRESS": cluster.address, **cluster.auth_env}
+    )
+    config_id = ado.create(
+        "actuatorconfiguration",
+        write_yaml(
+            tmp_path / "ac.yaml",
+            {
+                "actuatorIdentifier": "SFTTrainer",
+                "parameters": actuator_parameters(
+                    inputs, output_dir=str(out), stall_timeout_seconds=600
+                ),
+            },
+        ),
+    )
     # time-bounded, so the re-run measures in seconds what the first run was killed in
-    space_id = ado.create("space", write_yaml(tmp_path / "space.yaml", space_document(
-        {"number_nodes": [2], "max_steps": [KILLED_MAX_STEPS], "stop_after_seconds": [15]})), "--new-sample-store")  # fmt: skip
+    space_id = ado.create(
+        "space",
+        write_yaml(
+            tmp_path / "space.yaml",
+            space_document(
+                {"number_nodes": [2], "max_steps": [KILLED_MAX_STEPS], "stop_after_seconds": [15]}
+            ),
+        ),
+        "--new-sample-store",
+    )
     operation = write_yaml(tmp_path / "op.yaml", operation_document(space_id, config_id))
     killer = rank_killer
     killer.start()
@@ -271,11 +351,26 @@ def _submit(cluster: RayCluster, workdir: Path, *entrypoint: str) -> str:
     """The spec's `ray job submit` line, run where the user keeps the job files."""
     started = time.monotonic()
     result = subprocess.run(
-        [str(BIN / "ray"), "job", "submit", "--address", cluster.job_server,
-         "--runtime-env", "ray_runtime_env.yaml", "--working-dir", str(workdir), "-v", "--",
-         *entrypoint],
-        cwd=workdir, env=cluster.client_env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        [
+            str(BIN / "ray"),
+            "job",
+            "submit",
+            "--address",
+            cluster.job_server,
+            "--runtime-env",
+            "ray_runtime_env.yaml",
+            "--working-dir",
+            str(workdir),
+            "-v",
+            "--",
+            *entrypoint,
+        ],
+        cwd=workdir,
+        env=cluster.client_env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     output = result.stdout + result.stderr
     print(f"ray job {entrypoint[0]}: {time.monotonic() - started:.1f} s")
     assert result.returncode == 0 and "succeeded" in output, output[-5000:]
@@ -288,42 +383,93 @@ def test_remote_workflow_wheel_runtime_env_and_ray_jobs(cluster, inputs, tmp_pat
     jobs = tmp_path / "my-remote-measurements"
     jobs.mkdir()
     # built from a copy: setuptools leaves build/ and *.egg-info in the tree it builds
-    source = shutil.copytree(REPO, tmp_path / "source", ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "demo-work"))  # fmt: skip
-    build = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation",
-                            "--outdir", str(jobs), str(source)],
-                           capture_output=True, text=True, timeout=600)  # fmt: skip
+    source = shutil.copytree(
+        REPO,
+        tmp_path / "source",
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "demo-work"
+        ),
+    )
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "build",
+            "--wheel",
+            "--no-isolation",
+            "--outdir",
+            str(jobs),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     (wheel,) = jobs.glob("ado_sfttrainer-*.whl")
     # the wheel carries the package and no helper of the tests or the demo (README, "The rooms")
     shipped = {Path(name).name for name in zipfile.ZipFile(wheel).namelist()}
     helpers = {p.name for p in [*(REPO / "tests").glob("*.py"), *(REPO / "examples").rglob("*.py")]}
     assert "plugin.py" in shipped and not shipped & helpers, sorted(shipped & helpers)
-    runtime_env = yaml.safe_load((REPO / "examples/remote-raycluster/ray_runtime_env.yaml").read_text())
+    runtime_env = yaml.safe_load(
+        (REPO / "examples/remote-raycluster/ray_runtime_env.yaml").read_text()
+    )
     runtime_env["pip"] = [f"${{RAY_RUNTIME_ENV_CREATE_WORKING_DIR}}/{wheel.name}"]
     write_yaml(jobs / "ray_runtime_env.yaml", runtime_env)
 
     data = tmp_path / "remote-data"
-    _submit(cluster, jobs, "sfttrainer_generate_dataset_text", "--dataset-id", DATASET,
-            "--entries", "32", "-o", str(data / datasets.dataset_filename(DATASET)))  # fmt: skip
+    _submit(
+        cluster,
+        jobs,
+        "sfttrainer_generate_dataset_text",
+        "--dataset-id",
+        DATASET,
+        "--entries",
+        "32",
+        "-o",
+        str(data / datasets.dataset_filename(DATASET)),
+    )
     assert (data / datasets.dataset_filename(DATASET)).is_file()
     # the jobs run in the runtime environment Ray built, with the wheel installed into it
-    probe = _submit(cluster, jobs, "python", "-c", "import glob, sys; print('PREFIX', sys.prefix, "
-                    "glob.glob(sys.prefix + '/lib/python*/site-packages/ado_sfttrainer-*.dist-info'))")  # fmt: skip
+    probe = _submit(
+        cluster,
+        jobs,
+        "python",
+        "-c",
+        "import glob, sys; print('PREFIX', sys.prefix, "
+        "glob.glob(sys.prefix + '/lib/python*/site-packages/ado_sfttrainer-*.dist-info'))",
+    )
     prefix = next(line for line in probe.splitlines() if line.startswith("PREFIX"))
     assert "runtime_resources/pip" in prefix and "ado_sfttrainer-0.1.0.dist-info" in prefix, prefix
     write_yaml(jobs / "models.yaml", {"tiny": {"Vanilla": str(inputs["model"])}})
-    _submit(cluster, jobs, "sfttrainer_download_hf_weights", "-i", "models.yaml", "-o", str(inputs["hf"]))
+    _submit(
+        cluster,
+        jobs,
+        "sfttrainer_download_hf_weights",
+        "-i",
+        "models.yaml",
+        "-o",
+        str(inputs["hf"]),
+    )
 
     ado = AdoCLI(home=tmp_path / "ado")
     params = actuator_parameters(inputs) | {"data_directory": str(data)}
-    config_id = ado.create("actuatorconfiguration", write_yaml(jobs / "ac.yaml", {
-        "actuatorIdentifier": "SFTTrainer", "parameters": params}))  # fmt: skip
-    space_id = ado.create("space", write_yaml(jobs / "space.yaml", space_document(
-        {"number_nodes": [1]})), "--new-sample-store")  # fmt: skip
+    config_id = ado.create(
+        "actuatorconfiguration",
+        write_yaml(jobs / "ac.yaml", {"actuatorIdentifier": "SFTTrainer", "parameters": params}),
+    )
+    space_id = ado.create(
+        "space",
+        write_yaml(jobs / "space.yaml", space_document({"number_nodes": [1]})),
+        "--new-sample-store",
+    )
     write_yaml(jobs / "operation.yaml", operation_document(space_id, config_id))
-    (jobs / "context.yaml").write_text(ado.run("get", "context", "--output", "yaml", "local").stdout)
-    output = _submit(cluster, jobs, "ado", "-c", "context.yaml", "create", "operation", "-f", "operation.yaml")
+    (jobs / "context.yaml").write_text(
+        ado.run("get", "context", "--output", "yaml", "local").stdout
+    )
+    output = _submit(
+        cluster, jobs, "ado", "-c", "context.yaml", "create", "operation", "-f", "operation.yaml"
+    )
     print(f"remote workflow (wheel, 3 ray jobs): {time.monotonic() - started:.1f} s")
     rows = ado.measurements(space_id)
     assert [(r["number_nodes"], float(r["is_valid"])) for r in rows] == [("1", 1.0)], output[-4000:]

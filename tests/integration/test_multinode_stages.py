@@ -48,10 +48,19 @@ BIN = Path(sys.executable).parent
 DATASET = "news-chars-512-entries-4096"
 EXPERIMENT = "finetune_full_benchmark-v1.0.0"
 OOM_DIR = "oom-on-node-1"
-ENTITY = {"model_name": "tiny", "model_max_length": 64, "batch_size": 2, "number_gpus": 0,
-          "number_nodes": 2, "distributed_backend": "DDP", "dataset_id": DATASET,
-          "max_steps": 4, "gradient_accumulation_steps": 1, "torch_dtype": "float32",
-          "fms_hf_tuning_version": "3.2.2"}  # fmt: skip
+ENTITY = {
+    "model_name": "tiny",
+    "model_max_length": 64,
+    "batch_size": 2,
+    "number_gpus": 0,
+    "number_nodes": 2,
+    "distributed_backend": "DDP",
+    "dataset_id": DATASET,
+    "max_steps": 4,
+    "gradient_accumulation_steps": 1,
+    "torch_dtype": "float32",
+    "fms_hf_tuning_version": "3.2.2",
+}
 GUARD_SECONDS = 600  # only a hang reaches it
 
 
@@ -63,26 +72,46 @@ def gates(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def cluster(isolated_env, gates) -> Iterator[RayCluster]:
-    yield from two_raylets(hooks=True, env={"SFTTRAINER_TEST_FAULTS": f"/{OOM_DIR}/=oom@2@1",
-                                            "SFTTRAINER_TEST_HOLD_FAULT": str(gates)})  # fmt: skip
+    yield from two_raylets(
+        hooks=True,
+        env={
+            "SFTTRAINER_TEST_FAULTS": f"/{OOM_DIR}/=oom@2@1",
+            "SFTTRAINER_TEST_HOLD_FAULT": str(gates),
+        },
+    )
 
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory, tiny_model_dir) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("stages")
     data = root / "data"
-    subprocess.run([str(BIN / "sfttrainer_generate_dataset_text"), "--dataset-id", DATASET,
-                    "--entries", "64", "-o", str(data / datasets.dataset_filename(DATASET))],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            str(BIN / "sfttrainer_generate_dataset_text"),
+            "--dataset-id",
+            DATASET,
+            "--entries",
+            "64",
+            "-o",
+            str(data / datasets.dataset_filename(DATASET)),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return {"root": root, "model": tiny_model_dir, "data": data, "hf": root / "hf"}
 
 
 def parameters(inputs, out: Path) -> dict:
     # the same OOM is measured again and again on purpose (each time a launched run), which
     # the record of measured OOMs would answer without launching
-    return {"data_directory": str(inputs["data"]), "hf_home": str(inputs["hf"]),
-            "output_dir": str(out), "model_map": {"tiny": {"Vanilla": str(inputs["model"])}},
-            "stall_timeout_seconds": GUARD_SECONDS, "oom_dominance": False}  # fmt: skip
+    return {
+        "data_directory": str(inputs["data"]),
+        "hf_home": str(inputs["hf"]),
+        "output_dir": str(out),
+        "model_map": {"tiny": {"Vanilla": str(inputs["model"])}},
+        "stall_timeout_seconds": GUARD_SECONDS,
+        "oom_dominance": False,
+    }
 
 
 DRIVER = """
@@ -103,16 +132,28 @@ print("OUTCOME " + json.dumps({"kind": type(outcome).__name__, "reason": getattr
 def measure_on(cluster: RayCluster, inputs, out: Path, hooks: dict[str, str] | None = None) -> dict:
     """One 2-node measurement below ado, from a driver process of its own attached to the
     cluster (this process must not join one), with `hooks` in its workers' environment."""
-    args = {"entity": ENTITY, "experiment": EXPERIMENT, "params": parameters(inputs, out), "hooks": hooks or {}}
-    result = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(args)], env=cluster.client_env,
-                            capture_output=True, text=True, timeout=GUARD_SECONDS)  # fmt: skip
+    args = {
+        "entity": ENTITY,
+        "experiment": EXPERIMENT,
+        "params": parameters(inputs, out),
+        "hooks": hooks or {},
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", DRIVER, json.dumps(args)],
+        env=cluster.client_env,
+        capture_output=True,
+        text=True,
+        timeout=GUARD_SECONDS,
+    )
     line = next((x for x in result.stdout.splitlines() if x.startswith("OUTCOME ")), None)
     assert line, result.stdout[-3000:] + result.stderr[-5000:]
     return json.loads(line.removeprefix("OUTCOME "))
 
 
 def markers(stages: Path) -> dict[str, list[str]]:
-    return {p.name: json.loads(p.read_text()) for p in stages.iterdir() if not p.name.startswith(".")}
+    return {
+        p.name: json.loads(p.read_text()) for p in stages.iterdir() if not p.name.startswith(".")
+    }
 
 
 def test_no_node_launches_before_every_node_has_prepared(cluster, inputs, tmp_path):
@@ -120,12 +161,22 @@ def test_no_node_launches_before_every_node_has_prepared(cluster, inputs, tmp_pa
     stages.mkdir()
     # node 1 prepares only once node 0 has, and 5 s later: under a design where each node
     # launched after its own preparation, node 0 would launch first and wait for its peer
-    outcome = measure_on(cluster, inputs, tmp_path / "out",
-                         {"SFTTRAINER_TEST_STAGES": str(stages), "SFTTRAINER_TEST_SLOW_PREPARE": "1@5"})
+    outcome = measure_on(
+        cluster,
+        inputs,
+        tmp_path / "out",
+        {"SFTTRAINER_TEST_STAGES": str(stages), "SFTTRAINER_TEST_SLOW_PREPARE": "1@5"},
+    )
     assert outcome["kind"] == "Measured", outcome["reason"]
     seen = markers(stages)
-    assert sorted(seen) == ["launch-0", "launch-1", "prepare-start-0", "prepare-start-1",
-                            "prepared-0", "prepared-1"], seen  # each stage once per node
+    assert sorted(seen) == [
+        "launch-0",
+        "launch-1",
+        "prepare-start-0",
+        "prepare-start-1",
+        "prepared-0",
+        "prepared-1",
+    ], seen  # each stage once per node
     assert seen["prepared-1"] == ["prepared-0"]  # the slow node did prepare after the other
     # every launch came after every node's preparation had ended
     assert seen["launch-0"] == seen["launch-1"] == ["prepared-0", "prepared-1"], seen
@@ -135,8 +186,12 @@ def test_no_node_launches_before_every_node_has_prepared(cluster, inputs, tmp_pa
 def test_a_node_that_cannot_prepare_fails_naming_it_and_nothing_launches(cluster, inputs, tmp_path):
     stages, out = tmp_path / "stages", tmp_path / "out"
     stages.mkdir()
-    outcome = measure_on(cluster, inputs, out,
-                         {"SFTTRAINER_TEST_STAGES": str(stages), "SFTTRAINER_TEST_UNMOUNTED_DATASET": "1"})
+    outcome = measure_on(
+        cluster,
+        inputs,
+        out,
+        {"SFTTRAINER_TEST_STAGES": str(stages), "SFTTRAINER_TEST_UNMOUNTED_DATASET": "1"},
+    )
     assert outcome["kind"] == "Failed", outcome
     missing = inputs["data"] / "not-mounted-here" / datasets.dataset_filename(DATASET)
     reason = outcome["reason"]
@@ -166,7 +221,11 @@ class LauncherStopper(threading.Thread):
         launchers, ranks = [], []
         for proc in psutil.process_iter(["pid", "cmdline"]):
             line = " ".join(proc.info["cmdline"] or ())
-            if str(self.out) in line and "/node-1" in line and "ado_actuators.sfttrainer.trainer" in line:
+            if (
+                str(self.out) in line
+                and "/node-1" in line
+                and "ado_actuators.sfttrainer.trainer" in line
+            ):
                 (launchers if "accelerate.commands.launch" in line else ranks).append(proc)
         return launchers, ranks
 
@@ -217,16 +276,22 @@ def launcher_stopper(tmp_path, gates):
     stopper.release()
 
 
-def test_a_cancelled_node_returns_what_its_ranks_reported(cluster, inputs, tmp_path, launcher_stopper):
+def test_a_cancelled_node_returns_what_its_ranks_reported(
+    cluster, inputs, tmp_path, launcher_stopper
+):
     out = tmp_path / OOM_DIR
     launcher_stopper.start()
     outcome = measure_on(cluster, inputs, out)
     launcher_stopper.done.set()
-    assert launcher_stopper.in_time == 1, f"node 1's launcher was not stopped while its rank ran: {outcome}"
+    assert launcher_stopper.in_time == 1, (
+        f"node 1's launcher was not stopped while its rank ran: {outcome}"
+    )
     assert launcher_stopper.held() == 1  # its rank fired the OOM only after that
     # node 0 failed first (its rank lost its peer); node 1 was cancelled and returned the OOM
     assert [(n["machine_rank"], n["cancelled"]) for n in outcome["metadata"]["nodes"]] == [
-        (0, False), (1, True)], outcome  # fmt: skip
+        (0, False),
+        (1, True),
+    ], outcome
     assert outcome["kind"] == "Invalid" and outcome["gpu_oom"], outcome["reason"]
     assert outcome["reason"].startswith("GPU out of memory: rank 1 on node 1 "), outcome["reason"]
     assert not leftover_processes(out), "a launcher or rank outlived its measurement"
@@ -241,19 +306,52 @@ def write_yaml(path: Path, document: dict) -> Path:
 REPEATS = (48, 56, 64)  # three entities (model_max_length), each a measurement of its own
 
 
-def test_an_oom_on_the_second_node_is_invalid_every_time_through_ado(cluster, inputs, tmp_path, launcher_stopper):
+def test_an_oom_on_the_second_node_is_invalid_every_time_through_ado(
+    cluster, inputs, tmp_path, launcher_stopper
+):
     out = tmp_path / OOM_DIR
-    ado = AdoCLI(home=tmp_path / "ado", extra_env={"RAY_ADDRESS": cluster.address, **cluster.auth_env})
-    config_id = ado.create("actuatorconfiguration", write_yaml(tmp_path / "ac.yaml", {
-        "actuatorIdentifier": "SFTTrainer", "parameters": parameters(inputs, out)}))  # fmt: skip
-    fixed = {k: v for k, v in ENTITY.items() if k not in ("model_name", "number_gpus", "model_max_length", "batch_size")}
-    space_id = ado.create("space", write_yaml(tmp_path / "space.yaml", {
-        "experiments": [{"experimentIdentifier": EXPERIMENT, "actuatorIdentifier": "SFTTrainer",
-                         "parameterization": [{"property": {"identifier": k}, "value": v} for k, v in fixed.items()]}],
-        "entitySpace": [{"identifier": name, "propertyDomain": {"values": values}} for name, values in {
-            "model_name": ["tiny"], "number_gpus": [0], "model_max_length": list(REPEATS),
-            "batch_size": [ENTITY["batch_size"]]}.items()],
-    }), "--new-sample-store")  # fmt: skip
+    ado = AdoCLI(
+        home=tmp_path / "ado", extra_env={"RAY_ADDRESS": cluster.address, **cluster.auth_env}
+    )
+    config_id = ado.create(
+        "actuatorconfiguration",
+        write_yaml(
+            tmp_path / "ac.yaml",
+            {"actuatorIdentifier": "SFTTrainer", "parameters": parameters(inputs, out)},
+        ),
+    )
+    fixed = {
+        k: v
+        for k, v in ENTITY.items()
+        if k not in ("model_name", "number_gpus", "model_max_length", "batch_size")
+    }
+    space_id = ado.create(
+        "space",
+        write_yaml(
+            tmp_path / "space.yaml",
+            {
+                "experiments": [
+                    {
+                        "experimentIdentifier": EXPERIMENT,
+                        "actuatorIdentifier": "SFTTrainer",
+                        "parameterization": [
+                            {"property": {"identifier": k}, "value": v} for k, v in fixed.items()
+                        ],
+                    }
+                ],
+                "entitySpace": [
+                    {"identifier": name, "propertyDomain": {"values": values}}
+                    for name, values in {
+                        "model_name": ["tiny"],
+                        "number_gpus": [0],
+                        "model_max_length": list(REPEATS),
+                        "batch_size": [ENTITY["batch_size"]],
+                    }.items()
+                ],
+            },
+        ),
+        "--new-sample-store",
+    )
     operation = yaml.safe_load((REPO / "examples/remote-raycluster/operation.yaml").read_text())
     operation |= {"spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id]}
     launcher_stopper.start()
@@ -266,5 +364,7 @@ def test_an_oom_on_the_second_node_is_invalid_every_time_through_ado(cluster, in
     assert all(float(r["is_valid"]) == 0 for r in rows), rows
     lines = [x for x in output.splitlines() if f"SFTTrainer {EXPERIMENT}" in x]
     assert len(lines) == len(REPEATS), "\n".join(lines)
-    assert all("is_valid=0: GPU out of memory: rank 1 on node 1 " in x for x in lines), "\n".join(lines)
+    assert all("is_valid=0: GPU out of memory: rank 1 on node 1 " in x for x in lines), "\n".join(
+        lines
+    )
     assert not leftover_processes(out) and not live_placement_groups(cluster)

@@ -51,9 +51,13 @@ def test_a_silent_process_group_is_stopped_and_reported(tmp_path):
     # silent from the moment the grandchild is recorded and the script said so
     with KeepActive(lambda: [] if log.exists() and "started" in log.read_text() else [beat]):
         result = run_process(
-            [sys.executable, "-c", CHILD_SLEEPS, str(pid_file)], env=dict(os.environ),
-            cwd=tmp_path, log_path=log, stall_timeout=STALL, activity_paths=(beat,),
-        )  # fmt: skip
+            [sys.executable, "-c", CHILD_SLEEPS, str(pid_file)],
+            env=dict(os.environ),
+            cwd=tmp_path,
+            log_path=log,
+            stall_timeout=STALL,
+            activity_paths=(beat,),
+        )
     assert result.stopped_by_watchdog and f"stall timeout {STALL} s" in result.stopped_by_watchdog
     assert result.seconds >= STALL  # never before the configured silence
     # the grandchild, in the launched process's group, did not outlive it
@@ -64,18 +68,33 @@ def test_a_silent_process_group_is_stopped_and_reported(tmp_path):
 
 
 def test_exit_status_signal_and_log_tail(tmp_path):
-    ok = run_process([sys.executable, "-c", "print('hello')"], env=dict(os.environ),
-                     cwd=tmp_path, log_path=tmp_path / "a.log", stall_timeout=NEVER)
+    ok = run_process(
+        [sys.executable, "-c", "print('hello')"],
+        env=dict(os.environ),
+        cwd=tmp_path,
+        log_path=tmp_path / "a.log",
+        stall_timeout=NEVER,
+    )
     assert ok.returncode == 0 and ok.stopped_by_watchdog is None and ok.log_tail() == "hello"
-    killed = run_process([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
-                         env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "b.log", stall_timeout=NEVER)
+    killed = run_process(
+        [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
+        env=dict(os.environ),
+        cwd=tmp_path,
+        log_path=tmp_path / "b.log",
+        stall_timeout=NEVER,
+    )
     assert killed.signal_name == "SIGKILL"
 
 
 def test_arguments_are_never_interpreted_by_a_shell(tmp_path):
     marker = tmp_path / "pwned"
-    result = run_process([sys.executable, "-c", "import sys; print(sys.argv[1])", f"; touch {marker}"],
-                         env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "c.log", stall_timeout=NEVER)
+    result = run_process(
+        [sys.executable, "-c", "import sys; print(sys.argv[1])", f"; touch {marker}"],
+        env=dict(os.environ),
+        cwd=tmp_path,
+        log_path=tmp_path / "c.log",
+        stall_timeout=NEVER,
+    )
     assert result.returncode == 0 and not marker.exists()
     assert result.log_tail() == f"; touch {marker}"
 
@@ -86,9 +105,14 @@ def test_progress_files_keep_a_quiet_process_alive(tmp_path):
     # silent for three stall timeouts, while its progress (here the test's) goes on
     script = f"import time; time.sleep({3 * STALL})"
     with KeepActive(lambda: [beat]):
-        result = run_process([sys.executable, "-c", script], env=dict(os.environ), cwd=tmp_path,
-                             log_path=tmp_path / "d.log", stall_timeout=STALL,
-                             activity_paths=(beat,))  # fmt: skip
+        result = run_process(
+            [sys.executable, "-c", script],
+            env=dict(os.environ),
+            cwd=tmp_path,
+            log_path=tmp_path / "d.log",
+            stall_timeout=STALL,
+            activity_paths=(beat,),
+        )
     assert result.returncode == 0 and result.stopped_by_watchdog is None
     assert result.seconds >= 3 * STALL
 
@@ -98,8 +122,11 @@ def rank_without_arguments(executor_pid: int) -> subprocess.CompletedProcess:
     env = {**os.environ, EXECUTOR_PID_ENV: str(executor_pid)}
     return subprocess.run(
         [sys.executable, "-m", "ado_actuators.sfttrainer.trainer"],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_a_rank_whose_executor_is_not_its_ancestor_exits_before_its_imports():
@@ -118,14 +145,19 @@ def test_a_rank_whose_executor_is_not_its_ancestor_exits_before_its_imports():
 
 def test_a_rank_that_descends_from_its_executor_runs_on():
     descendant = rank_without_arguments(os.getpid())
-    assert descendant.returncode == 2 and "--sfttrainer_job" in descendant.stdout + descendant.stderr
+    assert (
+        descendant.returncode == 2 and "--sfttrainer_job" in descendant.stdout + descendant.stderr
+    )
 
 
 def test_the_launcher_is_told_which_executor_it_descends_from(tmp_path):
     log = tmp_path / "log"
     script = f"import os; print(os.environ[{EXECUTOR_PID_ENV!r}])"
     result = run_process(
-        [sys.executable, "-c", script], env=dict(os.environ), cwd=tmp_path, log_path=log,
+        [sys.executable, "-c", script],
+        env=dict(os.environ),
+        cwd=tmp_path,
+        log_path=log,
         stall_timeout=NEVER,
-    )  # fmt: skip
+    )
     assert result.returncode == 0 and log.read_text().split() == [str(os.getpid())]

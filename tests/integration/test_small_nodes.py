@@ -42,8 +42,13 @@ def cluster(isolated_env) -> Iterator[RayCluster]:
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory, tiny_model_dir) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("small-nodes")
-    inputs = {"root": root, "model": tiny_model_dir, "data": root / "data", "hf": root / "hf",
-              "out": root / "out"}  # fmt: skip
+    inputs = {
+        "root": root,
+        "model": tiny_model_dir,
+        "data": root / "data",
+        "hf": root / "hf",
+        "out": root / "out",
+    }
     ensure_dataset(inputs)
     return inputs
 
@@ -51,21 +56,41 @@ def inputs(tmp_path_factory, tiny_model_dir) -> dict[str, Path]:
 def on_cluster(cluster: RayCluster, code: str) -> str:
     """Run `code` in a driver of its own attached to the cluster (a test process must not join)."""
     prelude = "import ray; ray.init(logging_level='ERROR', namespace='small-nodes')\n"
-    result = subprocess.run([sys.executable, "-c", prelude + code], env=cluster.client_env,
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", prelude + code],
+        env=cluster.client_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return result.stdout
 
 
-def measure(cluster, inputs, tmp_path, entity_space: dict, **params) -> tuple[list[dict], str, list]:
+def measure(
+    cluster, inputs, tmp_path, entity_space: dict, **params
+) -> tuple[list[dict], str, list]:
     """(stored rows, console output, trace) of one operation over `entity_space`."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    ado = AdoCLI(home=tmp_path / "ado", extra_env={
-        "RAY_ADDRESS": cluster.address, **cluster.auth_env, "PYTHONPATH": str(REPO)})  # fmt: skip
-    config_id = ado.create("actuatorconfiguration", write_yaml(tmp_path / "ac.yaml", {
-        "actuatorIdentifier": "SFTTrainer", "parameters": actuator_parameters(inputs, **params)}))  # fmt: skip
-    space_id = ado.create("space", write_yaml(tmp_path / "space.yaml", space_document(entity_space)),
-                          "--new-sample-store")  # fmt: skip
+    ado = AdoCLI(
+        home=tmp_path / "ado",
+        extra_env={"RAY_ADDRESS": cluster.address, **cluster.auth_env, "PYTHONPATH": str(REPO)},
+    )
+    config_id = ado.create(
+        "actuatorconfiguration",
+        write_yaml(
+            tmp_path / "ac.yaml",
+            {
+                "actuatorIdentifier": "SFTTrainer",
+                "parameters": actuator_parameters(inputs, **params),
+            },
+        ),
+    )
+    space_id = ado.create(
+        "space",
+        write_yaml(tmp_path / "space.yaml", space_document(entity_space)),
+        "--new-sample-store",
+    )
     operation = write_yaml(tmp_path / "op.yaml", operation_document(space_id, config_id))
     identifier, output = run_operation(ado, operation)
     return ado.measurements(space_id), output, trace(ado, identifier)
@@ -130,8 +155,13 @@ def test_reserved_cpus_are_left_alone_and_a_wait_that_cannot_end_names_the_holde
         # must ask its own cluster's state API (Ray's address discovery gives up on two)
         bystander = start_cluster([{}], cpus=1)
         try:
-            rows, output, requests = measure(cluster, inputs, tmp_path / "busy", {"number_nodes": [2]},
-                                             placement_timeout_seconds=15)  # fmt: skip
+            rows, output, requests = measure(
+                cluster,
+                inputs,
+                tmp_path / "busy",
+                {"number_nodes": [2]},
+                placement_timeout_seconds=15,
+            )
         finally:
             bystander.stop()
         assert not rows and [r["Status"] for r in requests] == ["Failed"], output[-4000:]
@@ -140,10 +170,13 @@ def test_reserved_cpus_are_left_alone_and_a_wait_that_cannot_end_names_the_holde
         assert "placement group trial-reservations reserves CPU=1" in line, line
         assert "actor hog asked for CPU=1" in line, line
     finally:
-        on_cluster(cluster, "from ray.util.placement_group import get_placement_group, "
-                   "remove_placement_group\nremove_placement_group(get_placement_group("
-                   "'trial-reservations'))\n"
-                   "try:\n    ray.kill(ray.get_actor('hog'))\nexcept ValueError:\n    pass\n")  # fmt: skip
+        on_cluster(
+            cluster,
+            "from ray.util.placement_group import get_placement_group, "
+            "remove_placement_group\nremove_placement_group(get_placement_group("
+            "'trial-reservations'))\n"
+            "try:\n    ray.kill(ray.get_actor('hog'))\nexcept ValueError:\n    pass\n",
+        )
     assert not live_placement_groups(cluster)
 
 
@@ -193,9 +226,7 @@ print("RESULT", json.dumps({"snapshot": snapshot, "placed": placed,
 """
 
 
-def test_a_younger_measurement_queues_behind_an_older_one_that_waits_for_two_nodes(
-    cluster, inputs
-):
+def test_a_younger_measurement_queues_behind_an_older_one_that_waits_for_two_nodes(cluster, inputs):
     """Without the queue the younger one takes the free node at once, and the 2-node one
     waits until both nodes are free at the same moment (overnight: Failed after 120 s)."""
     entity = {**ENTITY, "number_nodes": 1}
@@ -203,7 +234,10 @@ def test_a_younger_measurement_queues_behind_an_older_one_that_waits_for_two_nod
     prelude = "import ray; ray.init(logging_level='ERROR', namespace='small-nodes')\n"
     done = subprocess.run(
         [sys.executable, "-c", prelude + QUEUE, json.dumps(entity), json.dumps(settings)],
-        env=cluster.client_env, capture_output=True, text=True, timeout=900,
+        env=cluster.client_env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     (line,) = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
@@ -264,10 +298,20 @@ def test_measurements_queued_when_their_operation_is_killed_leave_no_placement_g
     count, marks = 4, tmp_path / "marks"
     marks.mkdir()
     driver = subprocess.Popen(
-        [sys.executable, "-c", KILLED, json.dumps({**ENTITY, "number_nodes": 1}),
-         json.dumps(actuator_parameters(inputs)), str(marks), str(count)],
-        env=cluster.client_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            KILLED,
+            json.dumps({**ENTITY, "number_nodes": 1}),
+            json.dumps(actuator_parameters(inputs)),
+            str(marks),
+            str(count),
+        ],
+        env=cluster.client_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 180
         while not (marks / "all-queued").exists():

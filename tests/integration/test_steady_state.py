@@ -30,20 +30,37 @@ STEADY_CAP = 25.0
 def measure_with(method: dict, root: Path, tiny_model_dir: Path):
     data = root / "data"
     data.mkdir()
-    generate(data / datasets.dataset_filename(DATASET), datasets.get_shape(DATASET),
-             entries=64, progress=False)  # fmt: skip
+    generate(
+        data / datasets.dataset_filename(DATASET),
+        datasets.get_shape(DATASET),
+        entries=64,
+        progress=False,
+    )
     params = SFTTrainerParameters(
-        data_directory=str(data), hf_home=str(root / "hf"), output_dir=str(root / "out"),
-        model_map={"tiny": {"Vanilla": str(tiny_model_dir)}}, stall_timeout_seconds=300,
-    )  # fmt: skip
+        data_directory=str(data),
+        hf_home=str(root / "hf"),
+        output_dir=str(root / "out"),
+        model_map={"tiny": {"Vanilla": str(tiny_model_dir)}},
+        stall_timeout_seconds=300,
+    )
     entity = {
-        "model_name": "tiny", "model_max_length": 64, "batch_size": 2, "number_gpus": 2,
-        "gpu_model": "NVIDIA-A100-SXM4-80GB", "distributed_backend": "DDP",
-        "dataset_id": DATASET, "max_steps": -1, "num_train_epochs": 10000.0,
-        "gradient_accumulation_steps": 1, "torch_dtype": "float32",
-        "fms_hf_tuning_version": installed_fms_hf_tuning(), **method,
-    }  # fmt: skip
-    outcome = measure(entity, "finetune_full_benchmark-v1.0.0", params, label="steady", use_cpu=True)
+        "model_name": "tiny",
+        "model_max_length": 64,
+        "batch_size": 2,
+        "number_gpus": 2,
+        "gpu_model": "NVIDIA-A100-SXM4-80GB",
+        "distributed_backend": "DDP",
+        "dataset_id": DATASET,
+        "max_steps": -1,
+        "num_train_epochs": 10000.0,
+        "gradient_accumulation_steps": 1,
+        "torch_dtype": "float32",
+        "fms_hf_tuning_version": installed_fms_hf_tuning(),
+        **method,
+    }
+    outcome = measure(
+        entity, "finetune_full_benchmark-v1.0.0", params, label="steady", use_cpu=True
+    )
     assert isinstance(outcome, Measured), getattr(outcome, "reason", outcome)
     reports = RankReport.read_all(Path(outcome.metadata["workdir"]) / "reports")
     return outcome, reports
@@ -66,7 +83,9 @@ def test_both_ranks_stopped_together_by_the_method(measured):
     assert len(reports) == 2
     assert len(reports[0].steps) == len(reports[1].steps)
     assert reports[0].steps[-1].step == reports[1].steps[-1].step
-    assert all(r.stopped_by == f"auto_stop_method={WARMUP_60S_STABLE_120S_OR_10_STEPS}" for r in reports)
+    assert all(
+        r.stopped_by == f"auto_stop_method={WARMUP_60S_STABLE_120S_OR_10_STEPS}" for r in reports
+    )
     assert reports[0].warmup_steps == reports[1].warmup_steps > 0
 
 
@@ -106,13 +125,26 @@ def test_step_count_and_tokens_in_the_report_are_the_window(measured):
     runtime = props["train_runtime"]
     assert runtime == pytest.approx(max(s.end for s in window) - min(s.start for s in window))
     assert props["train_steps_per_second"] * runtime == pytest.approx(measured_steps)
-    assert props["dataset_tokens_per_second"] * runtime == pytest.approx(sum(s.dataset_tokens for s in window))
-    assert props["train_samples_per_second"] * runtime == pytest.approx(2 * measured_steps)  # batch 2
-    assert props["train_tokens_per_second"] * runtime == pytest.approx(sum(s.padded_tokens for s in window))
-    durations = sorted(s.end - s.start for s in rank0.steps[rank0.warmup_steps:])
-    assert durations[0] <= props["train_step_seconds_p50"] <= props["train_step_seconds_p90"] <= durations[-1]
+    assert props["dataset_tokens_per_second"] * runtime == pytest.approx(
+        sum(s.dataset_tokens for s in window)
+    )
+    assert props["train_samples_per_second"] * runtime == pytest.approx(
+        2 * measured_steps
+    )  # batch 2
+    assert props["train_tokens_per_second"] * runtime == pytest.approx(
+        sum(s.padded_tokens for s in window)
+    )
+    durations = sorted(s.end - s.start for s in rank0.steps[rank0.warmup_steps :])
+    assert (
+        durations[0]
+        <= props["train_step_seconds_p50"]
+        <= props["train_step_seconds_p90"]
+        <= durations[-1]
+    )
     per_token = outcome.metadata["model_flops_per_token"]
-    assert props["model_tflops_per_device"] * 1e12 / props["dataset_tokens_per_second_per_gpu"] == pytest.approx(per_token)
+    assert props["model_tflops_per_device"] * 1e12 / props[
+        "dataset_tokens_per_second_per_gpu"
+    ] == pytest.approx(per_token)
 
 
 def test_steady_ci95_stops_both_ranks_together_and_sooner(adaptive, measured):
@@ -127,7 +159,9 @@ def test_steady_ci95_stops_both_ranks_together_and_sooner(adaptive, measured):
     assert stop.ended_by in {"target", "cap"}  # which one depends on the machine's noise
     assert reports[0].warmup_steps == reports[1].warmup_steps == stop.warmup_steps
     trained = max(s.end for r in reports for s in r.steps) - min(r.steps[0].start for r in reports)
-    spec = max(s.end for r in measured[1] for s in r.steps) - min(r.steps[0].start for r in measured[1])
+    spec = max(s.end for r in measured[1] for s in r.steps) - min(
+        r.steps[0].start for r in measured[1]
+    )
     assert trained < spec and spec >= WARMUP + STABLE
     if stop.ended_by == "cap":
         # the first step end past the cap (both counted from the first start all ranks saw),
@@ -147,7 +181,9 @@ def test_steady_ci95_reports_its_interval_and_its_warm_up(adaptive):
     )
     assert outcome.metadata["measured_steps"] == stop.measured_steps == len(reports[0].steps) - warm
     # the interval the ranks stopped on is the row's: the same steps, the same arithmetic
-    assert props["dataset_tokens_per_second_ci95_percent"] == pytest.approx(stop.ci95_percent, rel=1e-6)
+    assert props["dataset_tokens_per_second_ci95_percent"] == pytest.approx(
+        stop.ci95_percent, rel=1e-6
+    )
     if stop.ended_by == "target":
         assert stop.ci95_percent <= 1.0 and stop.measured_steps >= 20
     else:

@@ -26,9 +26,13 @@ def runs(tmp_path_factory, tiny_model_dir, trainer_tools):
     workdir = tmp_path_factory.mktemp("ddp-tokens")
     job = TrainerJob(report_dir=workdir / "reports", aim_repo=str(workdir / "aim"))
     argv = trainer_tools.spec_fms_args(
-        tiny_model_dir, exact_data, max_steps=STEPS, batch_size=BATCH, grad_accum=ACCUM,
+        tiny_model_dir,
+        exact_data,
+        max_steps=STEPS,
+        batch_size=BATCH,
+        grad_accum=ACCUM,
         max_seq_length=MAX_SEQ,
-    )  # fmt: skip
+    )
     started["tokens"] = (
         trainer_tools.start_trainer(workdir, job, argv, processes=RANKS),
         workdir,
@@ -115,4 +119,6 @@ def test_when_one_rank_fails_both_report_and_the_launch_fails(runs):
     # either: when the launcher's SIGTERM (the peer died) reaches it first, it is one short.
     assert len(crashed.steps) == CRASH_STEP - 1
     assert len(survivor.steps) in (CRASH_STEP - 2, CRASH_STEP - 1)
-    assert [s.step for s in survivor.steps] == [s.step for s in crashed.steps][: len(survivor.steps)]
+    assert [s.step for s in survivor.steps] == [s.step for s in crashed.steps][
+        : len(survivor.steps)
+    ]

@@ -97,7 +97,9 @@ def test_sigterm_while_hung_still_writes_a_report(tmp_path, tiny_model_dir, data
     assert [s.step for s in run.report.steps] == [1]
 
 
-def test_arguments_fms_would_silently_drop_refuse_the_run(tmp_path, tiny_model_dir, data, trainer_tools):
+def test_arguments_fms_would_silently_drop_refuse_the_run(
+    tmp_path, tiny_model_dir, data, trainer_tools
+):
     argv = trainer_tools.spec_fms_args(tiny_model_dir, data, extra=("--not_an_fms_flag", "1"))
     job = TrainerJob(report_dir=tmp_path / "reports")
     run = trainer_tools.run_trainer(tmp_path, job, argv)
@@ -108,7 +110,9 @@ def test_arguments_fms_would_silently_drop_refuse_the_run(tmp_path, tiny_model_d
     assert run.report.steps == []
 
 
-def test_flash_attention_missing_on_cuda_refuses_the_run(tmp_path, tiny_model_dir, data, trainer_tools, monkeypatch):
+def test_flash_attention_missing_on_cuda_refuses_the_run(
+    tmp_path, tiny_model_dir, data, trainer_tools, monkeypatch
+):
     """In-process, with CUDA's presence the only thing stood in for (no GPU here)."""
     from ado_actuators.sfttrainer.contract.trainer_io import JOB_FLAG, RankReport
     from ado_actuators.sfttrainer.trainer import adapt

@@ -34,9 +34,14 @@ def full_run(tmp_path_factory, tiny_model_dir, trainer_tools):
         sample_interval_seconds=0.1,
     )
     argv = trainer_tools.spec_fms_args(
-        tiny_model_dir, data, max_steps=STEPS, batch_size=BATCH, grad_accum=ACCUM,
-        max_seq_length=MAX_SEQ, log_level="debug",
-    )  # fmt: skip
+        tiny_model_dir,
+        data,
+        max_steps=STEPS,
+        batch_size=BATCH,
+        grad_accum=ACCUM,
+        max_seq_length=MAX_SEQ,
+        log_level="debug",
+    )
     run = trainer_tools.run_trainer(workdir, job, argv)
     run.data = data
     return run
@@ -69,13 +74,17 @@ def test_dataset_tokens_are_exactly_the_spec_count_of_the_trained_entries(
     assert sum(s.dataset_tokens for s in full_run.report.steps) == sum(expected)
 
 
-def test_steps_carry_samples_positions_and_sequence_lengths(full_run, trainer_tools, tiny_model_dir):
+def test_steps_carry_samples_positions_and_sequence_lengths(
+    full_run, trainer_tools, tiny_model_dir
+):
     steps = full_run.report.steps
     assert [s.samples for s in steps] == [BATCH * ACCUM] * STEPS
     assert all(s.padded_tokens >= s.dataset_tokens + s.samples - 1 for s in steps)
     # every sequence is at most MAX_SEQ long, and the EOS fms appends is a trained position
-    assert all(s.dataset_tokens**2 / s.samples <= s.sequence_tokens_squared
-               <= s.samples * MAX_SEQ**2 for s in steps)  # fmt: skip
+    assert all(
+        s.dataset_tokens**2 / s.samples <= s.sequence_tokens_squared <= s.samples * MAX_SEQ**2
+        for s in steps
+    )
 
 
 def test_parameters_are_counted_before_training(full_run):
@@ -117,7 +126,8 @@ def test_figures_average_only_the_samples_in_the_measured_window(full_run):
     assert inside and outside
     props = benchmark_properties([report], number_gpus=0, stop_after_seconds=-1)
     assert props["cpu_compute_utilization"] == pytest.approx(
-        statistics.fmean(s.cpu_percent for s in inside))  # fmt: skip
+        statistics.fmean(s.cpu_percent for s in inside)
+    )
     assert props["cpu_compute_utilization"] > 0
 
 
@@ -164,10 +174,16 @@ def lora_run(tmp_path_factory, tiny_model_dir, trainer_tools):
     config_path.write_text(json.dumps(config))
     data = write_text_dataset(workdir / "data.jsonl", ENTRIES, max_words=60, seed=1)
     argv = trainer_tools.spec_fms_args(
-        model, data, max_steps=STEPS, batch_size=BATCH, grad_accum=ACCUM, max_seq_length=512,
-        peft_method="lora", torch_dtype="bfloat16",
+        model,
+        data,
+        max_steps=STEPS,
+        batch_size=BATCH,
+        grad_accum=ACCUM,
+        max_seq_length=512,
+        peft_method="lora",
+        torch_dtype="bfloat16",
         extra=("--target_modules", "q_proj", "v_proj", "--r", "4", "--lora_alpha", "16"),
-    )  # fmt: skip
+    )
     run = trainer_tools.run_trainer(workdir, make_job(workdir), argv)
     run.data, run.model = data, model
     return run
@@ -196,8 +212,13 @@ def pt_run(tmp_path_factory, tiny_model_dir, trainer_tools):
     workdir = tmp_path_factory.mktemp("pt")
     data = write_text_dataset(workdir / "data.jsonl", BATCH * 2, max_words=80, seed=2)
     argv = trainer_tools.spec_fms_args(
-        tiny_model_dir, data, max_steps=2, batch_size=BATCH, grad_accum=1, peft_method="pt",
-    )  # fmt: skip
+        tiny_model_dir,
+        data,
+        max_steps=2,
+        batch_size=BATCH,
+        grad_accum=1,
+        peft_method="pt",
+    )
     run = trainer_tools.run_trainer(workdir, make_job(workdir), argv)
     run.data = data
     return run

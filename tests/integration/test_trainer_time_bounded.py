@@ -25,9 +25,13 @@ def time_bounded_run(tmp_path_factory, tiny_model_dir, trainer_tools):
     data = write_text_dataset(workdir / "data.jsonl", ENTRIES, max_words=120)
     job = TrainerJob(report_dir=workdir / "reports", stop_after_seconds=3)
     argv = trainer_tools.spec_fms_args(
-        tiny_model_dir, data, max_steps=-1, batch_size=BATCH, grad_accum=ACCUM,
+        tiny_model_dir,
+        data,
+        max_steps=-1,
+        batch_size=BATCH,
+        grad_accum=ACCUM,
         max_seq_length=MAX_SEQ,
-    )  # fmt: skip
+    )
     run = trainer_tools.run_trainer(workdir, job, argv)
     run.data = data
     return run
@@ -68,9 +72,13 @@ def two_rank_run(tmp_path_factory, tiny_model_dir, trainer_tools):
     data = write_text_dataset(workdir / "data.jsonl", ENTRIES, max_words=120, seed=5)
     job = TrainerJob(report_dir=workdir / "reports", stop_after_seconds=3)
     argv = trainer_tools.spec_fms_args(
-        tiny_model_dir, data, max_steps=-1, batch_size=1, grad_accum=ACCUM,
+        tiny_model_dir,
+        data,
+        max_steps=-1,
+        batch_size=1,
+        grad_accum=ACCUM,
         max_seq_length=MAX_SEQ,
-    )  # fmt: skip
+    )
     run = trainer_tools.run_trainer(workdir, job, argv, processes=2)
     run.data = data
     return run

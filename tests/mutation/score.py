@@ -61,10 +61,14 @@ def score(found: dict[str, int | None], listed: dict[str, str]) -> tuple[list[st
     problems = []
     incomplete = [n for n, code in found.items() if code in INCOMPLETE]
     if incomplete:
-        problems.append(f"{len(incomplete)} mutant(s) not checked (run mutmut to the end), "
-                        f"e.g. {incomplete[0]}")  # fmt: skip
-    alive = {n: NOT_KILLED.get(code, "suspicious")
-             for n, code in found.items() if code not in KILLED and code not in INCOMPLETE}  # fmt: skip
+        problems.append(
+            f"{len(incomplete)} mutant(s) not checked (run mutmut to the end), e.g. {incomplete[0]}"
+        )
+    alive = {
+        n: NOT_KILLED.get(code, "suspicious")
+        for n, code in found.items()
+        if code not in KILLED and code not in INCOMPLETE
+    }
     for name, status in sorted(alive.items()):
         if name not in listed:
             problems.append(f"{status}, not listed as equivalent: {name} (mutmut show {name})")

@@ -22,10 +22,20 @@ pytestmark = pytest.mark.slow
 EXPERIMENT = "finetune_full_benchmark-v1.0.0"
 DATASET = "news-chars-512-entries-4096"
 METRIC = "dataset_tokens_per_second"
-FIXED = {"dataset_id": DATASET, "max_steps": 2, "gradient_accumulation_steps": 1,
-         "torch_dtype": "float32", "fms_hf_tuning_version": "3.2.2"}  # fmt: skip
-SPACE = {"model_name": ["tiny"], "number_nodes": [1], "number_gpus": [0, 1, 2],
-         "model_max_length": [32, 64], "batch_size": [1, 2, 4]}  # fmt: skip
+FIXED = {
+    "dataset_id": DATASET,
+    "max_steps": 2,
+    "gradient_accumulation_steps": 1,
+    "torch_dtype": "float32",
+    "fms_hf_tuning_version": "3.2.2",
+}
+SPACE = {
+    "model_name": ["tiny"],
+    "number_nodes": [1],
+    "number_gpus": [0, 1, 2],
+    "model_max_length": [32, 64],
+    "batch_size": [1, 2, 4],
+}
 TRIALS = 8
 SEED = 7
 RECOMMENDED = {"failed_metric_value": 0.0}
@@ -43,17 +53,40 @@ def ado_space(tmp_path_factory, tiny_model_dir):
     root = tmp_path_factory.mktemp("operators")
     generate_text_dataset(root / "data", DATASET, 64)
     ado = AdoCLI(home=root / "ado")
-    (root / "ac.yaml").write_text(yaml.safe_dump({"actuatorIdentifier": "SFTTrainer", "parameters": {
-        "data_directory": str(root / "data"), "hf_home": str(root / "hf"),
-        "output_dir": str(root / "out"), "model_map": {"tiny": {"Vanilla": str(tiny_model_dir)}},
-        "stall_timeout_seconds": 300, "placement_timeout_seconds": 120}}))  # fmt: skip
+    (root / "ac.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "actuatorIdentifier": "SFTTrainer",
+                "parameters": {
+                    "data_directory": str(root / "data"),
+                    "hf_home": str(root / "hf"),
+                    "output_dir": str(root / "out"),
+                    "model_map": {"tiny": {"Vanilla": str(tiny_model_dir)}},
+                    "stall_timeout_seconds": 300,
+                    "placement_timeout_seconds": 120,
+                },
+            }
+        )
+    )
     config_id = ado.create("actuatorconfiguration", root / "ac.yaml")
-    (root / "space.yaml").write_text(yaml.safe_dump({
-        "experiments": [{"experimentIdentifier": EXPERIMENT, "actuatorIdentifier": "SFTTrainer",
-                         "parameterization": [{"property": {"identifier": k}, "value": v}
-                                              for k, v in FIXED.items()]}],
-        "entitySpace": [{"identifier": k, "propertyDomain": {"values": v}} for k, v in SPACE.items()],
-    }))  # fmt: skip
+    (root / "space.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "experiments": [
+                    {
+                        "experimentIdentifier": EXPERIMENT,
+                        "actuatorIdentifier": "SFTTrainer",
+                        "parameterization": [
+                            {"property": {"identifier": k}, "value": v} for k, v in FIXED.items()
+                        ],
+                    }
+                ],
+                "entitySpace": [
+                    {"identifier": k, "propertyDomain": {"values": v}} for k, v in SPACE.items()
+                ],
+            }
+        )
+    )
 
     def new_space() -> tuple[AdoCLI, str, str]:
         return ado, ado.create("space", root / "space.yaml", "--new-sample-store"), config_id
@@ -62,28 +95,51 @@ def ado_space(tmp_path_factory, tiny_model_dir):
 
 
 def operation_file(path: Path, space_id: str, config_id: str, operation: dict) -> Path:
-    path.write_text(yaml.safe_dump({"spaces": [space_id],
-                                    "actuatorConfigurationIdentifiers": [config_id],
-                                    "operation": operation}))  # fmt: skip
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "spaces": [space_id],
+                "actuatorConfigurationIdentifiers": [config_id],
+                "operation": operation,
+            }
+        )
+    )
     return path
 
 
 def ray_tune(orchestrator: dict) -> dict:
-    return {"module": {"operatorName": "ray_tune", "operationType": "explore"}, "parameters": {
-        "orchestratorConfig": {"metric_format": "target", "single_measurement_per_property": True,
-                               **orchestrator},
-        "tuneConfig": {"metric": METRIC, "mode": "max", "num_samples": TRIALS,
-                       "max_concurrent_trials": 1,
-                       "search_alg": {"name": "optuna", "params": {
-                           "sampler": "TPESampler",
-                           "sampler_parameters": {"seed": SEED, "n_startup_trials": 2}}}},
-    }}  # fmt: skip
+    return {
+        "module": {"operatorName": "ray_tune", "operationType": "explore"},
+        "parameters": {
+            "orchestratorConfig": {
+                "metric_format": "target",
+                "single_measurement_per_property": True,
+                **orchestrator,
+            },
+            "tuneConfig": {
+                "metric": METRIC,
+                "mode": "max",
+                "num_samples": TRIALS,
+                "max_concurrent_trials": 1,
+                "search_alg": {
+                    "name": "optuna",
+                    "params": {
+                        "sampler": "TPESampler",
+                        "sampler_parameters": {"seed": SEED, "n_startup_trials": 2},
+                    },
+                },
+            },
+        },
+    }
 
 
-def tune(ado_space, tmp_path: Path, orchestrator: dict) -> tuple[AdoCLI, str, list[dict], str, list[dict]]:
+def tune(
+    ado_space, tmp_path: Path, orchestrator: dict
+) -> tuple[AdoCLI, str, list[dict], str, list[dict]]:
     ado, space_id, config_id = ado_space()
-    path = operation_file(tmp_path / f"tune-{len(orchestrator)}.yaml", space_id, config_id,
-                          ray_tune(orchestrator))  # fmt: skip
+    path = operation_file(
+        tmp_path / f"tune-{len(orchestrator)}.yaml", space_id, config_id, ray_tune(orchestrator)
+    )
     identifier, output = run_operation(ado, path)
     assert "finished successfully" in output, output[-4000:]
     return ado, identifier, trace(ado, identifier), output, ado.measurements(space_id)
@@ -102,7 +158,9 @@ def best_result(ado: AdoCLI, operation: str) -> dict:
 
 def cell(value: str) -> list[float]:
     """A measurements-CSV cell: one value, or a list of them for an entity measured twice."""
-    return [float(v) for v in (yaml.safe_load(value) if value.startswith("[") else [value]) if v != ""]
+    return [
+        float(v) for v in (yaml.safe_load(value) if value.startswith("[") else [value]) if v != ""
+    ]
 
 
 def on_invalid(requests: list[dict]) -> int:
@@ -118,8 +176,10 @@ def test_ray_tune_ends_names_its_best_and_learns_from_invalid_entities(ado_space
     # NaN and Optuna discards the trial; recommended: it is the worst value, 0
     assert "The value nan is not acceptable" in default_output
     assert "The value nan is not acceptable" not in output, output[-4000:]
-    print(f"trials on invalid entities: default {on_invalid(default_trace)}/{TRIALS}, "
-          f"failed_metric_value 0: {on_invalid(requests)}/{TRIALS}")
+    print(
+        f"trials on invalid entities: default {on_invalid(default_trace)}/{TRIALS}, "
+        f"failed_metric_value 0: {on_invalid(requests)}/{TRIALS}"
+    )
     assert on_invalid(requests) < on_invalid(default_trace)
     best = best_result(ado, operation)
     print("ray_tune's best configuration:", best["config"], best["metrics"][METRIC])
@@ -128,29 +188,36 @@ def test_ray_tune_ends_names_its_best_and_learns_from_invalid_entities(ado_space
     assert best["metrics"][METRIC] == pytest.approx(max(measured.values()))
 
 
-TRIM = {"module": {"operatorName": "trim", "operationType": "characterize"}, "parameters": {
-    "targetOutput": METRIC,
-    # README: an is_valid = 0 row carries no dataset_tokens_per_second (0 would be a false
-    # throughput for a model to learn); TRIM leaves such rows out of its training data
-    "missingTargetMeasurements": {"mode": "Skip"},
-    # README: clhs draws with repeats, and a repeat counts as missing; random, each once
-    "noPriorParameters": {"samples": 5, "batchSize": 1, "sampling_strategy": "random"},
-    "samplingBudget": {"minPoints": 4, "maxPoints": 8},
-    "holdoutSize": 2, "iterationSize": 2,
-    "autoGluonArgs": {"fitArgs": {"time_limit": 20, "presets": "medium",
-                                  "excluded_model_types": ["GBM"]},
-                      "tabularPredictorArgs": {"verbosity": 1}},
-    "finalModelAutoGluonArgs": {"fitArgs": {"time_limit": 20, "presets": "medium",
-                                            "excluded_model_types": ["GBM"]},
-                                "tabularPredictorArgs": {"verbosity": 1}},
-}}  # fmt: skip
+TRIM = {
+    "module": {"operatorName": "trim", "operationType": "characterize"},
+    "parameters": {
+        "targetOutput": METRIC,
+        # README: an is_valid = 0 row carries no dataset_tokens_per_second (0 would be a false
+        # throughput for a model to learn); TRIM leaves such rows out of its training data
+        "missingTargetMeasurements": {"mode": "Skip"},
+        # README: clhs draws with repeats, and a repeat counts as missing; random, each once
+        "noPriorParameters": {"samples": 5, "batchSize": 1, "sampling_strategy": "random"},
+        "samplingBudget": {"minPoints": 4, "maxPoints": 8},
+        "holdoutSize": 2,
+        "iterationSize": 2,
+        "autoGluonArgs": {
+            "fitArgs": {"time_limit": 20, "presets": "medium", "excluded_model_types": ["GBM"]},
+            "tabularPredictorArgs": {"verbosity": 1},
+        },
+        "finalModelAutoGluonArgs": {
+            "fitArgs": {"time_limit": 20, "presets": "medium", "excluded_model_types": ["GBM"]},
+            "tabularPredictorArgs": {"verbosity": 1},
+        },
+    },
+}
 
 
 def test_trim_characterises_the_space_leaving_invalid_rows_out(ado_space, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # TRIM writes its models and debug files under the cwd
     ado, space_id, config_id = ado_space()
-    identifier, output = run_operation(ado, operation_file(tmp_path / "trim.yaml", space_id,
-                                                           config_id, TRIM))  # fmt: skip
+    identifier, output = run_operation(
+        ado, operation_file(tmp_path / "trim.yaml", space_id, config_id, TRIM)
+    )
     assert "finished successfully" in output, output[-6000:]
     rows = ado.measurements(space_id)
     invalid_rows = [r for r in rows if not any(cell(r["is_valid"]))]

@@ -21,21 +21,40 @@ from ado_actuators.sfttrainer.metrics.aggregate import (
     warmup_end,
 )
 
-HF = HfTrainMetrics(train_samples_per_second=3.0, train_steps_per_second=0.5, train_tokens_per_second=1000.0)
+HF = HfTrainMetrics(
+    train_samples_per_second=3.0, train_steps_per_second=0.5, train_tokens_per_second=1000.0
+)
 
 
 def step(i, start, end, tokens=100, samples=4, padded=512, squares=0):
-    return StepTiming(step=i, start=start, end=end, dataset_tokens=tokens, samples=samples,
-                      padded_tokens=padded, sequence_tokens_squared=squares)  # fmt: skip
+    return StepTiming(
+        step=i,
+        start=start,
+        end=end,
+        dataset_tokens=tokens,
+        samples=samples,
+        padded_tokens=padded,
+        sequence_tokens_squared=squares,
+    )
 
 
 def report(rank=0, steps=(), world=1, host="n0", hf=HF, **fields):
-    return RankReport(rank=rank, local_rank=rank, world_size=world, hostname=host, outcome=Outcome.OK,
-                      steps=list(steps), hf_metrics=hf, **fields)  # fmt: skip
+    return RankReport(
+        rank=rank,
+        local_rank=rank,
+        world_size=world,
+        hostname=host,
+        outcome=Outcome.OK,
+        steps=list(steps),
+        hf_metrics=hf,
+        **fields,
+    )
 
 
 def props(reports, number_gpus=1, stop_after_seconds=-1, **kw):
-    return benchmark_properties(reports, number_gpus=number_gpus, stop_after_seconds=stop_after_seconds, **kw)
+    return benchmark_properties(
+        reports, number_gpus=number_gpus, stop_after_seconds=stop_after_seconds, **kw
+    )
 
 
 TWO_STEPS = [step(1, 0, 1), step(2, 1, 2)]
@@ -52,7 +71,10 @@ def test_warm_up_that_took_every_step_leaves_the_whole_run_as_the_window():
 
 
 def test_the_window_starts_at_rank_0s_first_step_whatever_order_the_reports_come_in():
-    r0, r1 = report(0, [step(1, 0, 5), step(2, 10, 12)], 2), report(1, [step(1, 0, 9), step(2, 9, 12)], 2)
+    r0, r1 = (
+        report(0, [step(1, 0, 5), step(2, 10, 12)], 2),
+        report(1, [step(1, 0, 9), step(2, 9, 12)], 2),
+    )
     r0.warmup_steps, r1.warmup_steps = 1, 3  # only rank 0's count is read
     assert warmup_end([r1, r0]) == 10
 
@@ -78,18 +100,28 @@ def test_without_warm_up_or_time_limit_hugging_faces_figures_are_kept():
 
 def test_figures_hugging_face_did_not_report_are_left_out_not_zero():
     found = props([report(steps=TWO_STEPS, hf=HfTrainMetrics())])
-    for name in ("train_samples_per_second", "train_steps_per_second", "train_tokens_per_second",
-                 "train_tokens_per_gpu_per_second"):  # fmt: skip
+    for name in (
+        "train_samples_per_second",
+        "train_steps_per_second",
+        "train_tokens_per_second",
+        "train_tokens_per_gpu_per_second",
+    ):
         assert name not in found
 
 
 def test_a_time_limit_of_0_is_no_limit_and_of_1_s_is_one():
     # the trainer stops by time only for stop_after_seconds > 0 (trainer/stopping.py)
     unlimited = props([report(steps=TWO_STEPS)], stop_after_seconds=0)
-    assert unlimited["train_samples_per_second"] == 3.0 and unlimited["train_tokens_per_second"] == 1000.0
+    assert (
+        unlimited["train_samples_per_second"] == 3.0
+        and unlimited["train_tokens_per_second"] == 1000.0
+    )
     limited = props([report(steps=TWO_STEPS)], stop_after_seconds=1)
     assert limited["train_samples_per_second"] == 8 / 2 and limited["train_steps_per_second"] == 1
-    assert "train_tokens_per_second" not in limited and "train_tokens_per_gpu_per_second" not in limited
+    assert (
+        "train_tokens_per_second" not in limited
+        and "train_tokens_per_gpu_per_second" not in limited
+    )
 
 
 # ---- how precise the throughput is, and how long the warm-up lasted ---------------------------
@@ -126,8 +158,9 @@ def test_the_warm_up_is_left_out_of_the_interval_and_its_length_reported():
 # ---- model FLOPs ------------------------------------------------------------------------------
 
 # 4N + 2T with T = 0 (a frozen model: prompt tuning) and no attention term (s = 0)
-FROZEN = ModelParameters(total=250_000, trainable=0, matmul=250_000, trainable_matmul=0,
-                         layers=1, attention_width=1)  # fmt: skip
+FROZEN = ModelParameters(
+    total=250_000, trainable=0, matmul=250_000, trainable_matmul=0, layers=1, attention_width=1
+)
 
 
 def test_tflops_are_flops_per_second_per_device_over_10_to_the_12():
@@ -139,7 +172,10 @@ def test_tflops_are_flops_per_second_per_device_over_10_to_the_12():
 
 def test_the_sequence_length_of_the_flops_is_the_windows():
     warm = step(1, 0, 10, tokens=1000, squares=1000**2)  # one sequence of 1000 tokens
-    window = [step(2, 10, 11, tokens=100, squares=100**2), step(3, 11, 12, tokens=100, squares=100**2)]
+    window = [
+        step(2, 10, 11, tokens=100, squares=100**2),
+        step(3, 11, 12, tokens=100, squares=100**2),
+    ]
     params = FROZEN.model_copy(update={"layers": 2, "attention_width": 64})
     r0 = report(0, [warm, *window], 2, model_parameters=params, warmup_steps=1)
     r1 = report(1, [warm, *window], 2)
@@ -147,7 +183,8 @@ def test_the_sequence_length_of_the_flops_is_the_windows():
     per_token = 1e6 + 12 * 2 * 64 * 100
     assert model_flops_per_token([r0, r1], since) == per_token
     assert props([r0, r1], number_gpus=2, since=since)["model_tflops_per_device"] == pytest.approx(
-        per_token * 400 / 2 / 2 / 1e12)
+        per_token * 400 / 2 / 2 / 1e12
+    )
 
 
 # ---- GPU sampling -----------------------------------------------------------------------------
@@ -156,17 +193,31 @@ def test_the_sequence_length_of_the_flops_is_the_windows():
 def sampled(rank=0, host="n0", indices=(0,), good=(), failed=(), problem=None, world=4):
     r = report(rank, [step(1, 0, 4), step(2, 4, 30)], world, host)
     r.gpu_indices, r.gpu_sampling_problem = list(indices), problem
-    r.gpu_samples = [GpuSample(time=t, index=i, compute_percent=50, memory_percent=50, power_watts=100,
-                               power_percent=25) for i, t in good]  # fmt: skip
-    r.gpu_sample_failures = [GpuSampleFailure(time=t, index=i, error=f"NVMLError: lost {t}")
-                             for i, t in failed]  # fmt: skip
+    r.gpu_samples = [
+        GpuSample(
+            time=t,
+            index=i,
+            compute_percent=50,
+            memory_percent=50,
+            power_watts=100,
+            power_percent=25,
+        )
+        for i, t in good
+    ]
+    r.gpu_sample_failures = [
+        GpuSampleFailure(time=t, index=i, error=f"NVMLError: lost {t}") for i, t in failed
+    ]
     return r
 
 
 def test_every_nodes_sampling_problem_is_named_after_ranks_that_sample_nothing():
     # one sampling rank per node: ranks 1 and 3 sample no GPU
-    reports = [sampled(0, "a", problem="NVML failed to start"), report(1, TWO_STEPS, 4, "a"),
-               sampled(2, "b", problem="NVMLError_DriverNotLoaded"), report(3, TWO_STEPS, 4, "b")]  # fmt: skip
+    reports = [
+        sampled(0, "a", problem="NVML failed to start"),
+        report(1, TWO_STEPS, 4, "a"),
+        sampled(2, "b", problem="NVMLError_DriverNotLoaded"),
+        report(3, TWO_STEPS, 4, "b"),
+    ]
     assert gpu_sampling_problem(reports) == (
         "GPU sampling failed, so the GPU figures would be wrong: on a: NVML failed to start; "
         "on b: NVMLError_DriverNotLoaded"
@@ -175,15 +226,20 @@ def test_every_nodes_sampling_problem_is_named_after_ranks_that_sample_nothing()
 
 def test_one_gpus_failed_readings_are_not_held_against_another():
     good = [(0, t) for t in range(1, 20)] + [(1, t) for t in range(1, 20)]
-    why = gpu_sampling_problem([sampled(indices=(0, 1), good=good, failed=[(1, 21), (1, 22), (1, 23)])])
+    why = gpu_sampling_problem(
+        [sampled(indices=(0, 1), good=good, failed=[(1, 21), (1, 22), (1, 23)])]
+    )
     assert why.endswith(": GPU 1 on n0: 3 of 22 readings failed (e.g. NVMLError: lost 21)")
     assert "GPU 0" not in why
 
 
 def test_a_gpu_without_any_reading_says_how_many_failed_and_the_first_error():
-    assert gpu_sampling_problem([sampled()]).endswith("GPU 0 on n0: no readings in the measured window, 0 failed")
+    assert gpu_sampling_problem([sampled()]).endswith(
+        "GPU 0 on n0: no readings in the measured window, 0 failed"
+    )
     assert gpu_sampling_problem([sampled(failed=[(0, 5)])]).endswith(
-        "GPU 0 on n0: no readings in the measured window, 1 failed (e.g. NVMLError: lost 5)")
+        "GPU 0 on n0: no readings in the measured window, 1 failed (e.g. NVMLError: lost 5)"
+    )
     few = gpu_sampling_problem([sampled(good=[(0, t) for t in (1, 2, 3, 4)], failed=[(0, 5)])])
     assert few.endswith("GPU 0 on n0: 1 of 5 readings failed (e.g. NVMLError: lost 5)")
 

@@ -13,8 +13,11 @@ from ado_actuators.sfttrainer.execute.cluster import unplaceable_reason
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 HEAD = {"Alive": True, "NodeID": "aa", "Resources": {"CPU": 4.0, "node:__internal_head__": 1.0}}
-WORKER = {"Alive": True, "NodeID": "bb",
-          "Resources": {"CPU": 64.0, "GPU": 8.0, A100: 8.0, "full-worker": 1.0}}
+WORKER = {
+    "Alive": True,
+    "NodeID": "bb",
+    "Resources": {"CPU": 64.0, "GPU": 8.0, A100: 8.0, "full-worker": 1.0},
+}
 DEAD = {**WORKER, "Alive": False, "NodeID": "cc"}
 NODES = [HEAD, WORKER, {**WORKER, "NodeID": "dd"}, DEAD]
 BUNDLE = {"CPU": 16.0, "GPU": 8.0, A100: 8.0, "full-worker": 1.0}
@@ -48,12 +51,21 @@ def test_node_types_that_could_supply_it_keep_the_wait():
     assert never_placeable(BUNDLE, 40, NODES, unlimited) is None
     # a type with a GPU model no running node has: scale from zero
     h100 = {"CPU": 16.0, "GPU": 8.0, "NVIDIA-H100-80GB-HBM3": 8.0}
-    from_zero = Autoscaler(node_types([("cpu", {"CPU": 8}, 10),
-                                       ("h100", {"CPU": 64, "GPU": 8, "NVIDIA-H100-80GB-HBM3": 8}, 2)]))  # fmt: skip
+    from_zero = Autoscaler(
+        node_types(
+            [
+                ("cpu", {"CPU": 8}, 10),
+                ("h100", {"CPU": 64, "GPU": 8, "NVIDIA-H100-80GB-HBM3": 8}, 2),
+            ]
+        )
+    )
     assert never_placeable(h100, 2, NODES, from_zero) is None
     # the head counts beside the node types (a type's maximum counts running workers only)
     cpu_bundle = {"CPU": 2.0}
-    assert never_placeable(cpu_bundle, 4, [HEAD], Autoscaler(node_types([("cpu", {"CPU": 8}, 3)]))) is None
+    assert (
+        never_placeable(cpu_bundle, 4, [HEAD], Autoscaler(node_types([("cpu", {"CPU": 8}, 3)])))
+        is None
+    )
 
 
 def test_node_types_that_never_could_are_answered_with_what_they_offer():
@@ -67,22 +79,38 @@ def test_node_types_that_never_could_are_answered_with_what_they_offer():
     assert never_placeable(h100, 1, NODES, at_most_two) is not None
     assert never_placeable({**BUNDLE, "GPU": 16.0, A100: 16.0}, 1, NODES, at_most_two) is not None
     # a type that may start none (max 0) adds nothing
-    assert never_placeable(BUNDLE, 3, NODES, Autoscaler(node_types([("gpu", GPU_TYPE, 0)]))) is not None
+    assert (
+        never_placeable(BUNDLE, 3, NODES, Autoscaler(node_types([("gpu", GPU_TYPE, 0)])))
+        is not None
+    )
     # later Ray's read-only mirror: each type at its running count, so nothing to add
     mirror = Autoscaler(node_types([("node_bb", GPU_TYPE, 1), ("node_dd", GPU_TYPE, 1)]))
     assert never_placeable(BUNDLE, 3, NODES, mirror) is not None
 
 
 def test_the_monitors_read_only_mirror_means_no_autoscaler_and_named_types_mean_one():
-    readonly = {"autoscaler_report": {"active_nodes": {"node_aa": 1}, "idle_nodes": {"node_bb": 1},
-                                      "pending_nodes": [], "pending_launches": {}, "failed_nodes": [],
-                                      "node_type_mapping": {"aa": "node_aa", "bb": "node_bb"}}}  # fmt: skip
+    readonly = {
+        "autoscaler_report": {
+            "active_nodes": {"node_aa": 1},
+            "idle_nodes": {"node_bb": 1},
+            "pending_nodes": [],
+            "pending_launches": {},
+            "failed_nodes": [],
+            "node_type_mapping": {"aa": "node_aa", "bb": "node_bb"},
+        }
+    }
     names = status_type_names(readonly)
     assert sorted(set(names)) == ["node_aa", "node_bb"]
     assert from_type_names(names, ["aa", "bb", "cc"]) is None
-    kuberay = {"autoscaler_report": {"active_nodes": {"headgroup": 1}, "idle_nodes": None,
-                                     "pending_nodes": [["10.0.0.9", "gpu-group", "setting-up"]],
-                                     "pending_launches": {"gpu-group": 1}, "failed_nodes": []}}  # fmt: skip
+    kuberay = {
+        "autoscaler_report": {
+            "active_nodes": {"headgroup": 1},
+            "idle_nodes": None,
+            "pending_nodes": [["10.0.0.9", "gpu-group", "setting-up"]],
+            "pending_launches": {"gpu-group": 1},
+            "failed_nodes": [],
+        }
+    }
     assert from_type_names(status_type_names(kuberay), ["aa"]) == UNKNOWN
     # a type named node_<id> of no node of this cluster is not the mirror's
     assert from_type_names(["node_aa", "node_zz"], ["aa"]) == UNKNOWN
@@ -97,8 +125,13 @@ def test_the_answer_keeps_todays_reason_and_says_it_did_not_wait():
     assert "only 2 node(s) offer that much, and Ray reports no autoscaler" in reason
     assert "answered without waiting placement_timeout_seconds" in reason
     assert "within" not in reason and "raise placement_timeout_seconds" not in reason
-    roce = unplaceable_reason({**BUNDLE, "RoCE": 1.0}, 2, NODES, None,
-                              never=never_placeable({**BUNDLE, "RoCE": 1.0}, 2, NODES, None))  # fmt: skip
+    roce = unplaceable_reason(
+        {**BUNDLE, "RoCE": 1.0},
+        2,
+        NODES,
+        None,
+        never=never_placeable({**BUNDLE, "RoCE": 1.0}, 2, NODES, None),
+    )
     assert "no node offers RoCE" in roce
 
 

@@ -25,12 +25,16 @@ def test_modules_under_the_bar_are_named_with_their_reason_or_a_call_for_one():
 def test_every_recorded_reason_names_a_module_of_the_package():
     package = Path(__file__).resolve().parents[2] / "ado_actuators" / "sfttrainer"
     for module in summary.reasons():
-        assert (package / module).is_file(), f"tests/coverage/gaps.toml names {module}, which is gone"
+        assert (package / module).is_file(), (
+            f"tests/coverage/gaps.toml names {module}, which is gone"
+        )
 
 
 def test_the_json_report_is_read_per_module_under_the_package():
-    report = {"files": {
-        "/x/ado_actuators/sfttrainer/execute/node.py": {"summary": {"percent_covered": 81.5}},
-        "/x/elsewhere/other.py": {"summary": {"percent_covered": 10.0}},
-    }}  # fmt: skip
+    report = {
+        "files": {
+            "/x/ado_actuators/sfttrainer/execute/node.py": {"summary": {"percent_covered": 81.5}},
+            "/x/elsewhere/other.py": {"summary": {"percent_covered": 10.0}},
+        }
+    }
     assert summary.per_module(report) == {"execute/node.py": 81.5}

@@ -34,7 +34,9 @@ def test_ids_are_the_specs_and_the_earlier_tools():
     assert isinstance(datasets.DATASET_IDS, tuple)
     assert datasets.DEFAULT_DATASET_ID == "news-tokens-16384plus-entries-4096"
     assert datasets.DEFAULT_DATASET_ID in datasets.DATASET_IDS
-    assert set(datasets.TEXT_DATASET_IDS) | set(datasets.VISION_DATASET_IDS) == set(datasets.DATASET_IDS)
+    assert set(datasets.TEXT_DATASET_IDS) | set(datasets.VISION_DATASET_IDS) == set(
+        datasets.DATASET_IDS
+    )
     assert not set(datasets.TEXT_DATASET_IDS) & set(datasets.VISION_DATASET_IDS)
 
 
@@ -90,18 +92,24 @@ def test_creation_command_text():
     path = "/data/fms-hf-tuning/artificial-dataset/news-chars-1024-entries-4096.jsonl"
     assert datasets.creation_command("news-chars-1024-entries-4096", path) == [
         "sfttrainer_generate_dataset_text",
-        "--dataset-id", "news-chars-1024-entries-4096",
-        "-o", path,
-    ]  # fmt: skip
+        "--dataset-id",
+        "news-chars-1024-entries-4096",
+        "-o",
+        path,
+    ]
 
 
 def test_creation_command_vision_is_the_specs():
     path = Path("/data/vision-384x768-16384plus-entries-4096.parquet")
     assert datasets.creation_command("vision-384x768-16384plus-entries-4096", path) == [
         "sfttrainer_generate_dataset_vision",
-        "--image-width", "384", "--image-height", "768",
-        "-o", str(path),
-    ]  # fmt: skip
+        "--image-width",
+        "384",
+        "--image-height",
+        "768",
+        "-o",
+        str(path),
+    ]
 
 
 def test_text_generator_is_the_installed_script():

@@ -18,8 +18,14 @@ from ado_actuators.sfttrainer.host import hf_cache
 
 from hub_cache import COMMIT, write_cached_model
 
-CONFIG = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
-          "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512}  # fmt: skip
+CONFIG = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "vocab_size": 512,
+}
 
 
 @pytest.fixture(autouse=True)
@@ -51,7 +57,7 @@ def summary(output: str) -> dict[tuple[str, str], tuple[str, str]]:
     header = next(i for i, line in enumerate(lines) if line.startswith("model "))
     assert re.split(r"\s{2,}", lines[header]) == list(dl.HEADERS)
     rows = {}
-    for line in lines[header + 1:]:
+    for line in lines[header + 1 :]:
         if " entries: " in line:
             break
         cells = re.split(r"\s{2,}", line, maxsplit=4)  # columns are 2+ spaces apart
@@ -124,8 +130,12 @@ def four_kinds(tmp_path):
     local.mkdir(parents=True)
     (local / "config.json").write_text(json.dumps(CONFIG))
     hf_home = tmp_path / "hf"
-    write_cached_model(hf_home / "hub", "org/cached-llama", model_files(**{"tokenizer.json": b"{}"}))
-    models = write_yaml(tmp_path / "models.yaml", f"""
+    write_cached_model(
+        hf_home / "hub", "org/cached-llama", model_files(**{"tokenizer.json": b"{}"})
+    )
+    models = write_yaml(
+        tmp_path / "models.yaml",
+        f"""
 local-llama:
   Vanilla: {local}
   QPTQ-Quantized: ./models/local-llama
@@ -135,7 +145,8 @@ cached:
   Vanilla: org/cached-llama
 remote:
   Vanilla: org/not-cached
-""")
+""",
+    )
     return models, hf_home
 
 
@@ -151,7 +162,9 @@ def test_statuses_offline(four_kinds):
     assert status == "cached" and "config and weights present" in reason
     assert "not checked against the hub" in reason
     assert rows[("remote", "Vanilla")] == (
-        "failed", "not cached; HF_HUB_OFFLINE is set, no downloads")
+        "failed",
+        "not cached; HF_HUB_OFFLINE is set, no downloads",
+    )
     assert "5 entries: 2 local, 1 missing, 1 cached, 1 failed" in result.stdout
     assert "\x1b[" not in result.output  # not a terminal: plain text
 
@@ -161,7 +174,9 @@ def test_dry_run_reports_without_fetching(four_kinds):
     result = run("-i", str(models), "-o", str(hf_home), "--dry-run")
     rows = summary(result.stdout)
     assert rows[("remote", "Vanilla")] == (
-        "would fetch", "not in the cache " + str(hf_home / "hub"))
+        "would fetch",
+        "not in the cache " + str(hf_home / "hub"),
+    )
     assert rows[("cached", "Vanilla")][0] == "cached"
     assert rows[("gone", "Vanilla")][0] == "missing"
     assert result.exit_code == 1  # the missing local path would fail a real run
@@ -208,12 +223,21 @@ def test_partial_snapshot_is_not_cached_although_huggingface_hub_returns_it(tmp_
     from huggingface_hub import snapshot_download
 
     hub = tmp_path / "hub"
-    index = {"weight_map": {"a": "model-00001-of-00002.safetensors",
-                            "b": "model-00002-of-00002.safetensors"}}  # fmt: skip
-    repo = write_cached_model(hub, "org/sharded", {
-        "config.json": b"{}", "model.safetensors.index.json": json.dumps(index).encode(),
-        "model-00001-of-00002.safetensors": b"1",
-    })  # fmt: skip
+    index = {
+        "weight_map": {
+            "a": "model-00001-of-00002.safetensors",
+            "b": "model-00002-of-00002.safetensors",
+        }
+    }
+    repo = write_cached_model(
+        hub,
+        "org/sharded",
+        {
+            "config.json": b"{}",
+            "model.safetensors.index.json": json.dumps(index).encode(),
+            "model-00001-of-00002.safetensors": b"1",
+        },
+    )
     # huggingface_hub's own offline look-up calls this snapshot fine...
     assert snapshot_download("org/sharded", cache_dir=hub, local_files_only=True)
     # ...but a shard is missing, so it is not cached.
@@ -236,8 +260,11 @@ def test_marker_decides_when_present(tmp_path):
     hf_cache.write_marker(repo, commit=COMMIT, revision="main", state="complete", files=files)
     assert "tokenizer.json" in hf_cache.cache_state("org/m", tmp_path).reason  # missing
     write_cached_model(hub, "org/m", {"tokenizer.json": b"{}"})
-    assert hf_cache.cache_state("org/m", tmp_path) == (True, f"complete (3 files, {COMMIT[:12]})",
-                                                       True)  # fmt: skip
+    assert hf_cache.cache_state("org/m", tmp_path) == (
+        True,
+        f"complete (3 files, {COMMIT[:12]})",
+        True,
+    )
     # A marker for another commit (the ref moved) is ignored.
     other = "f" * 40
     write_cached_model(hub, "org/m", model_files(), commit=other)
@@ -250,33 +277,59 @@ def test_no_weights_or_no_config_is_not_cached(tmp_path):
     assert "no weights file" in hf_cache.cache_state("org/cfg-only", tmp_path).reason
     write_cached_model(tmp_path / "hub", "org/no-cfg", {"model.safetensors": b"0"})
     assert "no config.json" in hf_cache.cache_state("org/no-cfg", tmp_path).reason
-    write_cached_model(tmp_path / "hub", "org/shards-no-index", {
-        "config.json": b"{}", "model-00001-of-00002.safetensors": b"1",
-    })  # fmt: skip
+    write_cached_model(
+        tmp_path / "hub",
+        "org/shards-no-index",
+        {
+            "config.json": b"{}",
+            "model-00001-of-00002.safetensors": b"1",
+        },
+    )
     assert not hf_cache.is_cached("org/shards-no-index", tmp_path)
-    write_cached_model(tmp_path / "hub", "org/gptq",
-               {"config.json": b"{}", "gptq_model-4bit.safetensors": b"1"})  # fmt: skip
+    write_cached_model(
+        tmp_path / "hub", "org/gptq", {"config.json": b"{}", "gptq_model-4bit.safetensors": b"1"}
+    )
     assert hf_cache.is_cached("org/gptq", tmp_path)
 
 
 def test_training_files_skips_other_frameworks_and_duplicates():
     names = [
-        ".gitattributes", "README.md", "config.json", "generation_config.json",
-        "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
-        "model.safetensors.index.json", "pytorch_model-00001-of-00002.bin",
-        "pytorch_model.bin.index.json", "tokenizer.json", "tokenizer.model", "tf_model.h5",
-        "flax_model.msgpack", "onnx/model.onnx", "original/consolidated.00.pth",
-        "consolidated.safetensors", "model.gguf", "modeling_custom.py",
-    ]  # fmt: skip
+        ".gitattributes",
+        "README.md",
+        "config.json",
+        "generation_config.json",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
+        "pytorch_model-00001-of-00002.bin",
+        "pytorch_model.bin.index.json",
+        "tokenizer.json",
+        "tokenizer.model",
+        "tf_model.h5",
+        "flax_model.msgpack",
+        "onnx/model.onnx",
+        "original/consolidated.00.pth",
+        "consolidated.safetensors",
+        "model.gguf",
+        "modeling_custom.py",
+    ]
     assert hf_cache.training_files(names) == [
-        "README.md", "config.json", "generation_config.json", "model-00001-of-00002.safetensors",
-        "model-00002-of-00002.safetensors", "model.safetensors.index.json",
-        "pytorch_model.bin.index.json", "tokenizer.json", "tokenizer.model", "modeling_custom.py",
-    ]  # fmt: skip
+        "README.md",
+        "config.json",
+        "generation_config.json",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json",
+        "pytorch_model.bin.index.json",
+        "tokenizer.json",
+        "tokenizer.model",
+        "modeling_custom.py",
+    ]
     # Without safetensors, the .bin weights are what transformers loads.
     assert hf_cache.training_files(["config.json", "pytorch_model.bin"]) == [
-        "config.json", "pytorch_model.bin",
-    ]  # fmt: skip
+        "config.json",
+        "pytorch_model.bin",
+    ]
 
 
 def test_error_reasons():

@@ -89,9 +89,14 @@ def run_blocked(script: str, cwd: Path) -> subprocess.CompletedProcess:
     # this checkout's package, whatever the interpreter has installed (an editable install of
     # another checkout would otherwise answer)
     path = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))
-    return subprocess.run([sys.executable, "-c", script, ",".join(BLOCKED)], cwd=cwd,
-                          env={**os.environ, "PYTHONPATH": path},
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", script, ",".join(BLOCKED)],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_engine_imports_plans_and_measures_with_ado_and_ray_blocked(tmp_path):

@@ -9,9 +9,19 @@ from ado_actuators.sfttrainer.catalog.entity import FMS_HF_TUNING_VERSIONS, enti
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.plan import environments as env
 
-GPU_PACKAGES = ("flash-attn", "flash_attn", "mamba-ssm", "mamba_ssm", "causal-conv1d",
-                "fms-acceleration", "fms-acceleration-foak", "nvidia-cublas-cu12", "triton",
-                "bitsandbytes", "torch")  # fmt: skip
+GPU_PACKAGES = (
+    "flash-attn",
+    "flash_attn",
+    "mamba-ssm",
+    "mamba_ssm",
+    "causal-conv1d",
+    "fms-acceleration",
+    "fms-acceleration-foak",
+    "nvidia-cublas-cu12",
+    "triton",
+    "bitsandbytes",
+    "torch",
+)
 
 
 def spec(version, exact, **kwargs):
@@ -58,7 +68,9 @@ def test_exact_mode_keeps_every_pinned_package_cuda_builds_included():
 
 def test_a_version_without_a_registry_release_is_refused_naming_it():
     for exact in (True, False):
-        with pytest.raises(env.NoEnvironment, match="3.0.0.1 has no release on the package registry"):
+        with pytest.raises(
+            env.NoEnvironment, match="3.0.0.1 has no release on the package registry"
+        ):
             spec("3.0.0.1", exact)
 
 
@@ -77,15 +89,29 @@ def test_a_missing_list_is_refused(tmp_path):
 
 
 def values(**overrides):
-    return entity_values({"model_name": "llama-7b", "number_gpus": 1, "model_max_length": 512,
-                          "batch_size": 2, **overrides})  # fmt: skip
+    return entity_values(
+        {
+            "model_name": "llama-7b",
+            "number_gpus": 1,
+            "model_max_length": 512,
+            "batch_size": 2,
+            **overrides,
+        }
+    )
 
 
 def test_features_follow_the_packages():
     assert env.provided_features(spec("3.0.0", exact=True).names) == {
-        "flash_attn", "fast_kernels", "fast_moe", "gptq"}  # fmt: skip
+        "flash_attn",
+        "fast_kernels",
+        "fast_moe",
+        "gptq",
+    }
     assert env.provided_features(spec("2.1.2", exact=True).names) == {
-        "flash_attn", "fast_kernels", "gptq"}  # fmt: skip
+        "flash_attn",
+        "fast_kernels",
+        "gptq",
+    }
     assert env.provided_features(spec("3.0.0", exact=False).names) == frozenset()
 
 
@@ -98,9 +124,11 @@ def test_features_an_environment_cannot_provide_are_refused_naming_setting_and_f
     assert all("set match_exact_dependencies: true" in p for p in cpu)
     assert any(p.startswith("fast_moe needs fms-acceleration-moe") for p in cpu)
     exact = env.feature_problems({"fast_moe": "fast_moe"}, frozenset({"gptq"}), "2.1.2", exact=True)
-    assert exact == ["fast_moe needs fms-acceleration-moe, but fms-hf-tuning 2.1.2's package list "
-                     "has no fms-acceleration-moe; choose an fms_hf_tuning_version whose "
-                     "environment provides it, or measure without fast_moe"]  # fmt: skip
+    assert exact == [
+        "fast_moe needs fms-acceleration-moe, but fms-hf-tuning 2.1.2's package list "
+        "has no fms-acceleration-moe; choose an fms_hf_tuning_version whose "
+        "environment provides it, or measure without fast_moe"
+    ]
 
 
 def test_flash_attention_on_cpu_is_left_to_the_trainer_which_notes_it():
@@ -123,5 +151,7 @@ def test_a_non_exact_environment_counts_the_feature_packages_the_worker_has(tmp_
     assert list(found) == ["flash_attn"]
     assert found["flash_attn"].startswith("the worker's flash-attn (no package metadata) (")
     assert str(tmp_path / "flash_attn") in found["flash_attn"]
-    cpu = env.feature_problems({"flash_attn": "flash_attn: true"}, frozenset(), "3.0.0", exact=False)
+    cpu = env.feature_problems(
+        {"flash_attn": "flash_attn: true"}, frozenset(), "3.0.0", exact=False
+    )
     assert "or install flash-attn on the workers" in cpu[0]

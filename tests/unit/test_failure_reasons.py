@@ -29,8 +29,9 @@ def jsonl(path, records, bad_line=None):
 def load_with_datasets(path, tmp_path):
     datasets = pytest.importorskip("datasets")
     try:
-        datasets.load_dataset("json", data_files=str(path), split="train",
-                              cache_dir=str(tmp_path / "cache"))  # fmt: skip
+        datasets.load_dataset(
+            "json", data_files=str(path), split="train", cache_dir=str(tmp_path / "cache")
+        )
     except Exception as error:  # noqa: BLE001 - the library's own exception is the subject
         return error
     pytest.fail("datasets loaded a malformed file")
@@ -49,7 +50,9 @@ def test_malformed_dataset_line_is_named_with_its_file_and_number(tmp_path):
     path = jsonl(tmp_path / "news.jsonl", 3000, bad_line=2500)
     error = load_with_datasets(path, tmp_path)
     try:  # as fms-hf-tuning re-raises it
-        raise ValueError("Failed to generate the dataset from the provided builder json.") from error
+        raise ValueError(
+            "Failed to generate the dataset from the provided builder json."
+        ) from error
     except ValueError as wrapped:
         outcome, failure = classify(wrapped)
     assert outcome is Outcome.ERROR
@@ -110,22 +113,35 @@ def test_log_tail_keeps_the_chained_traceback_and_drops_chatter():
 def test_failed_rank_reason_leads_with_the_cause_then_the_exception_then_its_traceback(tmp_path):
     log = tmp_path / "train.log"
     log.write_text(NOISY_LOG)
-    failure = Failure(exception_type="builtins.ValueError", message="Failed to generate the dataset",
-                      cause="dataset /d/x.jsonl: line 5 does not parse as a JSON object (...)",
-                      traceback_tail="Traceback (most recent call last):\nValueError: boom")  # fmt: skip
-    report = RankReport(rank=0, local_rank=0, world_size=1, hostname="h", outcome=Outcome.ERROR,
-                        failure=failure)  # fmt: skip
+    failure = Failure(
+        exception_type="builtins.ValueError",
+        message="Failed to generate the dataset",
+        cause="dataset /d/x.jsonl: line 5 does not parse as a JSON object (...)",
+        traceback_tail="Traceback (most recent call last):\nValueError: boom",
+    )
+    report = RankReport(
+        rank=0, local_rank=0, world_size=1, hostname="h", outcome=Outcome.ERROR, failure=failure
+    )
     result = ProcessResult(returncode=1, stopped_by_watchdog=None, log_path=log, seconds=1)
-    run = NodeRun(returncode=result.returncode, log_tail=result.log_tail())  # as the node returns it
+    run = NodeRun(
+        returncode=result.returncode, log_tail=result.log_tail()
+    )  # as the node returns it
     outcome = launch_outcome([report], [run], world_size=1, number_gpus=0, stop_after_seconds=-1)
     first, raised, *rest = outcome.reason.splitlines()
     assert first == "dataset /d/x.jsonl: line 5 does not parse as a JSON object (...)"
     assert raised == "(raised on rank 0: ValueError: Failed to generate the dataset)"
-    assert rest == ["Traceback of rank 0:", "Traceback (most recent call last):", "ValueError: boom"]
+    assert rest == [
+        "Traceback of rank 0:",
+        "Traceback (most recent call last):",
+        "ValueError: boom",
+    ]
     # an exception nobody explained leads with itself
     report.failure = failure.model_copy(update={"cause": ""})
     outcome = launch_outcome([report], [run], world_size=1, number_gpus=0, stop_after_seconds=-1)
-    assert outcome.reason.splitlines()[0] == "training failed: rank 0: ValueError: Failed to generate the dataset"
+    assert (
+        outcome.reason.splitlines()[0]
+        == "training failed: rank 0: ValueError: Failed to generate the dataset"
+    )
 
 
 def test_copying_the_first_entries_names_a_bad_line_of_the_users_file(tmp_path):
@@ -147,8 +163,9 @@ def test_truncated_parquet_dataset_is_named(tmp_path):
     error = None
     datasets = pytest.importorskip("datasets")
     try:
-        datasets.load_dataset("parquet", data_files=str(path), split="train",
-                              cache_dir=str(tmp_path / "cache"))  # fmt: skip
+        datasets.load_dataset(
+            "parquet", data_files=str(path), split="train", cache_dir=str(tmp_path / "cache")
+        )
     except Exception as raised:  # noqa: BLE001
         error = raised
     assert error is not None

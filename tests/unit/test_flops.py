@@ -24,9 +24,15 @@ def tiny_llama(tie=False):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTER,
-                         num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                         num_key_value_heads=HEADS, tie_word_embeddings=tie)  # fmt: skip
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=INTER,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=HEADS,
+        tie_word_embeddings=tie,
+    )
     return LlamaForCausalLM(config)
 
 
@@ -61,7 +67,9 @@ def test_lora_adds_its_adapters_and_only_their_weight_gradients():
 def test_prompt_tuning_trains_a_lookup_table_only():
     from peft import PromptTuningConfig, get_peft_model
 
-    model = get_peft_model(tiny_llama(), PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=8))
+    model = get_peft_model(
+        tiny_llama(), PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=8)
+    )
     params = count_parameters(model)
     assert params.trainable == 8 * 64
     assert params.trainable_matmul == 0 and params.matmul == MATMUL
@@ -69,10 +77,20 @@ def test_prompt_tuning_trains_a_lookup_table_only():
 
 
 def test_no_figure_for_mixture_of_experts_or_unknown_shapes():
-    moe = ModelParameters(total=10, trainable=10, matmul=10, trainable_matmul=10, layers=2,
-                          attention_width=64, mixture_of_experts=True)  # fmt: skip
+    moe = ModelParameters(
+        total=10,
+        trainable=10,
+        matmul=10,
+        trainable_matmul=10,
+        layers=2,
+        attention_width=64,
+        mixture_of_experts=True,
+    )
     assert flops_per_token(moe, 100) is None
-    assert flops_per_token(moe.model_copy(update={"mixture_of_experts": False, "layers": None}), 100) is None
+    assert (
+        flops_per_token(moe.model_copy(update={"mixture_of_experts": False, "layers": None}), 100)
+        is None
+    )
 
 
 def test_attention_uses_the_token_weighted_sequence_length():
@@ -108,8 +126,11 @@ def quantised_llama(spelling):
     return model
 
 
-@pytest.mark.parametrize("spelling", [("in_features", "out_features"), ("infeatures", "outfeatures"),
-                                      None], ids=["gptqmodel", "auto-gptq", "from-packing"])  # fmt: skip
+@pytest.mark.parametrize(
+    "spelling",
+    [("in_features", "out_features"), ("infeatures", "outfeatures"), None],
+    ids=["gptqmodel", "auto-gptq", "from-packing"],
+)
 def test_quantised_layers_count_their_unpacked_weights(spelling):
     """GPTQ-LoRA's base model keeps its weights in buffers: counting parameters alone saw only
     the embeddings, norms and head (5-15x too few FLOPs on real models)."""

@@ -14,15 +14,19 @@ from ado_actuators.sfttrainer.trainer import fms, fms_api
 
 
 def test_installed_release_parses_every_returned_value_by_name(tmp_path, trainer_tools):
-    argv = trainer_tools.spec_fms_args(Path("/nonexistent-model"), tmp_path / "d.jsonl",
-                                       peft_method="lora", extra=("--target_modules", "q_proj"))
+    argv = trainer_tools.spec_fms_args(
+        Path("/nonexistent-model"),
+        tmp_path / "d.jsonl",
+        peft_method="lora",
+        extra=("--target_modules", "q_proj"),
+    )
     args = fms.parse(argv)
     assert type(args.configs["peft_config"]).__name__ == "LoraConfig"
     assert args.train_args.max_steps == 3 and args.data_args.dataset_text_field == "output"
     assert {"quantization_config", "fast_moe_config", "tracker_configs"} <= set(args.configs)
 
 
-RELEASE = '''
+RELEASE = """
 def parse_arguments(parser, json_config=None):
     return model_args, data_args, training_args, tune_config, {extra}aim_config, exp_metadata
 
@@ -39,7 +43,7 @@ def main():
     trainer, info = train(model_args=model_args, data_args=data_args, train_args=training_args,
                           peft_config=tune_config, tracker_configs=trackers,
                           additional_callbacks=None, exp_metadata=metadata{call_extra})
-'''
+"""
 
 
 def release(extra="", train_extra="", after="", call_extra="") -> str:
@@ -54,31 +58,47 @@ class TrackerConfigFactory:
 
 
 def test_a_release_with_one_config_more_is_read_and_called_like_the_others():
-    api = fms_api.read_api(release(
-        extra="new_tracker_config, new_kernels_config, ",
-        train_extra=", new_kernels_config=None",
-        after="trackers.new_tracker = new_tracker_config",
-        call_extra=", new_kernels_config=new_kernels_config",
-    ))  # fmt: skip
-    assert api.parsed_names == ("model_args", "data_args", "training_args", "tune_config",
-                                "new_tracker_config", "new_kernels_config", "aim_config",
-                                "exp_metadata")  # fmt: skip
+    api = fms_api.read_api(
+        release(
+            extra="new_tracker_config, new_kernels_config, ",
+            train_extra=", new_kernels_config=None",
+            after="trackers.new_tracker = new_tracker_config",
+            call_extra=", new_kernels_config=new_kernels_config",
+        )
+    )
+    assert api.parsed_names == (
+        "model_args",
+        "data_args",
+        "training_args",
+        "tune_config",
+        "new_tracker_config",
+        "new_kernels_config",
+        "aim_config",
+        "exp_metadata",
+    )
     parsed = {name: f"<{name}>" for name in api.parsed_names}
     namespace = types.SimpleNamespace(TrackerConfigFactory=TrackerConfigFactory)
     keywords = api.train_keywords(namespace, parsed)
-    assert keywords["train_args"] == "<training_args>" and keywords["peft_config"] == "<tune_config>"
+    assert (
+        keywords["train_args"] == "<training_args>" and keywords["peft_config"] == "<tune_config>"
+    )
     assert keywords["new_kernels_config"] == "<new_kernels_config>"
     trackers = keywords["tracker_configs"]
     assert (trackers.aim_config, trackers.new_tracker) == ("<aim_config>", "<new_tracker_config>")
     assert "additional_callbacks" not in keywords and "exp_metadata" not in keywords
 
 
-@pytest.mark.parametrize(("changes", "named"), [
-    ({"call_extra": ", fast=compute_fast(tune_config)", "train_extra": ", fast=None"},
-     "train(fast=compute_fast(tune_config))"),
-    ({"call_extra": ", unknown=None"}, "train(unknown=...), which train() does not take"),
-    ({"call_extra": ", **more"}, "train(**...)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        (
+            {"call_extra": ", fast=compute_fast(tune_config)", "train_extra": ", fast=None"},
+            "train(fast=compute_fast(tune_config))",
+        ),
+        ({"call_extra": ", unknown=None"}, "train(unknown=...), which train() does not take"),
+        ({"call_extra": ", **more"}, "train(**...)"),
+    ],
+)
 def test_a_release_whose_main_cannot_be_reproduced_is_refused_naming_what(changes, named):
     with pytest.raises(fms_api.ApiNotUnderstood, match=r"fms-hf-tuning 9\.9\.9: .*") as error:
         fms_api.read_api(release(**changes), "fms-hf-tuning 9.9.9")
@@ -105,6 +125,9 @@ def test_the_node_refuses_a_release_it_cannot_read_before_launching(tmp_path):
     refused = environment._readable_api(chosen, source, "9.9.9")
     assert isinstance(refused, Failed)
     assert refused.reason.startswith("fms-hf-tuning 9.9.9: the trainer cannot tell how to call")
-    assert "train(**...)" in refused.reason and "Choose another fms_hf_tuning_version" in refused.reason
+    assert (
+        "train(**...)" in refused.reason
+        and "Choose another fms_hf_tuning_version" in refused.reason
+    )
     source.write_text(release())
     assert environment._readable_api(chosen, source, "9.9.9") is chosen

@@ -43,10 +43,23 @@ def releases(tmp_path_factory) -> dict[str, Path]:
         wheel = directory / f"fms_hf_tuning-{version}-py3-none-any.whl"
         if not wheel.is_file():
             subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                 "--only-binary", ":all:", f"{plan.FMS}=={version}", "-d", str(directory)],
-                check=True, capture_output=True, timeout=300,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--quiet",
+                    "--no-deps",
+                    "--only-binary",
+                    ":all:",
+                    f"{plan.FMS}=={version}",
+                    "-d",
+                    str(directory),
+                ],
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
         return wheel
 
     versions = published_versions()

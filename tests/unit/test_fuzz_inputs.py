@@ -35,13 +35,33 @@ FUZZ = settings(
 )
 ROOT = Path("/srv/sft-fuzz")  # never created: planning does no I/O
 DATA_DIR, OUTPUT_DIR = ROOT / "data", ROOT / "out"
-PATHLIKE = st.sampled_from(["../x", "../../etc/passwd", "/abs/path", "a/b", "..", ".", "~", "",
-                            "a\x00b", "x\ny", "$(touch pwned)", "; rm -rf /", "`id`"])  # fmt: skip
+PATHLIKE = st.sampled_from(
+    [
+        "../x",
+        "../../etc/passwd",
+        "/abs/path",
+        "a/b",
+        "..",
+        ".",
+        "~",
+        "",
+        "a\x00b",
+        "x\ny",
+        "$(touch pwned)",
+        "; rm -rf /",
+        "`id`",
+    ]
+)
 JUNK = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**40), max_value=2**40),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12), PATHLIKE,
-    st.lists(st.text(max_size=5), max_size=3), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
-)  # fmt: skip
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**40), max_value=2**40),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    PATHLIKE,
+    st.lists(st.text(max_size=5), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
 
 
 def _field_value(field) -> st.SearchStrategy:
@@ -54,9 +74,16 @@ def _field_value(field) -> st.SearchStrategy:
     return st.sampled_from(list(field.values or ["output"]))
 
 
-STRING_FIELDS = sorted(n for n, f in FIELDS.items() if f.domain in (Domain.CATEGORICAL, Domain.OPEN_CATEGORICAL))
-VALID = {"model_name": "tiny", "model_max_length": 64, "batch_size": 4, "number_gpus": 0,
-         "fms_hf_tuning_version": installed_fms_hf_tuning()}  # fmt: skip
+STRING_FIELDS = sorted(
+    n for n, f in FIELDS.items() if f.domain in (Domain.CATEGORICAL, Domain.OPEN_CATEGORICAL)
+)
+VALID = {
+    "model_name": "tiny",
+    "model_max_length": 64,
+    "batch_size": 4,
+    "number_gpus": 0,
+    "fms_hf_tuning_version": installed_fms_hf_tuning(),
+}
 # A valid entity with a few fields changed: one bad value must not hide behind another.
 ENTITY = st.builds(
     lambda base, changed, junk: {**base, **changed, **junk},
@@ -64,16 +91,23 @@ ENTITY = st.builds(
         {"number_gpus": st.sampled_from([0, 1, 2, 4]), "batch_size": st.sampled_from([1, 4, 8])},
         optional={"gpu_model": st.sampled_from(["NVIDIA-A100-SXM4-80GB", "L40S"])},
     ).map(lambda d: {**VALID, **d}),
-    st.fixed_dictionaries({}, optional={
-        name: _field_value(field) for name, field in FIELDS.items()
-        if name not in ("fms_hf_tuning_version", "model_name")
-    }),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            name: _field_value(field)
+            for name, field in FIELDS.items()
+            if name not in ("fms_hf_tuning_version", "model_name")
+        },
+    ),
     st.dictionaries(
         # the string fields that reach file names, resources and command lines, most often
         st.sampled_from(STRING_FIELDS) | st.sampled_from([*sorted(FIELDS), "not_a_field"]),
-        st.one_of(JUNK, PATHLIKE, st.text(max_size=8)), min_size=1, max_size=2,
-    ) | st.just({}),
-)  # fmt: skip
+        st.one_of(JUNK, PATHLIKE, st.text(max_size=8)),
+        min_size=1,
+        max_size=2,
+    )
+    | st.just({}),
+)
 EXPERIMENTS = st.sampled_from(sorted(catalog_data().experiments))
 
 
@@ -95,7 +129,10 @@ def _check_plan(plan) -> None:
         assert all(type(word) is str and "\x00" not in word for word in node.argv), node.argv
     assert _inside(plan.workdir, OUTPUT_DIR), plan.workdir
     assert _inside(plan.dataset_path, DATA_DIR), plan.dataset_path
-    assert _inside(plan.training_data_path, plan.workdir) or plan.training_data_path == plan.dataset_path
+    assert (
+        _inside(plan.training_data_path, plan.workdir)
+        or plan.training_data_path == plan.dataset_path
+    )
     assert all(type(v) is str and "\x00" not in v for v in plan.env.values())
     resources = plan.resources_per_node
     assert resources.cpus >= 1 and resources.gpus >= 0
@@ -103,25 +140,46 @@ def _check_plan(plan) -> None:
 
 
 PARAMS = SFTTrainerParameters(
-    data_directory=str(DATA_DIR), output_dir=str(OUTPUT_DIR), hf_home=str(ROOT / "hf"),
+    data_directory=str(DATA_DIR),
+    output_dir=str(OUTPUT_DIR),
+    hf_home=str(ROOT / "hf"),
     model_map={"tiny": {"Vanilla": str(ROOT / "models" / "tiny")}},
-)  # fmt: skip
+)
 # with an AIM repository, and without one (the trainer then opens none)
 PARAMS_EITHER = st.sampled_from([PARAMS, PARAMS.model_copy(update={"aim_db": str(ROOT / "aim")})])
 
 
 @FUZZ
 @given(values=ENTITY, experiment=EXPERIMENTS, params=PARAMS_EITHER)
-@example(values={**VALID, "dataset_id": "../../etc/passwd"}, experiment="finetune_full_benchmark-v1.0.0",
-         params=PARAMS)
-@example(values={**VALID, "model_name": "../x", "gpu_model": "../x", "number_gpus": 1},
-         experiment="finetune_lora_benchmark-v1.0.0", params=PARAMS)
-@example(values={**VALID, "dataset_text_field": "a\x00b"}, experiment="finetune_full_benchmark-v1.0.0",
-         params=PARAMS)
-@example(values={**VALID, "number_gpus": -2}, experiment="finetune_full_benchmark-v1.0.0", params=PARAMS)
-@example(values={**VALID, "number_gpus": 4, "number_nodes": 2, "distributed_backend": "DDP",
-                 "gpu_model": "NVIDIA-A100-SXM4-80GB"},
-         experiment="finetune_full_benchmark-v1.0.0", params=PARAMS)  # a plan with a rendezvous
+@example(
+    values={**VALID, "dataset_id": "../../etc/passwd"},
+    experiment="finetune_full_benchmark-v1.0.0",
+    params=PARAMS,
+)
+@example(
+    values={**VALID, "model_name": "../x", "gpu_model": "../x", "number_gpus": 1},
+    experiment="finetune_lora_benchmark-v1.0.0",
+    params=PARAMS,
+)
+@example(
+    values={**VALID, "dataset_text_field": "a\x00b"},
+    experiment="finetune_full_benchmark-v1.0.0",
+    params=PARAMS,
+)
+@example(
+    values={**VALID, "number_gpus": -2}, experiment="finetune_full_benchmark-v1.0.0", params=PARAMS
+)
+@example(
+    values={
+        **VALID,
+        "number_gpus": 4,
+        "number_nodes": 2,
+        "distributed_backend": "DDP",
+        "gpu_model": "NVIDIA-A100-SXM4-80GB",
+    },
+    experiment="finetune_full_benchmark-v1.0.0",
+    params=PARAMS,
+)  # a plan with a rendezvous
 def test_any_entity_ends_in_a_named_error_invalid_or_a_safe_plan(values, experiment, params):
     planned = []
 
@@ -152,11 +210,23 @@ def test_any_entity_ends_in_a_named_error_invalid_or_a_safe_plan(values, experim
 
 PARAMETER_VALUES = st.dictionaries(
     st.one_of(st.sampled_from(sorted(SFTTrainerParameters.model_fields)), st.text(max_size=10)),
-    st.one_of(JUNK, st.dictionaries(st.text(max_size=6), st.one_of(
-        JUNK, st.dictionaries(st.sampled_from(["Vanilla", "GPTQ-Quantized", "QPTQ-Quantized", "x"]),
-                              JUNK, max_size=2)), max_size=2)),
+    st.one_of(
+        JUNK,
+        st.dictionaries(
+            st.text(max_size=6),
+            st.one_of(
+                JUNK,
+                st.dictionaries(
+                    st.sampled_from(["Vanilla", "GPTQ-Quantized", "QPTQ-Quantized", "x"]),
+                    JUNK,
+                    max_size=2,
+                ),
+            ),
+            max_size=2,
+        ),
+    ),
     max_size=4,
-)  # fmt: skip
+)
 
 
 @FUZZ
@@ -190,7 +260,9 @@ ARG_NAMES = NAMES.filter(lambda name: "\x00" not in name)
 
 def _no_traceback(result, tmp: Path) -> None:
     assert result.exit_code in (0, 1, 2), (result.exit_code, result.output)
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(
+        result.exception
+    )
     assert "Traceback" not in result.output
     if result.exit_code:
         assert result.stderr.startswith("Error: ") or "failed" in result.output, result.output
@@ -203,52 +275,93 @@ def _args(pairs) -> list[str]:
 
 
 @FUZZ
-@given(dataset_id=st.one_of(st.none(), ARG_NAMES), name=ARG_NAMES, entries=st.one_of(st.none(), SMALL),
-       chars=LENGTHS, min_tokens=LENGTHS,
-       use_dir=st.booleans())  # fmt: skip
-def test_generate_dataset_text_options(tmp_path_factory, dataset_id, name, entries, chars,
-                                       min_tokens, use_dir):  # fmt: skip
+@given(
+    dataset_id=st.one_of(st.none(), ARG_NAMES),
+    name=ARG_NAMES,
+    entries=st.one_of(st.none(), SMALL),
+    chars=LENGTHS,
+    min_tokens=LENGTHS,
+    use_dir=st.booleans(),
+)
+def test_generate_dataset_text_options(
+    tmp_path_factory, dataset_id, name, entries, chars, min_tokens, use_dir
+):
     from ado_actuators.sfttrainer.cli.generate_dataset_text import app
 
     tmp = tmp_path_factory.mktemp("gen-text")
     target = ("--output-dir", tmp / name) if use_dir else ("-o", tmp / f"{name}.jsonl")
     # a valid run must stay small: the default entry count would write hundreds of MB
     entries = 2 if entries is None or entries > 2 else entries
-    args = _args([target, ("--dataset-id", dataset_id), ("--entries", entries),
-                  ("--chars", chars), ("--min-tokens", min_tokens)])  # fmt: skip
+    args = _args(
+        [
+            target,
+            ("--dataset-id", dataset_id),
+            ("--entries", entries),
+            ("--chars", chars),
+            ("--min-tokens", min_tokens),
+        ]
+    )
     result = RUNNER.invoke(app, args)
     _no_traceback(result, tmp)
 
 
 @FUZZ
-@given(dataset_id=st.one_of(st.none(), ARG_NAMES), name=ARG_NAMES,
-       width=st.one_of(st.none(), SMALL, st.just(384)), height=st.one_of(st.none(), SMALL, st.just(768)),
-       entries=st.one_of(st.none(), SMALL), min_tokens=LENGTHS)  # fmt: skip
-def test_generate_dataset_vision_options(tmp_path_factory, dataset_id, name, width, height,
-                                         entries, min_tokens):  # fmt: skip
+@given(
+    dataset_id=st.one_of(st.none(), ARG_NAMES),
+    name=ARG_NAMES,
+    width=st.one_of(st.none(), SMALL, st.just(384)),
+    height=st.one_of(st.none(), SMALL, st.just(768)),
+    entries=st.one_of(st.none(), SMALL),
+    min_tokens=LENGTHS,
+)
+def test_generate_dataset_vision_options(
+    tmp_path_factory, dataset_id, name, width, height, entries, min_tokens
+):
     from ado_actuators.sfttrainer.cli.generate_dataset_vision import app
 
     tmp = tmp_path_factory.mktemp("gen-vision")
     entries = 1 if entries is None or entries > 1 else entries
     min_tokens = 4 if min_tokens is None or 4 < min_tokens <= 2**20 else min_tokens
-    args = _args([("-o", tmp / f"{name}.parquet"), ("--dataset-id", dataset_id),
-                  ("--image-width", width), ("--image-height", height), ("--entries", entries),
-                  ("--min-tokens", min_tokens)])  # fmt: skip
+    args = _args(
+        [
+            ("-o", tmp / f"{name}.parquet"),
+            ("--dataset-id", dataset_id),
+            ("--image-width", width),
+            ("--image-height", height),
+            ("--entries", entries),
+            ("--min-tokens", min_tokens),
+        ]
+    )
     _no_traceback(RUNNER.invoke(app, args), tmp)
 
 
 MODELS_YAML = st.one_of(
     st.text(max_size=40),
-    st.dictionaries(NAMES, st.one_of(JUNK, st.dictionaries(
-        st.sampled_from(["Vanilla", "GPTQ-Quantized", "QPTQ-Quantized", "vanilla", "x"]),
-        st.one_of(JUNK, PATHLIKE, st.sampled_from(["org/model", "org/../../x", "a/b/c", "/m\x00x", "./m\ny"])),
-        max_size=2)), max_size=3),
-)  # fmt: skip
+    st.dictionaries(
+        NAMES,
+        st.one_of(
+            JUNK,
+            st.dictionaries(
+                st.sampled_from(["Vanilla", "GPTQ-Quantized", "QPTQ-Quantized", "vanilla", "x"]),
+                st.one_of(
+                    JUNK,
+                    PATHLIKE,
+                    st.sampled_from(["org/model", "org/../../x", "a/b/c", "/m\x00x", "./m\ny"]),
+                ),
+                max_size=2,
+            ),
+        ),
+        max_size=3,
+    ),
+)
 
 
 @FUZZ
-@given(models=MODELS_YAML, fmt=st.one_of(st.none(), st.text(max_size=8).filter(lambda f: "\x00" not in f)),
-       workers=st.one_of(st.just(1), SMALL))  # fmt: skip
+@given(
+    models=MODELS_YAML,
+    fmt=st.one_of(st.none(), st.text(max_size=8).filter(lambda f: "\x00" not in f)),
+    workers=st.one_of(st.just(1), SMALL),
+)
 def test_download_hf_weights_options(tmp_path_factory, models, fmt, workers):
     import yaml
 

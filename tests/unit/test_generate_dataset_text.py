@@ -43,15 +43,23 @@ def split(output: str) -> tuple[str, str]:
     # the actuator's --response_template occurs exactly once, with nothing like it elsewhere
     assert output.count("\n### Response:") == 1
     assert output.count("###") == 2
-    prompt, response = output[len("### Input: "):].split(RESPONSE_SEP)
+    prompt, response = output[len("### Input: ") :].split(RESPONSE_SEP)
     return prompt, response
 
 
 def test_help():
     result = run("--help")
     assert result.exit_code == 0
-    for option in ("--output", "-o", "--output-dir", "--dataset-id", "--entries", "--min-tokens",
-                   "--chars", "--seed"):  # fmt: skip
+    for option in (
+        "--output",
+        "-o",
+        "--output-dir",
+        "--dataset-id",
+        "--entries",
+        "--min-tokens",
+        "--chars",
+        "--seed",
+    ):
         assert option in result.stdout
 
 
@@ -87,8 +95,16 @@ def test_chars_shapes_have_exact_lengths(tmp_path, dataset_id):
 @pytest.mark.parametrize("chars", [16, 17, 18, 19, 20, 29, 64, 127, 333])
 def test_chars_override(tmp_path, chars):
     out = tmp_path / "c.jsonl"
-    result = run("-o", str(out), "--dataset-id", "news-chars-512-entries-4096",
-                 "--entries", "5", "--chars", str(chars))  # fmt: skip
+    result = run(
+        "-o",
+        str(out),
+        "--dataset-id",
+        "news-chars-512-entries-4096",
+        "--entries",
+        "5",
+        "--chars",
+        str(chars),
+    )
     assert result.exit_code == 0, result.output
     for output in read_outputs(out):
         instruction, rest = split(output)[0].split("\n")
@@ -99,7 +115,10 @@ def test_exact_fit_every_length():
     pool = news_text.sentence_pool(0)
     rng = random.Random(1)
     for n in range(news_text.MIN_CHARS, 400):
-        for pick in (lambda: rng.choice(pool.sentences), lambda: rng.choice(news_text._STYLE_NOTES)):
+        for pick in (
+            lambda: rng.choice(pool.sentences),
+            lambda: rng.choice(news_text._STYLE_NOTES),
+        ):
             text = news_text._fit_chars(rng, n, pick, lambda: rng.choice(news_text._STYLE_NOTES))
             assert len(text) == n
             assert text.endswith(".") and "  " not in text and text.lstrip('"')[0].isupper()
@@ -129,10 +148,21 @@ def test_deterministic_across_processes(tmp_path):
     for hashseed in ("1", "2"):
         out = tmp_path / f"{hashseed}.jsonl"
         subprocess.run(
-            [sys.executable, "-m", "ado_actuators.sfttrainer.cli.generate_dataset_text",
-             "-o", str(out), "--entries", "3", "--min-tokens", "200"],
-            check=True, capture_output=True, env={**os.environ, "PYTHONHASHSEED": hashseed},
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "ado_actuators.sfttrainer.cli.generate_dataset_text",
+                "-o",
+                str(out),
+                "--entries",
+                "3",
+                "--min-tokens",
+                "200",
+            ],
+            check=True,
+            capture_output=True,
+            env={**os.environ, "PYTHONHASHSEED": hashseed},
+        )
         digests.add(out.read_bytes())
     assert len(digests) == 1
 
@@ -193,8 +223,9 @@ def test_failure_midway_leaves_no_file(tmp_path, monkeypatch):
 
 
 def test_module_streams_and_never_holds_the_dataset():
-    rows = gen.iter_entries(datasets.get_shape(datasets.DEFAULT_DATASET_ID), entries=10**9,
-                            min_tokens=10)  # fmt: skip
+    rows = gen.iter_entries(
+        datasets.get_shape(datasets.DEFAULT_DATASET_ID), entries=10**9, min_tokens=10
+    )
     assert len(next(rows)) > 0  # a generator: a billion entries are not built up front
 
 
@@ -202,15 +233,20 @@ def test_module_streams_and_never_holds_the_dataset():
 
 
 def test_unknown_dataset_id(tmp_path):
-    err = one_line_error(run("-o", str(tmp_path / "x.jsonl"), "--dataset-id", "news-foo"),
-                         "--dataset-id", "news-foo", "news-chars-512-entries-4096")  # fmt: skip
+    err = one_line_error(
+        run("-o", str(tmp_path / "x.jsonl"), "--dataset-id", "news-foo"),
+        "--dataset-id",
+        "news-foo",
+        "news-chars-512-entries-4096",
+    )
     assert "vision" not in err
 
 
 def test_vision_dataset_id_points_to_the_vision_generator(tmp_path):
     one_line_error(
         run("--output-dir", str(tmp_path), "--dataset-id", "vision-384x384-16384plus-entries-4096"),
-        "--dataset-id", "sfttrainer_generate_dataset_vision --image-width 384 --image-height 384",
+        "--dataset-id",
+        "sfttrainer_generate_dataset_vision --image-width 384 --image-height 384",
     )
 
 
@@ -232,24 +268,32 @@ def test_output_is_a_directory(tmp_path):
 
 def test_output_missing_or_twice(tmp_path):
     one_line_error(run("--entries", "1"), "-o FILE", "--output-dir")
-    one_line_error(run("-o", str(tmp_path / "x.jsonl"), "--output-dir", str(tmp_path)),
-                   "not both")  # fmt: skip
+    one_line_error(run("-o", str(tmp_path / "x.jsonl"), "--output-dir", str(tmp_path)), "not both")
 
 
 def test_length_option_must_fit_the_shape(tmp_path):
     out = str(tmp_path / "x.jsonl")
-    one_line_error(run("-o", out, "--dataset-id", "news-chars-512-entries-4096",
-                       "--min-tokens", "10"), "--min-tokens", "--chars")  # fmt: skip
+    one_line_error(
+        run("-o", out, "--dataset-id", "news-chars-512-entries-4096", "--min-tokens", "10"),
+        "--min-tokens",
+        "--chars",
+    )
     one_line_error(run("-o", out, "--chars", "100"), "--chars", "--min-tokens")
     one_line_error(run("-o", out, "--min-tokens", "0"), "--min-tokens", ">= 1")
-    one_line_error(run("-o", out, "--dataset-id", "news-chars-512-entries-4096", "--chars", "3"),
-                   "--chars", f">= {news_text.MIN_CHARS}")  # fmt: skip
+    one_line_error(
+        run("-o", out, "--dataset-id", "news-chars-512-entries-4096", "--chars", "3"),
+        "--chars",
+        f">= {news_text.MIN_CHARS}",
+    )
 
 
 def test_name_and_dataset_id_disagree(tmp_path):
     out = str(tmp_path / "news-chars-512-entries-4096.jsonl")
-    one_line_error(run("-o", out, "--dataset-id", "news-tokens-16384plus-entries-4096"),
-                   "news-chars-512-entries-4096", "--dataset-id")  # fmt: skip
+    one_line_error(
+        run("-o", out, "--dataset-id", "news-tokens-16384plus-entries-4096"),
+        "news-chars-512-entries-4096",
+        "--dataset-id",
+    )
 
 
 def test_installed_script_runs(tmp_path):
@@ -257,10 +301,12 @@ def test_installed_script_runs(tmp_path):
     if not script.exists():
         pytest.skip("console script not installed in this environment")
     out = tmp_path / "news-chars-512-entries-4096.jsonl"
-    proc = subprocess.run([str(script), "-o", str(out), "--entries", "1"],
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [str(script), "-o", str(out), "--entries", "1"], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     assert len(read_outputs(out)) == 1
-    bad = subprocess.run([str(script), "-o", str(out), "--dataset-id", "nope"],
-                         capture_output=True, text=True)  # fmt: skip
+    bad = subprocess.run(
+        [str(script), "-o", str(out), "--dataset-id", "nope"], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr

@@ -44,8 +44,17 @@ def image_size(path: Path) -> tuple[int, int]:
 def test_help():
     result = run("--help")
     assert result.exit_code == 0
-    for option in ("--output", "-o", "--output-dir", "--image-width", "--image-height",
-                   "--dataset-id", "--entries", "--min-tokens", "--seed"):  # fmt: skip
+    for option in (
+        "--output",
+        "-o",
+        "--output-dir",
+        "--image-width",
+        "--image-height",
+        "--dataset-id",
+        "--entries",
+        "--min-tokens",
+        "--seed",
+    ):
         assert option in result.stdout
 
 
@@ -55,9 +64,11 @@ def test_layout(tmp_path, monkeypatch):
     meta = pq.ParquetFile(path).metadata
     assert (meta.num_rows, meta.num_row_groups) == (5, 3)
     schema = pq.read_schema(path)
-    assert schema.names == ["messages", "images"] == [
-        datasets.get_shape(SQUARE).text_field, datasets.get_shape(SQUARE).image_field
-    ]
+    assert (
+        schema.names
+        == ["messages", "images"]
+        == [datasets.get_shape(SQUARE).text_field, datasets.get_shape(SQUARE).image_field]
+    )
     features = json.loads(schema.metadata[b"huggingface"])["info"]["features"]
     assert features["images"] == [{"_type": "Image"}]
     entries = rows(path)
@@ -129,15 +140,21 @@ def test_output_name_implies_dataset(tmp_path):
     ("args", "needles"),
     [
         (("--dataset-id", "nope", "-o", "x.parquet"), ("--dataset-id", "nope", SQUARE)),
-        (("--dataset-id", datasets.DEFAULT_DATASET_ID, "-o", "x.parquet"),
-         ("text dataset", "sfttrainer_generate_dataset_text")),
+        (
+            ("--dataset-id", datasets.DEFAULT_DATASET_ID, "-o", "x.parquet"),
+            ("text dataset", "sfttrainer_generate_dataset_text"),
+        ),
         (("-o", f"{datasets.DEFAULT_DATASET_ID}.jsonl"), ("text dataset",)),
         (("--dataset-id", SQUARE, "-o", f"{TALL}.parquet"), ("-o/--output", TALL, SQUARE)),
-        (("--dataset-id", SQUARE, "--image-height", "768", "-o", "x.parquet"),
-         ("--image-height 768", SQUARE)),
+        (
+            ("--dataset-id", SQUARE, "--image-height", "768", "-o", "x.parquet"),
+            ("--image-height 768", SQUARE),
+        ),
         (("-o", f"{TALL}.parquet", "--image-width", "512"), ("--image-width 512", TALL)),
-        (("--image-width", "512", "--image-height", "512", "-o", "x.parquet"),
-         ("512", "384x384", "384x768")),
+        (
+            ("--image-width", "512", "--image-height", "512", "-o", "x.parquet"),
+            ("512", "384x384", "384x768"),
+        ),
         (("--image-width", "384", "-o", "x.parquet"), ("--image-height", "384x768")),
         (("--image-width", "0", "-o", "x.parquet"), ("--image-width 0",)),
         (("--entries", "0", "-o", "x.parquet"), ("--entries 0",)),
@@ -146,7 +163,7 @@ def test_output_name_implies_dataset(tmp_path):
         ((), ("no output given", SQUARE)),
         (("-o", "x.jsonl"), (".parquet",)),
     ],
-)  # fmt: skip
+)
 def test_errors_are_one_line(tmp_path, monkeypatch, args, needles):
     monkeypatch.chdir(tmp_path)
     one_line_error(run(*args), *needles)

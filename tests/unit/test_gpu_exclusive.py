@@ -31,8 +31,10 @@ class FakeNvml:
     def nvmlDeviceGetComputeProcesses(self, handle):
         if self.fail_on == "list":
             raise RuntimeError("Not Supported")
-        return [types.SimpleNamespace(pid=pid, usedGpuMemory=used)
-                for pid, used in self.processes.get(handle, [])]  # fmt: skip
+        return [
+            types.SimpleNamespace(pid=pid, usedGpuMemory=used)
+            for pid, used in self.processes.get(handle, [])
+        ]
 
 
 def test_idle_devices_are_exclusive(monkeypatch):
@@ -49,7 +51,9 @@ def test_another_process_names_its_pid_memory_and_device(monkeypatch):
     found = check_devices([0, 1], FakeNvml({5: [(4242, 5 * 2**30), (4243, None)]}))
     assert found.exclusive is False
     assert [(p.index, p.pid, p.memory_mib) for p in found.others] == [
-        (1, 4242, 5120.0), (1, 4243, None)]  # fmt: skip
+        (1, 4242, 5120.0),
+        (1, 4243, None),
+    ]
     problem = shared_problem(found, "node-a")
     assert "GPU 1: pid 4242 (5120 MiB)" in problem and "pid 4243" in problem
     assert "allow_shared_gpus: true" in problem and "node-a" in problem
@@ -74,7 +78,10 @@ def test_nvml_that_cannot_tell_is_recorded_not_failed(monkeypatch):
     unsupported = check_devices([0], FakeNvml(fail_on="list"))
     assert unsupported.exclusive is None and "Not Supported" in unsupported.problem
     record = metadata([unsupported], allowed=False)
-    assert record["gpu_devices_exclusive"] is None and "Not Supported" in record["gpu_exclusivity_unknown"]
+    assert (
+        record["gpu_devices_exclusive"] is None
+        and "Not Supported" in record["gpu_exclusivity_unknown"]
+    )
 
 
 def test_row_metadata_over_nodes_and_the_allowance(monkeypatch):
@@ -84,7 +91,9 @@ def test_row_metadata_over_nodes_and_the_allowance(monkeypatch):
     record = metadata([idle, busy], allowed=True)
     assert record["gpu_devices_exclusive"] is False and record["allow_shared_gpus"] is True
     assert record["gpu_shared_with"] == [{"index": 0, "pid": 11, "memory_mib": 1.0}]
-    assert check_devices([], FakeNvml(fail_on="init")).exclusive is True  # no GPUs: nothing to share
+    assert (
+        check_devices([], FakeNvml(fail_on="init")).exclusive is True
+    )  # no GPUs: nothing to share
 
 
 def test_a_refused_node_fails_the_row_naming_the_processes(monkeypatch, tmp_path):
@@ -95,12 +104,24 @@ def test_a_refused_node_fails_the_row_naming_the_processes(monkeypatch, tmp_path
     from ado_actuators.sfttrainer.execute.node import NodeRequest, NodeRun
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    values = entity_values({"model_name": "m", "model_max_length": 8, "batch_size": 1,
-                            "number_gpus": 1, "gpu_model": "NVIDIA-A100-SXM4-80GB"})  # fmt: skip
-    request = NodeRequest(plan_inputs={"values": values}, output_root=tmp_path, label="x",
-                          stall_timeout=1, environment=EnvironmentRequest(
-                              match_exact_dependencies=True, directory=tmp_path,
-                              build_timeout_seconds=1))  # fmt: skip
+    values = entity_values(
+        {
+            "model_name": "m",
+            "model_max_length": 8,
+            "batch_size": 1,
+            "number_gpus": 1,
+            "gpu_model": "NVIDIA-A100-SXM4-80GB",
+        }
+    )
+    request = NodeRequest(
+        plan_inputs={"values": values},
+        output_root=tmp_path,
+        label="x",
+        stall_timeout=1,
+        environment=EnvironmentRequest(
+            match_exact_dependencies=True, directory=tmp_path, build_timeout_seconds=1
+        ),
+    )
     busy = check_devices([0], FakeNvml({0: [(11, 2**30)]}))
     refused = NodeRun(problem=shared_problem(busy, "h"), gpu_exclusivity=busy)
     outcome = _outcome(request, [refused])

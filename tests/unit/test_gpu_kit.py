@@ -40,8 +40,16 @@ def test_kit_requirements_come_from_the_package_list_at_its_pins():
 def test_kit_check_names_what_neither_the_kit_nor_the_image_has(tmp_path):
     image = {"requests": None, "numpy": Version("2.5.2"), "huggingface-hub": Version("1.33.0")}
     wheels = [
-        wheel(tmp_path, "datasets", "4.8.5", "requests", "dill<0.4.2", "numpy>=1.17",
-              "huggingface-hub<2.0,>=0.25.0", 'pywin32; sys_platform == "win32"'),
+        wheel(
+            tmp_path,
+            "datasets",
+            "4.8.5",
+            "requests",
+            "dill<0.4.2",
+            "numpy>=1.17",
+            "huggingface-hub<2.0,>=0.25.0",
+            'pywin32; sys_platform == "win32"',
+        ),
         wheel(tmp_path, "transformers", "4.55.4", "huggingface-hub<1.0,>=0.34.0", "torch>=2"),
     ]
     found = kit.problems(wheels, image, own="ado-sfttrainer")
@@ -63,8 +71,10 @@ def test_every_check_row_has_a_label_of_its_own_and_both_modes_cover_the_same_la
     for mode in ("gpu", "cpu"):
         labels = [c.label for c in SETS["check"][mode]]
         assert len(set(labels)) == len(labels)
-    shape = {mode: sorted((c.method, c.launcher, c.expect_oom, c.bare) for c in SETS["check"][mode])
-             for mode in ("gpu", "cpu")}  # fmt: skip
+    shape = {
+        mode: sorted((c.method, c.launcher, c.expect_oom, c.bare) for c in SETS["check"][mode])
+        for mode in ("gpu", "cpu")
+    }
     assert shape["gpu"] == shape["cpu"]
 
 
@@ -77,7 +87,9 @@ def test_a_step_that_hangs_is_stopped_at_its_budget_with_its_children(tmp_path):
     assert time.monotonic() - started < 3 + check.KILL_GRACE_SECONDS + 5
     assert "started" in record["log_tail"]
     me = psutil.Process()
-    assert not [p for p in me.children(recursive=True) if "time.sleep(300)" in " ".join(p.cmdline())]
+    assert not [
+        p for p in me.children(recursive=True) if "time.sleep(300)" in " ".join(p.cmdline())
+    ]
 
 
 def test_a_step_is_skipped_when_the_call_has_no_time_left(tmp_path):
@@ -88,12 +100,17 @@ def test_a_step_is_skipped_when_the_call_has_no_time_left(tmp_path):
 
 @pytest.mark.parametrize("status, code", [("ok", "pass"), ("failed", "raise SystemExit(3)")])
 def test_a_step_reports_its_exit(tmp_path, status, code):
-    record = check.run_step(check.Step("s", [sys.executable, "-c", code], 30),
-                            time.monotonic() + 600, tmp_path, None)  # fmt: skip
+    record = check.run_step(
+        check.Step("s", [sys.executable, "-c", code], 30), time.monotonic() + 600, tmp_path, None
+    )
     assert record["status"] == status
 
 
 def test_device_check_refuses_to_run_without_a_kit(tmp_path):
-    done = subprocess.run(["bash", str(GPU / "device-check.sh"), "--kit", str(tmp_path), "--cpu"],
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(GPU / "device-check.sh"), "--kit", str(tmp_path), "--cpu"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 2 and "make gpu-kit" in done.stderr

@@ -1,7 +1,11 @@
 """The dense bf16/fp16 peak table covers every gpu_model the catalog names, with a source."""
 
 from ado_actuators.sfttrainer.catalog.entity import GPU_MODELS
-from ado_actuators.sfttrainer.metrics.gpu_peaks import gpu_model_from_device_name, peak_table, peak_tflops
+from ado_actuators.sfttrainer.metrics.gpu_peaks import (
+    gpu_model_from_device_name,
+    peak_table,
+    peak_tflops,
+)
 
 
 def test_every_catalog_gpu_model_has_a_cited_peak():

@@ -32,7 +32,12 @@ def ignoring_sigint() -> None:
 
 
 def test_a_worker_that_inherited_sigint_ignored_is_cancelled_inside_and_ignores_it_after():
-    result = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
-                            timeout=60, preexec_fn=ignoring_sigint)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=ignoring_sigint,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:3] == ["before True False", "inside True", "after True False"]

@@ -19,30 +19,54 @@ from ado_actuators.sfttrainer.execute.node import NodeRun
 from gpu_failure_texts import ACCELERATE_PORT_IN_USE
 
 A100 = "NVIDIA-A100-SXM4-80GB"  # a dense bf16 peak of 312 TFLOP/s (metrics/gpu_peaks.yaml)
-TINY = ModelParameters(total=150_000, trainable=150_000, matmul=100_000, trainable_matmul=100_000,
-                       layers=2, attention_width=64)  # fmt: skip
+TINY = ModelParameters(
+    total=150_000,
+    trainable=150_000,
+    matmul=100_000,
+    trainable_matmul=100_000,
+    layers=2,
+    attention_width=64,
+)
 OOM = Failure(exception_type="torch.OutOfMemoryError", message="CUDA out of memory")
 
 
 def rank(r, world=2, outcome=Outcome.OK, failure=None, steps=None, **fields):
     steps = [StepTiming(step=1, start=0, end=1, dataset_tokens=5)] if steps is None else steps
-    return RankReport(rank=r, local_rank=r, world_size=world, hostname="h", outcome=outcome,
-                      failure=failure, steps=steps, **fields)  # fmt: skip
+    return RankReport(
+        rank=r,
+        local_rank=r,
+        world_size=world,
+        hostname="h",
+        outcome=outcome,
+        failure=failure,
+        steps=steps,
+        **fields,
+    )
 
 
 def error(r, message="NCCL Error 3", world=2, **failure):
-    return rank(r, world, Outcome.ERROR,
-                Failure(exception_type="builtins.RuntimeError", message=message, **failure))  # fmt: skip
+    return rank(
+        r,
+        world,
+        Outcome.ERROR,
+        Failure(exception_type="builtins.RuntimeError", message=message, **failure),
+    )
 
 
 def node(machine_rank=0, returncode=0, log_tail="", **fields):
-    return NodeRun(machine_rank=machine_rank, hostname=f"host{machine_rank}", returncode=returncode,
-                   log_tail=log_tail, **fields)  # fmt: skip
+    return NodeRun(
+        machine_rank=machine_rank,
+        hostname=f"host{machine_rank}",
+        returncode=returncode,
+        log_tail=log_tail,
+        **fields,
+    )
 
 
 def outcome(reports, runs, world_size=2, number_gpus=2, **kw):
-    return launch_outcome(reports, runs, world_size=world_size, number_gpus=number_gpus,
-                          stop_after_seconds=-1, **kw)  # fmt: skip
+    return launch_outcome(
+        reports, runs, world_size=world_size, number_gpus=number_gpus, stop_after_seconds=-1, **kw
+    )
 
 
 TWO_NODE_TAILS = "--- node 0 (host0):\nzero\n--- node 1 (host1):\none"
@@ -53,30 +77,41 @@ TWO_NODE_TAILS = "--- node 0 (host0):\nzero\n--- node 1 (host1):\none"
 
 def test_an_oom_report_is_invalid_naming_the_rank_and_what_it_raised():
     found = outcome([rank(0), rank(1, outcome=Outcome.GPU_OOM, failure=OOM)], [node(returncode=1)])
-    assert found == Invalid(reason="GPU out of memory: rank 1: torch.OutOfMemoryError: CUDA out of memory",
-                            gpu_oom=True)  # fmt: skip
+    assert found == Invalid(
+        reason="GPU out of memory: rank 1: torch.OutOfMemoryError: CUDA out of memory", gpu_oom=True
+    )
 
 
 def test_an_oom_names_the_node_of_its_rank_when_each_node_runs_several():
     # 4 ranks over 2 nodes: rank 3 is node 1's second rank
-    reports = [rank(r, world=4) for r in range(3)] + [rank(3, world=4, outcome=Outcome.GPU_OOM, failure=OOM)]
+    reports = [rank(r, world=4) for r in range(3)] + [
+        rank(3, world=4, outcome=Outcome.GPU_OOM, failure=OOM)
+    ]
     found = outcome(reports, [node(0), node(1, returncode=1)], world_size=4, number_gpus=4)
-    assert found == Invalid(reason="GPU out of memory: rank 3 on node 1 (host1): torch.OutOfMemoryError: "
-                                   "CUDA out of memory", gpu_oom=True)  # fmt: skip
+    assert found == Invalid(
+        reason="GPU out of memory: rank 3 on node 1 (host1): torch.OutOfMemoryError: "
+        "CUDA out of memory",
+        gpu_oom=True,
+    )
 
 
 def test_a_ranks_error_names_the_node_of_its_rank_when_each_node_runs_several():
     reports = [rank(r, world=4) for r in range(3)] + [error(3, world=4)]
     found = outcome(reports, [node(0), node(1, returncode=1)], world_size=4, number_gpus=4)
     assert isinstance(found, Failed)
-    assert found.reason.startswith("training failed: rank 3 on node 1 (host1): RuntimeError: NCCL Error 3")
+    assert found.reason.startswith(
+        "training failed: rank 3 on node 1 (host1): RuntimeError: NCCL Error 3"
+    )
 
 
 def test_a_report_from_a_rank_of_no_node_returned_is_still_classified_without_a_place():
     # the node of rank 0 returned no run (its result lost); its rank's OOM report still counts
-    found = outcome([rank(0, outcome=Outcome.GPU_OOM, failure=OOM)], [node(1, returncode=1), node(2)])
-    assert found == Invalid(reason="GPU out of memory: rank 0: torch.OutOfMemoryError: CUDA out of memory",
-                            gpu_oom=True)  # fmt: skip
+    found = outcome(
+        [rank(0, outcome=Outcome.GPU_OOM, failure=OOM)], [node(1, returncode=1), node(2)]
+    )
+    assert found == Invalid(
+        reason="GPU out of memory: rank 0: torch.OutOfMemoryError: CUDA out of memory", gpu_oom=True
+    )
 
 
 def test_an_oom_only_the_log_tells_is_invalid_and_says_it_was_read_from_the_log():
@@ -93,8 +128,12 @@ def test_an_oom_in_the_log_wins_over_the_errors_it_caused_in_the_other_ranks():
 
 
 def test_without_an_oom_in_the_log_a_ranks_own_error_is_the_reason():
-    found = outcome([error(0), rank(1)], [node(returncode=1, log_tail="RuntimeError: NCCL Error 3\n")])
-    assert isinstance(found, Failed) and found.reason.startswith("training failed: rank 0: RuntimeError")
+    found = outcome(
+        [error(0), rank(1)], [node(returncode=1, log_tail="RuntimeError: NCCL Error 3\n")]
+    )
+    assert isinstance(found, Failed) and found.reason.startswith(
+        "training failed: rank 0: RuntimeError"
+    )
 
 
 # ---- which node, which rank -------------------------------------------------------------------
@@ -116,13 +155,19 @@ def test_a_ranks_error_names_its_node_and_shows_every_nodes_log():
 def test_a_ranks_own_traceback_replaces_the_log_of_every_rank():
     bad = error(1, traceback_tail='  File "train.py", line 3\nRuntimeError: NCCL Error 3')
     found = outcome([rank(0), bad], [node(returncode=1, log_tail="noise of both ranks")])
-    assert found.reason == ('training failed: rank 1: RuntimeError: NCCL Error 3\n'
-                            'Traceback of rank 1:\n  File "train.py", line 3\nRuntimeError: NCCL Error 3')  # fmt: skip
+    assert found.reason == (
+        "training failed: rank 1: RuntimeError: NCCL Error 3\n"
+        'Traceback of rank 1:\n  File "train.py", line 3\nRuntimeError: NCCL Error 3'
+    )
 
 
 def test_the_cause_heads_the_reason_and_what_was_raised_is_cut_to_one_readable_line():
-    bad = error(0, message="x" * 2000, world=1,
-                cause="line 3 of /data/news.jsonl is not JSON: fix or remove it")  # fmt: skip
+    bad = error(
+        0,
+        message="x" * 2000,
+        world=1,
+        cause="line 3 of /data/news.jsonl is not JSON: fix or remove it",
+    )
     found = outcome([bad], [node(returncode=1, log_tail="log")], world_size=1)
     first, raised, *rest = found.reason.splitlines()
     assert first == "line 3 of /data/news.jsonl is not JSON: fix or remove it"
@@ -132,25 +177,39 @@ def test_the_cause_heads_the_reason_and_what_was_raised_is_cut_to_one_readable_l
 
 def test_a_launcher_that_exits_non_zero_after_every_rank_reported_fails_the_measurement():
     one = outcome([rank(0), rank(1)], [node(returncode=1, log_tail="one node's log")])
-    assert one == Failed("training failed: the launcher exited with status 1\nLog tail:\none node's log")
-    two = outcome([rank(0, 4), rank(1, 4), rank(2, 4), rank(3, 4)],
-                  [node(0, log_tail="zero"), node(1, 3, log_tail="one")], world_size=4)  # fmt: skip
+    assert one == Failed(
+        "training failed: the launcher exited with status 1\nLog tail:\none node's log"
+    )
+    two = outcome(
+        [rank(0, 4), rank(1, 4), rank(2, 4), rank(3, 4)],
+        [node(0, log_tail="zero"), node(1, 3, log_tail="one")],
+        world_size=4,
+    )
     assert two == Failed(
         f"training failed: the launcher exited with status 3 on node 1 (host1)\nLog tail:\n{TWO_NODE_TAILS}"
     )
 
 
 def test_the_watchdog_stop_names_the_node_and_shows_every_nodes_log():
-    runs = [node(0, None, log_tail="zero", cancelled=True),
-            node(1, -15, log_tail="one", stopped_by_watchdog="no output for 31 s")]  # fmt: skip
+    runs = [
+        node(0, None, log_tail="zero", cancelled=True),
+        node(1, -15, log_tail="one", stopped_by_watchdog="no output for 31 s"),
+    ]
     found = outcome([], runs, world_size=4)
-    assert found.reason.startswith("the training was stopped on node 1 (host1): no output for 31 s; ")
-    assert found.reason.endswith(f"then raise stall_timeout_seconds.\nLog tail:\n--- node 1 (host1):\none")
+    assert found.reason.startswith(
+        "the training was stopped on node 1 (host1): no output for 31 s; "
+    )
+    assert found.reason.endswith(
+        f"then raise stall_timeout_seconds.\nLog tail:\n--- node 1 (host1):\none"
+    )
 
 
 def test_a_node_without_a_log_adds_no_empty_section():
-    found = outcome([rank(0, 4), rank(1, 4)], [node(0), node(1, -9, log_tail="one", signal_name="SIGKILL")],
-                    world_size=4)  # fmt: skip
+    found = outcome(
+        [rank(0, 4), rank(1, 4)],
+        [node(0), node(1, -9, log_tail="one", signal_name="SIGKILL")],
+        world_size=4,
+    )
     assert found.reason.endswith("\nLog tail:\n--- node 1 (host1):\none")
 
 
@@ -169,7 +228,10 @@ def test_a_rank_killed_by_a_signal_says_the_signal():
 def test_signals_on_several_nodes_are_all_named():
     runs = [node(0, -9, signal_name="SIGKILL"), node(1, -9, signal_name="SIGTERM")]
     found = outcome([], runs, world_size=4)
-    assert "(the launcher exited by SIGKILL on node 0 (host0), SIGTERM on node 1 (host1)): " in found.reason
+    assert (
+        "(the launcher exited by SIGKILL on node 0 (host0), SIGTERM on node 1 (host1)): "
+        in found.reason
+    )
     assert "rank(s) [0, 1, 2, 3] ended without a report on node 0 (host0)" in found.reason
 
 
@@ -180,8 +242,10 @@ def test_a_node_whose_ranks_started_is_not_blamed_on_its_launcher(reported, miss
     log = "RuntimeError: something a rank printed\n"
     found = outcome([rank(reported)], [node(returncode=1, log_tail=log)])
     headline = found.reason.splitlines()[0]
-    assert headline == (f"training failed: rank(s) [{missing}] ended without a report: killed from "
-                        f"outside, or by the kernel's out-of-memory killer (check the node's memory)")  # fmt: skip
+    assert headline == (
+        f"training failed: rank(s) [{missing}] ended without a report: killed from "
+        f"outside, or by the kernel's out-of-memory killer (check the node's memory)"
+    )
 
 
 def test_a_launcher_killed_by_a_signal_is_not_said_to_have_failed_on_its_own():
@@ -208,23 +272,33 @@ def test_what_a_launcher_said_is_kept_to_1000_characters():
 
 def cpu_run(**fields):
     """One CPU rank (number_gpus 0) that trained two steps of 100 tokens, 1 s each."""
-    steps = [StepTiming(step=i, start=i - 1, end=i, dataset_tokens=100, sequence_tokens_squared=10_000)
-             for i in (1, 2)]  # fmt: skip
+    steps = [
+        StepTiming(step=i, start=i - 1, end=i, dataset_tokens=100, sequence_tokens_squared=10_000)
+        for i in (1, 2)
+    ]
     return outcome([rank(0, 1, steps=steps, **fields)], [node()], world_size=1, number_gpus=0)
 
 
 def test_the_metadata_of_a_measurement():
-    found = cpu_run(model_parameters=TINY, flash_attention=True, distributed_type="NO",
-                    notes=["flash_attn dropped on CPU"], versions={"torch": "2.13.0"},
-                    stopped_by="stop_after_seconds=30", aim_run_hash="4f2a")  # fmt: skip
+    found = cpu_run(
+        model_parameters=TINY,
+        flash_attention=True,
+        distributed_type="NO",
+        notes=["flash_attn dropped on CPU"],
+        versions={"torch": "2.13.0"},
+        stopped_by="stop_after_seconds=30",
+        aim_run_hash="4f2a",
+    )
     assert isinstance(found, Measured)
     assert found.metadata == {
         "flash_attention": True,
         "distributed_type": "NO",
-        "notes": ["dataset_tokens_per_second_ci95_percent omitted: 2 measured step(s): an interval "
-                  "needs at least 6 (3 batches of 2 steps)",
-                  "flash_attn dropped on CPU",
-                  "model_flops_utilization omitted: no dense peak known for gpu_model None (CPU)"],
+        "notes": [
+            "dataset_tokens_per_second_ci95_percent omitted: 2 measured step(s): an interval "
+            "needs at least 6 (3 batches of 2 steps)",
+            "flash_attn dropped on CPU",
+            "model_flops_utilization omitted: no dense peak known for gpu_model None (CPU)",
+        ],
         "versions": {"torch": "2.13.0"},
         "steps": 2,
         "warmup_steps": 0,
@@ -235,16 +309,24 @@ def test_the_metadata_of_a_measurement():
         "stopped_by": "stop_after_seconds=30",
         "auto_stop": None,  # no adaptive method
         "aim_run_hash": "4f2a",
-    }  # fmt: skip
+    }
 
 
-@pytest.mark.parametrize("parameters, why", [
-    (None, "the trainer did not report the model's parameters"),
-    (TINY.model_copy(update={"mixture_of_experts": True}),
-     "mixture-of-experts model: the per-token FLOP convention does not apply"),
-    (TINY.model_copy(update={"layers": None}),
-     "the model's attention shape is unknown (e.g. a vision-language model)"),
-], ids=["unreported", "moe", "vision-language"])  # fmt: skip
+@pytest.mark.parametrize(
+    "parameters, why",
+    [
+        (None, "the trainer did not report the model's parameters"),
+        (
+            TINY.model_copy(update={"mixture_of_experts": True}),
+            "mixture-of-experts model: the per-token FLOP convention does not apply",
+        ),
+        (
+            TINY.model_copy(update={"layers": None}),
+            "the model's attention shape is unknown (e.g. a vision-language model)",
+        ),
+    ],
+    ids=["unreported", "moe", "vision-language"],
+)
 def test_a_note_says_why_model_tflops_are_omitted(parameters, why):
     found = cpu_run(model_parameters=parameters)
     assert "model_tflops_per_device" not in found.properties
@@ -253,17 +335,34 @@ def test_a_note_says_why_model_tflops_are_omitted(parameters, why):
 
 
 def gpu_rank(steps, **fields):
-    return rank(0, 1, steps=steps, gpu_indices=[0], model_parameters=TINY,
-                gpu_samples=[GpuSample(time=t, index=0, compute_percent=90, memory_percent=50,
-                                       power_watts=300, power_percent=75)
-                             for t in (s.end for s in steps)], **fields)  # fmt: skip
+    return rank(
+        0,
+        1,
+        steps=steps,
+        gpu_indices=[0],
+        model_parameters=TINY,
+        gpu_samples=[
+            GpuSample(
+                time=t,
+                index=0,
+                compute_percent=90,
+                memory_percent=50,
+                power_watts=300,
+                power_percent=75,
+            )
+            for t in (s.end for s in steps)
+        ],
+        **fields,
+    )
 
 
 ONE_STEP = [StepTiming(step=1, start=0, end=1, dataset_tokens=100, sequence_tokens_squared=10_000)]
 
 
 def test_notes_say_why_utilisation_and_energy_are_omitted_on_a_gpu():
-    unknown = outcome([gpu_rank(ONE_STEP)], [node()], world_size=1, number_gpus=1, gpu_model="Acme-X1")
+    unknown = outcome(
+        [gpu_rank(ONE_STEP)], [node()], world_size=1, number_gpus=1, gpu_model="Acme-X1"
+    )
     assert set(unknown.metadata["notes"]) == {
         "model_flops_utilization omitted: no dense peak known for gpu_model Acme-X1",
         "gpu_energy_joules_per_token omitted: GPU 0 on h: no energy counter readings",
@@ -277,9 +376,15 @@ def test_notes_say_why_utilisation_and_energy_are_omitted_on_a_gpu():
 
 def test_warm_up_is_left_out_of_the_figures_the_metadata_and_the_gpu_checks():
     # step 1 is warm-up: 60 s on sequences of 1000 tokens; the window is steps 2-3 of 100 tokens
-    steps = [StepTiming(step=1, start=0, end=60, dataset_tokens=1000, sequence_tokens_squared=1000**2),
-             *(StepTiming(step=i, start=58 + i, end=59 + i, dataset_tokens=100,
-                          sequence_tokens_squared=100**2) for i in (2, 3))]  # fmt: skip
+    steps = [
+        StepTiming(step=1, start=0, end=60, dataset_tokens=1000, sequence_tokens_squared=1000**2),
+        *(
+            StepTiming(
+                step=i, start=58 + i, end=59 + i, dataset_tokens=100, sequence_tokens_squared=100**2
+            )
+            for i in (2, 3)
+        ),
+    ]
     # every reading taken during the warm-up failed: it must not fail the measurement
     failures = [GpuSampleFailure(time=t, index=0, error="NVMLError: Unknown") for t in (10, 20, 30)]
     report = gpu_rank(steps, warmup_steps=1, gpu_sample_failures=failures)
@@ -289,8 +394,14 @@ def test_warm_up_is_left_out_of_the_figures_the_metadata_and_the_gpu_checks():
     assert found.properties["train_runtime"] == 2
     assert found.properties["dataset_tokens_per_second"] == 100
     assert found.properties["model_tflops_per_device"] == pytest.approx(per_token * 100 / 1e12)
-    assert found.properties["model_flops_utilization"] == pytest.approx(per_token * 100 / 1e12 / 312)
-    assert (found.metadata["steps"], found.metadata["warmup_steps"], found.metadata["measured_steps"]) == (3, 1, 2)
+    assert found.properties["model_flops_utilization"] == pytest.approx(
+        per_token * 100 / 1e12 / 312
+    )
+    assert (
+        found.metadata["steps"],
+        found.metadata["warmup_steps"],
+        found.metadata["measured_steps"],
+    ) == (3, 1, 2)
     assert found.metadata["model_flops_per_token"] == per_token
 
 
@@ -298,31 +409,50 @@ def test_when_every_step_was_warm_up_the_whole_run_is_measured_and_a_note_says_s
     steps = [StepTiming(step=i, start=i - 1, end=i, dataset_tokens=100) for i in (1, 2)]
     warm = outcome([rank(0, 1, steps=steps, warmup_steps=2)], [node()], world_size=1, number_gpus=0)
     assert isinstance(warm, Measured)
-    assert warm.properties["train_runtime"] == 2 and warm.properties["dataset_tokens_per_second"] == 100
+    assert (
+        warm.properties["train_runtime"] == 2
+        and warm.properties["dataset_tokens_per_second"] == 100
+    )
     assert warm.properties["warmup_seconds"] == 0.0  # nothing was left out
-    assert (warm.metadata["steps"], warm.metadata["warmup_steps"], warm.metadata["measured_steps"]) == (2, 2, 2)
-    assert ("warm-up not excluded: training ended on the last warm-up step, so the figures cover "
-            "every step") in warm.metadata["notes"]  # fmt: skip
+    assert (
+        warm.metadata["steps"],
+        warm.metadata["warmup_steps"],
+        warm.metadata["measured_steps"],
+    ) == (2, 2, 2)
+    assert (
+        "warm-up not excluded: training ended on the last warm-up step, so the figures cover "
+        "every step"
+    ) in warm.metadata["notes"]
     assert not any(n.startswith("warm-up") for n in cpu_run().metadata["notes"])
 
 
 def test_a_window_of_six_steps_has_its_interval_counted_and_the_warm_up_its_length():
     # warm-up 0-30 s, then six steps of 1 s: batches of 2 steps, 3 of them, none left out
-    steps = [StepTiming(step=1, start=0, end=30, dataset_tokens=100),
-             *(StepTiming(step=i, start=28 + i, end=29 + i, dataset_tokens=100) for i in range(2, 8))]  # fmt: skip
-    found = outcome([rank(0, 1, steps=steps, warmup_steps=1)], [node()], world_size=1, number_gpus=0)
+    steps = [
+        StepTiming(step=1, start=0, end=30, dataset_tokens=100),
+        *(StepTiming(step=i, start=28 + i, end=29 + i, dataset_tokens=100) for i in range(2, 8)),
+    ]
+    found = outcome(
+        [rank(0, 1, steps=steps, warmup_steps=1)], [node()], world_size=1, number_gpus=0
+    )
     assert isinstance(found, Measured), found
     assert found.properties["dataset_tokens_per_second_ci95_percent"] == 0.0
     assert found.properties["warmup_seconds"] == 30
     assert found.metadata["dataset_tokens_per_second_ci95"] == {
-        "steps_per_batch": 2, "batches": 3, "steps_left_out": 0}  # fmt: skip
+        "steps_per_batch": 2,
+        "batches": 3,
+        "steps_left_out": 0,
+    }
     assert not any(n.startswith("dataset_tokens_per_second_ci95") for n in found.metadata["notes"])
 
 
 def test_no_completed_step_fails_a_training_that_completed():
     found = outcome([rank(0, 1, steps=[])], [node(log_tail="log")], world_size=1, number_gpus=0)
-    assert found == Failed("training produced no measurement: the trainer completed no optimisation "
-                           "step. Log tail:\nlog", {"training_completed": True})  # fmt: skip
+    assert found == Failed(
+        "training produced no measurement: the trainer completed no optimisation "
+        "step. Log tail:\nlog",
+        {"training_completed": True},
+    )
 
 
 def test_cpu_ranks_on_several_nodes_split_the_per_device_figures():

@@ -91,7 +91,10 @@ def test_imported_by_is_the_imports_column_read_backwards():
 
 def test_only_the_front_ends_import_ado_core_and_only_execute_imports_ray():
     rows = {room: imports for room, imports, _ in read_map()}
-    assert {room for room, imports in rows.items() if "ado-core" in imports} == {"actuator", "report"}
+    assert {room for room, imports in rows.items() if "ado-core" in imports} == {
+        "actuator",
+        "report",
+    }
     assert {room for room, imports in rows.items() if "Ray" in imports} == {"execute"}
 
 

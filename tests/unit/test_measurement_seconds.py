@@ -117,13 +117,16 @@ def test_without_ray_the_node_run_in_this_process_is_the_span(clock, monkeypatch
     assert found.properties["measurement_seconds"] == TRAINING
 
 
-def test_a_row_that_ran_out_of_memory_cost_its_time_too_a_failed_one_is_not_stored(clock, monkeypatch):
+def test_a_row_that_ran_out_of_memory_cost_its_time_too_a_failed_one_is_not_stored(
+    clock, monkeypatch
+):
     trains(clock, monkeypatch, Invalid(reason="GPU out of memory", gpu_oom=True))
     oom, _ = measure(clock, monkeypatch)
     assert oom.properties == {"measurement_seconds": TRAINING + RELEASE}
     trains(clock, monkeypatch, Failed("the measurement task died"))
-    assert measure(clock, monkeypatch)[0] == Failed("the measurement task died",
-                                                    {"placement_wait_seconds": PLACEMENT_WAIT})  # fmt: skip
+    assert measure(clock, monkeypatch)[0] == Failed(
+        "the measurement task died", {"placement_wait_seconds": PLACEMENT_WAIT}
+    )
 
 
 def test_a_group_never_placed_held_nothing_and_is_removed(clock, monkeypatch):

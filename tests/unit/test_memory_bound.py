@@ -23,43 +23,100 @@ from ado_actuators.sfttrainer.plan.memory_bound import (
 )
 
 # config.json fields as published on the hub for each model
-LLAMA_31_8B = dict(model_type="llama", vocab_size=128256, hidden_size=4096,
-                   intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-                   num_key_value_heads=8, tie_word_embeddings=False)  # fmt: skip
-LLAMA_31_405B = dict(LLAMA_31_8B, hidden_size=16384, intermediate_size=53248,
-                     num_hidden_layers=126, num_attention_heads=128)  # fmt: skip
-LLAMA_2_70B = dict(LLAMA_31_8B, vocab_size=32000, hidden_size=8192, intermediate_size=28672,
-                   num_hidden_layers=80, num_attention_heads=64)  # fmt: skip
-LLAMA_32_1B = dict(LLAMA_31_8B, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                   head_dim=64, tie_word_embeddings=True)  # fmt: skip
-SMOLLM2_135M = dict(model_type="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536,
-                    num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
-                    tie_word_embeddings=True)  # fmt: skip
+LLAMA_31_8B = dict(
+    model_type="llama",
+    vocab_size=128256,
+    hidden_size=4096,
+    intermediate_size=14336,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    tie_word_embeddings=False,
+)
+LLAMA_31_405B = dict(
+    LLAMA_31_8B,
+    hidden_size=16384,
+    intermediate_size=53248,
+    num_hidden_layers=126,
+    num_attention_heads=128,
+)
+LLAMA_2_70B = dict(
+    LLAMA_31_8B,
+    vocab_size=32000,
+    hidden_size=8192,
+    intermediate_size=28672,
+    num_hidden_layers=80,
+    num_attention_heads=64,
+)
+LLAMA_32_1B = dict(
+    LLAMA_31_8B,
+    hidden_size=2048,
+    intermediate_size=8192,
+    num_hidden_layers=16,
+    head_dim=64,
+    tie_word_embeddings=True,
+)
+SMOLLM2_135M = dict(
+    model_type="llama",
+    vocab_size=49152,
+    hidden_size=576,
+    intermediate_size=1536,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    tie_word_embeddings=True,
+)
 MISTRAL_7B = dict(LLAMA_31_8B, model_type="mistral", vocab_size=32000)
 MIXTRAL_8X7B = dict(MISTRAL_7B, model_type="mixtral", num_local_experts=8, num_experts_per_tok=2)
-GRANITE_31_8B = dict(model_type="granite", vocab_size=49155, hidden_size=4096,
-                     intermediate_size=12800, num_hidden_layers=40, num_attention_heads=32,
-                     num_key_value_heads=8, tie_word_embeddings=True)  # fmt: skip
-GRANITE_3B_A800M = dict(model_type="granitemoe", vocab_size=49155, hidden_size=1536,
-                        intermediate_size=512, num_hidden_layers=32, num_attention_heads=24,
-                        num_key_value_heads=8, num_local_experts=40, num_experts_per_tok=8,
-                        tie_word_embeddings=True)  # fmt: skip
-SANTACODER = dict(model_type="gpt_bigcode", vocab_size=49280, n_embd=2048, n_layer=24, n_head=16,
-                  n_inner=8192, n_positions=2048, multi_query=True)  # fmt: skip
+GRANITE_31_8B = dict(
+    model_type="granite",
+    vocab_size=49155,
+    hidden_size=4096,
+    intermediate_size=12800,
+    num_hidden_layers=40,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    tie_word_embeddings=True,
+)
+GRANITE_3B_A800M = dict(
+    model_type="granitemoe",
+    vocab_size=49155,
+    hidden_size=1536,
+    intermediate_size=512,
+    num_hidden_layers=32,
+    num_attention_heads=24,
+    num_key_value_heads=8,
+    num_local_experts=40,
+    num_experts_per_tok=8,
+    tie_word_embeddings=True,
+)
+SANTACODER = dict(
+    model_type="gpt_bigcode",
+    vocab_size=49280,
+    n_embd=2048,
+    n_layer=24,
+    n_head=16,
+    n_inner=8192,
+    n_positions=2048,
+    multi_query=True,
+)
 
 
-@pytest.mark.parametrize("config, published", [
-    (LLAMA_31_8B, 8_030_261_248),  # Llama-3.1-8B: "8.03B"
-    (LLAMA_31_405B, 405_853_388_800),
-    (LLAMA_2_70B, 68_976_648_192),
-    (LLAMA_32_1B, 1_235_814_400),
-    (SMOLLM2_135M, 134_515_008),
-    (MISTRAL_7B, 7_241_732_096),
-    (MIXTRAL_8X7B, 46_702_792_704),
-    (GRANITE_31_8B, 8_170_864_640),
-    (GRANITE_3B_A800M, 3_300_000_000),  # "3.3B"
-    (SANTACODER, 1_124_886_528),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "config, published",
+    [
+        (LLAMA_31_8B, 8_030_261_248),  # Llama-3.1-8B: "8.03B"
+        (LLAMA_31_405B, 405_853_388_800),
+        (LLAMA_2_70B, 68_976_648_192),
+        (LLAMA_32_1B, 1_235_814_400),
+        (SMOLLM2_135M, 134_515_008),
+        (MISTRAL_7B, 7_241_732_096),
+        (MIXTRAL_8X7B, 46_702_792_704),
+        (GRANITE_31_8B, 8_170_864_640),
+        (GRANITE_3B_A800M, 3_300_000_000),  # "3.3B"
+        (SANTACODER, 1_124_886_528),
+    ],
+)
 def test_published_parameter_counts_within_half_a_percent(config, published):
     assert count_parameters(config).total == pytest.approx(published, rel=0.005)
 
@@ -116,8 +173,15 @@ def test_quantized_bits():
 
 
 def full(**kw) -> Training:
-    return Training(**{"peft_method": "none", "torch_dtype": "bfloat16", "optim": "adamw_torch",
-                       "number_gpus": 1, **kw})  # fmt: skip
+    return Training(
+        **{
+            "peft_method": "none",
+            "torch_dtype": "bfloat16",
+            "optim": "adamw_torch",
+            "number_gpus": 1,
+            **kw,
+        }
+    )
 
 
 def test_full_fine_tuning_keeps_weights_gradients_and_two_adamw_states_in_the_model_dtype():
@@ -130,15 +194,18 @@ def test_full_fine_tuning_keeps_weights_gradients_and_two_adamw_states_in_the_mo
     assert fp32.total == 16 * params + CUDA_CONTEXT_BYTES
 
 
-@pytest.mark.parametrize("settings, divisor", [
-    (dict(number_gpus=8), 8),  # FSDP FULL_SHARD (the default)
-    (dict(number_gpus=8, fsdp_sharding_strategy="SHARD_GRAD_OP"), 8),
-    (dict(number_gpus=8, number_nodes=2, fsdp_sharding_strategy="HYBRID_SHARD"), 4),
-    (dict(number_gpus=8, fsdp_sharding_strategy="NO_SHARD"), 1),
-    (dict(number_gpus=8, distributed_backend="DDP"), 1),
-    (dict(number_gpus=4, distributed_backend="None"), 1),  # DataParallel: all on device 0
-    (dict(number_gpus=8, distributed_backend="DDP", fast_moe=2), 8),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "settings, divisor",
+    [
+        (dict(number_gpus=8), 8),  # FSDP FULL_SHARD (the default)
+        (dict(number_gpus=8, fsdp_sharding_strategy="SHARD_GRAD_OP"), 8),
+        (dict(number_gpus=8, number_nodes=2, fsdp_sharding_strategy="HYBRID_SHARD"), 4),
+        (dict(number_gpus=8, fsdp_sharding_strategy="NO_SHARD"), 1),
+        (dict(number_gpus=8, distributed_backend="DDP"), 1),
+        (dict(number_gpus=4, distributed_backend="None"), 1),  # DataParallel: all on device 0
+        (dict(number_gpus=8, distributed_backend="DDP", fast_moe=2), 8),
+    ],
+)
 def test_sharding_follows_the_plan(settings, divisor):
     counts = count_parameters(MIXTRAL_8X7B)
     whole = memory_bound(counts, full()).total - CUDA_CONTEXT_BYTES
@@ -149,7 +216,9 @@ def test_sharding_follows_the_plan(settings, divisor):
 
 def test_lora_trains_adapters_from_r_and_the_target_modules():
     counts = count_parameters(LLAMA_31_8B)
-    lora = memory_bound(counts, full(peft_method="lora", lora_r=8, target_modules=("q_proj", "v_proj")))
+    lora = memory_bound(
+        counts, full(peft_method="lora", lora_r=8, target_modules=("q_proj", "v_proj"))
+    )
     adapters = 32 * 8 * ((4096 + 4096) + (4096 + 1024))
     assert lora.parts["gradients"] == 2 * adapters
     assert lora.parts["optimizer_state"] == 4 * adapters
@@ -175,9 +244,12 @@ def test_optimizers_other_than_adamw_count_less_never_more():
 
 def test_quantized_block_weights_at_their_bits():
     counts = count_parameters(MISTRAL_7B)
-    bound = memory_bound(counts, full(peft_method="lora", torch_dtype="float16",
-                                      target_modules=(), quantized_bits=4))  # fmt: skip
-    assert bound.parts["weights"] == counts.quantizable / 2 + 2 * (counts.total - counts.quantizable)
+    bound = memory_bound(
+        counts, full(peft_method="lora", torch_dtype="float16", target_modules=(), quantized_bits=4)
+    )
+    assert bound.parts["weights"] == counts.quantizable / 2 + 2 * (
+        counts.total - counts.quantizable
+    )
 
 
 def test_405b_cannot_fit_one_a100_but_an_8b_does():
@@ -186,7 +258,8 @@ def test_405b_cannot_fit_one_a100_but_an_8b_does():
     assert memory_bound(count_parameters(LLAMA_31_405B), full(number_gpus=8)).total > a100
     assert memory_bound(count_parameters(LLAMA_31_8B), full()).total < a100
     assert memory_bound(count_parameters(LLAMA_31_8B), full()).gib == pytest.approx(
-        8 * 8_030_261_248 / GIB + 0.25)
+        8 * 8_030_261_248 / GIB + 0.25
+    )
 
 
 def test_every_catalog_gpu_model_has_a_cited_memory():
@@ -217,33 +290,68 @@ def test_the_bound_reads_as_the_reason_and_the_metadata_show_it():
     )
     assert one.as_metadata() == {
         "lower_bound_gib": 54.205,
-        "parts_gib": {"weights": 13.489, "gradients": 13.489, "optimizer_state": 26.978, "cuda_context": 0.25},
-        "shards": 1, "sharding": "one device", "notes": [],
-    }  # fmt: skip
+        "parts_gib": {
+            "weights": 13.489,
+            "gradients": 13.489,
+            "optimizer_state": 26.978,
+            "cuda_context": 0.25,
+        },
+        "shards": 1,
+        "sharding": "one device",
+        "notes": [],
+    }
     two = memory_bound(counts, full(number_gpus=2, optim="sgd"))
-    assert two.describe() == ("weights 6.74 + gradients 6.74 + optimizer_state 0.00 GiB "
-                              "(over 2 devices (FSDP FULL_SHARD)) + CUDA context 0.25 GiB")  # fmt: skip
+    assert two.describe() == (
+        "weights 6.74 + gradients 6.74 + optimizer_state 0.00 GiB "
+        "(over 2 devices (FSDP FULL_SHARD)) + CUDA context 0.25 GiB"
+    )
     assert two.as_metadata()["notes"] == ["optimizer state of sgd not counted"]
 
 
 @pytest.mark.parametrize("gpus, nodes, shards", [(8, 1, 8), (8, 2, 4), (2, 2, 1)])
 def test_hybrid_shard_shards_within_a_node_only(gpus, nodes, shards):
-    bound = memory_bound(count_parameters(MISTRAL_7B),
-                         full(number_gpus=gpus, number_nodes=nodes, fsdp_sharding_strategy="HYBRID_SHARD"))  # fmt: skip
+    bound = memory_bound(
+        count_parameters(MISTRAL_7B),
+        full(number_gpus=gpus, number_nodes=nodes, fsdp_sharding_strategy="HYBRID_SHARD"),
+    )
     assert bound.shards == shards
-    where = "whole on the one device of each node" if shards == 1 else f"over the {shards} devices of a node"
+    where = (
+        "whole on the one device of each node"
+        if shards == 1
+        else f"over the {shards} devices of a node"
+    )
     assert bound.sharding == f"{where} (FSDP HYBRID_SHARD)"
 
 
 def test_the_entitys_settings_are_what_is_bounded():
     from ado_actuators.sfttrainer.catalog.entity import entity_values
 
-    values = entity_values({"model_name": "m", "model_max_length": 512, "batch_size": 8, "number_gpus": 8,
-                            "number_nodes": 2, "gpu_model": "NVIDIA-A100-SXM4-80GB", "torch_dtype": "float16",
-                            "optim": "adamw_8bit", "distributed_backend": "DDP",
-                            "fsdp_sharding_strategy": "HYBRID_SHARD", "fast_moe": 2, "r": 16})  # fmt: skip
+    values = entity_values(
+        {
+            "model_name": "m",
+            "model_max_length": 512,
+            "batch_size": 8,
+            "number_gpus": 8,
+            "number_nodes": 2,
+            "gpu_model": "NVIDIA-A100-SXM4-80GB",
+            "torch_dtype": "float16",
+            "optim": "adamw_8bit",
+            "distributed_backend": "DDP",
+            "fsdp_sharding_strategy": "HYBRID_SHARD",
+            "fast_moe": 2,
+            "r": 16,
+        }
+    )
     assert Training.of(values, "lora", ["q_proj", "v_proj"], 4) == Training(
-        peft_method="lora", torch_dtype="float16", optim="adamw_8bit", number_gpus=8, number_nodes=2,
-        distributed_backend="DDP", fsdp_sharding_strategy="HYBRID_SHARD", fast_moe=2, lora_r=16,
-        target_modules=("q_proj", "v_proj"), quantized_bits=4,
-    )  # fmt: skip
+        peft_method="lora",
+        torch_dtype="float16",
+        optim="adamw_8bit",
+        number_gpus=8,
+        number_nodes=2,
+        distributed_backend="DDP",
+        fsdp_sharding_strategy="HYBRID_SHARD",
+        fast_moe=2,
+        lora_r=16,
+        target_modules=("q_proj", "v_proj"),
+        quantized_bits=4,
+    )

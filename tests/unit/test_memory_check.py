@@ -12,11 +12,23 @@ from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.contract.outcomes import Failed, Measured
 from ado_actuators.sfttrainer.plan.memory_check import PROPERTY, assess
 
-LLAMA_405B = dict(model_type="llama", vocab_size=128256, hidden_size=16384,
-                  intermediate_size=53248, num_hidden_layers=126, num_attention_heads=128,
-                  num_key_value_heads=8, tie_word_embeddings=False)  # fmt: skip
-LLAMA_8B = dict(LLAMA_405B, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                num_attention_heads=32)  # fmt: skip
+LLAMA_405B = dict(
+    model_type="llama",
+    vocab_size=128256,
+    hidden_size=16384,
+    intermediate_size=53248,
+    num_hidden_layers=126,
+    num_attention_heads=128,
+    num_key_value_heads=8,
+    tie_word_embeddings=False,
+)
+LLAMA_8B = dict(
+    LLAMA_405B,
+    hidden_size=4096,
+    intermediate_size=14336,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+)
 FULL = catalog_data().experiment("finetune_full_benchmark-v1.0.0")
 LORA = catalog_data().experiment("finetune_lora_benchmark-v1.0.0")
 
@@ -24,17 +36,27 @@ LORA = catalog_data().experiment("finetune_lora_benchmark-v1.0.0")
 @pytest.fixture
 def model_dir(tmp_path):
     """A model directory as the hidden spaces give it: config.json and nothing else."""
+
     def write(config):
         path = tmp_path / config.get("name", "model")
         path.mkdir()
         (path / "config.json").write_text(json.dumps(config))
         return str(path)
+
     return write
 
 
 def values(**kw):
-    return entity_values({"model_name": "big", "model_max_length": 512, "batch_size": 8,
-                          "number_gpus": 1, "gpu_model": "NVIDIA-A100-SXM4-80GB", **kw})  # fmt: skip
+    return entity_values(
+        {
+            "model_name": "big",
+            "model_max_length": 512,
+            "batch_size": 8,
+            "number_gpus": 1,
+            "gpu_model": "NVIDIA-A100-SXM4-80GB",
+            **kw,
+        }
+    )
 
 
 def check(entity, location, experiment=FULL, enabled=True):
@@ -104,9 +126,11 @@ def test_gptq_weights_without_a_width_in_config_count_at_the_narrowest_gptq_widt
     gptq = catalog_data().experiment("finetune_gtpq-lora_benchmark-v1.0.0")
     found = check(values(torch_dtype="float16"), model_dir(LLAMA_405B), gptq)
     assert "block weights at 2 bits" in found.bound.notes
-    with_bits = check(values(torch_dtype="float16"),
-                      model_dir({**LLAMA_405B, "name": "q", "quantization_config": {"bits": 4}}),
-                      gptq)  # fmt: skip
+    with_bits = check(
+        values(torch_dtype="float16"),
+        model_dir({**LLAMA_405B, "name": "q", "quantization_config": {"bits": 4}}),
+        gptq,
+    )
     assert with_bits.bound.total > found.bound.total
 
 
@@ -121,7 +145,10 @@ def test_every_row_carries_the_prediction_beside_the_bound_marked_as_predicted(m
     assert record["peak_phase"] in record["phases_gib"]
     assert set(record["fitted"]) == {"activations", "recompute", "logits"}
     cpu = check(values(number_gpus=0, batch_size=1), model_dir({**LLAMA_8B, "name": "c"}))
-    assert cpu.annotate(Measured(properties={})).metadata["gpu_memory_prediction"]["predicted"] is False
+    assert (
+        cpu.annotate(Measured(properties={})).metadata["gpu_memory_prediction"]["predicted"]
+        is False
+    )
 
 
 def test_a_predicted_oom_says_predicted_gives_both_numbers_and_how_to_measure_it(model_dir):
@@ -135,7 +162,9 @@ def test_a_predicted_oom_says_predicted_gives_both_numbers_and_how_to_measure_it
     assert reason.startswith("predicted GPU out of memory (a prediction, not a measurement)")
     assert f"{found.prediction.gib:.2f} GiB" in reason and "has 80 GiB" in reason
     assert "skip_predicted_oom: false" in reason
-    smaller = check(values(batch_size=1, model_max_length=512), model_dir({**LLAMA_8B, "name": "s"}))
+    smaller = check(
+        values(batch_size=1, model_max_length=512), model_dir({**LLAMA_8B, "name": "s"})
+    )
     assert not smaller.predicted_oom
 
 
@@ -145,16 +174,28 @@ def test_skip_predicted_oom_answers_without_launching_and_its_default_launches(m
     from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
 
     location = model_dir(LLAMA_8B)
-    entity = {"model_name": "big", "model_max_length": 2048, "batch_size": 16, "number_gpus": 1,
-              "gpu_model": "NVIDIA-A100-SXM4-80GB", "max_steps": 3}  # fmt: skip
+    entity = {
+        "model_name": "big",
+        "model_max_length": 2048,
+        "batch_size": 16,
+        "number_gpus": 1,
+        "gpu_model": "NVIDIA-A100-SXM4-80GB",
+        "max_steps": 3,
+    }
 
     def settings(skip: bool) -> MeasurementSettings:
-        return MeasurementSettings(data_directory=str(tmp_path / "data"), hf_home=str(tmp_path),
-                                   output_dir=str(tmp_path / "out"), skip_predicted_oom=skip,
-                                   model_map={"big": {"Vanilla": location}})  # fmt: skip
+        return MeasurementSettings(
+            data_directory=str(tmp_path / "data"),
+            hf_home=str(tmp_path),
+            output_dir=str(tmp_path / "out"),
+            skip_predicted_oom=skip,
+            model_map={"big": {"Vanilla": location}},
+        )
 
     answered = measure(entity, FULL.identifier, settings(True), label="p")
-    assert isinstance(answered, Invalid) and answered.reason.startswith("predicted GPU out of memory")
+    assert isinstance(answered, Invalid) and answered.reason.startswith(
+        "predicted GPU out of memory"
+    )
     # launched: it goes on to the node's checks (a model directory without a tokenizer here)
     launched = measure(entity, FULL.identifier, settings(False), label="p")
     assert isinstance(launched, Failed) and "no tokenizer file" in launched.reason

@@ -18,14 +18,20 @@ def run(n_killed, **others):
 
 
 def test_timeouts_count_as_killed_survivors_and_untested_ones_do_not():
-    lines, problems = score.score(run(8, t=TIMEOUT, s=SURVIVED, n=NO_TESTS), {"s": "why", "n": "why"})
+    lines, problems = score.score(
+        run(8, t=TIMEOUT, s=SURVIVED, n=NO_TESTS), {"s": "why", "n": "why"}
+    )
     assert problems == ["killed share 81.8 % is under 90 %"]
-    assert lines[-1] == ("mutation score: 11 mutants, 9 killed (81.8 %), 2 not killed "
-                         "(1 no tests, 1 survived), 2 of them listed as equivalent")  # fmt: skip
+    assert lines[-1] == (
+        "mutation score: 11 mutants, 9 killed (81.8 %), 2 not killed "
+        "(1 no tests, 1 survived), 2 of them listed as equivalent"
+    )
 
 
 def test_every_mutant_not_killed_must_be_listed_and_every_listed_one_alive():
-    _, problems = score.score(run(20, s=SURVIVED, q=SUSPICIOUS), {"gone": "why", "m.x_f__mutmut_0": "why"})
+    _, problems = score.score(
+        run(20, s=SURVIVED, q=SUSPICIOUS), {"gone": "why", "m.x_f__mutmut_0": "why"}
+    )
     assert problems == [
         "suspicious, not listed as equivalent: q (mutmut show q)",
         "survived, not listed as equivalent: s (mutmut show s)",

@@ -48,8 +48,11 @@ def cluster(monkeypatch) -> Cluster:
 
 @pytest.fixture
 def settings(tmp_path) -> MeasurementSettings:
-    return MeasurementSettings(data_directory=str(tmp_path / "data"), output_dir=str(tmp_path / "out"),
-                               model_map={"tiny": {"Vanilla": str(tmp_path / "tiny")}})  # fmt: skip
+    return MeasurementSettings(
+        data_directory=str(tmp_path / "data"),
+        output_dir=str(tmp_path / "out"),
+        model_map={"tiny": {"Vanilla": str(tmp_path / "tiny")}},
+    )
 
 
 def label(**values) -> str:
@@ -57,8 +60,14 @@ def label(**values) -> str:
 
 
 def measure(settings, experiment=FULL, **changes):
-    values = {"model_name": "tiny", "model_max_length": 64, "batch_size": 4, "number_gpus": 0,
-              "fms_hf_tuning_version": "3.2.2", **changes}  # fmt: skip
+    values = {
+        "model_name": "tiny",
+        "model_max_length": 64,
+        "batch_size": 4,
+        "number_gpus": 0,
+        "fms_hf_tuning_version": "3.2.2",
+        **changes,
+    }
     return measurement.measure(values, experiment, settings, label=label(**changes))
 
 
@@ -73,16 +82,26 @@ def test_a_measured_oom_answers_larger_requests_without_launching(settings, clus
     record = settings.oom_record_file()
     assert str(record).endswith("data/.sfttrainer/measured-ooms.jsonl")
     assert oom.metadata["oom_record"] == {"recorded": str(record)}
-    for changes in ({"batch_size": 8}, {"model_max_length": 128}, {"batch_size": 6, "model_max_length": 96},
-                    {"batch_size": 4}):  # fmt: skip
+    for changes in (
+        {"batch_size": 8},
+        {"model_max_length": 128},
+        {"batch_size": 6, "model_max_length": 96},
+        {"batch_size": 4},
+    ):
         answer = measure(settings, **changes)
         assert isinstance(answer, Invalid) and answer.gpu_oom, changes
         assert answer.reason.startswith(
             f"GPU out of memory, answered without launching: batch_size.4 ({FULL}) ran out of "
-            f"GPU memory with batch_size 4 (4 per device) and model_max_length 64")
-        assert f"Its log: {oom.metadata['log']} (workdir {oom.metadata['workdir']}, recorded " in answer.reason
+            f"GPU memory with batch_size 4 (4 per device) and model_max_length 64"
+        )
+        assert (
+            f"Its log: {oom.metadata['log']} (workdir {oom.metadata['workdir']}, recorded "
+            in answer.reason
+        )
         assert "oom_dominance: false" in answer.reason and str(record) in answer.reason
-        assert answer.metadata["answered_by"] == ANSWERED_BY and answer.metadata["measured"] is False
+        assert (
+            answer.metadata["answered_by"] == ANSWERED_BY and answer.metadata["measured"] is False
+        )
         proof = answer.metadata["dominated_by"]
         assert proof["label"] == "batch_size.4" and proof["workdir"] == oom.metadata["workdir"]
         assert proof["record"] == str(record)
@@ -93,9 +112,20 @@ def test_a_measured_oom_answers_larger_requests_without_launching(settings, clus
 
 @pytest.mark.parametrize(
     "changes",
-    [{"batch_size": 2}, {"batch_size": 8, "model_max_length": 32}, {"batch_size": 8, "fms_hf_tuning_version": "3.1.0"},
-     {"batch_size": 8, "number_nodes": 2}, {"batch_size": 8, "gradient_accumulation_steps": 1}],
-    ids=["smaller batch", "shorter sequences", "other version", "other nodes", "other accumulation"],
+    [
+        {"batch_size": 2},
+        {"batch_size": 8, "model_max_length": 32},
+        {"batch_size": 8, "fms_hf_tuning_version": "3.1.0"},
+        {"batch_size": 8, "number_nodes": 2},
+        {"batch_size": 8, "gradient_accumulation_steps": 1},
+    ],
+    ids=[
+        "smaller batch",
+        "shorter sequences",
+        "other version",
+        "other nodes",
+        "other accumulation",
+    ],
 )
 def test_what_the_oom_does_not_dominate_is_launched(settings, cluster, changes):
     measure(settings, batch_size=4)
@@ -128,14 +158,21 @@ def test_turned_off_every_request_launches_and_the_record_is_left_alone(settings
 def test_a_run_that_fits_withdraws_the_oom_it_contradicts(settings, cluster, caplog):
     # batch 8 launches while the record is empty; while it trains, batch 4 runs out of memory
     # and is recorded (two measurements at once); then batch 8 fits after all
-    cluster.fits, cluster.during = {"batch_size.8"}, {"batch_size.8": lambda: measure(settings, batch_size=4)}
+    cluster.fits, cluster.during = (
+        {"batch_size.8"},
+        {"batch_size.8": lambda: measure(settings, batch_size=4)},
+    )
     with caplog.at_level(logging.WARNING):
         fits = measure(settings, batch_size=8)
     assert isinstance(fits, Measured) and cluster.launched == ["batch_size.8", "batch_size.4"]
-    assert ("batch_size.8 fitted (batch 8 per device, model_max_length 64), contradicting the "
-            "measured OOM of batch_size.4 (batch 4 per device, model_max_length 64, log /out/") in caplog.text
+    assert (
+        "batch_size.8 fitted (batch 8 per device, model_max_length 64), contradicting the "
+        "measured OOM of batch_size.4 (batch 4 per device, model_max_length 64, log /out/"
+    ) in caplog.text
     (withdrawn,) = fits.metadata["oom_record"]["superseded"]
-    assert withdrawn["label"] == "batch_size.4" and withdrawn["workdir"].startswith("/out/batch_size.4-")
+    assert withdrawn["label"] == "batch_size.4" and withdrawn["workdir"].startswith(
+        "/out/batch_size.4-"
+    )
     assert [x["kind"] for x in record_lines(settings)] == ["oom", "superseded"]
     # the withdrawn OOM answers nothing any more: batch 4 and 6 are measured again
     measure(settings, batch_size=6)
@@ -152,14 +189,19 @@ def test_a_valid_run_with_nothing_to_withdraw_writes_nothing(settings, cluster):
     assert settings.oom_record_file().read_text() == lines
 
 
-def test_a_record_that_cannot_be_read_or_written_never_fails_a_measurement(settings, cluster, caplog):
+def test_a_record_that_cannot_be_read_or_written_never_fails_a_measurement(
+    settings, cluster, caplog
+):
     path = settings.oom_record_file()
     path.parent.parent.mkdir(parents=True)
     path.parent.write_text("a file where the record's directory should be")
     with caplog.at_level(logging.WARNING):
         oom = measure(settings, batch_size=4)
         larger = measure(settings, batch_size=8)
-    assert isinstance(oom, Invalid) and "cannot write the OOM record" in oom.metadata["oom_record"]["problem"]
+    assert (
+        isinstance(oom, Invalid)
+        and "cannot write the OOM record" in oom.metadata["oom_record"]["problem"]
+    )
     assert isinstance(larger, Invalid) and "answered_by" not in larger.metadata  # measured
     assert cluster.launched == ["batch_size.4", "batch_size.8"]
     assert "is not in the OOM record" in caplog.text

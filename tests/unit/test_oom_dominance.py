@@ -25,8 +25,14 @@ LORA = "finetune_lora_benchmark-v1.0.0"
 STABILITY = "finetune_full_stability-v1.0.0"
 A100 = "NVIDIA-A100-SXM4-80GB"
 WEIGHTS = "/models/granite"
-OOM = {"model_name": "granite-3.1-2b", "model_max_length": 2048, "batch_size": 8,
-       "number_gpus": 2, "gpu_model": A100, "fms_hf_tuning_version": "3.2.2"}  # fmt: skip
+OOM = {
+    "model_name": "granite-3.1-2b",
+    "model_max_length": 2048,
+    "batch_size": 8,
+    "number_gpus": 2,
+    "gpu_model": A100,
+    "fms_hf_tuning_version": "3.2.2",
+}
 
 
 def config(experiment: str = FULL, location: str = WEIGHTS, **changes) -> Configuration:
@@ -40,7 +46,12 @@ def answered(**changes) -> bool:
 
 @pytest.mark.parametrize(
     "changes",
-    [{}, {"batch_size": 16}, {"model_max_length": 4096}, {"batch_size": 10, "model_max_length": 2049}],
+    [
+        {},
+        {"batch_size": 16},
+        {"model_max_length": 4096},
+        {"batch_size": 10, "model_max_length": 2049},
+    ],
     ids=["the same configuration", "larger batch", "longer sequences", "both"],
 )
 def test_a_request_no_smaller_in_batch_and_length_is_answered(changes):
@@ -49,10 +60,18 @@ def test_a_request_no_smaller_in_batch_and_length_is_answered(changes):
 
 @pytest.mark.parametrize(
     "changes",
-    [{"batch_size": 6}, {"model_max_length": 1024}, {"batch_size": 16, "model_max_length": 1024},
-     {"batch_size": 6, "model_max_length": 4096}],
-    ids=["smaller batch", "shorter sequences", "larger batch, shorter sequences",
-         "smaller batch, longer sequences"],
+    [
+        {"batch_size": 6},
+        {"model_max_length": 1024},
+        {"batch_size": 16, "model_max_length": 1024},
+        {"batch_size": 6, "model_max_length": 4096},
+    ],
+    ids=[
+        "smaller batch",
+        "shorter sequences",
+        "larger batch, shorter sequences",
+        "smaller batch, longer sequences",
+    ],
 )
 def test_a_request_smaller_in_either_is_measured(changes):
     assert not answered(**changes)
@@ -60,18 +79,32 @@ def test_a_request_smaller_in_either_is_measured(changes):
 
 @pytest.mark.parametrize(
     "changes",
-    [{"fms_hf_tuning_version": "3.1.0"}, {"gpu_model": "NVIDIA-H100-80GB-HBM3"},
-     # more GPUs for the same per-device batch: FSDP shards the state thinner, but the
-     # rule never reasons about sharding: every other value must be equal
-     {"number_gpus": 4, "batch_size": 16}, {"number_nodes": 2}, {"torch_dtype": "float32"},
-     {"fsdp_sharding_strategy": "SHARD_GRAD_OP"}, {"gradient_checkpointing": False}],
-    ids=["other version", "other gpu_model", "other GPUs", "other nodes", "other dtype",
-         "other sharding", "other checkpointing"],
+    [
+        {"fms_hf_tuning_version": "3.1.0"},
+        {"gpu_model": "NVIDIA-H100-80GB-HBM3"},
+        # more GPUs for the same per-device batch: FSDP shards the state thinner, but the
+        # rule never reasons about sharding: every other value must be equal
+        {"number_gpus": 4, "batch_size": 16},
+        {"number_nodes": 2},
+        {"torch_dtype": "float32"},
+        {"fsdp_sharding_strategy": "SHARD_GRAD_OP"},
+        {"gradient_checkpointing": False},
+    ],
+    ids=[
+        "other version",
+        "other gpu_model",
+        "other GPUs",
+        "other nodes",
+        "other dtype",
+        "other sharding",
+        "other checkpointing",
+    ],
 )
 def test_any_other_difference_is_measured_even_at_a_larger_size(changes):
     assert not answered(**changes)
-    assert not answered(**{**changes, "batch_size": changes.get("batch_size", 8) * 2,
-                           "model_max_length": 4096})  # fmt: skip
+    assert not answered(
+        **{**changes, "batch_size": changes.get("batch_size", 8) * 2, "model_max_length": 4096}
+    )
 
 
 def _another_value(name: str):
@@ -97,7 +130,9 @@ def test_other_experiments_and_other_weights_are_measured():
 def test_the_batch_is_compared_per_device():
     assert config().batch_per_device == 4.0  # 8 over 2 GPUs
     assert config(number_gpus=0, gpu_model=None).batch_per_device == 8.0
-    assert config(number_gpus=0, gpu_model=None, number_nodes=2).batch_per_device == 4.0  # CPU ranks
+    assert (
+        config(number_gpus=0, gpu_model=None, number_nodes=2).batch_per_device == 4.0
+    )  # CPU ranks
     assert config(number_gpus=4, number_nodes=2, batch_size=12).batch_per_device == 3.0
     assert config(model_max_length=512).model_max_length == 512
 
@@ -119,14 +154,19 @@ def test_a_configuration_read_back_from_the_record_is_the_same():
 
 def test_the_tightest_of_several_dominating_ooms_is_the_proof():
     request = config(batch_size=16, model_max_length=4096)
-    ooms = [(config(batch_size=4), "small"), (config(batch_size=12), "close"),
-            (config(batch_size=32), "larger than the request"),
-            (config(LORA, batch_size=2), "other experiment")]  # fmt: skip
+    ooms = [
+        (config(batch_size=4), "small"),
+        (config(batch_size=12), "close"),
+        (config(batch_size=32), "larger than the request"),
+        (config(LORA, batch_size=2), "other experiment"),
+    ]
     assert tightest(ooms, request) == "close"
     assert tightest(ooms[2:], request) is None
     assert tightest([], request) is None
     # equal per-device batches: the longer sequence is the closer proof
-    assert tightest([(config(model_max_length=4096), "long"), (config(), "short")], request) == "long"
+    assert (
+        tightest([(config(model_max_length=4096), "long"), (config(), "short")], request) == "long"
+    )
 
 
 def test_the_stability_experiment_takes_no_part():
@@ -136,7 +176,9 @@ def test_the_stability_experiment_takes_no_part():
 
 
 def test_only_an_oom_a_launched_run_showed_counts():
-    assert is_measured_oom(Invalid("GPU out of memory: rank 0", gpu_oom=True, metadata={"workdir": "/w"}))
+    assert is_measured_oom(
+        Invalid("GPU out of memory: rank 0", gpu_oom=True, metadata={"workdir": "/w"})
+    )
     # the certain-OOM bound (nothing launched) and an answer by dominance carry no workdir
     assert not is_measured_oom(Invalid("certain GPU out of memory", gpu_oom=True))
     assert not is_measured_oom(Invalid("batch_size 3 is not divisible", metadata={"workdir": "/w"}))

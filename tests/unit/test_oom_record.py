@@ -18,9 +18,15 @@ WRITERS, EACH = 4, 25
 
 
 def config(batch_size: int = 4, model_max_length: int = 64, version: str = "3.2.2"):
-    values = entity_values({"model_name": "tiny", "model_max_length": model_max_length,
-                            "batch_size": batch_size, "number_gpus": 0,
-                            "fms_hf_tuning_version": version})  # fmt: skip
+    values = entity_values(
+        {
+            "model_name": "tiny",
+            "model_max_length": model_max_length,
+            "batch_size": batch_size,
+            "number_gpus": 0,
+            "fms_hf_tuning_version": version,
+        }
+    )
     return configuration(values, FULL, "/models/tiny")
 
 
@@ -67,7 +73,9 @@ def test_a_damaged_line_costs_only_itself(tmp_path):
         handle.write("not json at all\n")
         handle.write('["a list", "not an entry"]\n')
         handle.write('{"format": 1, "kind": "oom", "id": "x", "configuration": {}}\n')
-        handle.write('{"format": 1, "kind": "oom", "id": "cut", "configur')  # a writer killed mid-line
+        handle.write(
+            '{"format": 1, "kind": "oom", "id": "cut", "configur'
+        )  # a writer killed mid-line
     assert [e.proof["label"] for e in record.ooms()] == ["before"]
     record.add(config(batch_size=8), proof("after"))  # starts on a line of its own
     assert [e.proof["label"] for e in Record(path).ooms()] == ["before", "after"]
@@ -90,7 +98,12 @@ def test_a_run_that_fits_supersedes_the_ooms_it_contradicts_and_no_others(tmp_pa
     marks = [json.loads(x) for x in record.path.read_text().splitlines() if SUPERSEDED in x]
     assert [(m["id"], m["by"]["label"]) for m in marks] == [(withdrawn.id, "b8-fits")]
     assert record.supersede(config(batch_size=8), proof("again")) == []  # once is enough
-    assert record.supersede(config(batch_size=8, model_max_length=128), proof("equal"))[0].proof["label"] == "b8-long"
+    assert (
+        record.supersede(config(batch_size=8, model_max_length=128), proof("equal"))[0].proof[
+            "label"
+        ]
+        == "b8-long"
+    )
 
 
 def test_a_record_that_cannot_be_read_or_written_says_where(tmp_path):

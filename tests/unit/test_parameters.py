@@ -24,7 +24,9 @@ def test_documented_defaults():
 def test_unknown_key_arriving_as_ado_core_extra_is_rejected_with_a_hint():
     # ado-core parses the YAML into its permissive model first, then asks the actuator.
     generic = GenericActuatorParameters(hf_home="/h", data_directri="/d")
-    with pytest.raises(pydantic.ValidationError, match=r"data_directri \(did you mean data_directory\?\)"):
+    with pytest.raises(
+        pydantic.ValidationError, match=r"data_directri \(did you mean data_directory\?\)"
+    ):
         SFTTrainer.validate_parameters(generic)
 
 
@@ -60,7 +62,9 @@ def test_relative_token_cache_lives_under_data_directory():
 
 
 def test_engine_settings_refuse_unknown_keys_like_the_actuator():
-    with pytest.raises(pydantic.ValidationError, match=r"data_directri \(did you mean data_directory\?\)"):
+    with pytest.raises(
+        pydantic.ValidationError, match=r"data_directri \(did you mean data_directory\?\)"
+    ):
         MeasurementSettings(data_directri="/d")
     # the actuator's parameters take ado's supervisor timings; the engine's settings do not
     assert SFTTrainerParameters(taskRunningTimeoutSeconds=5).taskRunningTimeoutSeconds == 5

@@ -22,7 +22,10 @@ def test_gpu_request_asks_for_gpus_and_the_gpu_model_resource():
     bundle = placement(request, [CPU_NODE, GPU_NODE])
     assert bundle == {"CPU": 8, "GPU": 4, "NVIDIA-A100-SXM4-80GB": 4.0}
     assert task_resources(bundle) == {
-        "num_cpus": 8, "num_gpus": 4, "resources": {"NVIDIA-A100-SXM4-80GB": 4.0}}  # fmt: skip
+        "num_cpus": 8,
+        "num_gpus": 4,
+        "resources": {"NVIDIA-A100-SXM4-80GB": 4.0},
+    }
 
 
 def test_infeasible_request_says_what_the_cluster_offers():
@@ -34,8 +37,16 @@ def test_infeasible_request_says_what_the_cluster_offers():
     assert isinstance(placement(ResourceRequest(cpus=2, gpus=1), [DEAD_GPU_NODE, CPU_NODE]), str)
 
 
-WORKER = {"Alive": True, "Resources": {"CPU": 64.0, "GPU": 8.0, "NVIDIA-A100-SXM4-80GB": 8.0,
-                                       "full-worker": 1.0, "node:10.0.0.2": 1.0}}  # fmt: skip
+WORKER = {
+    "Alive": True,
+    "Resources": {
+        "CPU": 64.0,
+        "GPU": 8.0,
+        "NVIDIA-A100-SXM4-80GB": 8.0,
+        "full-worker": 1.0,
+        "node:10.0.0.2": 1.0,
+    },
+}
 BUNDLE = {"CPU": 16.0, "GPU": 8.0, "NVIDIA-A100-SXM4-80GB": 8.0, "full-worker": 1.0}
 
 
@@ -46,8 +57,13 @@ def test_unplaced_nodes_say_what_the_cluster_lacks():
     assert "full-worker=1" in too_few and "placement_timeout_seconds" in too_few
     no_roce = unplaceable_reason({**BUNDLE, "RoCE": 1.0}, 2, [WORKER, WORKER], waited=30)
     assert "no node offers RoCE" in no_roce
-    busy = unplaceable_reason(BUNDLE, 2, [WORKER, WORKER], waited=30,
-                              holders="node 10.0.0.2/ab: placement group trial reserves CPU=1")  # fmt: skip
+    busy = unplaceable_reason(
+        BUNDLE,
+        2,
+        [WORKER, WORKER],
+        waited=30,
+        holders="node 10.0.0.2/ab: placement group trial reserves CPU=1",
+    )
     assert "stayed in use" in busy and "Holding them: node 10.0.0.2/ab: placement group" in busy
     one = unplaceable_reason({"CPU": 2.0}, 1, [CPU_NODE], waited=5)
     assert one.startswith("could not place the measurement's task (CPU=2) within 5 s")
@@ -57,4 +73,7 @@ def test_node_task_options_carry_an_optional_runtime_env():
     plain = node_task_options(num_cpus=2, num_gpus=0, resources={})
     assert plain == {"max_retries": 0, "num_cpus": 2, "num_gpus": 0, "resources": {}}
     env = {"pip": ["fms-hf-tuning==3.2.2"]}
-    assert node_task_options(num_cpus=2, num_gpus=0, resources={}, runtime_env=env)["runtime_env"] == env
+    assert (
+        node_task_options(num_cpus=2, num_gpus=0, resources={}, runtime_env=env)["runtime_env"]
+        == env
+    )

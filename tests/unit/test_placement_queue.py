@@ -20,11 +20,16 @@ def group(name: str, state: str) -> dict:
 
 
 def test_a_group_name_says_when_its_measurement_asked_and_sorts_by_it():
-    early, late = group_name("abcd1234", 9_000_000_000, JOB), group_name("0000ffff", 10_000_000_000, JOB)
+    early, late = (
+        group_name("abcd1234", 9_000_000_000, JOB),
+        group_name("0000ffff", 10_000_000_000, JOB),
+    )
     assert early.startswith(OWN_GROUP_PREFIX)
     assert asked_at(early) == 9_000_000_000 and asked_at(late) == 10_000_000_000
     assert sorted([late, early]) == [early, late]  # digits padded: text order is time order
-    assert creator_job(early) == JOB and creator_job(group_name("a-b-c", 1, "02000000")) == "02000000"
+    assert (
+        creator_job(early) == JOB and creator_job(group_name("a-b-c", 1, "02000000")) == "02000000"
+    )
 
 
 def test_other_groups_have_no_place_in_the_queue():
@@ -51,5 +56,8 @@ def test_only_older_groups_still_waiting_come_first_oldest_first():
 
 
 def test_nobody_waits_when_nothing_older_waits():
-    table = [group(group_name("running", 1, JOB), "CREATED"), group(group_name("later", 8, JOB), "PENDING")]
+    table = [
+        group(group_name("running", 1, JOB), "CREATED"),
+        group(group_name("later", 8, JOB), "PENDING"),
+    ]
     assert older_waiting(table, 5) == []

@@ -11,11 +11,22 @@ from ado_actuators.sfttrainer.contract.trainer_io import JOB_FLAG
 from ado_actuators.sfttrainer.plan.launch import PlanError, PlanInputs, plan_launch, plan_resources
 
 
-def inputs(experiment="finetune_full_benchmark-v1.0.0", use_cpu=False, machine_rank=0,
-           main_process_ip=None, visible_devices=None, **overrides):  # fmt: skip
+def inputs(
+    experiment="finetune_full_benchmark-v1.0.0",
+    use_cpu=False,
+    machine_rank=0,
+    main_process_ip=None,
+    visible_devices=None,
+    **overrides,
+):
     definition = catalog_data().experiment(experiment)
-    base = {"model_name": "granite-3.1-2b", "model_max_length": 512, "batch_size": 8,
-            "number_gpus": 1, "gpu_model": "NVIDIA-A100-SXM4-80GB"}  # fmt: skip
+    base = {
+        "model_name": "granite-3.1-2b",
+        "model_max_length": 512,
+        "batch_size": 8,
+        "number_gpus": 1,
+        "gpu_model": "NVIDIA-A100-SXM4-80GB",
+    }
     return PlanInputs(
         values=entity_values({**base, **overrides}, definition.default_overrides()),
         definition=definition,
@@ -42,8 +53,13 @@ def test_single_device_runs_the_trainer_directly_with_the_spec_command_line():
     plan = plan_launch(inputs(max_steps=3))
     node = plan.node
     argv = node.argv
-    assert argv[:5] == ["/venv/bin/python", "-m", "ado_actuators.sfttrainer.trainer", JOB_FLAG,
-                        "/work/m1/job.json"]  # fmt: skip
+    assert argv[:5] == [
+        "/venv/bin/python",
+        "-m",
+        "ado_actuators.sfttrainer.trainer",
+        JOB_FLAG,
+        "/work/m1/job.json",
+    ]
     assert node.accelerate_config is None
     assert option(argv, "--per_device_train_batch_size") == "8"
     assert option(argv, "--max_seq_length") == "512"
@@ -69,8 +85,13 @@ def test_max_steps_bounds_the_entries_trained_on():
 
 
 def test_multi_gpu_fsdp_uses_accelerate_with_the_spec_config():
-    plan = plan_launch(inputs(number_gpus=4, fsdp_sharding_strategy="HYBRID_SHARD",
-                              accelerate_config_fsdp_transformer_layer_cls_to_wrap="LlamaDecoderLayer"))
+    plan = plan_launch(
+        inputs(
+            number_gpus=4,
+            fsdp_sharding_strategy="HYBRID_SHARD",
+            accelerate_config_fsdp_transformer_layer_cls_to_wrap="LlamaDecoderLayer",
+        )
+    )
     node = plan.node
     assert node.argv[1:3] == ["-m", "accelerate.commands.launch"]
     assert option(node.argv, "--num_processes") == "4"
@@ -111,11 +132,16 @@ def test_lora_pt_and_gptq_command_lines():
     lora = plan_launch(inputs("finetune_lora_benchmark-v1.0.0", model_name="granite-13b-v2", r=8))
     argv = lora.node.argv
     assert option(argv, "--peft_method") == "lora"
-    assert argv[argv.index("--target_modules") + 1 : argv.index("--target_modules") + 3] == ["c_attn", "c_proj"]
+    assert argv[argv.index("--target_modules") + 1 : argv.index("--target_modules") + 3] == [
+        "c_attn",
+        "c_proj",
+    ]
     assert option(argv, "--r") == "8" and option(argv, "--lora_alpha") == "16"
     pt = plan_launch(inputs("finetune_pt_benchmark-v1.0.0")).node.argv
     assert option(pt, "--peft_method") == "pt" and "--r" not in pt
-    gptq = plan_launch(inputs("finetune_gptq-lora_benchmark-v1.0.0", model_name="llama-7b")).node.argv
+    gptq = plan_launch(
+        inputs("finetune_gptq-lora_benchmark-v1.0.0", model_name="llama-7b")
+    ).node.argv
     assert option(gptq, "--torch_dtype") == "float16"
     assert option(gptq, "--auto_gptq") == "triton_v2"
     i = gptq.index("--fast_kernels")
@@ -131,20 +157,36 @@ def test_stability_runs_five_steps():
 
 
 def test_values_stay_single_arguments_never_shell_text():
-    hostile = inputs().model_copy(update={"dataset_path": Path("/data/a b; rm -rf ~ #.jsonl"),
-                                          "model_location": "$(reboot)"})
+    hostile = inputs().model_copy(
+        update={"dataset_path": Path("/data/a b; rm -rf ~ #.jsonl"), "model_location": "$(reboot)"}
+    )
     argv = plan_launch(hostile).node.argv
     assert option(argv, "--training_data_path") == "/data/a b; rm -rf ~ #.jsonl"
     assert option(argv, "--model_name_or_path") == "$(reboot)"
 
 
 def test_unsupported_settings_are_plan_errors_naming_the_field():
-    with pytest.raises(PlanError, match="distributed_backend None .* use distributed_backend DDP or FSDP"):
-        plan_launch(inputs(number_gpus=4, number_nodes=2, distributed_backend="None",
-                           main_process_ip="10.0.0.1"))  # fmt: skip
+    with pytest.raises(
+        PlanError, match="distributed_backend None .* use distributed_backend DDP or FSDP"
+    ):
+        plan_launch(
+            inputs(
+                number_gpus=4,
+                number_nodes=2,
+                distributed_backend="None",
+                main_process_ip="10.0.0.1",
+            )
+        )
     with pytest.raises(PlanError, match="batch_size 3 is not divisible by number_nodes 2"):
-        plan_launch(inputs(number_gpus=0, gpu_model=None, number_nodes=2, batch_size=3,
-                           main_process_ip="10.0.0.1"))  # fmt: skip
+        plan_launch(
+            inputs(
+                number_gpus=0,
+                gpu_model=None,
+                number_nodes=2,
+                batch_size=3,
+                main_process_ip="10.0.0.1",
+            )
+        )
     with pytest.raises(PlanError, match="dataset_kwargs_skip_prepare_dataset: fms-hf-tuning 3.0.0"):
         plan_launch(inputs(dataset_kwargs_skip_prepare_dataset=True, fms_hf_tuning_version="3.0.0"))
 
@@ -158,7 +200,8 @@ def test_stop_after_seconds_and_labels_reach_the_trainer_job():
 
 def test_vision_datasets_name_their_image_and_conversation_columns():
     vision = inputs(dataset_id="vision-384x384-16384plus-entries-4096").model_copy(
-        update={"text_field": "messages", "image_field": "images", "conversation_field": "messages"})
+        update={"text_field": "messages", "image_field": "images", "conversation_field": "messages"}
+    )
     argv = plan_launch(vision).node.argv
     assert option(argv, "--dataset_image_field") == "images"
     assert option(argv, "--dataset_conversation_field") == "messages"
@@ -174,8 +217,13 @@ def test_local_or_cached_weights_train_offline_from_hf_homes_cache():
 
 
 def test_each_node_of_a_multi_node_run_gets_its_machine_rank_and_rank_0s_address():
-    entity = dict(number_gpus=16, number_nodes=2, batch_size=32, distributed_backend="DDP",
-                  main_process_ip="10.1.2.3")  # fmt: skip
+    entity = dict(
+        number_gpus=16,
+        number_nodes=2,
+        batch_size=32,
+        distributed_backend="DDP",
+        main_process_ip="10.1.2.3",
+    )
     plans = [plan_launch(inputs(machine_rank=rank, **entity)) for rank in (0, 1)]
     for rank, plan in enumerate(plans):
         config = plan.node.accelerate_config
@@ -197,8 +245,9 @@ def test_multi_node_bundles_ask_for_a_full_worker_and_roce_when_enabled():
     assert (resources.cpus, resources.gpus) == (16, 8)
     assert resources.custom == {"NVIDIA-A100-SXM4-80GB": 8.0, "full-worker": 1.0, "RoCE": 1.0}
     assert resources.bundle() == {"CPU": 16.0, "GPU": 8.0, **resources.custom}
-    plan = plan_launch(inputs(number_gpus=16, number_nodes=2, enable_roce=True,
-                              main_process_ip="10.1.2.3"))  # fmt: skip
+    plan = plan_launch(
+        inputs(number_gpus=16, number_nodes=2, enable_roce=True, main_process_ip="10.1.2.3")
+    )
     assert plan.env["NCCL_IB_DISABLE"] == "0"
     # one node: neither resource, and RoCE is a multi-node setting
     single = plan_resources(inputs(number_gpus=8, enable_roce=True).values)
@@ -207,9 +256,17 @@ def test_multi_node_bundles_ask_for_a_full_worker_and_roce_when_enabled():
 
 
 def test_cpu_nodes_train_one_gloo_rank_each_and_split_the_batch():
-    plan = plan_launch(inputs(number_gpus=0, gpu_model=None, number_nodes=2, batch_size=4,
-                              distributed_backend="DDP", machine_rank=1,
-                              main_process_ip="10.1.2.3"))  # fmt: skip
+    plan = plan_launch(
+        inputs(
+            number_gpus=0,
+            gpu_model=None,
+            number_nodes=2,
+            batch_size=4,
+            distributed_backend="DDP",
+            machine_rank=1,
+            main_process_ip="10.1.2.3",
+        )
+    )
     assert plan.world_size == 2 and plan.processes_per_node == 1
     assert option(plan.node.argv, "--num_processes") == "2"
     assert option(plan.node.argv, "--per_device_train_batch_size") == "2"
@@ -231,7 +288,9 @@ def test_data_parallel_is_one_process_seeing_every_gpu_of_the_node():
     assert plan.job.gpu_indices == [0, 1, 2, 3]
     assert plan.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and "ACCELERATE_USE_CPU" not in plan.env
     assert plan.resources_per_node.gpus == 4
-    assert inputs(distributed_backend="None").values.distributed_backend == "None"  # stored as asked
+    assert (
+        inputs(distributed_backend="None").values.distributed_backend == "None"
+    )  # stored as asked
 
 
 def test_gpus_are_pinned_to_the_planned_ones_of_what_the_process_sees():
@@ -247,14 +306,24 @@ def test_gpus_are_pinned_to_the_planned_ones_of_what_the_process_sees():
     )
     mig = "MIG-c7384736-a75d-5afc-978f-d2f1294409fd"
     assert plan_launch(inputs(visible_devices=f" {mig} ")).env["CUDA_VISIBLE_DEVICES"] == mig
-    per_node = plan_launch(inputs(number_gpus=16, number_nodes=2, main_process_ip="10.0.0.1",
-                                  visible_devices="0,1,2,3,4,5,6,7"))  # fmt: skip
+    per_node = plan_launch(
+        inputs(
+            number_gpus=16,
+            number_nodes=2,
+            main_process_ip="10.0.0.1",
+            visible_devices="0,1,2,3,4,5,6,7",
+        )
+    )
     assert per_node.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
 
 
 def test_cpu_ranks_see_no_gpu_and_too_few_visible_gpus_is_refused():
-    assert plan_launch(inputs(number_gpus=2, use_cpu=True, visible_devices="0,1")).env[
-        "CUDA_VISIBLE_DEVICES"] == ""  # fmt: skip
+    assert (
+        plan_launch(inputs(number_gpus=2, use_cpu=True, visible_devices="0,1")).env[
+            "CUDA_VISIBLE_DEVICES"
+        ]
+        == ""
+    )
     with pytest.raises(PlanError, match=r"CUDA_VISIBLE_DEVICES='2'.*leaves it 1"):
         plan_launch(inputs(number_gpus=2, distributed_backend="DDP", visible_devices="2"))
     with pytest.raises(PlanError, match="CUDA_VISIBLE_DEVICES=''"):

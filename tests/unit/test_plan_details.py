@@ -35,9 +35,14 @@ def test_the_trainer_job_carries_the_aim_repo_labels_and_stop_policy():
     labelled = inputs(stop_after_seconds=30, auto_stop_method=WARMUP_60S_STABLE_120S_OR_10_STEPS)
     job = plan_launch(labelled.model_copy(update={"run_labels": {"entity": "e1"}})).job
     assert job.aim_repo == "/work/m1/aim" and job.run_labels == {"entity": "e1"}
-    assert (job.stop_after_seconds, job.auto_stop_method) == (30.0, WARMUP_60S_STABLE_120S_OR_10_STEPS)
+    assert (job.stop_after_seconds, job.auto_stop_method) == (
+        30.0,
+        WARMUP_60S_STABLE_120S_OR_10_STEPS,
+    )
     assert job.auto_stop_max_seconds == 80.0  # the field's default reaches the trainer
-    capped = plan_launch(inputs(auto_stop_method="STEADY_CI95_1PCT", auto_stop_max_seconds=45.0)).job
+    capped = plan_launch(
+        inputs(auto_stop_method="STEADY_CI95_1PCT", auto_stop_max_seconds=45.0)
+    ).job
     assert (capped.auto_stop_method, capped.auto_stop_max_seconds) == ("STEADY_CI95_1PCT", 45.0)
 
 
@@ -72,10 +77,19 @@ def test_expert_parallelism_and_fast_kernels_reach_the_command_line():
     moe, plain = (plan_launch(inputs(fast_moe=degree, **mixtral)).node.argv for degree in (2, 0))
     i = moe.index("--fast_moe")
     assert moe[i : i + 2] == ["--fast_moe", "2"] and moe[:i] + moe[i + 2 :] == plain  # nothing else
-    gptq = plan_launch(inputs("finetune_gptq-lora_benchmark-v1.0.0", model_name="llama-7b",
-                              fast_kernels=["True", "False", "True"])).node.argv  # fmt: skip
+    gptq = plan_launch(
+        inputs(
+            "finetune_gptq-lora_benchmark-v1.0.0",
+            model_name="llama-7b",
+            fast_kernels=["True", "False", "True"],
+        )
+    ).node.argv
     i = gptq.index("--fast_kernels")
-    assert gptq[i + 1 : i + 4] == ["true", "false", "true"]  # the entity's, replacing the experiment's
+    assert gptq[i + 1 : i + 4] == [
+        "true",
+        "false",
+        "true",
+    ]  # the entity's, replacing the experiment's
 
 
 def test_data_parallel_over_two_gpus_is_one_process():
@@ -90,16 +104,32 @@ def test_a_cpu_entity_asks_for_no_gpu_model_resource():
 @pytest.mark.parametrize("rank, nodes", [(2, 2), (-1, 2), (1, 1)])
 def test_a_machine_rank_outside_the_nodes_is_refused(rank, nodes):
     with pytest.raises(PlanError, match=f"^machine_rank {rank} outside 0..{nodes - 1}$"):
-        plan_launch(inputs(number_gpus=2 * nodes, number_nodes=nodes, machine_rank=rank,
-                           main_process_ip="10.0.0.1"))  # fmt: skip
+        plan_launch(
+            inputs(
+                number_gpus=2 * nodes,
+                number_nodes=nodes,
+                machine_rank=rank,
+                main_process_ip="10.0.0.1",
+            )
+        )
 
 
 def test_refusals_say_what_to_change():
     with pytest.raises(PlanError, match="^a multi-node plan needs the address of rank 0's node$"):
         plan_launch(inputs(number_gpus=4, number_nodes=2))
     with pytest.raises(PlanError, match="batch_size is split evenly over them$"):
-        plan_launch(inputs(number_gpus=0, gpu_model=None, number_nodes=2, batch_size=3,
-                           main_process_ip="10.0.0.1"))  # fmt: skip
-    with pytest.raises(PlanError, match=r"widen CUDA_VISIBLE_DEVICES \(or the GPUs Ray gives the task\), "
-                                        "or measure with fewer GPUs$"):  # fmt: skip
+        plan_launch(
+            inputs(
+                number_gpus=0,
+                gpu_model=None,
+                number_nodes=2,
+                batch_size=3,
+                main_process_ip="10.0.0.1",
+            )
+        )
+    with pytest.raises(
+        PlanError,
+        match=r"widen CUDA_VISIBLE_DEVICES \(or the GPUs Ray gives the task\), "
+        "or measure with fewer GPUs$",
+    ):
         plan_launch(inputs(number_gpus=2, distributed_backend="DDP", visible_devices="2"))

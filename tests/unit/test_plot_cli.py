@@ -31,10 +31,21 @@ def test_help_says_what_it_draws_and_how_to_feed_it():
     result = invoke("--help")
     assert result.exit_code == 0
     text = " ".join(result.output.split())
-    for needle in ("SPACE_ID", "--csv", "--context", "--output-dir", "batch size",
-                   "is_valid", "ado show measurements", "--compare", "fastest valid",
-                   "largest batch size that fits", "GPU-hours", "95 % intervals",
-                   "answered without launching"):  # fmt: skip
+    for needle in (
+        "SPACE_ID",
+        "--csv",
+        "--context",
+        "--output-dir",
+        "batch size",
+        "is_valid",
+        "ado show measurements",
+        "--compare",
+        "fastest valid",
+        "largest batch size that fits",
+        "GPU-hours",
+        "95 % intervals",
+        "answered without launching",
+    ):
         assert needle in text, needle
 
 
@@ -52,7 +63,9 @@ def test_the_csv_ado_wrote_becomes_a_picture_and_a_page(tmp_path):
         "  Largest batch that fits, 0 GPUs (CPU): sequence length 128: 4 (largest tried, none "
         "invalid); sequence length 256: 4 (largest tried, none invalid)",
     ]
-    assert "lora\n  Fastest valid: 0 GPUs (CPU), sequence length 128, batch 2: 1,099" in result.stdout
+    assert (
+        "lora\n  Fastest valid: 0 GPUs (CPU), sequence length 128, batch 2: 1,099" in result.stdout
+    )
     assert "Scaling" not in result.stdout  # one GPU count (CPU): nothing to scale
     with Image.open(png) as image:
         image.load()
@@ -79,8 +92,9 @@ def other_release(tmp_path, slower_row: int) -> Path:
     with ADO_CSV.open(newline="") as handle:
         rows = list(csv.DictReader(handle))
     for index, row in enumerate(rows):
-        row["experiment_id"] = row["experiment_id"].replace("fms_hf_tuning_version.3.2.2",
-                                                            "fms_hf_tuning_version.3.1.0")  # fmt: skip
+        row["experiment_id"] = row["experiment_id"].replace(
+            "fms_hf_tuning_version.3.2.2", "fms_hf_tuning_version.3.1.0"
+        )
         if index == slower_row:
             row["dataset_tokens_per_second"] = str(float(row["dataset_tokens_per_second"]) * 1.25)
     other = tmp_path / "release-3.1.0.csv"
@@ -99,8 +113,10 @@ def test_compare_gives_the_ratio_per_configuration_and_flags_a_regression(tmp_pa
     assert "Compared with release-3.1.0.csv (fms-hf-tuning 3.2.2 here, 3.1.0 there)" in out
     assert "8 configurations matched (0 only here, 0 only there)" in out
     assert "1 differ: slower or faster where the 95 % intervals do not overlap" in out
-    assert ("full, 0 GPUs (CPU), sequence length 128, batch 2: 0.80× slower (beyond the ±10% "
-            "band: neither row has a 95 % interval)") in out
+    assert (
+        "full, 0 GPUs (CPU), sequence length 128, batch 2: 0.80× slower (beyond the ±10% "
+        "band: neither row has a 95 % interval)"
+    ) in out
     page = (tmp_path / "ado-measurements-demo.html").read_text()
     assert page.count('<tr class="flagged">') == 1 and page.count('<td class="n">1.000</td>') == 7
     assert page.count("<td>±10% band</td>") == 8  # the demo's rows predate the intervals
@@ -111,13 +127,14 @@ def test_compare_gives_the_ratio_per_configuration_and_flags_a_regression(tmp_pa
     ("other", "needles"),
     [
         ("missing.csv", ["'missing.csv' does not exist"]),
-        (str(ADO_CSV_INVALID), ["--compare ado-measurements-invalid.csv: no configuration "
-                                "matches", "batch_size"]),
+        (
+            str(ADO_CSV_INVALID),
+            ["--compare ado-measurements-invalid.csv: no configuration matches", "batch_size"],
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_comparison_that_cannot_be_made_is_one_line(other, needles, tmp_path):
-    one_line_error(invoke("--csv", str(ADO_CSV), "--compare", other, "-o", str(tmp_path)),
-                   *needles)  # fmt: skip
+    one_line_error(invoke("--csv", str(ADO_CSV), "--compare", other, "-o", str(tmp_path)), *needles)
     assert not list(tmp_path.iterdir())
 
 
@@ -130,7 +147,7 @@ def test_a_comparison_that_cannot_be_made_is_one_line(other, needles, tmp_path):
         (["--csv", str(ADO_CSV), "--context", "ctx.yaml"], ["--context applies to SPACE_ID"]),
         (["--csv", str(ADO_CSV), "--name", "a/b"], ["--name 'a/b'"]),
     ],
-)  # fmt: skip
+)
 def test_bad_arguments_get_one_line_naming_the_problem(args, needles, tmp_path):
     one_line_error(invoke(*args, "-o", str(tmp_path)), *needles)
     assert not list(tmp_path.iterdir())
@@ -139,9 +156,11 @@ def test_bad_arguments_get_one_line_naming_the_problem(args, needles, tmp_path):
 def test_a_csv_without_the_needed_columns_is_named(tmp_path):
     other = tmp_path / "entities.csv"
     other.write_text("identifier,batch_size\nx,4\n")
-    one_line_error(invoke("--csv", str(other), "-o", str(tmp_path)),
-                   "lacks the column(s) experiment_id, model_max_length, is_valid",
-                   "--property-format target")  # fmt: skip
+    one_line_error(
+        invoke("--csv", str(other), "-o", str(tmp_path)),
+        "lacks the column(s) experiment_id, model_max_length, is_valid",
+        "--property-format target",
+    )
 
 
 def test_a_space_without_an_ado_context_says_how_to_get_one(tmp_path):
@@ -149,9 +168,15 @@ def test_a_space_without_an_ado_context_says_how_to_get_one(tmp_path):
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "empty")}
     result = subprocess.run(
         [sys.executable, "-m", "ado_actuators.sfttrainer.cli.plot", "space-1", "-o", str(tmp_path)],
-        env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2, result.stderr
-    assert result.stderr.startswith("Error: no active ado context") and "Traceback" not in result.stderr
+    assert (
+        result.stderr.startswith("Error: no active ado context")
+        and "Traceback" not in result.stderr
+    )
     assert "--csv FILE" in result.stderr
     assert not (tmp_path / "empty" / "ado").exists()  # nothing created in the user's ado home

@@ -46,12 +46,26 @@ def test_the_t_table_holds_the_975_quantile_of_every_count_of_batches_less_one()
     assert {batching(n)[1] - 1 for n in range(6, 3000)} == set(T_975) == set(range(2, 30))
 
 
-@pytest.mark.parametrize("steps, shape", [
-    (0, None), (3, None), (4, None), (5, None),  # batches of 1 step, or only 2 batches
-    (6, (2, 3)), (7, (2, 3)), (8, (2, 4)), (9, (3, 3)), (15, (3, 5)), (16, (4, 4)),
-    (899, (30, 29)), (900, (30, 30)),  # floor(sqrt(n)) steps a batch up to 30 batches
-    (901, (31, 29)), (930, (31, 30)), (1000, (34, 29)),  # then at most 30 batches
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "steps, shape",
+    [
+        (0, None),
+        (3, None),
+        (4, None),
+        (5, None),  # batches of 1 step, or only 2 batches
+        (6, (2, 3)),
+        (7, (2, 3)),
+        (8, (2, 4)),
+        (9, (3, 3)),
+        (15, (3, 5)),
+        (16, (4, 4)),
+        (899, (30, 29)),
+        (900, (30, 30)),  # floor(sqrt(n)) steps a batch up to 30 batches
+        (901, (31, 29)),
+        (930, (31, 30)),
+        (1000, (34, 29)),  # then at most 30 batches
+    ],
+)
 def test_batches_of_sqrt_n_steps_at_least_3_of_2_steps_at_most_30(steps, shape):
     assert batching(steps) == shape
 
@@ -72,7 +86,12 @@ def test_a_steady_series_is_precise_to_its_batches_spread():
     found = constant_tokens([0.1, 0.1, 0.09, 0.1, 0.1, 0.1, 0.1, 0.1, 0.11])
     assert found.percent == pytest.approx(100 * T2 * 0.01 / math.sqrt(3) / 0.30, rel=1e-12)
     assert found.percent == pytest.approx(8.2804596, rel=1e-7)
-    assert (found.why, found.steps_per_batch, found.batches, found.steps_left_out) == (None, 3, 3, 0)
+    assert (found.why, found.steps_per_batch, found.batches, found.steps_left_out) == (
+        None,
+        3,
+        3,
+        0,
+    )
 
 
 @pytest.mark.parametrize("where", [0, 4, 8])
@@ -93,7 +112,9 @@ def test_correlated_steps_widen_the_interval_beyond_the_naive_one():
     assert batched.percent == pytest.approx(124.2068934, rel=1e-9)
     # single steps as if independent: mean 2, sd sqrt(6 / 8) -> t(8) sd / sqrt(9) of 2
     naive = batch_means_interval(drift, tokens, 1)
-    assert naive == Interval(pytest.approx(100 * T8 * math.sqrt(0.75) / 3 / 2, rel=1e-12), None, 1, 9, 0)
+    assert naive == Interval(
+        pytest.approx(100 * T8 * math.sqrt(0.75) / 3 / 2, rel=1e-12), None, 1, 9, 0
+    )
     assert naive.percent == pytest.approx(33.2843008, rel=1e-7)
     assert batched.percent > 3 * naive.percent
 
@@ -110,14 +131,18 @@ def test_the_first_steps_that_fill_no_batch_are_left_out():
     assert constant_tokens([4.0] + [1.0] * 9) == Interval(0.0, None, 3, 3, 1)
     assert constant_tokens([1.0] * 9 + [4.0]).percent == pytest.approx(25 * T2, rel=1e-12)
     # 901 steps: 29 batches of 31, the first 2 left out
-    assert constant_tokens([50.0, 50.0] + [0.2] * 899) == Interval(pytest.approx(0.0, abs=1e-9), None, 31, 29, 2)
+    assert constant_tokens([50.0, 50.0] + [0.2] * 899) == Interval(
+        pytest.approx(0.0, abs=1e-9), None, 31, 29, 2
+    )
 
 
 def test_tokens_that_vary_count_as_the_ratio_of_two_sums():
     # every step 1 s, batches of 2 steps with 180, 200, 220 tokens: rate 100/s, residuals
     # -20, 0, 20, sd 20 -> t(2) 20 / sqrt(3) tokens of a mean 200
     found = throughput_interval([1.0] * 6, [90, 90, 100, 100, 110, 110])
-    assert found == Interval(pytest.approx(100 * T2 * 20 / math.sqrt(3) / 200, rel=1e-12), None, 2, 3, 0)
+    assert found == Interval(
+        pytest.approx(100 * T2 * 20 / math.sqrt(3) / 200, rel=1e-12), None, 2, 3, 0
+    )
     assert found.percent == pytest.approx(24.8413787, rel=1e-7)
     # longer steps that carry proportionally more tokens: the same 100 tokens/s throughout
     steady = throughput_interval([1.0, 1.0, 2.0, 2.0, 3.0, 3.0], [100, 100, 200, 200, 300, 300])

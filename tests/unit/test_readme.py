@@ -19,7 +19,9 @@ def test_every_actuator_parameter_is_documented():
 def test_actuator_parameters_are_the_engine_settings_plus_ado_supervisor_fields():
     """Each field declared once: ado-core documents and owns its supervisor timings."""
     supervisor = set(ExperimentExecutorSupervisorParameters.model_fields)
-    assert set(SFTTrainerParameters.model_fields) == set(MeasurementSettings.model_fields) | supervisor
+    assert (
+        set(SFTTrainerParameters.model_fields) == set(MeasurementSettings.model_fields) | supervisor
+    )
     assert not supervisor & set(MeasurementSettings.model_fields)
 
 

@@ -33,8 +33,10 @@ LAUNCHED_OOM = "GPU out of memory: CUDA out of memory. Tried to allocate 2.00 Gi
 def stored(batch, gpus=1, valid=1, seconds=None, answered="", reason="", **extra):
     """A row as sources.py gives it from ado's API: the metadata beside the properties."""
     extra |= {"measurement_seconds": seconds} if seconds is not None else {}
-    return row(gpus=gpus, batch=batch, valid=valid, **extra) | {"answered_by": [answered],
-                                                                "invalid_reason": [reason]}  # fmt: skip
+    return row(gpus=gpus, batch=batch, valid=valid, **extra) | {
+        "answered_by": [answered],
+        "invalid_reason": [reason],
+    }
 
 
 def space():
@@ -46,8 +48,14 @@ def space():
         stored(8, gpus=0, valid=0, seconds=900, reason="CPU run killed"),  # 0.25, invalid
         stored(2, gpus=1),  # launched, stored before measurement_seconds
         # the stability experiment records no time; its rows are not drawn but still count
-        stored(2, gpus=1, experiment_id=STABILITY, dataset_tokens_per_second="",
-               dataset_tokens_per_second_per_gpu="", f_gpu_oom="0.2"),  # fmt: skip
+        stored(
+            2,
+            gpus=1,
+            experiment_id=STABILITY,
+            dataset_tokens_per_second="",
+            dataset_tokens_per_second_per_gpu="",
+            f_gpu_oom="0.2",
+        ),
     ]
     for batch, rule in enumerate(REASONS, start=32):  # each rule by its marker
         rows.append(stored(batch, valid=0, answered=rule, reason="whatever the words"))
@@ -64,7 +72,7 @@ def test_hours_are_split_valid_from_invalid_and_gpu_from_cpu_and_answers_counted
         cpu=Hours(valid=1.0, invalid=0.25, measurements=2),
         untimed=2,
         answered={CONFIGURATION_RULE: 2, CERTAIN_OOM: 2, PREDICTED_OOM: 2, OOM_DOMINANCE: 2},
-    )  # fmt: skip
+    )
 
 
 def test_the_cost_in_words_never_calls_cpu_time_gpu_time():
@@ -78,31 +86,41 @@ def test_the_cost_in_words_never_calls_cpu_time_gpu_time():
         "Answered without launching (no device held): 8 configurations: 2 by a configuration "
         "rule, 2 certain OOM (memory lower bound), 2 predicted OOM (skip_predicted_oom), 2 "
         "dominated by a measured OOM",
-    ]  # fmt: skip
+    ]
 
 
 def test_a_csv_without_metadata_says_the_answers_are_not_known_and_counts_them_untimed():
-    rows = [{k: v for k, v in r.items() if k not in ("answered_by", "invalid_reason")}
-            for r in space()]  # fmt: skip
+    rows = [
+        {k: v for k, v in r.items() if k not in ("answered_by", "invalid_reason")} for r in space()
+    ]
     found = cost(space_table(rows))
     assert found.answered is None and found.untimed == 2 + 8
     assert found.gpu == Hours(1.25, 0.5, 3)
     lines = cost_lines(found)
-    assert lines[-2].endswith("which records none; in ado's CSV, also those answered without "
-                              "launching)")  # fmt: skip
-    assert lines[-1] == ("Answered without launching: not known from this table (ado's CSV holds "
-                         "no result metadata); plot the space by its id to count them")  # fmt: skip
+    assert lines[-2].endswith(
+        "which records none; in ado's CSV, also those answered without launching)"
+    )
+    assert lines[-1] == (
+        "Answered without launching: not known from this table (ado's CSV holds "
+        "no result metadata); plot the space by its id to count them"
+    )
 
 
 def test_a_row_measured_twice_pairs_its_time_with_the_launched_measurement():
     # ado lists the row's values per property, skipping measurements without one: the answer
     # held nothing, so the one time is the launched measurement's
-    twice = row(batch=4) | {"is_valid": "[0, 1]", "measurement_seconds": "3600",
-                             "answered_by": ["oom_dominance", ""],
-                             "invalid_reason": [REASONS[OOM_DOMINANCE], ""]}  # fmt: skip
-    assert cost(space_table([twice])) == Cost(Hours(1.0, 0.0, 1), Hours(), 0,
-                                              {CONFIGURATION_RULE: 0, CERTAIN_OOM: 0,
-                                               PREDICTED_OOM: 0, OOM_DOMINANCE: 1})  # fmt: skip
+    twice = row(batch=4) | {
+        "is_valid": "[0, 1]",
+        "measurement_seconds": "3600",
+        "answered_by": ["oom_dominance", ""],
+        "invalid_reason": [REASONS[OOM_DOMINANCE], ""],
+    }
+    assert cost(space_table([twice])) == Cost(
+        Hours(1.0, 0.0, 1),
+        Hours(),
+        0,
+        {CONFIGURATION_RULE: 0, CERTAIN_OOM: 0, PREDICTED_OOM: 0, OOM_DOMINANCE: 1},
+    )
     # two launched measurements of one validity, one stored before measurement_seconds
     older = row(batch=4) | {"is_valid": "[1, 1]", "measurement_seconds": "1800"}
     assert cost(space_table([older])) == Cost(Hours(0.5, 0.0, 1), Hours(), 1, None)
@@ -113,12 +131,27 @@ def test_a_row_measured_twice_pairs_its_time_with_the_launched_measurement():
 
 @pytest.mark.parametrize(
     "overrides",
-    [{"batch_size": 3}, {"number_nodes": 3}, {"number_nodes": 0}, {"batch_size": 0},
-     {"gpu_model": None}, {"fast_moe": 4, "batch_size": 2}, {"fast_moe": 2}],
-)  # fmt: skip
+    [
+        {"batch_size": 3},
+        {"number_nodes": 3},
+        {"number_nodes": 0},
+        {"batch_size": 0},
+        {"gpu_model": None},
+        {"fast_moe": 4, "batch_size": 2},
+        {"fast_moe": 2},
+    ],
+)
 def test_every_configuration_rules_words_are_read_as_one(overrides):
-    values = entity_values({"model_name": "m", "model_max_length": 128, "batch_size": 4,
-                            "number_gpus": 2, "gpu_model": "NVIDIA-A100-SXM4-80GB", **overrides})  # fmt: skip
+    values = entity_values(
+        {
+            "model_name": "m",
+            "model_max_length": 128,
+            "batch_size": 4,
+            "number_gpus": 2,
+            "gpu_model": "NVIDIA-A100-SXM4-80GB",
+            **overrides,
+        }
+    )
     for experts in (None, 7):
         problems = configuration_problems(values, experts)
         assert problems
@@ -127,8 +160,12 @@ def test_every_configuration_rules_words_are_read_as_one(overrides):
 
 def test_reasons_of_launched_runs_are_read_as_no_rule():
     assert rule_of("", vision_problem("2.1.2", vision=True)) == CONFIGURATION_RULE
-    for reason in (LAUNCHED_OOM, "GPU out of memory (from the training log, rank 1)",
-                   "CPU run killed", ""):  # fmt: skip
+    for reason in (
+        LAUNCHED_OOM,
+        "GPU out of memory (from the training log, rank 1)",
+        "CPU run killed",
+        "",
+    ):
         assert rule_of("", reason) is None
     assert rule_of("something new", LAUNCHED_OOM) is None  # an unknown marker is no rule
 
@@ -146,20 +183,29 @@ def test_the_metadata_ado_stores_reaches_the_rows_read_through_its_api():
     from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured
     from ado_actuators.sfttrainer.report.sources import with_metadata
 
-    experiment = next(e for e in build_experiments()
-                      if e.identifier == "finetune_full_benchmark-v1.0.0")  # fmt: skip
+    experiment = next(
+        e for e in build_experiments() if e.identifier == "finetune_full_benchmark-v1.0.0"
+    )
     answered = Invalid(REASONS[CERTAIN_OOM], gpu_oom=True)
-    launched = Measured({"is_valid": 1, "dataset_tokens_per_second": 100.0,
-                         "dataset_tokens_per_second_per_gpu": 50.0, "measurement_seconds": 1800.0})  # fmt: skip
+    launched = Measured(
+        {
+            "is_valid": 1,
+            "dataset_tokens_per_second": 100.0,
+            "dataset_tokens_per_second_per_gpu": 50.0,
+            "measurement_seconds": 1800.0,
+        }
+    )
     fields = {"model_name": "m", "number_gpus": 2, "model_max_length": 512, "batch_size": 4}
     entity = Entity(
         identifier="e1",
         constitutive_property_values=tuple(
-            ConstitutivePropertyValue(value=v,
-                                      property=ConstitutivePropertyDescriptor(identifier=k))
-            for k, v in fields.items()),
+            ConstitutivePropertyValue(
+                value=v, property=ConstitutivePropertyDescriptor(identifier=k)
+            )
+            for k, v in fields.items()
+        ),
         measurement_results=[to_result(o, "e1", experiment) for o in (answered, launched)],
-    )  # fmt: skip
+    )
     rows = [series.to_dict() for series in entity.experimentSeries([experiment.reference])]
     (read,) = with_metadata(rows, [entity])
     assert read["answered_by"] == ["", ""] and read["invalid_reason"][0] == REASONS[CERTAIN_OOM]

@@ -15,14 +15,22 @@ from ado_actuators.sfttrainer.catalog.entity import entity_values
 
 
 def node(node_id: str, cpus: float, **custom: float) -> dict:
-    return {"NodeID": node_id, "Alive": True, "NodeManagerAddress": "10.0.0.1",
-            "Resources": {"CPU": cpus, **custom}}  # fmt: skip
+    return {
+        "NodeID": node_id,
+        "Alive": True,
+        "NodeManagerAddress": "10.0.0.1",
+        "Resources": {"CPU": cpus, **custom},
+    }
 
 
 def group(name: str, state: str, *bundles: tuple[str, dict]) -> dict:
-    return {"placement_group_id": "f" * 36, "name": name, "state": state,
-            "bundles": {i: b for i, (_, b) in enumerate(bundles)},
-            "bundles_to_node_id": {i: n for i, (n, _) in enumerate(bundles) if n}}  # fmt: skip
+    return {
+        "placement_group_id": "f" * 36,
+        "name": name,
+        "state": state,
+        "bundles": {i: b for i, (_, b) in enumerate(bundles)},
+        "bundles_to_node_id": {i: n for i, (n, _) in enumerate(bundles) if n},
+    }
 
 
 TRIAL = group("", "CREATED", ("a", {"CPU": 1.0}))  # Ray Tune names none
@@ -59,8 +67,15 @@ def test_two_cpu_nodes_measure_one_and_two_node_entities_beside_their_callers():
         ([node("a", 2), node("b", 2)], {}, 2),  # ado's executor task: lent while waiting
         ([node("a", 2), node("b", 2)], reserved_cpus([TRIAL]), 2),
     ):
-        values = entity_values({"model_name": "tiny", "model_max_length": 64, "batch_size": 2,
-                                "number_gpus": 0, "number_nodes": number_nodes})  # fmt: skip
+        values = entity_values(
+            {
+                "model_name": "tiny",
+                "model_max_length": 64,
+                "batch_size": 2,
+                "number_gpus": 0,
+                "number_nodes": number_nodes,
+            }
+        )
         bundle = placement(plan_resources(values), nodes, held, number_nodes)
         free = sorted(n["Resources"]["CPU"] - held.get(n["NodeID"], 0) for n in nodes)
         assert 0 < bundle["CPU"] <= free[0], (nodes, held, bundle)
@@ -70,25 +85,36 @@ def test_gpu_nodes_keep_the_spec_share_when_it_is_free():
     request = ResourceRequest(cpus=16, gpus=8, custom={"full-worker": 1.0})
     nodes = [node(x, 64, GPU=8, **{"full-worker": 1.0}) for x in "ab"]
     assert placement(request, nodes, {"a": 1.0}, 2) == {"CPU": 16, "GPU": 8, "full-worker": 1.0}
-    assert placement(request, [node("a", 8, GPU=8, **{"full-worker": 1.0}), nodes[1]],
-                     {}, 2)["CPU"] == 8  # fmt: skip
+    assert (
+        placement(request, [node("a", 8, GPU=8, **{"full-worker": 1.0}), nodes[1]], {}, 2)["CPU"]
+        == 8
+    )
 
 
 def test_a_multi_node_bundle_asks_for_something_when_every_cpu_is_reserved():
-    bundle = placement(ResourceRequest(cpus=2, gpus=0), [node("a", 1), node("b", 1)],
-                       {"a": 1.0, "b": 1.0}, 2)  # fmt: skip
+    bundle = placement(
+        ResourceRequest(cpus=2, gpus=0), [node("a", 1), node("b", 1)], {"a": 1.0, "b": 1.0}, 2
+    )
     assert 0 < bundle["CPU"] < 1
 
 
 def test_holders_name_groups_tasks_and_actors_per_node():
     text = holders_text(
         {"a": "10.0.0.1/aaaa", "b": "10.0.0.2/bbbb"},
-        tasks=[{"name": "_enqueue_completed", "node_id": "a", "required_resources": {"CPU": 1.0}},
-               {"name": "idle", "node_id": "a", "required_resources": {}}],
-        actors=[{"name": "Trainable", "node_id": "a", "required_resources": {"CPU": 1.0},
-                 "placement_group_id": "x"}],
+        tasks=[
+            {"name": "_enqueue_completed", "node_id": "a", "required_resources": {"CPU": 1.0}},
+            {"name": "idle", "node_id": "a", "required_resources": {}},
+        ],
+        actors=[
+            {
+                "name": "Trainable",
+                "node_id": "a",
+                "required_resources": {"CPU": 1.0},
+                "placement_group_id": "x",
+            }
+        ],
         groups=[TRIAL, PENDING],
-    )  # fmt: skip
+    )
     a, b = text.split("; node ")
     assert "placement group ffffffff reserves CPU=1" in a
     assert "task _enqueue_completed asked for CPU=1" in a and "idle" not in a

@@ -55,7 +55,9 @@ def test_what_a_dead_session_left_is_killed_and_deleted_a_live_ones_kept(tmp_pat
     owner.wait()  # the killed pytest
     recorded = spawn()  # a `ray start --block` the dead session recorded
     dead.record_process(recorded.pid)
-    marked = spawn(env={**os.environ, run_marks.MARK_ENV: str(dead.directory)})  # deeper: marked only
+    marked = spawn(
+        env={**os.environ, run_marks.MARK_ENV: str(dead.directory)}
+    )  # deeper: marked only
     stopped = spawn(env={**os.environ, run_marks.MARK_ENV: str(dead.directory)})
     stopped.send_signal(signal.SIGSTOP)  # a rank a test stopped, then died before resuming
     leftover_dir = tmp_path / "sftc-cluster"
@@ -94,8 +96,12 @@ def test_a_reused_pid_is_not_taken_for_the_recorded_process(tmp_path, spawn):
 
 
 def test_every_process_the_session_starts_carries_its_mark(marked_run):
-    shown = subprocess.run([sys.executable, "-c", f"import os; print(os.environ[{run_marks.MARK_ENV!r}])"],
-                           capture_output=True, text=True, check=True)  # fmt: skip
+    shown = subprocess.run(
+        [sys.executable, "-c", f"import os; print(os.environ[{run_marks.MARK_ENV!r}])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert shown.stdout.strip() == str(marked_run.directory)
     assert marked_run.directory.is_dir() and (marked_run.directory / "owner").is_file()
 
@@ -123,15 +129,37 @@ def test_a_session_after_a_killed_one_starts_clean(tmp_path, spawn, workers):
     orphaned and winds down on its own for seconds, and must not keep or delete its run)."""
     (tmp_path / "test_inner.py").write_text(INNER_TEST)
     pid_file = tmp_path / "leftover.pid"
-    env = {**os.environ, run_marks.ROOTS_ENV: str(tmp_path / "runs"), "LEFTOVER_PID": str(pid_file),
-           "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
-    pytest_argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest",
-                   "--rootdir", str(tmp_path), str(tmp_path / "test_inner.py")]  # fmt: skip
-    first = spawn([*pytest_argv, *workers, "-k", "hangs"], cwd=REPO, env=env,
-                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    env = {
+        **os.environ,
+        run_marks.ROOTS_ENV: str(tmp_path / "runs"),
+        "LEFTOVER_PID": str(pid_file),
+        "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
+    }
+    pytest_argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "conftest",
+        "--rootdir",
+        str(tmp_path),
+        str(tmp_path / "test_inner.py"),
+    ]
+    first = spawn(
+        [*pytest_argv, *workers, "-k", "hangs"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120  # a guard against a hang, not a speed claim
     while not pid_file.exists():
-        assert first.poll() is None and time.monotonic() < deadline, "the first session never started it"
+        assert first.poll() is None and time.monotonic() < deadline, (
+            "the first session never started it"
+        )
         time.sleep(0.1)
     leftover = psutil.Process(int(pid_file.read_text()))
     orphans = psutil.Process(first.pid).children()  # xdist's worker
@@ -139,8 +167,9 @@ def test_a_session_after_a_killed_one_starts_clean(tmp_path, spawn, workers):
     first.wait()
     try:
         assert leftover.is_running()  # what the next session must clear
-        second = subprocess.run([*pytest_argv, "-k", "nothing"], cwd=REPO, env=env,
-                                capture_output=True, text=True)  # fmt: skip
+        second = subprocess.run(
+            [*pytest_argv, "-k", "nothing"], cwd=REPO, env=env, capture_output=True, text=True
+        )
         assert second.returncode == 0, second.stdout + second.stderr
         assert "cleared what killed test sessions left" in second.stdout  # the warnings summary
         assert f"killed {leftover.pid}:" in second.stdout

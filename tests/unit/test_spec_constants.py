@@ -83,22 +83,38 @@ PRODUCT_ONLY_FSDP_KEYS = {"fsdp_use_orig_params"}
 
 def plan(**entity):
     definition = catalog_data().experiment("finetune_full_benchmark-v1.0.0")
-    values = {"model_name": "granite-3.1-2b", "model_max_length": 512, "batch_size": 8,
-              "number_gpus": 4, "gpu_model": "NVIDIA-A100-SXM4-80GB", **entity}  # fmt: skip
-    return plan_launch(PlanInputs(
-        values=entity_values(values, definition.default_overrides()), definition=definition,
-        model_location="/models/m", dataset_path=Path("/data/d.jsonl"), text_field="output",
-        workdir=Path("/work/m1"), python="/venv/bin/python", hf_home="/hf",
-        main_process_port=29511, aim_repo=None,
-    ))  # fmt: skip
+    values = {
+        "model_name": "granite-3.1-2b",
+        "model_max_length": 512,
+        "batch_size": 8,
+        "number_gpus": 4,
+        "gpu_model": "NVIDIA-A100-SXM4-80GB",
+        **entity,
+    }
+    return plan_launch(
+        PlanInputs(
+            values=entity_values(values, definition.default_overrides()),
+            definition=definition,
+            model_location="/models/m",
+            dataset_path=Path("/data/d.jsonl"),
+            text_field="output",
+            workdir=Path("/work/m1"),
+            python="/venv/bin/python",
+            hf_home="/hf",
+            main_process_port=29511,
+            aim_repo=None,
+        )
+    )
 
 
 def test_fsdp_config_is_the_specs():
     spec = yaml.safe_load(SPEC_FSDP)
-    ours = plan(fsdp_sharding_strategy="HYBRID_SHARD", fsdp_state_dict_type="SHARDED_STATE_DICT",
-                accelerate_config_mixed_precision="bf16",
-                accelerate_config_fsdp_transformer_layer_cls_to_wrap="LlamaDecoderLayer",
-                ).node.accelerate_config  # fmt: skip
+    ours = plan(
+        fsdp_sharding_strategy="HYBRID_SHARD",
+        fsdp_state_dict_type="SHARDED_STATE_DICT",
+        accelerate_config_mixed_precision="bf16",
+        accelerate_config_fsdp_transformer_layer_cls_to_wrap="LlamaDecoderLayer",
+    ).node.accelerate_config
     spec_fsdp, our_fsdp = spec.pop("fsdp_config"), dict(ours.pop("fsdp_config"))
     assert ours == spec
     assert {k: our_fsdp[k] for k in spec_fsdp} == spec_fsdp
@@ -113,7 +129,9 @@ def test_ddp_config_is_the_specs():
 def test_fixed_sft_trainer_arguments_are_the_specs():
     argv = plan().node.argv
     ours = dict(zip(argv, argv[1:]))
-    words = shlex.split(SPEC_COMMAND.replace("--gradient_checkpointing_kwargs=", "--gradient_checkpointing_kwargs "))
+    words = shlex.split(
+        SPEC_COMMAND.replace("--gradient_checkpointing_kwargs=", "--gradient_checkpointing_kwargs ")
+    )
     spec = dict(zip(words[::2], words[1::2]))
     assert all(flag.startswith("--") for flag in spec)
     spec["--response_template"] = spec["--response_template"].replace("\\n", "\n")  # bash "\n"

@@ -29,16 +29,28 @@ def ran(outcome):
 
 
 def test_fractions_and_every_runs_outcome_and_reason():
-    runs = [ran(Invalid("GPU out of memory: rank 0", gpu_oom=True)),
-            ran(Invalid("GPU out of memory: rank 1", gpu_oom=True)),
-            ran(Failed("training failed: rank 0: RuntimeError: boom")),
-            ran(Measured({"is_valid": 1})),
-            ran(Failed("GPU sampling failed ...", {"training_completed": True}))]  # fmt: skip
+    runs = [
+        ran(Invalid("GPU out of memory: rank 0", gpu_oom=True)),
+        ran(Invalid("GPU out of memory: rank 1", gpu_oom=True)),
+        ran(Failed("training failed: rank 0: RuntimeError: boom")),
+        ran(Measured({"is_valid": 1})),
+        ran(Failed("GPU sampling failed ...", {"training_completed": True})),
+    ]
     outcome = _stability(runs)
-    assert outcome.properties == {"f_gpu_oom": 0.4, "f_other_error": 0.2, "f_no_error": 0.4, "is_valid": 1}
+    assert outcome.properties == {
+        "f_gpu_oom": 0.4,
+        "f_other_error": 0.2,
+        "f_no_error": 0.4,
+        "is_valid": 1,
+    }
     summary = outcome.metadata["runs"]
     assert [(s["repeat"], s["outcome"]) for s in summary] == [
-        (0, "gpu_oom"), (1, "gpu_oom"), (2, "error"), (3, "completed"), (4, "completed")]  # fmt: skip
+        (0, "gpu_oom"),
+        (1, "gpu_oom"),
+        (2, "error"),
+        (3, "completed"),
+        (4, "completed"),
+    ]
     assert "RuntimeError: boom" in summary[2]["reason"] and summary[3]["reason"] is None
     assert "GPU sampling failed" in summary[4]["reason"]
 

@@ -9,7 +9,12 @@ import random
 
 import pytest
 
-from ado_actuators.sfttrainer.contract.trainer_io import AutoStopOutcome, Outcome, RankReport, StepTiming
+from ado_actuators.sfttrainer.contract.trainer_io import (
+    AutoStopOutcome,
+    Outcome,
+    RankReport,
+    StepTiming,
+)
 from ado_actuators.sfttrainer.execute.classify import auto_stop_note, launch_outcome
 from ado_actuators.sfttrainer.execute.node import NodeRun
 from ado_actuators.sfttrainer.stats.batch_means import throughput_interval
@@ -40,7 +45,11 @@ def test_a_strictly_rising_series_has_the_largest_s_and_a_significant_z():
     assert found.s == 45 and found.z == pytest.approx(44 / math.sqrt(125), rel=1e-12)
     assert found.significant
     falling = mann_kendall(list(range(10, 0, -1)))
-    assert (falling.s, falling.z, falling.significant) == (-45, pytest.approx(-44 / math.sqrt(125)), True)
+    assert (falling.s, falling.z, falling.significant) == (
+        -45,
+        pytest.approx(-44 / math.sqrt(125)),
+        True,
+    )
 
 
 def test_one_outlier_cannot_fake_a_trend():
@@ -79,7 +88,11 @@ def test_a_steady_series_ends_warm_up_after_the_window_and_stops_on_the_floor():
     assert drive(policy, [3.0] + [0.5] * 200) == 1 + WARMUP_WINDOW + MIN_STEADY_STEPS
     assert policy.warmup_steps == 1 + WARMUP_WINDOW
     outcome = policy.outcome()
-    assert (outcome.target_reached, outcome.steady_state_found, outcome.ended_by) == (True, True, "target")
+    assert (outcome.target_reached, outcome.steady_state_found, outcome.ended_by) == (
+        True,
+        True,
+        "target",
+    )
     assert (outcome.ci95_percent, outcome.measured_steps, outcome.warmup_steps) == (0.0, 20, 11)
     assert policy.reason == f"auto_stop_method={STEADY_CI95_1PCT}"
 
@@ -103,7 +116,11 @@ def test_a_series_that_never_settles_stops_at_the_cap_and_says_so():
     ends = [sum(rising[: n + 1]) for n in range(100)]
     assert ran == next(n for n, end in enumerate(ends, start=1) if end >= 30.0)
     outcome = policy.outcome()
-    assert (outcome.steady_state_found, outcome.target_reached, outcome.ended_by) == (False, False, "cap")
+    assert (outcome.steady_state_found, outcome.target_reached, outcome.ended_by) == (
+        False,
+        False,
+        "cap",
+    )
     assert policy.warmup_steps == 0 and outcome.measured_steps == ran
     assert outcome.ci95_percent is None
 
@@ -166,7 +183,11 @@ def test_training_that_ends_first_is_told_apart():
     policy = SteadyInterval()
     drive(policy, [3.0] + [0.5] * 15)  # max_steps 16: no stop proposed
     outcome = policy.outcome()
-    assert (outcome.ended_by, outcome.steady_state_found, outcome.target_reached) == ("training end", True, False)
+    assert (outcome.ended_by, outcome.steady_state_found, outcome.target_reached) == (
+        "training end",
+        True,
+        False,
+    )
     assert outcome.measured_steps == 16 - 11
 
 
@@ -222,9 +243,17 @@ def test_make_policy_offers_the_method_with_its_cap():
 
 
 def ended(**fields) -> AutoStopOutcome:
-    base = {"method": STEADY_CI95_1PCT, "target_percent": 1.0, "max_seconds": 120.0,
-            "steady_state_found": True, "target_reached": False, "ended_by": "cap",
-            "ci95_percent": 2.345, "warmup_steps": 11, "measured_steps": 40}  # fmt: skip
+    base = {
+        "method": STEADY_CI95_1PCT,
+        "target_percent": 1.0,
+        "max_seconds": 120.0,
+        "steady_state_found": True,
+        "target_reached": False,
+        "ended_by": "cap",
+        "ci95_percent": 2.345,
+        "warmup_steps": 11,
+        "measured_steps": 40,
+    }
     return AutoStopOutcome(**(base | fields))
 
 
@@ -248,9 +277,20 @@ def test_the_row_says_in_words_when_the_target_was_not_reached():
 
 def test_the_outcome_reaches_the_row_metadata_and_notes():
     steps = [StepTiming(step=n, start=n, end=n + 1, dataset_tokens=5) for n in range(1, 9)]
-    reports = [RankReport(rank=r, local_rank=r, world_size=2, hostname="h", outcome=Outcome.OK,
-                          steps=steps, auto_stop=ended()) for r in (0, 1)]  # fmt: skip
-    outcome = launch_outcome(reports, [NodeRun(returncode=0)], world_size=2, number_gpus=2,
-                             stop_after_seconds=-1)  # fmt: skip
+    reports = [
+        RankReport(
+            rank=r,
+            local_rank=r,
+            world_size=2,
+            hostname="h",
+            outcome=Outcome.OK,
+            steps=steps,
+            auto_stop=ended(),
+        )
+        for r in (0, 1)
+    ]
+    outcome = launch_outcome(
+        reports, [NodeRun(returncode=0)], world_size=2, number_gpus=2, stop_after_seconds=-1
+    )
     assert outcome.metadata["auto_stop"] == ended().model_dump()
     assert auto_stop_note(ended()) in outcome.metadata["notes"]

@@ -21,20 +21,26 @@ def test_cv_is_population_spread_over_mean_in_percent():
 
 def test_one_step_has_no_spread():
     assert step_time_properties([0.5]) == {
-        "train_step_seconds_p50": 0.5, "train_step_seconds_p90": 0.5,
-        "train_step_seconds_cv_percent": 0.0}  # fmt: skip
+        "train_step_seconds_p50": 0.5,
+        "train_step_seconds_p90": 0.5,
+        "train_step_seconds_cv_percent": 0.0,
+    }
 
 
 def test_two_steps_already_have_a_spread():
     assert step_time_properties([1.0, 3.0])["train_step_seconds_cv_percent"] == pytest.approx(50.0)
     # sub-second steps (a small model on a GPU) are the common case, not a corner
-    assert step_time_properties([0.2, 0.4])["train_step_seconds_cv_percent"] == pytest.approx(100 / 3)
+    assert step_time_properties([0.2, 0.4])["train_step_seconds_cv_percent"] == pytest.approx(
+        100 / 3
+    )
 
 
 def test_steps_shorter_than_the_clocks_resolution_have_no_spread():
     assert step_time_properties([0.0, 0.0]) == {
-        "train_step_seconds_p50": 0.0, "train_step_seconds_p90": 0.0,
-        "train_step_seconds_cv_percent": 0.0}  # fmt: skip
+        "train_step_seconds_p50": 0.0,
+        "train_step_seconds_p90": 0.0,
+        "train_step_seconds_cv_percent": 0.0,
+    }
 
 
 def test_no_step_has_no_percentile():

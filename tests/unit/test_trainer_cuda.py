@@ -72,8 +72,12 @@ def test_a_step_ends_when_the_device_has_finished_it():
         waited.append(devices)
         clock.now += 2.5  # the kernels still queued when HF's on_step_end fired
 
-    callback = MeasurementCallback(meter=TokenMeter(), policy=stopping.make_policy(-1, None),
-                                   synchronize=synchronize, clock=clock)  # fmt: skip
+    callback = MeasurementCallback(
+        meter=TokenMeter(),
+        policy=stopping.make_policy(-1, None),
+        synchronize=synchronize,
+        clock=clock,
+    )
     args = types.SimpleNamespace(n_gpu=2, process_index=0, device="cpu")
     state = types.SimpleNamespace(global_step=0, max_steps=1)
     callback.on_step_begin(args, state, None)

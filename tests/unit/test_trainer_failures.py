@@ -120,7 +120,7 @@ def test_long_tracebacks_keep_their_tail():
         ("illegal_memory@3", FaultKind.ILLEGAL_MEMORY, 3),
         ("kill@1", FaultKind.KILL, 1),
         ("hang@5", FaultKind.HANG, 5),
-    ],  # fmt: skip
+    ],
 )
 def test_fault_parsing(value, kind, step):
     assert Fault.parse(value) == Fault(kind, step)
@@ -162,7 +162,7 @@ def test_fault_fires_only_at_its_step():
         (FaultKind.EXCEPTION, Outcome.ERROR),
         (FaultKind.OOM, Outcome.GPU_OOM),
         (FaultKind.ILLEGAL_MEMORY, Outcome.GPU_OOM),
-    ],  # fmt: skip
+    ],
 )
 def test_injected_faults_classify_as_the_real_thing(kind, outcome):
     with pytest.raises(BaseException) as info:

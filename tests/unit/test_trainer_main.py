@@ -76,39 +76,56 @@ def test_flash_attention_missing_on_a_cuda_device_refuses_with_every_fix():
 def test_flash_attention_is_kept_where_it_can_run():
     for dtype in ("bfloat16", "float16", torch.bfloat16, "auto"):
         args = flash_args(dtype)
-        assert adapt.check_flash_attention(args, cuda=True, installed=True, import_problem="",
-                                           capability=A100) is None  # fmt: skip
+        assert (
+            adapt.check_flash_attention(
+                args, cuda=True, installed=True, import_problem="", capability=A100
+            )
+            is None
+        )
         assert args.use_flash_attn is True
 
 
 # what importing flash_attn 2 raises when its wheel was built for another torch (as reported
 # from a verl run: flash_attn_interface.py's `import flash_attn_2_cuda as flash_attn_gpu`)
-WRONG_TORCH = ("ImportError: /usr/local/lib/python3.12/dist-packages/flash_attn_2_cuda.cpython-312-"
-               "x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEa")  # fmt: skip
+WRONG_TORCH = (
+    "ImportError: /usr/local/lib/python3.12/dist-packages/flash_attn_2_cuda.cpython-312-"
+    "x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEa"
+)
 
 
 def test_a_flash_attn_extension_that_does_not_load_is_refused_before_training():
     with pytest.raises(adapt.SettingUnavailable) as refused:
-        adapt.check_flash_attention(flash_args(), cuda=True, installed=True,
-                                    import_problem=WRONG_TORCH, capability=A100)  # fmt: skip
+        adapt.check_flash_attention(
+            flash_args(), cuda=True, installed=True, import_problem=WRONG_TORCH, capability=A100
+        )
     message = str(refused.value)
     assert "undefined symbol" in message and f"torch {torch.__version__}" in message
-    for fix in ("pip install --force-reinstall", "match_exact_dependencies: true", "flash_attn: false"):
+    for fix in (
+        "pip install --force-reinstall",
+        "match_exact_dependencies: true",
+        "flash_attn: false",
+    ):
         assert fix in message
 
 
 @pytest.mark.parametrize("gpu", [((7, 0), "Tesla V100-SXM2-32GB"), ((7, 5), "Tesla T4")])
 def test_flash_attention_on_a_gpu_older_than_ampere_is_refused(gpu):
-    with pytest.raises(adapt.SettingUnavailable, match=r"capability 8\.0.*is 7\.\d.*flash_attn: false"):
-        adapt.check_flash_attention(flash_args(), cuda=True, installed=True, import_problem="",
-                                    capability=gpu)  # fmt: skip
+    with pytest.raises(
+        adapt.SettingUnavailable, match=r"capability 8\.0.*is 7\.\d.*flash_attn: false"
+    ):
+        adapt.check_flash_attention(
+            flash_args(), cuda=True, installed=True, import_problem="", capability=gpu
+        )
 
 
 @pytest.mark.parametrize("dtype", ["float32", torch.float32, None])
 def test_flash_attention_in_float32_is_refused_with_the_dtype_fix(dtype):
-    with pytest.raises(adapt.SettingUnavailable, match=r"torch_dtype is (float32|None).*torch_dtype: bfloat16"):
-        adapt.check_flash_attention(flash_args(dtype), cuda=True, installed=True,
-                                    import_problem="", capability=A100)  # fmt: skip
+    with pytest.raises(
+        adapt.SettingUnavailable, match=r"torch_dtype is (float32|None).*torch_dtype: bfloat16"
+    ):
+        adapt.check_flash_attention(
+            flash_args(dtype), cuda=True, installed=True, import_problem="", capability=A100
+        )
 
 
 def test_where_flash_attn_is_not_installed_its_import_problem_says_so():
@@ -129,15 +146,21 @@ def test_this_machine_has_no_cuda_so_flash_attention_is_dropped():
 def test_gpus_without_cuda_refuse_to_train_on_the_cpu():
     adapt.require_cuda_for_gpus([], cuda=False)  # number_gpus 0 (or CPU stand-ins): fine
     adapt.require_cuda_for_gpus([0, 1], cuda=True)
-    with pytest.raises(adapt.SettingUnavailable, match=r"number_gpus > 0 \(GPUs \[0, 1\] of "
-                       r"this node\) but the training process sees no CUDA device"):  # fmt: skip
+    with pytest.raises(
+        adapt.SettingUnavailable,
+        match=r"number_gpus > 0 \(GPUs \[0, 1\] of "
+        r"this node\) but the training process sees no CUDA device",
+    ):
         adapt.require_cuda_for_gpus([0, 1], cuda=False)
 
 
 def test_arguments_fms_would_drop_are_refused_naming_them():
     adapt.refuse_ignored_arguments([], "3.2.2")
-    with pytest.raises(adapt.SettingUnavailable, match=r"fms-hf-tuning 3.2.2 does not recognise "
-                       r"--fast_moe 2: it would train without them"):  # fmt: skip
+    with pytest.raises(
+        adapt.SettingUnavailable,
+        match=r"fms-hf-tuning 3.2.2 does not recognise "
+        r"--fast_moe 2: it would train without them",
+    ):
         adapt.refuse_ignored_arguments(["--fast_moe", "2"], "3.2.2")
 
 
@@ -214,7 +237,9 @@ def test_a_process_forked_from_a_rank_dies_when_the_rank_is_killed():
     import psutil
 
     forked = None
-    rank = subprocess.Popen([sys.executable, "-c", FORKED_FROM_A_RANK], stdout=subprocess.PIPE, text=True)
+    rank = subprocess.Popen(
+        [sys.executable, "-c", FORKED_FROM_A_RANK], stdout=subprocess.PIPE, text=True
+    )
     try:
         forked = psutil.Process(int(rank.stdout.readline()))
         rank.send_signal(signal.SIGKILL)

@@ -182,7 +182,8 @@ def test_failed_readings_are_failures_not_zeros():
     sampler = GpuSampler([0, 1], nvml=nvml)
     samples, failures = sampler.sample(5.0)
     assert [(s.index, s.compute_percent, s.memory_percent, s.power_percent) for s in samples] == [
-        (0, 80.0, 50.0, 75.0)]  # fmt: skip
+        (0, 80.0, 50.0, 75.0)
+    ]
     assert [(f.index, f.time) for f in failures] == [(1, 5.0)]
     assert "GPU is lost" in failures[0].error
 

@@ -137,7 +137,7 @@ def test_agree_is_an_or_over_real_gloo_ranks(tmp_path):
                 **os.environ,
                 "RANK": str(r),
                 "INIT_METHOD": init_method,
-            },  # fmt: skip
+            },
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -68,8 +68,9 @@ def test_meter_sums_micro_batches_and_resets_per_step():
 def test_meter_counts_packed_batches_without_a_mask_by_their_positions():
     meter = TokenMeter()
     meter.add({"input_ids": torch.ones(1, 37, dtype=torch.long)})
-    assert meter.take() == StepCounts(dataset_tokens=37, samples=1, padded_tokens=37,
-                                      sequence_tokens_squared=37**2)  # fmt: skip
+    assert meter.take() == StepCounts(
+        dataset_tokens=37, samples=1, padded_tokens=37, sequence_tokens_squared=37**2
+    )
 
 
 def test_installed_wraps_training_step_and_restores_it():

@@ -38,10 +38,23 @@ def fetch(release: str, directory: Path) -> Path:
     wheel = directory / f"transformers-{release}-py3-none-any.whl"
     if not wheel.is_file():
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary",
-             ":all:", f"transformers=={release}", "-d", str(directory)],
-            check=True, capture_output=True, timeout=300,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary",
+                ":all:",
+                f"transformers=={release}",
+                "-d",
+                str(directory),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
     return wheel
 
 

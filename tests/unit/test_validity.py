@@ -14,8 +14,13 @@ from ado_actuators.sfttrainer.catalog.validity import (
 
 
 def values(**overrides):
-    base = {"model_name": "m", "model_max_length": 128, "batch_size": 4, "number_gpus": 2,
-            "gpu_model": "NVIDIA-A100-SXM4-80GB"}  # fmt: skip
+    base = {
+        "model_name": "m",
+        "model_max_length": 128,
+        "batch_size": 4,
+        "number_gpus": 2,
+        "gpu_model": "NVIDIA-A100-SXM4-80GB",
+    }
     return entity_values({**base, **overrides})
 
 
@@ -33,7 +38,10 @@ def test_valid_configuration_has_no_problems():
         ({"batch_size": 0}, "batch_size must be at least 1"),
         ({"gpu_model": ""}, "gpu_model must be set when number_gpus is 2"),
         ({"gpu_model": None}, "gpu_model must be set"),
-        ({"fast_moe": 4, "number_gpus": 2, "batch_size": 2}, "number_gpus 2 is not divisible by fast_moe 4"),
+        (
+            {"fast_moe": 4, "number_gpus": 2, "batch_size": 2},
+            "number_gpus 2 is not divisible by fast_moe 4",
+        ),
     ],
 )
 def test_rules(overrides, fragment):
@@ -61,7 +69,9 @@ def test_config_of_an_uncached_hub_model_names_the_download_command(tmp_path):
         read_model_config("org/not-cached", str(tmp_path))
 
 
-@pytest.mark.parametrize(("version", "invalid"), [("2.7.1", True), ("2.1.2", True), ("2.8.2", False)])
+@pytest.mark.parametrize(
+    ("version", "invalid"), [("2.7.1", True), ("2.1.2", True), ("2.8.2", False)]
+)
 def test_a_vision_dataset_on_a_release_without_image_fields_is_invalid_before_anything_runs(
     tmp_path, version, invalid
 ):
@@ -70,16 +80,26 @@ def test_a_vision_dataset_on_a_release_without_image_fields_is_invalid_before_an
     from ado_actuators.sfttrainer.engine.measurement import measure
 
     params = SFTTrainerParameters(output_dir=str(tmp_path), model_map={}, hf_home=str(tmp_path))
-    outcome = measure({"model_name": "not-in-any-map", "number_gpus": 0, "batch_size": 2,
-                       "model_max_length": 512, "fms_hf_tuning_version": version,
-                       "dataset_id": "vision-384x384-16384plus-entries-4096"},
-                      "finetune_full_benchmark-v1.0.0", params, label="vision")  # fmt: skip
+    outcome = measure(
+        {
+            "model_name": "not-in-any-map",
+            "number_gpus": 0,
+            "batch_size": 2,
+            "model_max_length": 512,
+            "fms_hf_tuning_version": version,
+            "dataset_id": "vision-384x384-16384plus-entries-4096",
+        },
+        "finetune_full_benchmark-v1.0.0",
+        params,
+        label="vision",
+    )
     if invalid:  # answered before the model is even looked up
         assert isinstance(outcome, Invalid)
         assert outcome.reason == (
             f"fms-hf-tuning {version} cannot read vision datasets (it has no "
             "--dataset_image_field); choose fms_hf_tuning_version 2.8.2 or later, or a text "
-            "dataset_id")
+            "dataset_id"
+        )
         assert outcome.metadata == {"answered_by": "configuration_rule"}
     else:  # a release that reads it goes on, here to the unknown model
         assert not isinstance(outcome, Invalid) and "not-in-any-map" in outcome.reason
@@ -106,7 +126,9 @@ def cache_with(hub, repo="acme/tiny-moe", config=MOE):
     (folder / "snapshots" / "0123abcd" / "config.json").write_text(json.dumps(config))
 
 
-@pytest.mark.parametrize("location", ["/nonexistent/model", "./missing-model", "~/missing-model-4f2a"])
+@pytest.mark.parametrize(
+    "location", ["/nonexistent/model", "./missing-model", "~/missing-model-4f2a"]
+)
 def test_a_path_that_is_no_directory_is_not_taken_for_a_hub_id(location):
     with pytest.raises(ModelConfigUnavailable, match=f"^no model directory at {location}$"):
         read_model_config(location, None)
@@ -141,7 +163,9 @@ def test_an_uncached_hub_model_names_the_cache_looked_in_and_how_to_fill_it(tmp_
 
 
 def test_neither_a_directory_nor_a_hub_id_is_said_to_be_neither():
-    with pytest.raises(ModelConfigUnavailable, match="^'two words' is neither a model directory nor a hub id: "):
+    with pytest.raises(
+        ModelConfigUnavailable, match="^'two words' is neither a model directory nor a hub id: "
+    ):
         read_model_config("two words", None)
 
 

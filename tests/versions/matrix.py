@@ -26,8 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "local
 from tiny_model import build_tiny_model  # noqa: E402  (the demo's, outside the wheel)
 
 DATASET = "news-chars-512-entries-4096"
-METHODS = {"full": "finetune_full_benchmark-v1.0.0", "LoRA": "finetune_lora_benchmark-v1.0.0",
-           "PT": "finetune_pt_benchmark-v1.0.0"}  # fmt: skip
+METHODS = {
+    "full": "finetune_full_benchmark-v1.0.0",
+    "LoRA": "finetune_lora_benchmark-v1.0.0",
+    "PT": "finetune_pt_benchmark-v1.0.0",
+}
 
 
 def cell(outcome) -> str:
@@ -41,40 +44,68 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--versions", nargs="*", default=list(FMS_HF_TUNING_VERSIONS))
     parser.add_argument("--methods", nargs="*", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--environments", default=os.environ.get(
-        "SFTTRAINER_TEST_ENVIRONMENTS", str(Path(tempfile.gettempdir()) / "sfttrainer-versions")))
+    parser.add_argument(
+        "--environments",
+        default=os.environ.get(
+            "SFTTRAINER_TEST_ENVIRONMENTS", str(Path(tempfile.gettempdir()) / "sfttrainer-versions")
+        ),
+    )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="sfttrainer-versions-"))
-    for name, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                        "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(root / "hf")}.items():  # fmt: skip
+    for name, value in {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HOME": str(root / "hf"),
+    }.items():
         os.environ[name] = value
     model = build_tiny_model(root / "tiny-llama")
     data = root / "data"
     data.mkdir()
-    generate(data / datasets.dataset_filename(DATASET), datasets.get_shape(DATASET), entries=16,
-             progress=False)  # fmt: skip
+    generate(
+        data / datasets.dataset_filename(DATASET),
+        datasets.get_shape(DATASET),
+        entries=16,
+        progress=False,
+    )
     params = SFTTrainerParameters(
-        data_directory=str(data), hf_home=str(root / "hf"), output_dir=str(root / "out"),
-        model_map={"tiny-llama": {"Vanilla": str(model)}}, match_exact_dependencies=False,
+        data_directory=str(data),
+        hf_home=str(root / "hf"),
+        output_dir=str(root / "out"),
+        model_map={"tiny-llama": {"Vanilla": str(model)}},
+        match_exact_dependencies=False,
         environments_directory=args.environments,
-    )  # fmt: skip
+    )
     rows = []
     for version in args.versions:
         cells = []
         for method in args.methods:
             started = time.monotonic()
             outcome = measure(
-                {"model_name": "tiny-llama", "model_max_length": 128, "batch_size": 2,
-                 "number_gpus": 0, "dataset_id": DATASET, "max_steps": 2,
-                 "gradient_accumulation_steps": 1, "torch_dtype": "float32",
-                 "fms_hf_tuning_version": version},
-                METHODS[method], params, label=f"{version}-{method}",
-            )  # fmt: skip
+                {
+                    "model_name": "tiny-llama",
+                    "model_max_length": 128,
+                    "batch_size": 2,
+                    "number_gpus": 0,
+                    "dataset_id": DATASET,
+                    "max_steps": 2,
+                    "gradient_accumulation_steps": 1,
+                    "torch_dtype": "float32",
+                    "fms_hf_tuning_version": version,
+                },
+                METHODS[method],
+                params,
+                label=f"{version}-{method}",
+            )
             cells.append(cell(outcome))
             env = outcome.metadata.get("environment") or {}
-            build = f", environment built in {env['build_seconds']} s" if "build_seconds" in env else ""
-            print(f"{version} {method}: {cells[-1]} ({time.monotonic() - started:.1f} s{build})",
-                  flush=True)  # fmt: skip
+            build = (
+                f", environment built in {env['build_seconds']} s" if "build_seconds" in env else ""
+            )
+            print(
+                f"{version} {method}: {cells[-1]} ({time.monotonic() - started:.1f} s{build})",
+                flush=True,
+            )
         rows.append((version, cells))
     print(f"\n| fms-hf-tuning | {' | '.join(args.methods)} |")
     print(f"|---|{'---|' * len(args.methods)}")

@@ -82,16 +82,16 @@ def build_experiment(definition: ExperimentDefinition, identifier: str | None = 
 
     data = catalog_data()
     optional = [_property(FIELDS[n], definition) for n in sorted(definition.optional_fields)]
-    defaults = {**{n: FIELDS[n].default for n in definition.optional_fields},
-                **definition.default_overrides()}  # fmt: skip
+    defaults = {
+        **{n: FIELDS[n].default for n in definition.optional_fields},
+        **definition.default_overrides(),
+    }
     return Experiment(
         actuatorIdentifier=IDENTIFIER,
         identifier=identifier or definition.identifier,
         metadata=_metadata(definition, data),
         targetProperties=[AbstractPropertyDescriptor(identifier=t) for t in definition.targets],
-        requiredProperties=[
-            _property(f, definition) for f in FIELDS.values() if f.required
-        ],
+        requiredProperties=[_property(f, definition) for f in FIELDS.values() if f.required],
         optionalProperties=optional,
         defaultParameterization=[
             ConstitutivePropertyValue(

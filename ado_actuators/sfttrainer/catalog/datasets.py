@@ -84,16 +84,26 @@ _SHAPES: tuple[DatasetShape, ...] = (
         for chars in (512, 1024, 2048)
         for entries in (256, 1024)
     ),
-    DatasetShape("news-tokens-128kplus-entries-4096", "text", 4096, "tokens", min_tokens=128 * 1024),
     DatasetShape(
-        "vision-384x384-16384plus-entries-4096", "vision", 4096,
-        min_tokens=16384, image_width=384, image_height=384,
+        "news-tokens-128kplus-entries-4096", "text", 4096, "tokens", min_tokens=128 * 1024
     ),
     DatasetShape(
-        "vision-384x768-16384plus-entries-4096", "vision", 4096,
-        min_tokens=16384, image_width=384, image_height=768,
+        "vision-384x384-16384plus-entries-4096",
+        "vision",
+        4096,
+        min_tokens=16384,
+        image_width=384,
+        image_height=384,
     ),
-)  # fmt: skip
+    DatasetShape(
+        "vision-384x768-16384plus-entries-4096",
+        "vision",
+        4096,
+        min_tokens=16384,
+        image_width=384,
+        image_height=768,
+    ),
+)
 
 SHAPES: dict[str, DatasetShape] = {shape.id: shape for shape in _SHAPES}
 DATASET_IDS: tuple[str, ...] = tuple(SHAPES)
@@ -127,8 +137,11 @@ def creation_command(dataset_id: str, path: str | Path) -> list[str]:
     if shape.kind == "vision":
         return [
             VISION_GENERATOR,
-            "--image-width", str(shape.image_width),
-            "--image-height", str(shape.image_height),
-            "-o", str(path),
-        ]  # fmt: skip
+            "--image-width",
+            str(shape.image_width),
+            "--image-height",
+            str(shape.image_height),
+            "-o",
+            str(path),
+        ]
     return [TEXT_GENERATOR, "--dataset-id", shape.id, "-o", str(path)]

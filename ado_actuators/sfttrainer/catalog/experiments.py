@@ -64,9 +64,7 @@ class CatalogData(pydantic.BaseModel):
 @functools.cache
 def catalog_data() -> CatalogData:
     raw = yaml.safe_load(
-        resources.files("ado_actuators.sfttrainer.catalog")
-        .joinpath("experiments.yaml")
-        .read_text()
+        resources.files("ado_actuators.sfttrainer.catalog").joinpath("experiments.yaml").read_text()
     )
     target_sets = raw["target_sets"]
     common = raw["common_optional_fields"]

@@ -27,9 +27,7 @@ def configuration_problems(values: Any, num_local_experts: int | None = None) ->
         problems.append(f"gpu_model must be set when number_gpus is {gpus}")
     if values.fast_moe:
         if gpus % values.fast_moe != 0:
-            problems.append(
-                f"number_gpus {gpus} is not divisible by fast_moe {values.fast_moe}"
-            )
+            problems.append(f"number_gpus {gpus} is not divisible by fast_moe {values.fast_moe}")
         if num_local_experts is None:
             problems.append(
                 f"fast_moe {values.fast_moe} needs a Mixture of Experts model, but "

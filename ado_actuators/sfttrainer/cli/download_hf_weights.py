@@ -126,8 +126,10 @@ def print_summary(rows: list[Row]) -> None:
         print(totals)
         return
     # Plain text for logs (ray job logs, pipes): aligned columns, the reason never wrapped.
-    widths = [min(PLAIN_WIDTH_CAP, max(len(h), *(len(v[i]) for v in values)))
-              for i, h in enumerate(HEADERS[:-1])]  # fmt: skip
+    widths = [
+        min(PLAIN_WIDTH_CAP, max(len(h), *(len(v[i]) for v in values)))
+        for i, h in enumerate(HEADERS[:-1])
+    ]
     for value in (HEADERS, *values):
         cells = [str(v).ljust(w) for v, w in zip(value, widths, strict=False)]
         print("  ".join([*cells, value[-1]]).rstrip())
@@ -155,24 +157,36 @@ def download_hf_weights(
     ] = None,
     output: Annotated[
         Path | None,
-        typer.Option("-o", "--output", metavar="HF_HOME",
-                     help="HF_HOME of the training processes; weights go to HF_HOME/hub."),
-    ] = None,  # fmt: skip
+        typer.Option(
+            "-o",
+            "--output",
+            metavar="HF_HOME",
+            help="HF_HOME of the training processes; weights go to HF_HOME/hub.",
+        ),
+    ] = None,
     weights_format: Annotated[
         str | None,
-        typer.Option("--format", metavar="FORMAT",
-                     help="Only entries of this format: " + " or ".join(WEIGHTS_FORMATS) + "."),
-    ] = None,  # fmt: skip
+        typer.Option(
+            "--format",
+            metavar="FORMAT",
+            help="Only entries of this format: " + " or ".join(WEIGHTS_FORMATS) + ".",
+        ),
+    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run", help="Report what is local, cached or to fetch; no network."),
     ] = False,
     token: Annotated[
         str | None,
-        typer.Option("--token", envvar="HF_TOKEN", show_envvar=True, metavar="TOKEN",
-                     help="Hub token for gated/private repos (default: HF_HOME/token if "
-                     "present, else huggingface_hub's own)."),
-    ] = None,  # fmt: skip
+        typer.Option(
+            "--token",
+            envvar="HF_TOKEN",
+            show_envvar=True,
+            metavar="TOKEN",
+            help="Hub token for gated/private repos (default: HF_HOME/token if "
+            "present, else huggingface_hub's own).",
+        ),
+    ] = None,
     max_workers: Annotated[
         int, typer.Option("--max-workers", metavar="N", help="Files downloaded in parallel.")
     ] = 8,
@@ -201,14 +215,16 @@ def download_hf_weights(
             _check_writable(hf_home)
         if token is None and (hf_home / "token").is_file():
             token = (hf_home / "token").read_text().strip() or None
-        results = fetch_all(pending, hf_home, dry_run=dry_run, token=token,
-                            max_workers=max_workers)  # fmt: skip
+        results = fetch_all(pending, hf_home, dry_run=dry_run, token=token, max_workers=max_workers)
     except UsageError as err:
         typer.echo(f"Error: {err}", err=True)
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
-        typer.echo("Interrupted: a model being fetched stays marked incomplete; run the "
-                   "command again to resume it.", err=True)  # fmt: skip
+        typer.echo(
+            "Interrupted: a model being fetched stays marked incomplete; run the "
+            "command again to resume it.",
+            err=True,
+        )
         sys.stderr.flush()
         os._exit(130)  # download threads would otherwise finish their files first
     rows = [r or Row(e, *results[e.location]) for r, e in zip(rows, entries, strict=True)]

@@ -106,27 +106,30 @@ def generate_dataset_text(
     dataset_id: Annotated[
         str | None,
         typer.Option(
-            "--dataset-id", metavar="ID",
+            "--dataset-id",
+            metavar="ID",
             help="Dataset shape: " + ", ".join(datasets.TEXT_DATASET_IDS) + ". Default: the "
             "one -o is named after, else " + datasets.DEFAULT_DATASET_ID + ".",
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     entries: EntriesOption = None,
     min_tokens: Annotated[
         int | None,
         typer.Option(
-            "--min-tokens", metavar="N",
+            "--min-tokens",
+            metavar="N",
             help="news-tokens-* only: minimum tokens per entry (default: the dataset's own).",
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     chars: Annotated[
         int | None,
         typer.Option(
-            "--chars", metavar="N",
+            "--chars",
+            metavar="N",
             help="news-chars-* only: characters of the article and of the response "
             f"(default: the dataset's own; the instruction is always {datasets.PROMPT_CHARS}).",
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     seed: SeedOption = 0,
 ) -> None:
     def write() -> str:
@@ -137,15 +140,13 @@ def generate_dataset_text(
         if min_tokens is not None:
             if shape.length_unit != "tokens":
                 raise UsageError(
-                    f"--min-tokens applies to news-tokens-* datasets, not {shape.id!r}; "
-                    "use --chars"
+                    f"--min-tokens applies to news-tokens-* datasets, not {shape.id!r}; use --chars"
                 )
             check_length("--min-tokens", min_tokens, 1)
         if chars is not None:
             if shape.length_unit != "chars":
                 raise UsageError(
-                    f"--chars applies to news-chars-* datasets, not {shape.id!r}; "
-                    "use --min-tokens"
+                    f"--chars applies to news-chars-* datasets, not {shape.id!r}; use --min-tokens"
                 )
             check_length("--chars", chars, MIN_CHARS)
         n = entries or shape.entries

@@ -92,9 +92,11 @@ def _resolve_shape(
     elif from_name is not None:
         shape = from_name
     elif width is not None and height is not None:
-        matches = [datasets.SHAPES[i] for i in datasets.VISION_DATASET_IDS
-                   if (datasets.SHAPES[i].image_width, datasets.SHAPES[i].image_height)
-                   == (width, height)]  # fmt: skip
+        matches = [
+            datasets.SHAPES[i]
+            for i in datasets.VISION_DATASET_IDS
+            if (datasets.SHAPES[i].image_width, datasets.SHAPES[i].image_height) == (width, height)
+        ]
         if not matches:
             raise UsageError(
                 f"--image-width {width} --image-height {height}: no vision dataset has this "
@@ -103,13 +105,14 @@ def _resolve_shape(
         shape = matches[0]
     elif width is not None or height is not None:
         raise UsageError(
-            "give both --image-width and --image-height (or --dataset-id); "
-            f"known sizes: {_SIZES}"
+            f"give both --image-width and --image-height (or --dataset-id); known sizes: {_SIZES}"
         )
     else:
         shape = datasets.SHAPES[datasets.VISION_DATASET_IDS[0]]
-    for option, given, own in (("--image-width", width, shape.image_width),
-                               ("--image-height", height, shape.image_height)):  # fmt: skip
+    for option, given, own in (
+        ("--image-width", width, shape.image_width),
+        ("--image-height", height, shape.image_height),
+    ):
         if given is not None and given != own:
             raise UsageError(
                 f"{option} {given} does not match dataset {shape.id!r} "
@@ -144,27 +147,37 @@ def generate(
 
     assert shape.kind == "vision" and shape.image_width and shape.image_height
     schema = vision_data.arrow_schema(shape.text_field, shape.image_field)
-    image = {"bytes": vision_data.draw_image(shape.image_width, shape.image_height, seed),
-             "path": None}  # fmt: skip
+    image = {
+        "bytes": vision_data.draw_image(shape.image_width, shape.image_height, seed),
+        "path": None,
+    }
     messages = vision_data.iter_messages(
         entries=entries, min_tokens=min_tokens or shape.min_tokens or 1, seed=seed
     )
     with published_atomically(path) as tmp:
-        with pq.ParquetWriter(
-            tmp, schema, compression="zstd", write_statistics=False,
-            # dictionary-encode only the image bytes: stored once per row group
-            use_dictionary=[f"{shape.image_field}.list.element.bytes"],
-        ) as writer, progress_bar(path) as bar:  # fmt: skip
+        with (
+            pq.ParquetWriter(
+                tmp,
+                schema,
+                compression="zstd",
+                write_statistics=False,
+                # dictionary-encode only the image bytes: stored once per row group
+                use_dictionary=[f"{shape.image_field}.list.element.bytes"],
+            ) as writer,
+            progress_bar(path) as bar,
+        ):
             task = bar.add_task("generate", total=entries, visible=progress)
             done = 0
             while done < entries:
                 rows = min(ROW_GROUP_ENTRIES, entries - done)
                 batch = [next(messages) for _ in range(rows)]
                 table = pa.Table.from_arrays(
-                    [pa.array(batch, type=schema.field(0).type),
-                     pa.array([[image]] * rows, type=schema.field(1).type)],
+                    [
+                        pa.array(batch, type=schema.field(0).type),
+                        pa.array([[image]] * rows, type=schema.field(1).type),
+                    ],
                     schema=schema,
-                )  # fmt: skip
+                )
                 writer.write_table(table, row_group_size=rows)
                 done += rows
                 bar.advance(task, rows)
@@ -197,25 +210,32 @@ def generate_dataset_vision(
     dataset_id: Annotated[
         str | None,
         typer.Option(
-            "--dataset-id", metavar="ID",
+            "--dataset-id",
+            metavar="ID",
             help="Dataset shape: " + ", ".join(datasets.VISION_DATASET_IDS) + ". Default: the "
             "one -o is named after, else the one of --image-width/--image-height, else "
-            + datasets.VISION_DATASET_IDS[0] + ".",
+            + datasets.VISION_DATASET_IDS[0]
+            + ".",
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     entries: EntriesOption = None,
     min_tokens: Annotated[
         int | None,
         typer.Option(
-            "--min-tokens", metavar="N",
+            "--min-tokens",
+            metavar="N",
             help="Minimum tokens (words) of each answer (default: the dataset's own).",
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     seed: SeedOption = 0,
 ) -> None:
     def write() -> str:
-        for option, value in (("--image-width", image_width), ("--image-height", image_height),
-                              ("--entries", entries), ("--min-tokens", min_tokens)):  # fmt: skip
+        for option, value in (
+            ("--image-width", image_width),
+            ("--image-height", image_height),
+            ("--entries", entries),
+            ("--min-tokens", min_tokens),
+        ):
             if value is not None and value < 1:
                 raise UsageError(f"{option} {value}: give a number >= 1")
         check_length("--min-tokens", min_tokens, 1)

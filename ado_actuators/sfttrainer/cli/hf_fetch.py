@@ -17,8 +17,11 @@ import shutil
 from pathlib import Path
 
 from ado_actuators.sfttrainer.host.hf_cache import (
-    DEFAULT_REVISION, repo_folder, training_files, write_marker,
-)  # fmt: skip
+    DEFAULT_REVISION,
+    repo_folder,
+    training_files,
+    write_marker,
+)
 
 API_TIMEOUT_S = 20.0
 
@@ -59,8 +62,9 @@ def plan_fetch(repo_id: str, *, token: str | None, endpoint: str | None) -> Fetc
 
     api = HfApi(endpoint=endpoint, token=token)
     try:
-        info = api.model_info(repo_id, revision=DEFAULT_REVISION, files_metadata=True,
-                              timeout=API_TIMEOUT_S)  # fmt: skip
+        info = api.model_info(
+            repo_id, revision=DEFAULT_REVISION, files_metadata=True, timeout=API_TIMEOUT_S
+        )
         siblings = info.siblings or []
         names = [s.rfilename for s in siblings]
         if not names:
@@ -87,8 +91,9 @@ def present_bytes(plan: FetchPlan, hub_dir: Path) -> int:
     return min(done, plan.total_bytes)
 
 
-def download(plan: FetchPlan, hub_dir: Path, *, token: str | None, endpoint: str | None,
-             max_workers: int) -> tuple[int, int]:  # fmt: skip
+def download(
+    plan: FetchPlan, hub_dir: Path, *, token: str | None, endpoint: str | None, max_workers: int
+) -> tuple[int, int]:
     """Download the plan's missing files; returns (files, bytes) fetched. Raises FetchError."""
     from huggingface_hub import snapshot_download
 
@@ -106,10 +111,14 @@ def download(plan: FetchPlan, hub_dir: Path, *, token: str | None, endpoint: str
         write_marker(repo_dir, state="incomplete", **marker)
         if missing:
             result = snapshot_download(
-                plan.repo_id, revision=DEFAULT_REVISION, cache_dir=hub_dir, token=token,
-                endpoint=endpoint, max_workers=max_workers,
+                plan.repo_id,
+                revision=DEFAULT_REVISION,
+                cache_dir=hub_dir,
+                token=token,
+                endpoint=endpoint,
+                max_workers=max_workers,
                 allow_patterns=[glob.escape(f) for f in plan.files],
-            )  # fmt: skip
+            )
             if Path(result).name != plan.commit:
                 raise FetchError(
                     f"the repository changed on the hub during the download "
@@ -167,7 +176,7 @@ def describe_error(error: BaseException, endpoint: str | None) -> str:
         OfflineModeIsEnabled,
         RepositoryNotFoundError,
         RevisionNotFoundError,
-    )  # fmt: skip
+    )
 
     where = endpoint or constants.ENDPOINT
     if isinstance(error, OfflineModeIsEnabled) or isinstance(error.__cause__, OfflineModeIsEnabled):

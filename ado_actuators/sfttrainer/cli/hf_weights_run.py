@@ -62,8 +62,9 @@ def survey(entries: list[Entry], hf_home: Path):
     return rows, pending
 
 
-def fetch_all(pending: dict, hf_home: Path, *, dry_run: bool, token: str | None,
-              max_workers: int) -> dict[str, tuple[str, str]]:  # fmt: skip
+def fetch_all(
+    pending: dict, hf_home: Path, *, dry_run: bool, token: str | None, max_workers: int
+) -> dict[str, tuple[str, str]]:
     results: dict[str, tuple[str, str]] = {}
     endpoint = os.environ.get("HF_ENDPOINT") or None
     offline = hf_fetch.offline_mode()
@@ -84,11 +85,13 @@ def fetch_all(pending: dict, hf_home: Path, *, dry_run: bool, token: str | None,
                 hub_dir.mkdir(parents=True, exist_ok=True)
                 started = time.monotonic()
                 files, size = progress.run(
-                    repo_id, plan, hub_dir,
+                    repo_id,
+                    plan,
+                    hub_dir,
                     lambda p=plan: hf_fetch.download(
                         p, hub_dir, token=token, endpoint=endpoint, max_workers=max_workers
                     ),
-                )  # fmt: skip
+                )
             except hf_fetch.FetchError as err:
                 if err.unreachable:
                     blocked = f"hub unreachable (as for {repo_id})"
@@ -104,11 +107,16 @@ def fetch_all(pending: dict, hf_home: Path, *, dry_run: bool, token: str | None,
                 continue
             if files:
                 took = time.monotonic() - started
-                results[repo_id] = ("fetched", f"{files} files, "
-                                    f"{hf_fetch.human_bytes(size)} in {took:.0f} s")  # fmt: skip
+                results[repo_id] = (
+                    "fetched",
+                    f"{files} files, {hf_fetch.human_bytes(size)} in {took:.0f} s",
+                )
             else:
-                results[repo_id] = ("cached", f"complete, checked against the hub "
-                                    f"({len(plan.files)} files, {plan.commit[:12]})")  # fmt: skip
+                results[repo_id] = (
+                    "cached",
+                    f"complete, checked against the hub "
+                    f"({len(plan.files)} files, {plan.commit[:12]})",
+                )
     return results
 
 
@@ -134,12 +142,16 @@ class _Progress:
                 TextColumn,
                 TimeRemainingColumn,
                 TransferSpeedColumn,
-            )  # fmt: skip
+            )
 
             self.bar = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
-                TransferSpeedColumn(), TimeRemainingColumn(), console=self.console,
-            )  # fmt: skip
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TimeRemainingColumn(),
+                console=self.console,
+            )
             self.bar.start()
         return self
 

@@ -28,10 +28,11 @@ def output_dir_option(suffix: str) -> Any:
     return Annotated[
         Path | None,
         typer.Option(
-            "--output-dir", metavar="DIR",
+            "--output-dir",
+            metavar="DIR",
             help=f"Instead of -o: write DIR/<dataset-id>{suffix}, the name the actuator looks for.",
         ),
-    ]  # fmt: skip
+    ]
 
 
 EntriesOption = Annotated[
@@ -95,16 +96,25 @@ def progress_bar(path: Path):
     """A rich progress bar on stderr; silent when stderr is no terminal (e.g. a Ray job)."""
     from rich.console import Console
     from rich.progress import (
-        BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
         TimeRemainingColumn,
-    )  # fmt: skip
+    )
 
     console = Console(stderr=True)
     return Progress(
-        TextColumn(f"[bold]{path.name}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), TimeRemainingColumn(),
-        console=console, disable=not console.is_terminal, transient=False,
-    )  # fmt: skip
+        TextColumn(f"[bold]{path.name}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not console.is_terminal,
+        transient=False,
+    )
 
 
 def report_errors(write: Callable[[], str], target: Path | None) -> None:

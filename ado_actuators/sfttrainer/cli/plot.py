@@ -36,27 +36,33 @@ def plot(
     space_id: Annotated[
         str | None,
         typer.Argument(
-            metavar="[SPACE_ID]", show_default=False,
+            metavar="[SPACE_ID]",
+            show_default=False,
             help="A stored space, read through ado's API in the active ado context (the one "
             "`ado show measurements space SPACE_ID` reads).",
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     csv_file: Annotated[
         Path | None,
         typer.Option(
-            "--csv", metavar="FILE", show_default=False,
+            "--csv",
+            metavar="FILE",
+            show_default=False,
             help="Instead of SPACE_ID: the CSV written by `ado show measurements space "
             "SPACE_ID -o csv --property-format target --output-file FILE`.",
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     context: Annotated[
         Path | None,
         typer.Option(
-            "--context", "-c", metavar="FILE", show_default=False,
+            "--context",
+            "-c",
+            metavar="FILE",
+            show_default=False,
             help="With SPACE_ID: the ado ProjectContext file to read from, as for `ado "
             "--context FILE` (default: ado's active context).",
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     output_dir: Annotated[
         Path,
         typer.Option("--output-dir", "-o", metavar="DIR", help="Where to write the files."),
@@ -64,7 +70,9 @@ def plot(
     compare: Annotated[
         str | None,
         typer.Option(
-            "--compare", metavar="OTHER", show_default=False,
+            "--compare",
+            metavar="OTHER",
+            show_default=False,
             help="Another space to compare with, e.g. the same space measured with another "
             "fms-hf-tuning release: a CSV file (a name ending in .csv) or a space id (read like "
             "SPACE_ID, in the same context). Ratio = dataset tokens/s here / there, matched per "
@@ -72,14 +80,16 @@ def plot(
             "flagged where the two rows' 95 % intervals do not overlap, or, where either row has "
             "no interval, beyond ±10 %.",
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     name: Annotated[
         str | None,
         typer.Option(
-            "--name", metavar="NAME", show_default=False,
+            "--name",
+            metavar="NAME",
+            show_default=False,
             help="File name stem (default: the space id, or the CSV file's stem).",
         ),
-    ] = None,  # fmt: skip
+    ] = None,
 ) -> None:
     from ado_actuators.sfttrainer.report.table import TableError
 
@@ -102,7 +112,11 @@ def _plot(space_id, csv_file, context, output_dir, name, other):
         rows, source, stem = sources.rows_from_csv(csv_file), str(csv_file), csv_file.stem
         title = csv_file.name
     else:
-        rows, source, stem = sources.rows_from_space(space_id, context), f"space {space_id}", space_id
+        rows, source, stem = (
+            sources.rows_from_space(space_id, context),
+            f"space {space_id}",
+            space_id,
+        )
         title = space_id
     stem = name or stem
     if not stem or "/" in stem or stem.startswith("."):
@@ -110,14 +124,19 @@ def _plot(space_id, csv_file, context, output_dir, name, other):
     data = table.space_table(rows, source)
     comparison = None
     if other is not None:
-        other_rows = (sources.rows_from_csv(Path(other)) if other.endswith(".csv")
-                      else sources.rows_from_space(other, context))  # fmt: skip
+        other_rows = (
+            sources.rows_from_csv(Path(other))
+            if other.endswith(".csv")
+            else sources.rows_from_space(other, context)
+        )
         other_name = Path(other).name
-        comparison = compare.compare(data, table.space_table(other_rows, f"--compare {other}"),
-                                     other_name)  # fmt: skip
+        comparison = compare.compare(
+            data, table.space_table(other_rows, f"--compare {other}"), other_name
+        )
         title += f" compared with {other_name}"
-    return files.write_report(data, output_dir, stem, f"SFTTrainer measurements: {title}",
-                              comparison)  # fmt: skip
+    return files.write_report(
+        data, output_dir, stem, f"SFTTrainer measurements: {title}", comparison
+    )
 
 
 def main() -> None:

@@ -13,8 +13,17 @@ from ado_actuators.sfttrainer.cli.errors import UsageError, one_line_errors
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
-COLUMNS = ("experiment", "entity", "verdict", "bound_gib", "predicted_gib", "device_gib",
-           "fewest_gpus", "gpu_hours", "why")  # fmt: skip
+COLUMNS = (
+    "experiment",
+    "entity",
+    "verdict",
+    "bound_gib",
+    "predicted_gib",
+    "device_gib",
+    "fewest_gpus",
+    "gpu_hours",
+    "why",
+)
 
 
 @app.command(
@@ -33,16 +42,19 @@ def preview(
     actuator_config: Annotated[
         Path | None,
         typer.Option(
-            "--actuator-config", metavar="FILE", show_default=False,
+            "--actuator-config",
+            metavar="FILE",
+            show_default=False,
             help="The actuatorconfiguration file (`ado create actuatorconfiguration -f`): its "
             "parameters give hf_home and model_map, where the config.json files are.",
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     csv_file: Annotated[
         Path | None,
-        typer.Option("--csv", metavar="FILE", show_default=False,
-                     help="Also write the rows to FILE as CSV."),
-    ] = None,  # fmt: skip
+        typer.Option(
+            "--csv", metavar="FILE", show_default=False, help="Also write the rows to FILE as CSV."
+        ),
+    ] = None,
 ) -> None:
     with one_line_errors(csv_file, "Interrupted; nothing was launched."):
         rows, settings = _rows(space, actuator_config)
@@ -60,7 +72,9 @@ def _load_yaml(path: Path, what: str) -> Any:
     try:
         return yaml.safe_load(path.read_text())
     except yaml.YAMLError as error:
-        raise UsageError(f"{what} {str(path)!r} is not YAML: {str(error).splitlines()[0]}") from None
+        raise UsageError(
+            f"{what} {str(path)!r} is not YAML: {str(error).splitlines()[0]}"
+        ) from None
 
 
 def _rows(space: Path, actuator_config: Path | None):
@@ -77,16 +91,21 @@ def _rows(space: Path, actuator_config: Path | None):
         settings = MeasurementSettings.model_validate(parameters)
     except pydantic.ValidationError as error:
         first = error.errors()[0]
-        raise UsageError(f"--actuator-config parameters.{'.'.join(map(str, first['loc']))}: "
-                         f"{first['msg']}") from None  # fmt: skip
+        raise UsageError(
+            f"--actuator-config parameters.{'.'.join(map(str, first['loc']))}: {first['msg']}"
+        ) from None
     try:
         points = entities(_load_yaml(space, "space file"))
     except SpaceError as error:
         raise UsageError(f"{space}: {error}") from None
-    unknown = sorted({v["model_name"] for _, v in points if "model_name" in v} - _known_models(settings))
+    unknown = sorted(
+        {v["model_name"] for _, v in points if "model_name" in v} - _known_models(settings)
+    )
     if unknown:
-        raise UsageError(f"{space}: unknown model {unknown[0]!r}: add it to the actuator "
-                         f"configuration's model_map")  # fmt: skip
+        raise UsageError(
+            f"{space}: unknown model {unknown[0]!r}: add it to the actuator "
+            f"configuration's model_map"
+        )
     return [preview_entity(values, experiment, settings) for experiment, values in points], settings
 
 
@@ -108,15 +127,31 @@ def _print(rows: list) -> None:
 
     console = Console(width=None if Console().is_terminal else 160)
     table = Table(title="SFTTrainer space preview (GiB per device; predicted, not measured)")
-    for name in ("experiment", "entity", "verdict", "bound", "predicted", "device", "fewest GPUs",
-                 "GPU-hours", "why"):  # fmt: skip
+    for name in (
+        "experiment",
+        "entity",
+        "verdict",
+        "bound",
+        "predicted",
+        "device",
+        "fewest GPUs",
+        "GPU-hours",
+        "why",
+    ):
         table.add_column(name, overflow="fold")
     for row in rows:
         entity = ", ".join(f"{k}={v}" for k, v in row.entity.items() if k != "model_name")
-        table.add_row(row.experiment.removesuffix("-v1.0.0"),
-                      f"{row.entity.get('model_name', '')}: {entity}", row.verdict,
-                      _cell(row.bound_gib), _cell(row.predicted_gib), _cell(row.device_gib),
-                      _cell(row.fewest_gpus), _cell(row.gpu_hours), row.why)  # fmt: skip
+        table.add_row(
+            row.experiment.removesuffix("-v1.0.0"),
+            f"{row.entity.get('model_name', '')}: {entity}",
+            row.verdict,
+            _cell(row.bound_gib),
+            _cell(row.predicted_gib),
+            _cell(row.device_gib),
+            _cell(row.fewest_gpus),
+            _cell(row.gpu_hours),
+            row.why,
+        )
     console.print(table)
     launched = [r for r in rows if r.launched]
     hours = [r.gpu_hours for r in launched if r.gpu_hours is not None]
@@ -125,7 +160,8 @@ def _print(rows: list) -> None:
         by_verdict[row.verdict] = by_verdict.get(row.verdict, 0) + 1
     console.print(
         f"{len(rows)} configurations: {len(launched)} would be launched, "
-        + ", ".join(f"{n} {v}" for v, n in sorted(by_verdict.items())) + "."
+        + ", ".join(f"{n} {v}" for v, n in sorted(by_verdict.items()))
+        + "."
     )
     if launched:
         unknown = len(launched) - len(hours)
@@ -144,8 +180,15 @@ def _write_csv(rows: list, path: Path) -> None:
         writer = csv.writer(handle)
         writer.writerow(COLUMNS)
         for row in rows:
-            writer.writerow([row.experiment, json.dumps(row.entity, sort_keys=True), row.verdict,
-                             *(_cell(getattr(row, c)) for c in COLUMNS[3:8]), row.why])  # fmt: skip
+            writer.writerow(
+                [
+                    row.experiment,
+                    json.dumps(row.entity, sort_keys=True),
+                    row.verdict,
+                    *(_cell(getattr(row, c)) for c in COLUMNS[3:8]),
+                    row.why,
+                ]
+            )
     tmp.replace(path)
 
 

@@ -47,9 +47,12 @@ GRANITE_VISION_PINPOINTS: tuple[tuple[int, int], ...] = (
     *((384, w) for w in range(384, 3841, 384)),
     *((768, w) for w in range(384, 1921, 384)),
     *((1152, w) for w in (384, 768, 1152)),
-    (1536, 384), (1536, 768), (1920, 384), (1920, 768),
+    (1536, 384),
+    (1536, 768),
+    (1920, 384),
+    (1920, 768),
     *((h, 384) for h in (2304, 2688, 3072, 3456, 3840)),
-)  # fmt: skip
+)
 
 
 def _best_resolution(height: int, width: int) -> tuple[int, int]:
@@ -97,8 +100,9 @@ def draw_image(width: int, height: int, seed: int = 0) -> bytes:
     horizon = int(height * rng.uniform(0.55, 0.7))
     for y in range(horizon):
         t = y / max(1, horizon - 1)
-        draw.line([(0, y), (width, y)], fill=tuple(round(a + (b - a) * t) for a, b in
-                                                    zip(top, bottom)))  # fmt: skip
+        draw.line(
+            [(0, y), (width, y)], fill=tuple(round(a + (b - a) * t) for a, b in zip(top, bottom))
+        )
     for y in range(horizon, height):
         t = (y - horizon) / max(1, height - horizon)
         draw.line([(0, y), (width, y)], fill=(40, round(150 - 60 * t), 50))
@@ -107,13 +111,17 @@ def draw_image(width: int, height: int, seed: int = 0) -> bytes:
     draw.ellipse((sx - sr, sy - sr, sx + sr, sy + sr), fill=(255, 220, 60))
     for _ in range(3):  # hills
         cx, r = rng.randint(0, width), rng.randint(s // 4, s // 2)
-        draw.ellipse((cx - r, horizon - r // 2, cx + r, horizon + r // 2),
-                     fill=(30, rng.randint(100, 140), 40))  # fmt: skip
+        draw.ellipse(
+            (cx - r, horizon - r // 2, cx + r, horizon + r // 2),
+            fill=(30, rng.randint(100, 140), 40),
+        )
     hx, hw = rng.randint(s // 10, width - s // 3), s // 4  # a house
     hy = horizon + (height - horizon) // 4
     draw.rectangle((hx, hy, hx + hw, hy + hw), fill=(200, 70, 60), outline=(60, 30, 20))
-    draw.polygon([(hx - hw // 8, hy), (hx + hw // 2, hy - hw // 2), (hx + hw + hw // 8, hy)],
-                 fill=(110, 50, 40))  # fmt: skip
+    draw.polygon(
+        [(hx - hw // 8, hy), (hx + hw // 2, hy - hw // 2), (hx + hw + hw // 8, hy)],
+        fill=(110, 50, 40),
+    )
     draw.rectangle((hx + hw // 3, hy + hw // 2, hx + 2 * hw // 3, hy + hw), fill=(70, 40, 30))
     for _ in range(6):  # a few seeded shapes on top
         x0, y0 = rng.randrange(width), rng.randrange(height)
@@ -152,10 +160,12 @@ def iter_messages(*, entries: int, min_tokens: int, seed: int = 0) -> Iterator[l
         # The guarantee: >= min_tokens words in the response alone (see module docstring).
         response = news_text.response_words(rng, pool, min_tokens)
         yield [
-            {"role": "user", "content": [{"type": "image", "text": None},
-                                         {"type": "text", "text": instruction}]},
+            {
+                "role": "user",
+                "content": [{"type": "image", "text": None}, {"type": "text", "text": instruction}],
+            },
             {"role": "assistant", "content": [{"type": "text", "text": response}]},
-        ]  # fmt: skip
+        ]
 
 
 # ----------------------------------------------------------------------------------------

@@ -73,7 +73,9 @@ class EntryFile:
 
     def __init__(self, path: Path) -> None:
         if path.suffix not in INDEXED_SUFFIXES:
-            raise ValueError(f"{path.name}: only {', '.join(INDEXED_SUFFIXES)} can be read by position")
+            raise ValueError(
+                f"{path.name}: only {', '.join(INDEXED_SUFFIXES)} can be read by position"
+            )
         self.path = path
         self._offsets: list[int] = []
         self._row_group_starts: list[int] = []

@@ -107,8 +107,9 @@ def measure(
         values, location = resolved
         # Before any Ray resource is requested, and from config.json alone: a certain OOM
         # costs no placement, environment or model load.
-        memory = assess(values, definition, location, hf_home=params.hf_home,
-                        enabled=params.memory_bound_check)  # fmt: skip
+        memory = assess(
+            values, definition, location, hf_home=params.hf_home, enabled=params.memory_bound_check
+        )
         if memory.certain_oom:
             return memory.invalid()
         if params.skip_predicted_oom and memory.predicted_oom:
@@ -179,8 +180,14 @@ def _repeat(
     runs: list[Outcome] = []
     for repeat in range(repeats):
         inputs = request.plan_inputs
-        labelled = request.model_copy(update={"plan_inputs": {
-            **inputs, "run_labels": {**inputs["run_labels"], "repeat": str(repeat)}}})  # fmt: skip
+        labelled = request.model_copy(
+            update={
+                "plan_inputs": {
+                    **inputs,
+                    "run_labels": {**inputs["run_labels"], "repeat": str(repeat)},
+                }
+            }
+        )
         outcome = measure_on_cluster(labelled, resources, placement_timeout=placement_timeout)
         if isinstance(outcome, Failed) and "workdir" not in outcome.metadata:
             return [outcome]

@@ -62,13 +62,17 @@ def _values(domain: dict[str, Any], name: str) -> list[Any]:
 def entities(document: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(experiment id, entity values with the experiment's parameterization) per point."""
     if not isinstance(document, dict) or "entitySpace" not in document:
-        raise SpaceError("the space file has no entitySpace: give the file `ado create space -f` takes")
+        raise SpaceError(
+            "the space file has no entitySpace: give the file `ado create space -f` takes"
+        )
     dimensions = []
     for item in document["entitySpace"]:
         name = item.get("identifier") if isinstance(item, dict) else None
         if name not in FIELDS:
-            raise SpaceError(f"entitySpace names an unknown field {name!r}: see `ado describe "
-                             f"experiment` for the fields")  # fmt: skip
+            raise SpaceError(
+                f"entitySpace names an unknown field {name!r}: see `ado describe "
+                f"experiment` for the fields"
+            )
         dimensions.append((name, _values(item.get("propertyDomain") or {}, name)))
     experiments = document.get("experiments") or []
     if not experiments:
@@ -81,7 +85,10 @@ def entities(document: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             catalog.experiment(identifier)
         except KeyError:
             raise SpaceError(f"unknown experiment {identifier!r}") from None
-        fixed = {p["property"]["identifier"]: p["value"] for p in experiment.get("parameterization") or []}
+        fixed = {
+            p["property"]["identifier"]: p["value"]
+            for p in experiment.get("parameterization") or []
+        }
         for point in itertools.product(*(values for _, values in dimensions)):
             found.append((identifier, {**dict(zip([n for n, _ in dimensions], point)), **fixed}))
     return found
@@ -93,10 +100,15 @@ def model_parameters(memory: MemoryAssessment, peft_method: str) -> ModelParamet
         return None
     matmul = counts.total - (counts.embedding if counts.lm_head else 0)
     trainable = {"none": matmul, "pt": 0}.get(peft_method, memory.trainable or 0)
-    return ModelParameters(total=counts.total, trainable=trainable, matmul=matmul,
-                           trainable_matmul=trainable, layers=dims.layers,
-                           attention_width=dims.q_width,
-                           mixture_of_experts=dims.experts_per_token > 1)  # fmt: skip
+    return ModelParameters(
+        total=counts.total,
+        trainable=trainable,
+        matmul=matmul,
+        trainable_matmul=trainable,
+        layers=dims.layers,
+        attention_width=dims.q_width,
+        mixture_of_experts=dims.experts_per_token > 1,
+    )
 
 
 def gpu_hours(values: Any, memory: MemoryAssessment, peft_method: str) -> tuple[float | None, str]:
@@ -104,8 +116,10 @@ def gpu_hours(values: Any, memory: MemoryAssessment, peft_method: str) -> tuple[
     gpus = max(1, values.number_gpus)
     steady = (values.auto_stop_method or "").upper() == STEADY_CI95_1PCT
     if steady:  # whichever limit comes first; the target usually comes before either
-        cap = min(values.auto_stop_max_seconds,
-                  values.stop_after_seconds if values.stop_after_seconds > 0 else float("inf"))  # fmt: skip
+        cap = min(
+            values.auto_stop_max_seconds,
+            values.stop_after_seconds if values.stop_after_seconds > 0 else float("inf"),
+        )
         return gpus * cap / 3600, f"{STEADY_CI95_1PCT}: at most {cap:g} s"
     if values.stop_after_seconds > 0:  # -1: no time limit
         return gpus * values.stop_after_seconds / 3600, "time-bounded: exact"
@@ -116,16 +130,21 @@ def gpu_hours(values: Any, memory: MemoryAssessment, peft_method: str) -> tuple[
         per_token = flops_per_token(params, values.model_max_length) if params else None
         peak = peak_tflops(values.gpu_model)
         if per_token and peak:
-            tokens = values.max_steps * values.batch_size * values.gradient_accumulation_steps \
+            tokens = (
+                values.max_steps
+                * values.batch_size
+                * values.gradient_accumulation_steps
                 * values.model_max_length
+            )
             seconds = per_token * tokens / (gpus * peak * 1e12 * PREVIEW_MFU)
             return gpus * seconds / 3600, f"step-bounded: FLOPs at {PREVIEW_MFU:.0%} MFU"
         return None, "step-bounded: no FLOP figure for this model or GPU"
     return None, "bounded by epochs: the dataset's length decides"
 
 
-def preview_entity(values_in: dict[str, Any], experiment_id: str,
-                   settings: MeasurementSettings) -> PreviewRow:  # fmt: skip
+def preview_entity(
+    values_in: dict[str, Any], experiment_id: str, settings: MeasurementSettings
+) -> PreviewRow:
     definition = catalog_data().experiment(experiment_id)
     resolved = resolve(values_in, definition, settings)
     row = PreviewRow(experiment=experiment_id, entity=values_in, verdict="unknown")
@@ -143,7 +162,10 @@ def preview_entity(values_in: dict[str, Any], experiment_id: str,
     if memory.certain_oom:
         verdict, why = "certain OOM", "the lower bound exceeds the device"
     elif memory.predicted_oom:
-        verdict, why = "predicted OOM", f"the prediction ({memory.prediction.phase}) exceeds the device"
+        verdict, why = (
+            "predicted OOM",
+            f"the prediction ({memory.prediction.phase}) exceeds the device",
+        )
     elif memory.skipped:
         verdict, why = "unknown", memory.skipped
     elif memory.prediction is None:
@@ -156,5 +178,10 @@ def preview_entity(values_in: dict[str, Any], experiment_id: str,
     hours, how = gpu_hours(values, memory, definition.peft_method)
     if verdict in ("fits", "unknown") and hours is not None:
         why = f"{why}; {how}"
-    return dataclasses.replace(row, verdict=verdict, why=why, fewest_gpus=fewest,
-                               gpu_hours=hours if verdict in ("fits", "unknown") else None)  # fmt: skip
+    return dataclasses.replace(
+        row,
+        verdict=verdict,
+        why=why,
+        fewest_gpus=fewest,
+        gpu_hours=hours if verdict in ("fits", "unknown") else None,
+    )

@@ -85,7 +85,10 @@ def shown(resources: Mapping[str, float]) -> str:
 
 
 def never_placeable(
-    bundle: Mapping[str, float], count: int, nodes: list[dict[str, Any]], autoscaler: Autoscaler | None
+    bundle: Mapping[str, float],
+    count: int,
+    nodes: list[dict[str, Any]],
+    autoscaler: Autoscaler | None,
 ) -> str | None:
     """Why `count` bundles, one per node, can never be placed on this cluster, or None when
     they might be (now or once the autoscaler adds nodes). Pure.
@@ -106,10 +109,13 @@ def never_placeable(
     head = sum(fits(bundle, r) for r in alive if HEAD in r)
     if max(here, head + added) >= count:
         return None
-    kinds = "; ".join(
-        f"{t.name} [{shown(t.resources)}] up to {'any number' if t.max_count is None else t.max_count}"
-        for t in autoscaler.node_types
-    ) or "none"
+    kinds = (
+        "; ".join(
+            f"{t.name} [{shown(t.resources)}] up to {'any number' if t.max_count is None else t.max_count}"
+            for t in autoscaler.node_types
+        )
+        or "none"
+    )
     return f"and no node type of the autoscaler adds enough (its node types: {kinds})"
 
 
@@ -119,8 +125,10 @@ def never_placeable(
 def node_types(groups: Iterable[tuple[str, Mapping[str, float], int]]) -> tuple[NodeType, ...]:
     """(name, resources, max_count) of each node group the GCS holds (ClusterConfig's
     NodeGroupConfig) as node types; max_count -1 means no limit. Pure."""
-    return tuple(NodeType(name, dict(resources), None if most < 0 else most)
-                 for name, resources, most in groups)  # fmt: skip
+    return tuple(
+        NodeType(name, dict(resources), None if most < 0 else most)
+        for name, resources, most in groups
+    )
 
 
 def status_type_names(status: Mapping[str, Any]) -> list[str] | None:
@@ -129,11 +137,18 @@ def status_type_names(status: Mapping[str, Any]) -> list[str] | None:
     report = status.get("autoscaler_report")
     if not isinstance(report, dict):
         return None
-    names = [*(report.get("active_nodes") or {}), *(report.get("idle_nodes") or {}),
-             *(report.get("pending_launches") or {}),
-             *(report.get("node_type_mapping") or {}).values()]  # fmt: skip
-    names += [entry[1] for key in ("pending_nodes", "failed_nodes") for entry in report.get(key) or ()
-              if isinstance(entry, (list, tuple)) and len(entry) > 1]  # fmt: skip
+    names = [
+        *(report.get("active_nodes") or {}),
+        *(report.get("idle_nodes") or {}),
+        *(report.get("pending_launches") or {}),
+        *(report.get("node_type_mapping") or {}).values(),
+    ]
+    names += [
+        entry[1]
+        for key in ("pending_nodes", "failed_nodes")
+        for entry in report.get(key) or ()
+        if isinstance(entry, (list, tuple)) and len(entry) > 1
+    ]
     return [str(name) for name in names]
 
 
@@ -152,8 +167,11 @@ def _reported_node_types() -> tuple[NodeType, ...] | None:
     from ray._private.state import state
 
     config = state.get_cluster_config()
-    groups = [(g.name, dict(g.resources), g.max_count)
-              for g in (config.node_group_configs if config is not None else ()) if g.resources]  # fmt: skip
+    groups = [
+        (g.name, dict(g.resources), g.max_count)
+        for g in (config.node_group_configs if config is not None else ())
+        if g.resources
+    ]
     return node_types(groups) if groups else None
 
 
@@ -171,7 +189,9 @@ def _is_v2() -> bool:
     return is_autoscaler_v2(fetch_from_server=True)
 
 
-def read_autoscaler(nodes: list[dict[str, Any]], patience: float = REPORT_PATIENCE) -> Autoscaler | None:
+def read_autoscaler(
+    nodes: list[dict[str, Any]], patience: float = REPORT_PATIENCE
+) -> Autoscaler | None:
     """What Ray says about the cluster's autoscaler (Ray must be initialised; `nodes`: every
     ray.nodes() entry). Never raises: what cannot be read is UNKNOWN."""
     try:
@@ -189,5 +209,7 @@ def read_autoscaler(nodes: list[dict[str, Any]], patience: float = REPORT_PATIEN
                 return UNKNOWN  # no monitor on this head, or one not reporting
             time.sleep(1.0)
     except Exception as error:  # noqa: BLE001 - another Ray release's internals: keep the wait
-        LOG.info("could not read what Ray says of its autoscaler (%r); waiting as if one ran", error)
+        LOG.info(
+            "could not read what Ray says of its autoscaler (%r); waiting as if one ran", error
+        )
         return UNKNOWN

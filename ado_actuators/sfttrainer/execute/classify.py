@@ -124,10 +124,15 @@ def launch_outcome(
         # a rank that died before it could write a report may still have said why in the log,
         # on a node cancelled because its peers failed first too
         if said := next((r for r in runs if says_gpu_memory_exhausted(r.log_tail)), None):
-            return Invalid(reason=f"GPU out of memory (from the training log{_where(said, runs)})",
-                           gpu_oom=True)  # fmt: skip
-        refused = [r for r in errors if r.failure and
-                   r.failure.exception_type.endswith(SETTING_UNAVAILABLE)]  # fmt: skip
+            return Invalid(
+                reason=f"GPU out of memory (from the training log{_where(said, runs)})",
+                gpu_oom=True,
+            )
+        refused = [
+            r
+            for r in errors
+            if r.failure and r.failure.exception_type.endswith(SETTING_UNAVAILABLE)
+        ]
         if refused:
             message = refused[0].failure.message
             return Failed(f"the configuration cannot run as requested: {message}")
@@ -136,7 +141,10 @@ def launch_outcome(
             why = _failed_rank(errors[0], _where_rank(errors[0].rank, runs, per_node))
             if errors[0].failure and errors[0].failure.traceback_tail:
                 # the rank's own traceback says more than a log full of other ranks' noise
-                label, tail = f"Traceback of rank {errors[0].rank}", errors[0].failure.traceback_tail
+                label, tail = (
+                    f"Traceback of rank {errors[0].rank}",
+                    errors[0].failure.traceback_tail,
+                )
         elif missing:
             first = next(n for n in ran if n.machine_rank == missing[0] // per_node)
             signals = [f"{r.signal_name}{_where(r, runs)}" for r in ran if r.signal_name]
@@ -178,8 +186,10 @@ def launch_outcome(
     notes = {n for r in reports for n in r.notes}
     if since is None and rank0.warmup_steps:
         # warm-up ended on the last step trained: no step is left to measure without it
-        notes.add("warm-up not excluded: training ended on the last warm-up step, so the "
-                  "figures cover every step")  # fmt: skip
+        notes.add(
+            "warm-up not excluded: training ended on the last warm-up step, so the "
+            "figures cover every step"
+        )
     if note := auto_stop_note(rank0.auto_stop):
         notes.add(note)
     interval = throughput_interval(reports, since)
@@ -190,8 +200,10 @@ def launch_outcome(
     if (per_token := model_flops_per_token(reports, since)) is None:
         notes.add(f"model_tflops_per_device omitted: {flops.why_no_flops(rank0.model_parameters)}")
     elif "model_flops_utilization" not in properties:
-        notes.add(f"model_flops_utilization omitted: no dense peak known for gpu_model "
-                  f"{gpu_model if number_gpus else 'None (CPU)'}")  # fmt: skip
+        notes.add(
+            f"model_flops_utilization omitted: no dense peak known for gpu_model "
+            f"{gpu_model if number_gpus else 'None (CPU)'}"
+        )
     metadata = {
         "flash_attention": rank0.flash_attention,
         "distributed_type": rank0.distributed_type,
@@ -220,9 +232,13 @@ def auto_stop_note(outcome: AutoStopOutcome | None) -> str | None:
         "training end": "training ended (max_steps or num_train_epochs)",
     }[outcome.ended_by]
     if not outcome.steady_state_found:
-        return (f"{outcome.method}: no steady state found before {where}: the step times still "
-                f"showed a trend, so no step was left out as warm-up and the figures cover every "
-                f"step")  # fmt: skip
+        return (
+            f"{outcome.method}: no steady state found before {where}: the step times still "
+            f"showed a trend, so no step was left out as warm-up and the figures cover every "
+            f"step"
+        )
     judged = "" if outcome.ci95_percent is None else f" (it was {outcome.ci95_percent:.2f} %)"
-    return (f"{outcome.method}: target not reached: {where} before the 95 % interval was within "
-            f"{outcome.target_percent:g} %{judged}")
+    return (
+        f"{outcome.method}: target not reached: {where} before the 95 % interval was within "
+        f"{outcome.target_percent:g} %{judged}"
+    )

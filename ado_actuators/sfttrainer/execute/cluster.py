@@ -63,8 +63,12 @@ def placement(
 
 
 def unplaceable_reason(
-    bundle: dict[str, float], count: int, nodes: list[dict[str, Any]], waited: float | None,
-    holders: str = "", never: str = "",
+    bundle: dict[str, float],
+    count: int,
+    nodes: list[dict[str, Any]],
+    waited: float | None,
+    holders: str = "",
+    never: str = "",
 ) -> str:
     """Why `count` bundles, one per node, were not placed in `waited` seconds; or, with
     `never` (capacity.never_placeable's clause, `waited` None), why they never will be and
@@ -119,15 +123,22 @@ def _outcome(request: NodeRequest, runs: list[NodeRun]) -> Outcome:
     # without "workdir" means nothing was launched at all (measurement._repeat relies on it)
     if launched := next((r for r in runs if r.workdir), None):
         outcome.metadata.update(
-            {"workdir": launched.workdir, "log": launched.log_path,
-             "environment": launched.environment}
-        )  # fmt: skip
+            {
+                "workdir": launched.workdir,
+                "log": launched.log_path,
+                "environment": launched.environment,
+            }
+        )
     if checks := [r.gpu_exclusivity for r in runs if r.gpu_exclusivity is not None]:
         outcome.metadata.update(gpu_exclusive.metadata(checks, request.allow_shared_gpus))
     if len(runs) > 1:
         outcome.metadata["nodes"] = [
-            {"machine_rank": r.machine_rank, "hostname": r.hostname, "workdir": r.workdir,
-             "cancelled": r.cancelled}
+            {
+                "machine_rank": r.machine_rank,
+                "hostname": r.hostname,
+                "workdir": r.workdir,
+                "cancelled": r.cancelled,
+            }
             for r in runs
         ]
     return outcome
@@ -192,17 +203,28 @@ def measure_on_cluster(
         # users read it when a space's measurements take longer than their trainings
         waited = {"placement_wait_seconds": round((time.time_ns() - asked) / 1e9, 3)}
         if number_nodes == 1:
-            task = ray.remote(run_node).options(**node_task_options(
-                **task_resources(bundle), scheduling_strategy=group.strategy(0),
-                runtime_env=runtime_env))  # fmt: skip
+            task = ray.remote(run_node).options(
+                **node_task_options(
+                    **task_resources(bundle),
+                    scheduling_strategy=group.strategy(0),
+                    runtime_env=runtime_env,
+                )
+            )
             try:
                 outcome = _outcome(request, [ray.get(task.remote(request))])
             except ray.exceptions.RayError as error:
                 outcome = Failed(f"the measurement task died: {error}")
         else:
-            runs = run_nodes(request, number_nodes, lambda k: node_task_options(
-                **task_resources(bundle), scheduling_strategy=group.strategy(k),
-                runtime_env=runtime_env), group.strategy(0))  # fmt: skip
+            runs = run_nodes(
+                request,
+                number_nodes,
+                lambda k: node_task_options(
+                    **task_resources(bundle),
+                    scheduling_strategy=group.strategy(k),
+                    runtime_env=runtime_env,
+                ),
+                group.strategy(0),
+            )
             outcome = runs if isinstance(runs, Failed) else _outcome(request, runs)
         outcome.metadata.update(waited)
     finally:
@@ -220,8 +242,9 @@ def _held(outcome: Outcome, granted: float) -> Outcome:
     return outcome
 
 
-def _bundle(resources: ResourceRequest, nodes: list[dict[str, Any]], count: int
-            ) -> dict[str, float] | Failed:  # fmt: skip
+def _bundle(
+    resources: ResourceRequest, nodes: list[dict[str, Any]], count: int
+) -> dict[str, float] | Failed:
     """The bundle to ask for, or Failed at once when this cluster can never hold `count` of
     them: no autoscaler, or none whose node types could add what is missing (issue 26: a
     3-node request on 2 nodes waited placement_timeout_seconds for an answer known at once)."""
@@ -246,14 +269,17 @@ class _Placement:
 
         self.bundle, self.count = bundle, count
         self.group = (
-            placement_group([dict(bundle) for _ in range(count)], strategy="STRICT_SPREAD", name=name)
+            placement_group(
+                [dict(bundle) for _ in range(count)], strategy="STRICT_SPREAD", name=name
+            )
             if bundle
             else None
         )
 
     @classmethod
-    def for_caller(cls, bundle: dict[str, float], count: int, run_name: str, asked_ns: int
-                   ) -> _Placement | Failed:  # fmt: skip
+    def for_caller(
+        cls, bundle: dict[str, float], count: int, run_name: str, asked_ns: int
+    ) -> _Placement | Failed:
         """The group, unless the operation that asked has ended: a group registered after its
         job's end is never removed by Ray (execute/orphan_groups.py)."""
         if not bundle:  # no group, nothing to leave behind

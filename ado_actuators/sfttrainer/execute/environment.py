@@ -35,8 +35,16 @@ from ado_actuators.sfttrainer.plan import environments as plan
 from ado_actuators.sfttrainer.trainer import fms_api
 
 READY = "sfttrainer-environment.json"
-PROBE_MODULES = ("tuning.sft_trainer", "transformers", "trl", "peft", "accelerate", "datasets",
-                 "torch", "ado_actuators.sfttrainer.trainer.callback")  # fmt: skip
+PROBE_MODULES = (
+    "tuning.sft_trainer",
+    "transformers",
+    "trl",
+    "peft",
+    "accelerate",
+    "datasets",
+    "torch",
+    "ado_actuators.sfttrainer.trainer.callback",
+)
 WORKER_ROOTS = ("pydantic", "pydantic-core")
 """The worker's packages the trainer imports next to any list (this package's own contract)."""
 
@@ -123,10 +131,14 @@ def choose(
         return chosen
     if from_worker:
         chosen.metadata["features_from_worker"] = from_worker
-    sources = sorted(Path(chosen.metadata["path"]).glob(f"lib/python*/site-packages/{fms_api.SOURCE}"))
+    sources = sorted(
+        Path(chosen.metadata["path"]).glob(f"lib/python*/site-packages/{fms_api.SOURCE}")
+    )
     if not sources:
-        return Failed(f"the fms-hf-tuning {version} environment {chosen.metadata['path']} has no "
-                      f"{fms_api.SOURCE}; remove it so the next measurement builds it again")  # fmt: skip
+        return Failed(
+            f"the fms-hf-tuning {version} environment {chosen.metadata['path']} has no "
+            f"{fms_api.SOURCE}; remove it so the next measurement builds it again"
+        )
     return _readable_api(chosen, sources[0], version)
 
 
@@ -193,8 +205,10 @@ def build(
                 return _ready(target, reused=True)
             remaining = timeout - (time.monotonic() - started)
             if problem := _build_into(spec, target, directory, remaining, find_links):
-                return Failed(f"could not build the fms-hf-tuning {spec.fms_hf_tuning_version} "
-                              f"environment in {directory}: {problem}")  # fmt: skip
+                return Failed(
+                    f"could not build the fms-hf-tuning {spec.fms_hf_tuning_version} "
+                    f"environment in {directory}: {problem}"
+                )
     except filelock.Timeout:
         return Failed(
             f"timed out after {timeout:g}s waiting for another measurement to build {target}; "
@@ -231,19 +245,34 @@ def _build_into(
     deadline = time.monotonic() + timeout
     try:
         uv = find_uv_bin()
-        venv = [uv, "venv", "--quiet", "--system-site-packages", "--python", sys.executable,
-                str(scratch)]  # fmt: skip
+        venv = [
+            uv,
+            "venv",
+            "--quiet",
+            "--system-site-packages",
+            "--python",
+            sys.executable,
+            str(scratch),
+        ]
         if problem := install.run(venv, deadline)[0]:
             return problem
         _extend_with_worker_site(scratch)
         try:
-            against_torch = install.install(uv, _python(scratch), spec.packages,
-                                            find_links=find_links, scratch=scratch,
-                                            deadline=deadline)  # fmt: skip
+            against_torch = install.install(
+                uv,
+                _python(scratch),
+                spec.packages,
+                find_links=find_links,
+                scratch=scratch,
+                deadline=deadline,
+            )
         except install.InstallFailed as error:
             return str(error)
-        probe = [_python(scratch), "-c",
-                 f"import importlib; [importlib.import_module(m) for m in {PROBE_MODULES!r}]"]  # fmt: skip
+        probe = [
+            _python(scratch),
+            "-c",
+            f"import importlib; [importlib.import_module(m) for m in {PROBE_MODULES!r}]",
+        ]
         if problem := install.run(probe, deadline)[0]:
             return problem
         ready = {**spec.summary(), "built_against_torch": against_torch}
@@ -263,7 +292,10 @@ def _extend_with_worker_site(env: Path) -> None:
     """
     purelib = subprocess.run(
         [_python(env), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True, timeout=60,
-    ).stdout.strip()  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
     lines = [f"import site; site.addsitedir({d!r})" for d in _worker_site_dirs()]
     (Path(purelib) / "_sfttrainer_worker_site.pth").write_text("\n".join(lines) + "\n")

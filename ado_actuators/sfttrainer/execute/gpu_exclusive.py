@@ -52,14 +52,19 @@ def check_devices(indices: list[int], nvml: Any = None) -> Exclusivity:
 
         nvml.nvmlInit()
     except Exception as error:  # ImportError, NVMLError (no driver): cannot tell
-        return Exclusivity(exclusive=None, problem=f"NVML unavailable: {type(error).__name__}: {error}")
+        return Exclusivity(
+            exclusive=None, problem=f"NVML unavailable: {type(error).__name__}: {error}"
+        )
     try:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         devices = nvml_devices.physical_devices(indices, visible)
         if len(devices) < len(indices):
-            return Exclusivity(exclusive=None, problem=(
-                f"CUDA_VISIBLE_DEVICES={visible!r} lists fewer devices than the {len(indices)} used"
-            ))  # fmt: skip
+            return Exclusivity(
+                exclusive=None,
+                problem=(
+                    f"CUDA_VISIBLE_DEVICES={visible!r} lists fewer devices than the {len(indices)} used"
+                ),
+            )
         own = os.getpid()
         others = []
         for index, device in zip(indices, devices, strict=True):
@@ -68,14 +73,19 @@ def check_devices(indices: list[int], nvml: Any = None) -> Exclusivity:
                 if process.pid == own:
                     continue
                 used = getattr(process, "usedGpuMemory", None)
-                others.append(GpuProcess(
-                    index=index, pid=process.pid,
-                    memory_mib=used / 2**20 if isinstance(used, int) else None,
-                ))  # fmt: skip
+                others.append(
+                    GpuProcess(
+                        index=index,
+                        pid=process.pid,
+                        memory_mib=used / 2**20 if isinstance(used, int) else None,
+                    )
+                )
         return Exclusivity(exclusive=not others, others=others)
     except Exception as error:  # NVMLError: not supported (vGPU, MIG), GPU lost, ...
-        return Exclusivity(exclusive=None, problem=f"NVML could not list processes: "
-                                                   f"{type(error).__name__}: {error}")  # fmt: skip
+        return Exclusivity(
+            exclusive=None,
+            problem=f"NVML could not list processes: {type(error).__name__}: {error}",
+        )
     finally:
         try:
             nvml.nvmlShutdown()

@@ -107,8 +107,11 @@ def _hub_offline() -> bool:
     from huggingface_hub import constants
 
     return constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").lower() in (
-        "1", "true", "yes", "on",
-    )  # fmt: skip
+        "1",
+        "true",
+        "yes",
+        "on",
+    )
 
 
 def weights_problem(location: str, hf_home: str, hint: str) -> tuple[str | None, bool]:
@@ -143,7 +146,10 @@ def weights_problem(location: str, hf_home: str, hint: str) -> tuple[str | None,
         HfApi().model_info(location, timeout=HUB_PROBE_SECONDS)
     except Exception as error:  # noqa: BLE001 - unreachable, unknown, gated: all need the user
         why = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        return f"{location} is not in the cache under {hf_home} and the hub did not serve it ({why}); {hint}", False
+        return (
+            f"{location} is not in the cache under {hf_home} and the hub did not serve it ({why}); {hint}",
+            False,
+        )
     return None, False
 
 
@@ -161,16 +167,18 @@ def plan_node(
     values = request.plan_inputs["values"]
     # No aim_db, no AIM: a temporary repository would cost ~2 s per measurement (import,
     # repository creation) to be deleted unread; the rank reports carry every sample.
-    return plan_launch(PlanInputs(
-        **request.plan_inputs,
-        workdir=request.workdir(machine_rank, values.number_nodes),
-        weights_offline=weights_offline,
-        python=python,
-        machine_rank=machine_rank,
-        visible_devices=visible_devices(),
-        main_process_ip=rendezvous.ip if rendezvous else None,
-        main_process_port=rendezvous.port if rendezvous else workspace.free_port(),
-    ))  # fmt: skip
+    return plan_launch(
+        PlanInputs(
+            **request.plan_inputs,
+            workdir=request.workdir(machine_rank, values.number_nodes),
+            weights_offline=weights_offline,
+            python=python,
+            machine_rank=machine_rank,
+            visible_devices=visible_devices(),
+            main_process_ip=rendezvous.ip if rendezvous else None,
+            main_process_port=rendezvous.port if rendezvous else workspace.free_port(),
+        )
+    )
 
 
 class Prepared(pydantic.BaseModel):
@@ -199,26 +207,40 @@ def prepare_node(request: NodeRequest, machine_rank: int = 0) -> Prepared | Node
         writes["aim_db"] = inputs["aim_repo"]
     for setting, directory in writes.items():
         if why := workspace.unwritable(Path(directory).expanduser()):
-            return here.model_copy(update={"problem": (
-                f"{setting} {directory} cannot be written on {here.hostname} ({why}); "
-                f"set {setting} to a directory every node can write"
-            )})  # fmt: skip
+            return here.model_copy(
+                update={
+                    "problem": (
+                        f"{setting} {directory} cannot be written on {here.hostname} ({why}); "
+                        f"set {setting} to a directory every node can write"
+                    )
+                }
+            )
     problem, offline = weights_problem(location, hf_home, hint)
     if problem:
         return here.model_copy(update={"problem": problem})
     dataset = Path(inputs["dataset_path"])
     if not dataset.is_file():
         command = " ".join(datasets.creation_command(values.dataset_id, dataset))
-        return here.model_copy(update={"problem": (
-            f"dataset file {dataset} does not exist on {here.hostname}; "
-            f"create it with: {command}"
-        )})  # fmt: skip
+        return here.model_copy(
+            update={
+                "problem": (
+                    f"dataset file {dataset} does not exist on {here.hostname}; "
+                    f"create it with: {command}"
+                )
+            }
+        )
     on_gpus = values.number_gpus > 0 and not inputs.get("use_cpu")
     chosen = environment.choose(values, inputs["definition"], request.environment, on_gpus=on_gpus)
     if isinstance(chosen, Failed):
         return here.model_copy(update={"problem": chosen.reason})
-    return Prepared(machine_rank=machine_rank, hostname=here.hostname, python=chosen.python,
-                    weights_offline=offline, environment=chosen.metadata, on_gpus=on_gpus)  # fmt: skip
+    return Prepared(
+        machine_rank=machine_rank,
+        hostname=here.hostname,
+        python=chosen.python,
+        weights_offline=offline,
+        environment=chosen.metadata,
+        on_gpus=on_gpus,
+    )
 
 
 def launch_node(
@@ -237,14 +259,20 @@ def launch_node(
 
 def _launch(request: NodeRequest, prepared: Prepared, rendezvous: Rendezvous | None) -> NodeRun:
     machine_rank = prepared.machine_rank
-    here = NodeRun(machine_rank=machine_rank, hostname=prepared.hostname,
-                   environment=prepared.environment)  # fmt: skip
+    here = NodeRun(
+        machine_rank=machine_rank, hostname=prepared.hostname, environment=prepared.environment
+    )
     plan: LaunchPlan | None = None
     exclusivity = None
     try:
         try:
-            plan = plan_node(request, machine_rank, rendezvous, python=prepared.python,
-                             weights_offline=prepared.weights_offline)  # fmt: skip
+            plan = plan_node(
+                request,
+                machine_rank,
+                rendezvous,
+                python=prepared.python,
+                weights_offline=prepared.weights_offline,
+            )
         except PlanError as error:
             return here.model_copy(update={"problem": str(error)})
         try:
@@ -252,15 +280,20 @@ def _launch(request: NodeRequest, prepared: Prepared, rendezvous: Rendezvous | N
         except workspace.MalformedDataset as error:
             return here.model_copy(update={"problem": str(error)})
         except OSError as error:
-            return here.model_copy(update={
-                "problem": f"cannot prepare the measurement directory {plan.workdir}: {error}"})  # fmt: skip
+            return here.model_copy(
+                update={
+                    "problem": f"cannot prepare the measurement directory {plan.workdir}: {error}"
+                }
+            )
         if prepared.on_gpus:
             exclusivity = gpu_exclusive.check_devices(plan.job.gpu_indices)
             if exclusivity.exclusive is False and not request.allow_shared_gpus:
-                return here.model_copy(update={
-                    "problem": gpu_exclusive.shared_problem(exclusivity, here.hostname),
-                    "gpu_exclusivity": exclusivity,
-                })  # fmt: skip
+                return here.model_copy(
+                    update={
+                        "problem": gpu_exclusive.shared_problem(exclusivity, here.hostname),
+                        "gpu_exclusivity": exclusivity,
+                    }
+                )
         result = run_process(
             plan.node.argv,
             env={**os.environ, **plan.env},
@@ -283,7 +316,9 @@ def _launch(request: NodeRequest, prepared: Prepared, rendezvous: Rendezvous | N
 
 
 def _collected(
-    here: NodeRun, plan: LaunchPlan | None, result: ProcessResult | None,
+    here: NodeRun,
+    plan: LaunchPlan | None,
+    result: ProcessResult | None,
     exclusivity: gpu_exclusive.Exclusivity | None,
 ) -> NodeRun:
     """The run as the node returns it; without a result, a run cancelled by its peers'
@@ -291,16 +326,25 @@ def _collected(
     if plan is None:
         return here.model_copy(update={"cancelled": True})
     log_path = plan.workdir / "train.log"
-    ended = {"returncode": result.returncode, "signal_name": result.signal_name,
-             "stopped_by_watchdog": result.stopped_by_watchdog} if result else {"cancelled": True}  # fmt: skip
-    run = here.model_copy(update={
-        **ended,
-        "log_tail": result.log_tail() if result else log_tail(log_path),
-        "reports": RankReport.read_all(plan.report_dir) if plan.report_dir.is_dir() else [],
-        "workdir": str(plan.workdir),
-        "log_path": str(log_path),
-        "gpu_exclusivity": exclusivity,
-    })  # fmt: skip
+    ended = (
+        {
+            "returncode": result.returncode,
+            "signal_name": result.signal_name,
+            "stopped_by_watchdog": result.stopped_by_watchdog,
+        }
+        if result
+        else {"cancelled": True}
+    )
+    run = here.model_copy(
+        update={
+            **ended,
+            "log_tail": result.log_tail() if result else log_tail(log_path),
+            "reports": RankReport.read_all(plan.report_dir) if plan.report_dir.is_dir() else [],
+            "workdir": str(plan.workdir),
+            "log_path": str(log_path),
+            "gpu_exclusivity": exclusivity,
+        }
+    )
     if plan.training_data_path != plan.dataset_path:
         plan.training_data_path.unlink(missing_ok=True)
     shutil.rmtree(plan.workdir / "output", ignore_errors=True)

@@ -73,6 +73,9 @@ def reap() -> list[str]:
     for group in found:
         remove_placement_group(handle(group["placement_group_id"]))
     if found:
-        LOG.warning("removed %d placement group(s) left by ended operations: %s",
-                    len(found), ", ".join(g["name"] for g in found))  # fmt: skip
+        LOG.warning(
+            "removed %d placement group(s) left by ended operations: %s",
+            len(found),
+            ", ".join(g["name"] for g in found),
+        )
     return [group["name"] for group in found]

@@ -35,7 +35,7 @@ def group_name(run_name: str, asked_ns: int, job_id: str) -> str:
 def _fields(name: str) -> list[str] | None:
     if not name.startswith(OWN_GROUP_PREFIX):
         return None
-    fields = name[len(OWN_GROUP_PREFIX):].split("-", 2)
+    fields = name[len(OWN_GROUP_PREFIX) :].split("-", 2)
     return fields if len(fields) == 3 and fields[0].isdigit() else None
 
 
@@ -99,8 +99,11 @@ def wait_for_older(asked_ns: int, timeout: float) -> str | None:
             )
         first = older[0]["placement_group_id"]
         if first not in ready:
-            LOG.info("queued behind %d older measurement(s) not yet placed: %s",
-                     len(older), _describe(older))  # fmt: skip
+            LOG.info(
+                "queued behind %d older measurement(s) not yet placed: %s",
+                len(older),
+                _describe(older),
+            )
             ready[first] = handle(first).ready()
         ray.wait([ready[first]], timeout=min(POLL_SECONDS, left))
     return None

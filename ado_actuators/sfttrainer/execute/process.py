@@ -174,7 +174,9 @@ def run_process(
             last_seen = max(last_seen, _last_activity(watched))
             idle = time.time() - last_seen
             if idle > stall_timeout:
-                stopped_by = f"no output or progress for {idle:.0f} s (stall timeout {stall_timeout:.0f} s)"
+                stopped_by = (
+                    f"no output or progress for {idle:.0f} s (stall timeout {stall_timeout:.0f} s)"
+                )
                 _stop_group(process)
                 break
     finally:

@@ -28,7 +28,9 @@ def reserved_cpus(groups: Iterable[dict[str, Any]]) -> dict[str, float]:
     `groups`: the values of ray.util.placement_group_table(). Pure."""
     held: dict[str, float] = defaultdict(float)
     for group in groups:
-        if group.get("state") not in _PLACED or (group.get("name") or "").startswith(OWN_GROUP_PREFIX):
+        if group.get("state") not in _PLACED or (group.get("name") or "").startswith(
+            OWN_GROUP_PREFIX
+        ):
             continue
         for index, node in (group.get("bundles_to_node_id") or {}).items():
             held[node] += float(group["bundles"][index].get("CPU", 0.0))
@@ -77,7 +79,11 @@ def held_by_callers() -> dict[str, float]:
 
 
 def _positive(resources: dict[str, float] | None) -> dict[str, float]:
-    return {k: v for k, v in (resources or {}).items() if v and not k.startswith(("node:", "bundle_group"))}
+    return {
+        k: v
+        for k, v in (resources or {}).items()
+        if v and not k.startswith(("node:", "bundle_group"))
+    }
 
 
 def holders_text(
@@ -109,7 +115,9 @@ def holders_text(
             resources = _positive(item.get("required_resources"))
             if resources and item.get("node_id") in lines:
                 group = " (in a placement group)" if item.get("placement_group_id") else ""
-                lines[item["node_id"]].append(f"{kind} {item.get('name')}{group} asked for {show(resources)}")
+                lines[item["node_id"]].append(
+                    f"{kind} {item.get('name')}{group} asked for {show(resources)}"
+                )
     return "; ".join(
         f"node {node_names[node]}: {', '.join(found) if found else 'nothing visible'}"
         for node, found in lines.items()
@@ -121,8 +129,11 @@ def describe_holders(nodes: list[dict[str, Any]]) -> str:
     state API (it needs the dashboard; without it, placement groups only)."""
     from ray.util import placement_group_table
 
-    names = {n["NodeID"]: f"{n.get('NodeManagerAddress', '?')}/{n['NodeID'][:8]}"
-             for n in nodes if n.get("Alive")}  # fmt: skip
+    names = {
+        n["NodeID"]: f"{n.get('NodeManagerAddress', '?')}/{n['NodeID'][:8]}"
+        for n in nodes
+        if n.get("Alive")
+    }
     groups = list(placement_group_table().values())
     tasks, actors, note = _running_tasks_and_actors()
     return holders_text(names, tasks, actors, groups) + note
@@ -143,18 +154,31 @@ def _running_tasks_and_actors() -> tuple[list[dict[str, Any]], list[dict[str, An
     address = ray.get_runtime_context().gcs_address
 
     def rows(found: list[Any]) -> list[dict[str, Any]]:
-        return [{k: getattr(x, k, None) for k in ("name", "node_id", "required_resources",
-                                                   "placement_group_id")} for x in found]  # fmt: skip
+        return [
+            {
+                k: getattr(x, k, None)
+                for k in ("name", "node_id", "required_resources", "placement_group_id")
+            }
+            for x in found
+        ]
 
     error: Exception | None = None
     for attempt in range(STATE_API_TRIES):
         try:
-            tasks = rows(list_tasks(address, filters=[("state", "=", "RUNNING")], detail=True, limit=1000))
-            actors = rows(list_actors(address, filters=[("state", "=", "ALIVE")], detail=True, limit=1000))
+            tasks = rows(
+                list_tasks(address, filters=[("state", "=", "RUNNING")], detail=True, limit=1000)
+            )
+            actors = rows(
+                list_actors(address, filters=[("state", "=", "ALIVE")], detail=True, limit=1000)
+            )
             return tasks, actors, ""
         except Exception as failure:  # noqa: BLE001 - no dashboard: say what could not be read
             error = failure
             if attempt + 1 < STATE_API_TRIES:
                 time.sleep(2.0 * (attempt + 1))
     said = str(error).split(". ")[0][:200]
-    return [], [], f" (tasks and actors unknown: Ray's state API answered {type(error).__name__}: {said})"
+    return (
+        [],
+        [],
+        f" (tasks and actors unknown: Ray's state API answered {type(error).__name__}: {said})",
+    )

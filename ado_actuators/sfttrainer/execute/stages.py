@@ -64,7 +64,11 @@ def node_task_options(
 def task_resources(bundle: dict[str, float]) -> dict[str, Any]:
     """node_task_options' resource arguments for a task that uses all of `bundle`."""
     custom = {k: v for k, v in bundle.items() if k not in ("CPU", "GPU")}
-    return {"num_cpus": bundle.get("CPU", 0.0), "num_gpus": bundle.get("GPU", 0.0), "resources": custom}
+    return {
+        "num_cpus": bundle.get("CPU", 0.0),
+        "num_gpus": bundle.get("GPU", 0.0),
+        "resources": custom,
+    }
 
 
 def rendezvous_here() -> Rendezvous:
@@ -88,9 +92,12 @@ def run_nodes(
     prepared = _prepare_all(request, count, options)
     if any(isinstance(p, NodeRun) for p in prepared):
         # launch nothing: the nodes that did prepare are stopped by the one that could not
-        return [p if isinstance(p, NodeRun) else
-                NodeRun(machine_rank=p.machine_rank, hostname=p.hostname, cancelled=True)
-                for p in prepared]  # fmt: skip
+        return [
+            p
+            if isinstance(p, NodeRun)
+            else NodeRun(machine_rank=p.machine_rank, hostname=p.hostname, cancelled=True)
+            for p in prepared
+        ]
     probe = ray.remote(rendezvous_here).options(
         num_cpus=0, max_retries=0, scheduling_strategy=probe_strategy
     )
@@ -99,8 +106,10 @@ def run_nodes(
     except (ray.exceptions.RayError, TimeoutError) as error:
         return Failed(f"could not find rank 0's address on the first node: {error}")
     launch = ray.remote(node.launch_node)
-    refs = {launch.options(**options(p.machine_rank)).remote(request, p, rendezvous): p.machine_rank
-            for p in prepared}  # fmt: skip
+    refs = {
+        launch.options(**options(p.machine_rank)).remote(request, p, rendezvous): p.machine_rank
+        for p in prepared
+    }
     return _collect(refs)
 
 
@@ -122,14 +131,19 @@ def _prepare_all(
         try:
             results[rank] = ray.get(ref)
         except ray.exceptions.RayError as error:
-            results[rank] = NodeRun(machine_rank=rank, problem=f"the node task died while preparing: {error}")
+            results[rank] = NodeRun(
+                machine_rank=rank, problem=f"the node task died while preparing: {error}"
+            )
     for ref in late:
         ray.cancel(ref, force=True)
-        results[refs[ref]] = NodeRun(machine_rank=refs[ref], problem=(
-            f"the node was not prepared within {bound:g} s (environment_build_timeout_seconds "
-            f"+ {PREPARE_MARGIN_SECONDS:g} s for its checks); a hung filesystem or hub? raise "
-            f"environment_build_timeout_seconds if its environment takes that long to build"
-        ))  # fmt: skip
+        results[refs[ref]] = NodeRun(
+            machine_rank=refs[ref],
+            problem=(
+                f"the node was not prepared within {bound:g} s (environment_build_timeout_seconds "
+                f"+ {PREPARE_MARGIN_SECONDS:g} s for its checks); a hung filesystem or hub? raise "
+                f"environment_build_timeout_seconds if its environment takes that long to build"
+            ),
+        )
     return [results[rank] for rank in range(count)]
 
 

@@ -39,10 +39,24 @@ _SINGLE_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 # Files transformers never reads when loading for PyTorch training: other frameworks' weights,
 # exported formats, and the original (non-transformers) checkpoints some repos also carry.
 IGNORE_PATTERNS = (
-    "*.msgpack", "*.h5", "*.ot", "*.onnx", "*.onnx_data", "*.tflite", "*.gguf", "*.mlmodel",
-    "tf_model*", "flax_model*", "rust_model*", "onnx/*", "openvino/*", "coreml/*", "original/*",
-    "*.mlpackage/*", ".gitattributes",
-)  # fmt: skip
+    "*.msgpack",
+    "*.h5",
+    "*.ot",
+    "*.onnx",
+    "*.onnx_data",
+    "*.tflite",
+    "*.gguf",
+    "*.mlmodel",
+    "tf_model*",
+    "flax_model*",
+    "rust_model*",
+    "onnx/*",
+    "openvino/*",
+    "coreml/*",
+    "original/*",
+    "*.mlpackage/*",
+    ".gitattributes",
+)
 # Ignored too when the repo has transformers-format safetensors weights (transformers prefers them).
 DUPLICATE_WEIGHT_PATTERNS = ("pytorch_model*.bin", "*.pt", "*.pth", "consolidated*")
 
@@ -82,8 +96,9 @@ class CacheState(NamedTuple):
     """True when a finished download recorded the file list (rule 1), not inferred (rule 2)."""
 
 
-def cache_state(repo_id: str, hf_home: str | os.PathLike | None,
-                revision: str = DEFAULT_REVISION) -> CacheState:  # fmt: skip
+def cache_state(
+    repo_id: str, hf_home: str | os.PathLike | None, revision: str = DEFAULT_REVISION
+) -> CacheState:
     """Whether `repo_id` is complete in the hub cache of `hf_home`, and why; disk only."""
     repo_dir = repo_folder(repo_id, hub_cache_dir(hf_home))
     commit = resolve_commit(repo_dir, revision)
@@ -107,8 +122,9 @@ def cache_state(repo_id: str, hf_home: str | os.PathLike | None,
     return CacheState(True, f"config and weights present ({commit[:12]})")
 
 
-def is_cached(repo_id: str, hf_home: str | os.PathLike | None,
-              revision: str = DEFAULT_REVISION) -> bool:  # fmt: skip
+def is_cached(
+    repo_id: str, hf_home: str | os.PathLike | None, revision: str = DEFAULT_REVISION
+) -> bool:
     """True when a training process with HF_HOME=hf_home can load repo_id offline."""
     return cache_state(repo_id, hf_home, revision).complete
 
@@ -154,8 +170,9 @@ def read_marker(repo_dir: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def write_marker(repo_dir: Path, *, commit: str, revision: str, state: str,
-                 files: list[str]) -> None:  # fmt: skip
+def write_marker(
+    repo_dir: Path, *, commit: str, revision: str, state: str, files: list[str]
+) -> None:
     """Atomically record a download's state (see the module docstring)."""
     repo_dir.mkdir(parents=True, exist_ok=True)
     payload = {"revision": revision, "commit": commit, "state": state, "files": sorted(files)}

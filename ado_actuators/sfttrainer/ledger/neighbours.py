@@ -97,11 +97,15 @@ class Neighbours:
                 "%s fitted (batch %g per device, model_max_length %d), contradicting the "
                 "measured OOM of %s (batch %g per device, model_max_length %s, log %s): that "
                 "OOM answers no request any more (%s)",
-                self.label, self.configuration.batch_per_device,
-                self.configuration.model_max_length, proof.get("label"),
-                entry.configuration.batch_per_device, entry.configuration.model_max_length,
-                proof.get("log"), self.record.path,
-            )  # fmt: skip
+                self.label,
+                self.configuration.batch_per_device,
+                self.configuration.model_max_length,
+                proof.get("label"),
+                entry.configuration.batch_per_device,
+                entry.configuration.model_max_length,
+                proof.get("log"),
+                self.record.path,
+            )
         outcome.metadata[NOTE] = {
             "superseded": [
                 {k: e.proof.get(k) for k in ("label", "workdir", "recorded_at")} for e in withdrawn

@@ -65,9 +65,17 @@ class Record:
 
     def add(self, configuration: Configuration, proof: dict[str, Any]) -> Entry:
         entry = Entry(uuid.uuid4().hex, configuration, {**proof, "recorded_at": now()})
-        self._append(lambda _: [{"format": FORMAT, "kind": OOM, "id": entry.id,
-                                 "configuration": configuration.as_json(),
-                                 "proof": entry.proof}])  # fmt: skip
+        self._append(
+            lambda _: [
+                {
+                    "format": FORMAT,
+                    "kind": OOM,
+                    "id": entry.id,
+                    "configuration": configuration.as_json(),
+                    "proof": entry.proof,
+                }
+            ]
+        )
         return entry
 
     def supersede(self, fits: Configuration, by: dict[str, Any]) -> list[Entry]:
@@ -82,8 +90,10 @@ class Record:
         def lines(current: list[dict[str, Any]]) -> list[dict[str, Any]]:
             # decided again under the lock: a writer at once may have marked them already
             marked.extend(e for e in _in_force(current) if dominates(e.configuration, fits))
-            return [{"format": FORMAT, "kind": SUPERSEDED, "id": e.id, "at": now(), "by": by}
-                    for e in marked]  # fmt: skip
+            return [
+                {"format": FORMAT, "kind": SUPERSEDED, "id": e.id, "at": now(), "by": by}
+                for e in marked
+            ]
 
         self._append(lines)
         return marked

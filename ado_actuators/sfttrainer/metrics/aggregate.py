@@ -49,8 +49,10 @@ def gpu_properties(samples: list[GpuSample]) -> dict[str, float]:
         per_gpu[(sample.node, sample.index)].append(sample)
     props: dict[str, float] = {}
     for name, attribute in GPU_SERIES.items():
-        read = [[v for s in series if (v := getattr(s, attribute)) is not None]
-                for series in per_gpu.values()]  # fmt: skip
+        read = [
+            [v for s in series if (v := getattr(s, attribute)) is not None]
+            for series in per_gpu.values()
+        ]
         averages = [_mean(values) for values in read if values]
         if samples and not averages:
             continue
@@ -69,7 +71,9 @@ def warmup_end(reports: list[RankReport]) -> float | None:
     return None
 
 
-def window_steps(reports: list[RankReport], report: RankReport, since: float | None) -> list[StepTiming]:
+def window_steps(
+    reports: list[RankReport], report: RankReport, since: float | None
+) -> list[StepTiming]:
     """`report`'s steps in the window: from rank 0's first step starting at `since` on, by
     step number, not by clock (ranks start the same step a few milliseconds apart: a clock cut
     would drop a peer's first window step)."""
@@ -115,17 +119,21 @@ def gpu_sampling_problem(reports: list[RankReport], since: float | None = None) 
                 1 for s in report.gpu_samples if s.index == index and in_window(s.time, window)
             )
             failed = [
-                f for f in report.gpu_sample_failures
+                f
+                for f in report.gpu_sample_failures
                 if f.index == index and in_window(f.time, window)
-            ]  # fmt: skip
+            ]
             where = f"GPU {index} on {report.hostname}"
             if good == 0:
                 first = f" (e.g. {failed[0].error})" if failed else ""
-                problems.append(f"{where}: no readings in the measured window, "
-                                f"{len(failed)} failed{first}")  # fmt: skip
+                problems.append(
+                    f"{where}: no readings in the measured window, {len(failed)} failed{first}"
+                )
             elif len(failed) > MAX_FAILED_SAMPLE_FRACTION * (good + len(failed)):
-                problems.append(f"{where}: {len(failed)} of {good + len(failed)} readings "
-                                f"failed (e.g. {failed[0].error})")  # fmt: skip
+                problems.append(
+                    f"{where}: {len(failed)} of {good + len(failed)} readings "
+                    f"failed (e.g. {failed[0].error})"
+                )
     if not problems:
         return None
     return "GPU sampling failed, so the GPU figures would be wrong: " + "; ".join(problems)

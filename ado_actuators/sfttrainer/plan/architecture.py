@@ -58,9 +58,12 @@ class ParameterCounts:
 
     def parts(self) -> dict[str, int]:
         return {
-            "embedding": self.embedding, "attention": self.attention, "mlp": self.mlp,
-            "norms": self.norms, "lm_head": self.lm_head,
-        }  # fmt: skip
+            "embedding": self.embedding,
+            "attention": self.attention,
+            "mlp": self.mlp,
+            "norms": self.norms,
+            "lm_head": self.lm_head,
+        }
 
 
 def language_config(config: dict[str, Any]) -> dict[str, Any]:

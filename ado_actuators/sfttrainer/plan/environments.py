@@ -29,9 +29,16 @@ PACKAGES_DIR = Path(__file__).parent / "packages"
 FMS = "fms-hf-tuning"
 
 GPU_ONLY_PATTERNS = (
-    "flash-attn", "mamba-ssm", "causal-conv1d", "fms-acceleration*", "nvidia-*", "triton",
-    "triton-kernels", "bitsandbytes", "cupy*",
-)  # fmt: skip
+    "flash-attn",
+    "mamba-ssm",
+    "causal-conv1d",
+    "fms-acceleration*",
+    "nvidia-*",
+    "triton",
+    "triton-kernels",
+    "bitsandbytes",
+    "cupy*",
+)
 """Canonical names of packages that need NVIDIA GPUs (CUDA kernels) to install or import."""
 
 WORKER_TORCH = ("torch", "torchvision", "torchaudio")

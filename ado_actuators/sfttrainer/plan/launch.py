@@ -129,16 +129,23 @@ def sft_trainer_arguments(inputs: PlanInputs, training_data_path: Path) -> list[
     values, definition = inputs.values, inputs.definition
     constants = catalog_data().sft_trainer_constants
     args = [
-        "--model_name_or_path", inputs.model_location,
-        "--training_data_path", str(training_data_path),
-        "--dataset_text_field", inputs.text_field,
-        "--per_device_train_batch_size", str(values.batch_size // batch_devices(values)),
-        "--max_seq_length", str(values.model_max_length),
-        "--output_dir", str(inputs.workdir / "output"),
-        "--peft_method", definition.peft_method,
+        "--model_name_or_path",
+        inputs.model_location,
+        "--training_data_path",
+        str(training_data_path),
+        "--dataset_text_field",
+        inputs.text_field,
+        "--per_device_train_batch_size",
+        str(values.batch_size // batch_devices(values)),
+        "--max_seq_length",
+        str(values.model_max_length),
+        "--output_dir",
+        str(inputs.workdir / "output"),
+        "--peft_method",
+        definition.peft_method,
         "--gradient_checkpointing_kwargs",
         json.dumps({"use_reentrant": values.gradient_checkpointing_use_reentrant}),
-    ]  # fmt: skip
+    ]
     for name, value in constants.items():
         args += [f"--{name}", value]
     for name in sorted({*definition.optional_fields, *definition.fixed}):
@@ -275,9 +282,12 @@ def plan_launch(inputs: PlanInputs) -> LaunchPlan:
         gpu_indices=[] if inputs.use_cpu else list(range(gpus_per_node)),
     )
     trainer = [
-        "-m", TRAINER_MODULE, JOB_FLAG, str(inputs.workdir / "job.json"),
+        "-m",
+        TRAINER_MODULE,
+        JOB_FLAG,
+        str(inputs.workdir / "job.json"),
         *sft_trainer_arguments(inputs, training_data),
-    ]  # fmt: skip
+    ]
     if ranks == 1:
         # One process; under DP it sees every GPU of the node and HF's Trainer wraps the
         # model in torch.nn.DataParallel.
@@ -292,11 +302,15 @@ def plan_launch(inputs: PlanInputs) -> LaunchPlan:
             use_cpu=use_cpu,
         )
         launcher = [
-            inputs.python, "-m", "accelerate.commands.launch",
-            "--config_file", str(inputs.workdir / "accelerate_config.yaml"),
+            inputs.python,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            str(inputs.workdir / "accelerate_config.yaml"),
             # accelerate's --num_processes counts every machine's processes
-            "--num_processes", str(ranks),
-        ]  # fmt: skip
+            "--num_processes",
+            str(ranks),
+        ]
         node = NodeLaunch(
             machine_rank=inputs.machine_rank, argv=[*launcher, *trainer], accelerate_config=config
         )

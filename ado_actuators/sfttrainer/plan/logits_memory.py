@@ -21,10 +21,16 @@ from typing import Any
 import yaml
 
 FAMILY_MODULES = {
-    "llama": "llama", "mistral": "mistral", "granite": "granite", "qwen2": "qwen2",
-    "qwen3": "qwen3", "mixtral": "mixtral", "granitemoe": "granitemoe",
-    "granitemoeshared": "granitemoeshared", "gpt_bigcode": "gpt_bigcode",
-}  # fmt: skip
+    "llama": "llama",
+    "mistral": "mistral",
+    "granite": "granite",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "mixtral": "mixtral",
+    "granitemoe": "granitemoe",
+    "granitemoeshared": "granitemoeshared",
+    "gpt_bigcode": "gpt_bigcode",
+}
 """config.json's model_type -> the folder of transformers/models/ holding its modeling file."""
 
 RECORD = "transformers-loss.yaml"
@@ -40,8 +46,9 @@ class LossCode:
     def __post_init__(self) -> None:
         assert self.upcast in ("model", "loss", "none") and self.shifts in ("logits", "labels")
 
-    def bytes_per_logit(self, dtype_bytes: int, fused: str | None = None,
-                        autocast: bool = False) -> float:  # fmt: skip
+    def bytes_per_logit(
+        self, dtype_bytes: int, fused: str | None = None, autocast: bool = False
+    ) -> float:
         """Bytes per [token, vocab] element alive at the loss's peak, forward or backward.
 
         Before cross-entropy: the model's logits (dtype, or fp32 when upcast in the model, the
@@ -94,7 +101,7 @@ def read_loss_code(modeling_source: str, loss_source: str | None) -> LossCode:
 
 
 def _shifted(code: str) -> str:
-    """"logits" where the loss slices the logits one position short (a copy follows), else
+    """ "logits" where the loss slices the logits one position short (a copy follows), else
     the labels are shifted (padded) instead."""
     return "logits" if re.search(r"logits\[\.\.\., *:-1, *:\]", code) else "labels"
 
@@ -107,7 +114,9 @@ def _function(source: str, name: str) -> str:
 
 
 def _causal_lm_forward(source: str) -> str:
-    found = re.search(r"^class \w+ForCausalLM\(\w*PreTrainedModel\b.*?(?=^class |\Z)", source, re.S | re.M)
+    found = re.search(
+        r"^class \w+ForCausalLM\(\w*PreTrainedModel\b.*?(?=^class |\Z)", source, re.S | re.M
+    )
     if not found:
         raise ValueError("no *ForCausalLM class in the modeling source")
     body = found.group(0)
@@ -121,7 +130,9 @@ def _upcasts_with_labels(forward: str) -> bool:
     """An fp32 upcast of the logits on the training path: `.float()` on the lm_head call or on
     `logits`, outside the branches taken only without labels (inference)."""
     training_path = re.sub(r"^( *)if labels is None:\n(?:\1 +.*\n|\n)+", "", forward, flags=re.M)
-    return bool(re.search(r"lm_head\([^\n]*\)\.float\(\)|logits\s*=\s*logits\.float\(\)", training_path))
+    return bool(
+        re.search(r"lm_head\([^\n]*\)\.float\(\)|logits\s*=\s*logits\.float\(\)", training_path)
+    )
 
 
 @functools.cache

@@ -37,17 +37,24 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # state and a float32 one fp32 (HF's Trainer keeps no fp32 master copy). Under FSDP with mixed
 # precision accelerate may upcast the parameters to fp32, which only adds memory.
 _FULL_PRECISION_STATES = {
-    "adamw_hf": 2, "adamw_torch": 2, "adamw_torch_fused": 2, "adamw_apex_fused": 2,
-    "adamw_torch_xla": 2, "adamw_torch_npu_fused": 2,
-}  # fmt: skip
+    "adamw_hf": 2,
+    "adamw_torch": 2,
+    "adamw_torch_fused": 2,
+    "adamw_apex_fused": 2,
+    "adamw_torch_xla": 2,
+    "adamw_torch_npu_fused": 2,
+}
 # bitsandbytes' 8-bit AdamW: two one-byte states (small tensors stay 32-bit, which only adds).
 _ONE_BYTE_STATES = {"adamw_bnb_8bit": 2, "adamw_8bit": 2}
 # Optimizers that update each parameter inside the backward pass: gradients are never all
 # resident at once, so none are counted.
 _NO_STORED_GRADIENTS = {
-    "lomo", "adalomo", "galore_adamw_layerwise", "galore_adamw_8bit_layerwise",
+    "lomo",
+    "adalomo",
+    "galore_adamw_layerwise",
+    "galore_adamw_8bit_layerwise",
     "galore_adafactor_layerwise",
-}  # fmt: skip
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,10 +77,10 @@ class MemoryBound:
     def describe(self) -> str:
         """e.g. `weights 6.74 + gradients 6.74 + optimizer_state 13.49 GiB (over 2 devices
         (FSDP FULL_SHARD)) + CUDA context 0.25 GiB`."""
-        shared = " + ".join(f"{k} {v / GIB:.2f}" for k, v in self.parts.items() if k != "cuda_context")
-        return (
-            f"{shared} GiB ({self.sharding}) + CUDA context {self.parts['cuda_context'] / GIB:.2f} GiB"
+        shared = " + ".join(
+            f"{k} {v / GIB:.2f}" for k, v in self.parts.items() if k != "cuda_context"
         )
+        return f"{shared} GiB ({self.sharding}) + CUDA context {self.parts['cuda_context'] / GIB:.2f} GiB"
 
     def as_metadata(self) -> dict[str, Any]:
         return {
@@ -102,8 +109,13 @@ class Training:
     quantized_bits: int | None = None
 
     @classmethod
-    def of(cls, values: Any, peft_method: str, target_modules: tuple[str, ...],
-           quantized_bits: int | None) -> Training:  # fmt: skip
+    def of(
+        cls,
+        values: Any,
+        peft_method: str,
+        target_modules: tuple[str, ...],
+        quantized_bits: int | None,
+    ) -> Training:
         """From `EntityValues` and the experiment's PEFT method."""
         return cls(
             peft_method=peft_method,
@@ -156,7 +168,11 @@ def shards(training: Training) -> tuple[int, str]:
         return 1, f"whole on each of {gpus} devices (FSDP NO_SHARD)"
     if strategy.startswith("HYBRID_SHARD"):
         per_node = max(1, gpus // nodes)
-        where = "whole on the one device of each node" if per_node == 1 else f"over the {per_node} devices of a node"
+        where = (
+            "whole on the one device of each node"
+            if per_node == 1
+            else f"over the {per_node} devices of a node"
+        )
         return per_node, f"{where} (FSDP {strategy})"
     # FULL_SHARD; SHARD_GRAD_OP keeps gathered parameters between forward and backward,
     # which only adds to its at-rest shards.

@@ -111,17 +111,24 @@ class MemoryAssessment:
         return Invalid(
             reason=reason,
             gpu_oom=True,
-            metadata={METADATA: self.metadata(), PREDICTED_METADATA: self.prediction_metadata(),
-                      ANSWERED_BY: CERTAIN_OOM},  # fmt: skip
+            metadata={
+                METADATA: self.metadata(),
+                PREDICTED_METADATA: self.prediction_metadata(),
+                ANSWERED_BY: CERTAIN_OOM,
+            },
             properties=self.properties(),
         )
 
     def prediction_metadata(self) -> dict[str, Any]:
         if self.prediction is None:
             return {"predicted": False, "skipped": self.prediction_skipped}
-        data = {"predicted": True, "measured": False, **self.prediction.as_metadata(),
-                "allocator_headroom": ALLOCATOR_HEADROOM,
-                "needs_on_device_gib": round(self.predicted_need / GIB, 3)}  # fmt: skip
+        data = {
+            "predicted": True,
+            "measured": False,
+            **self.prediction.as_metadata(),
+            "allocator_headroom": ALLOCATOR_HEADROOM,
+            "needs_on_device_gib": round(self.predicted_need / GIB, 3),
+        }
         if self.device_bytes is not None:
             data["device_memory_gib"] = round(self.device_bytes / GIB, 3)
         return data
@@ -140,8 +147,11 @@ class MemoryAssessment:
         return Invalid(
             reason=reason,
             gpu_oom=True,
-            metadata={METADATA: self.metadata(), PREDICTED_METADATA: self.prediction_metadata(),
-                      ANSWERED_BY: PREDICTED_OOM},  # fmt: skip
+            metadata={
+                METADATA: self.metadata(),
+                PREDICTED_METADATA: self.prediction_metadata(),
+                ANSWERED_BY: PREDICTED_OOM,
+            },
             properties=self.properties(),
         )
 
@@ -178,7 +188,7 @@ def _workload(values: Any, definition: ExperimentDefinition, model_type: str) ->
         fast_rms_layernorm=kernels[1:2] == ["True"],
         autocast=mixed,
         fsdp_upcast=mixed and values.distributed_backend == "FSDP",
-    )  # fmt: skip
+    )
 
 
 def assess(
@@ -197,8 +207,9 @@ def assess(
     return judge(values, definition, config, enabled=enabled)
 
 
-def judge(values: Any, definition: ExperimentDefinition, config: dict[str, Any], *,
-          enabled: bool) -> MemoryAssessment:  # fmt: skip
+def judge(
+    values: Any, definition: ExperimentDefinition, config: dict[str, Any], *, enabled: bool
+) -> MemoryAssessment:
     """assess() on a config.json already read."""
     try:
         counts = count_parameters(config)
@@ -216,20 +227,30 @@ def judge(values: Any, definition: ExperimentDefinition, config: dict[str, Any],
     adapted = tuple(targets) if definition.peft_method == "lora" else ()
     prediction = predict_peak(counts, dims, training, bound, workload, adapted)
     device = device_memory_bytes(values.gpu_model)
-    found = MemoryAssessment(bound=bound, device_bytes=device, gpu_model=values.gpu_model,
-                             prediction=prediction, counts=counts, dimensions=dims,
-                             trainable=trainable_parameters(counts, training))  # fmt: skip
+    found = MemoryAssessment(
+        bound=bound,
+        device_bytes=device,
+        gpu_model=values.gpu_model,
+        prediction=prediction,
+        counts=counts,
+        dimensions=dims,
+        trainable=trainable_parameters(counts, training),
+    )
     if device is None:
-        return dataclasses.replace(found, skipped=(
-            f"gpu_model {values.gpu_model!r} has no memory figure in metrics/gpu_memory.yaml"
-        ))  # fmt: skip
+        return dataclasses.replace(
+            found,
+            skipped=(
+                f"gpu_model {values.gpu_model!r} has no memory figure in metrics/gpu_memory.yaml"
+            ),
+        )
     if not enabled:
         return dataclasses.replace(found, skipped="turned off (memory_bound_check: false)")
     return found
 
 
-def fewest_gpus(values: Any, definition: ExperimentDefinition, location: str, *,
-                hf_home: str) -> int | None:  # fmt: skip
+def fewest_gpus(
+    values: Any, definition: ExperimentDefinition, location: str, *, hf_home: str
+) -> int | None:
     """The fewest GPUs (on one node, the same per-device batch) the prediction says fit, up to
     MAX_GPUS_TRIED; None when none does or nothing can be predicted. config.json is read once."""
     try:
@@ -238,8 +259,9 @@ def fewest_gpus(values: Any, definition: ExperimentDefinition, location: str, *,
         return None
     per_device = max(1, values.batch_size // batch_devices(values))
     for gpus in range(max(1, values.number_gpus) + 1, MAX_GPUS_TRIED + 1):
-        trial = values.model_copy(update={"number_gpus": gpus, "batch_size": per_device * gpus,
-                                          "number_nodes": 1})  # fmt: skip
+        trial = values.model_copy(
+            update={"number_gpus": gpus, "batch_size": per_device * gpus, "number_nodes": 1}
+        )
         found = judge(trial, definition, config, enabled=True)
         if found.prediction is None or found.skipped:
             return None

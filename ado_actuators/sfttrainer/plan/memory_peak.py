@@ -31,7 +31,6 @@ from ado_actuators.sfttrainer.plan.memory_bound import (
 )
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Fitted:
     """The prediction's two fitted constants (benchmarks/memory_bound.py fits and judges them)."""
@@ -83,18 +82,30 @@ class Dimensions:
         model_type = str(config.get("model_type"))
         if model_type == "gpt_bigcode":
             hidden, heads = config["n_embd"], config["n_head"]
-            return cls(model_type, config["n_layer"], hidden, heads, hidden,
-                       hidden // heads if config.get("multi_query", True) else hidden,
-                       config.get("n_inner") or 4 * hidden, config["vocab_size"])  # fmt: skip
+            return cls(
+                model_type,
+                config["n_layer"],
+                hidden,
+                heads,
+                hidden,
+                hidden // heads if config.get("multi_query", True) else hidden,
+                config.get("n_inner") or 4 * hidden,
+                config["vocab_size"],
+            )
         hidden, heads = config["hidden_size"], config["num_attention_heads"]
         head_dim = config.get("head_dim") or hidden // heads
         kv = config.get("num_key_value_heads") or heads
         return cls(
-            model_type=model_type, layers=config["num_hidden_layers"], hidden=hidden,
-            heads=heads, q_width=heads * head_dim, kv_width=kv * head_dim,
-            intermediate=config["intermediate_size"], vocab=config["vocab_size"],
+            model_type=model_type,
+            layers=config["num_hidden_layers"],
+            hidden=hidden,
+            heads=heads,
+            q_width=heads * head_dim,
+            kv_width=kv * head_dim,
+            intermediate=config["intermediate_size"],
+            vocab=config["vocab_size"],
             experts_per_token=config.get("num_experts_per_tok") or 1,
-        )  # fmt: skip
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,8 +153,10 @@ class PeakPrediction:
         return {
             "predicted_gib": round(self.gib, 3),
             "peak_phase": self.phase,
-            "phases_gib": {name: {k: round(v / GIB, 3) for k, v in parts.items()}
-                           for name, parts in self.phases.items()},  # fmt: skip
+            "phases_gib": {
+                name: {k: round(v / GIB, 3) for k, v in parts.items()}
+                for name, parts in self.phases.items()
+            },
             "fitted": dataclasses.asdict(self.fitted),
             "notes": list(self.notes),
         }
@@ -158,8 +171,13 @@ def _norm_bytes(dims: Dimensions, trains_norms: bool, fused: bool) -> int:
     return 4 * dims.hidden + (2 * dims.hidden if trains_norms else 0)
 
 
-def layer_activation_bytes(dims: Dimensions, training: Training, workload: Workload,
-                           adapted: tuple[str, ...] = (), fitted: Fitted = FITTED) -> float:  # fmt: skip
+def layer_activation_bytes(
+    dims: Dimensions,
+    training: Training,
+    workload: Workload,
+    adapted: tuple[str, ...] = (),
+    fitted: Fitted = FITTED,
+) -> float:
     """Bytes one decoder layer keeps for backward per token, without checkpointing.
 
     Counted from the tensors autograd saves in a Llama-style block in the model's dtype: the two
@@ -187,12 +205,19 @@ def layer_activation_bytes(dims: Dimensions, training: Training, workload: Workl
         # every target reads the hidden state but these two
         inputs = {"o_proj": q, "down_proj": inter}
         per_input = width + DROPOUT_MASK_BYTES
-        adapters = sum(per_input * inputs.get(name, h) + width * training.lora_r for name in adapted)
+        adapters = sum(
+            per_input * inputs.get(name, h) + width * training.lora_r for name in adapted
+        )
     return fitted.activations * (norms + attention + mlp + adapters)
 
 
-def activation_bytes(dims: Dimensions, training: Training, workload: Workload,
-                     adapted: tuple[str, ...] = (), fitted: Fitted = FITTED) -> dict[str, float]:  # fmt: skip
+def activation_bytes(
+    dims: Dimensions,
+    training: Training,
+    workload: Workload,
+    adapted: tuple[str, ...] = (),
+    fitted: Fitted = FITTED,
+) -> dict[str, float]:
     per_layer = layer_activation_bytes(dims, training, workload, adapted, fitted) * workload.tokens
     if workload.gradient_checkpointing:
         width = DTYPE_BYTES[training.torch_dtype]
@@ -201,8 +226,9 @@ def activation_bytes(dims: Dimensions, training: Training, workload: Workload,
     return {"activations": dims.layers * per_layer}
 
 
-def logits_bytes(dims: Dimensions, training: Training, workload: Workload,
-                 fitted: Fitted = FITTED) -> float:  # fmt: skip
+def logits_bytes(
+    dims: Dimensions, training: Training, workload: Workload, fitted: Fitted = FITTED
+) -> float:
     """The logits and the loss at their peak: [tokens, vocab] times the release's bytes
     (prompt tuning's virtual tokens ride along in every sequence)."""
     if workload.loss is None:
@@ -211,12 +237,15 @@ def logits_bytes(dims: Dimensions, training: Training, workload: Workload,
     if training.peft_method == "pt":
         tokens += workload.per_device_batch * PROMPT_TUNING_VIRTUAL_TOKENS
     width = DTYPE_BYTES[training.torch_dtype]
-    per_logit = workload.loss.bytes_per_logit(width, workload.fused_loss, autocast=workload.autocast)
+    per_logit = workload.loss.bytes_per_logit(
+        width, workload.fused_loss, autocast=workload.autocast
+    )
     return fitted.logits * tokens * dims.vocab * per_logit
 
 
-def held_input_gradient_bytes(dims: Dimensions, training: Training, bound: MemoryBound,
-                              workload: Workload) -> float:  # fmt: skip
+def held_input_gradient_bytes(
+    dims: Dimensions, training: Training, bound: MemoryBound, workload: Workload
+) -> float:
     """What FSDP keeps through backward when its layer units hold only frozen weights (LoRA,
     prompt tuning) and checkpointing is reentrant: each unit's post-backward hook is registered
     on the detached input the recompute feeds the layer, and holds it, with the gradient that
@@ -225,16 +254,21 @@ def held_input_gradient_bytes(dims: Dimensions, training: Training, bound: Memor
     already counted. Seen in fms-acceleration's A100 runs as ~0.93 GiB more per sample of 4,096
     tokens on 2 and 4 GPUs than on 1 for Mistral-7B LoRA, and not for full fine-tuning, whose
     units train; benchmarks/fsdp_frozen_layers.py reproduces it on CPU."""
-    if not (training.distributed_backend == "FSDP" and bound.shards > 1
-            and training.peft_method != "none" and workload.gradient_checkpointing
-            and workload.reentrant_checkpointing):  # fmt: skip
+    if not (
+        training.distributed_backend == "FSDP"
+        and bound.shards > 1
+        and training.peft_method != "none"
+        and workload.gradient_checkpointing
+        and workload.reentrant_checkpointing
+    ):
         return 0.0
     width = DTYPE_BYTES[training.torch_dtype]
     return float((dims.layers - 1) * workload.tokens * dims.hidden * width)
 
 
-def gathered_bytes(counts: ParameterCounts, dims: Dimensions, bound: MemoryBound,
-                   training: Training) -> float:  # fmt: skip
+def gathered_bytes(
+    counts: ParameterCounts, dims: Dimensions, bound: MemoryBound, training: Training
+) -> float:
     """FSDP's unsharded parameters during forward and backward: the root unit (embedding, LM
     head, final norm: gathered for the whole step) and the prefetched decoder layers."""
     if training.distributed_backend != "FSDP":  # one device's share is all of it: nothing gathered
@@ -246,9 +280,15 @@ def gathered_bytes(counts: ParameterCounts, dims: Dimensions, bound: MemoryBound
     return unsharded * (1 - 1 / bound.shards)
 
 
-def predict_peak(counts: ParameterCounts, dims: Dimensions, training: Training,
-                 bound: MemoryBound, workload: Workload, adapted: tuple[str, ...] = (),
-                 fitted: Fitted = FITTED) -> PeakPrediction:  # fmt: skip
+def predict_peak(
+    counts: ParameterCounts,
+    dims: Dimensions,
+    training: Training,
+    bound: MemoryBound,
+    workload: Workload,
+    adapted: tuple[str, ...] = (),
+    fitted: Fitted = FITTED,
+) -> PeakPrediction:
     """The peak of `workload` on one device; `bound` gives the model states as the certain-OOM
     bound counts them (the same sharding), without its CUDA context, which torch's peak does
     not include."""
@@ -271,19 +311,31 @@ def predict_peak(counts: ParameterCounts, dims: Dimensions, training: Training,
     # Gradients are freed after each step (zero_grad sets them to None) and grow through the
     # backward pass; with accumulation they stay from the first micro-batch on.
     accumulating = gradients if workload.gradient_accumulation_steps > 1 else 0.0
-    during = {**at_rest, "gradients": accumulating,
-              "fsdp_gathered": gathered_bytes(counts, dims, bound, training)}  # fmt: skip
+    during = {
+        **at_rest,
+        "gradients": accumulating,
+        "fsdp_gathered": gathered_bytes(counts, dims, bound, training),
+    }
     activations = activation_bytes(dims, training, workload, adapted, fitted)
     recompute = activations.pop("recompute", None)
     # The logits live from the LM head through the loss's backward, before any layer is
     # recomputed; a recomputed layer lives after them. Never both at once.
-    phases = {"loss": {**during, **activations,
-                       "logits_and_loss": logits_bytes(dims, training, workload, fitted)}}  # fmt: skip
+    phases = {
+        "loss": {
+            **during,
+            **activations,
+            "logits_and_loss": logits_bytes(dims, training, workload, fitted),
+        }
+    }
     if recompute is not None:
         phases["backward"] = {**during, **activations, "recompute": recompute}
         held = held_input_gradient_bytes(dims, training, bound, workload)
         if held:
             phases["backward"]["fsdp_held_input_gradients"] = held
     # one state-sized temporary (of AdamW's two) in torch's foreach AdamW
-    phases["optimizer_step"] = {**at_rest, "gradients": gradients, "optimizer_temporaries": state / 2}
+    phases["optimizer_step"] = {
+        **at_rest,
+        "gradients": gradients,
+        "optimizer_temporaries": state / 2,
+    }
     return PeakPrediction(phases=phases, fitted=fitted, notes=tuple(notes))

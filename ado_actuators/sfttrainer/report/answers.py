@@ -63,7 +63,9 @@ class GroupAnswers:
 
 def answers(table: SpaceTable) -> tuple[GroupAnswers, ...]:
     groups = sorted({p.panel.column for p in table.points})
-    return tuple(_group_answers(g, [p for p in table.points if p.panel.column == g]) for g in groups)
+    return tuple(
+        _group_answers(g, [p for p in table.points if p.panel.column == g]) for g in groups
+    )
 
 
 def speed(point: Point) -> float:
@@ -100,8 +102,9 @@ def _group_answers(group: tuple[str, ...], points: list[Point]) -> GroupAnswers:
     others = [p for p in candidates if p is not fastest]
     tied = tuple(sorted((p for p in others if ties(p, fastest)), key=speed, reverse=True))
     unjudged = sum(overlap(p, fastest) is None and not ties(p, fastest) for p in others)
-    return GroupAnswers(group, fastest, _batch_limits(points), _scaling(candidates), tied,
-                        unjudged, len(others))  # fmt: skip
+    return GroupAnswers(
+        group, fastest, _batch_limits(points), _scaling(candidates), tied, unjudged, len(others)
+    )
 
 
 def _batch_limits(points: list[Point]) -> tuple[BatchLimit, ...]:
@@ -113,9 +116,14 @@ def _batch_limits(points: list[Point]) -> tuple[BatchLimit, ...]:
         here = [p for p in points if where(p) == place]
         length = place[1]
         largest = max((p.batch_size for p in here if p.valid), default=None)
-        above = [p.batch_size for p in here
-                 if not p.valid and (largest is None or p.batch_size > largest)]  # fmt: skip
-        limits.append(BatchLimit(here[0].panel.number_gpus, length, largest, min(above, default=None)))
+        above = [
+            p.batch_size
+            for p in here
+            if not p.valid and (largest is None or p.batch_size > largest)
+        ]
+        limits.append(
+            BatchLimit(here[0].panel.number_gpus, length, largest, min(above, default=None))
+        )
     return tuple(limits)
 
 

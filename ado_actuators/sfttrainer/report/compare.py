@@ -76,7 +76,10 @@ class Comparison:
 
 
 def compare(table: SpaceTable, other: SpaceTable, other_name: str) -> Comparison:
-    mine, theirs = [dict(p.identity) for p in table.points], [dict(p.identity) for p in other.points]
+    mine, theirs = (
+        [dict(p.identity) for p in table.points],
+        [dict(p.identity) for p in other.points],
+    )
     differing = _differing(mine, theirs)
     ignored = {name for name, _, _ in differing}
 
@@ -84,8 +87,9 @@ def compare(table: SpaceTable, other: SpaceTable, other_name: str) -> Comparison
         return tuple((k, v) for k, v in sorted(identity.items()) if k not in ignored)
 
     there = {key(i): p for i, p in zip(theirs, other.points, strict=True)}
-    pairs = tuple(Pair(p, there[key(i)]) for i, p in zip(mine, table.points, strict=True)
-                  if key(i) in there)  # fmt: skip
+    pairs = tuple(
+        Pair(p, there[key(i)]) for i, p in zip(mine, table.points, strict=True) if key(i) in there
+    )
     if not pairs:
         fields = sorted({k for i in mine + theirs for k in i})
         raise TableError(
@@ -93,7 +97,9 @@ def compare(table: SpaceTable, other: SpaceTable, other_name: str) -> Comparison
             "must agree on every field that is not fixed to one value in each (compared on: "
             f"{', '.join(f for f in fields if f not in ignored)})"
         )
-    return Comparison(other_name, pairs, differing, len(mine) - len(pairs), len(theirs) - len(pairs))
+    return Comparison(
+        other_name, pairs, differing, len(mine) - len(pairs), len(theirs) - len(pairs)
+    )
 
 
 def _differing(mine: list[dict[str, str]], theirs: list[dict[str, str]]):

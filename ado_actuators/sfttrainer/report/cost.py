@@ -114,8 +114,12 @@ def _rules(row: Stored) -> list[str | None]:
     def per_measurement(texts: tuple[str, ...] | None) -> tuple[str, ...]:
         return texts if texts and len(texts) == count else ("",) * count
 
-    return [None if valid else rule_of(answered, reason) for valid, answered, reason
-            in zip(row.valid, per_measurement(row.answered_by), per_measurement(row.reasons))]  # fmt: skip
+    return [
+        None if valid else rule_of(answered, reason)
+        for valid, answered, reason in zip(
+            row.valid, per_measurement(row.answered_by), per_measurement(row.reasons)
+        )
+    ]
 
 
 def _timed(row: Stored, launched: list[bool]) -> tuple[list[tuple[bool, float]], int]:
@@ -137,25 +141,36 @@ def cost_lines(found: Cost) -> list[str]:
     """The space's cost in words: GPU time and CPU time are never added together."""
     lines = []
     if found.gpu.measurements:
-        lines.append(f"GPU time held: {_hours(found.gpu, 'GPU-hour')} (measurement_seconds × "
-                     "number_gpus)")  # fmt: skip
+        lines.append(
+            f"GPU time held: {_hours(found.gpu, 'GPU-hour')} (measurement_seconds × number_gpus)"
+        )
     if found.cpu.measurements:
-        lines.append("CPU time held, apart (number_gpus 0, no GPU): "
-                     f"{_hours(found.cpu, 'CPU-hour')} (measurement_seconds × nodes, one CPU "
-                     "rank per node; cores not recorded)")  # fmt: skip
+        lines.append(
+            "CPU time held, apart (number_gpus 0, no GPU): "
+            f"{_hours(found.cpu, 'CPU-hour')} (measurement_seconds × nodes, one CPU "
+            "rank per node; cores not recorded)"
+        )
     if found.untimed:
-        lines.append(f"Not counted: {_count(found.untimed, 'measurement')} without a recorded "
-                     "time (stored before measurement_seconds, or the stability experiment, "
-                     "which records none" + ("" if found.answered is not None else
-                                            "; in ado's CSV, also those answered without "
-                                            "launching") + ")")  # fmt: skip
+        lines.append(
+            f"Not counted: {_count(found.untimed, 'measurement')} without a recorded "
+            "time (stored before measurement_seconds, or the stability experiment, "
+            "which records none"
+            + (
+                ""
+                if found.answered is not None
+                else "; in ado's CSV, also those answered without launching"
+            )
+            + ")"
+        )
     return [*lines, _answered_line(found)]
 
 
 def _hours(hours: Hours, unit: str) -> str:
-    return (f"{_figure(hours.total)} {unit}{'s' if hours.total != 1 else ''} "
-            f"({_figure(hours.valid)} valid, {_figure(hours.invalid)} invalid) over "
-            f"{_count(hours.measurements, 'measurement')}")
+    return (
+        f"{_figure(hours.total)} {unit}{'s' if hours.total != 1 else ''} "
+        f"({_figure(hours.valid)} valid, {_figure(hours.invalid)} invalid) over "
+        f"{_count(hours.measurements, 'measurement')}"
+    )
 
 
 def _figure(value: float) -> str:
@@ -168,9 +183,13 @@ def _count(number: int, noun: str) -> str:
 
 def _answered_line(found: Cost) -> str:
     if found.answered is None:
-        return ("Answered without launching: not known from this table (ado's CSV holds no "
-                "result metadata); plot the space by its id to count them")  # fmt: skip
+        return (
+            "Answered without launching: not known from this table (ado's CSV holds no "
+            "result metadata); plot the space by its id to count them"
+        )
     counts = [f"{n} {RULE_WORDS[rule]}" for rule, n in found.answered.items() if n]
-    return (f"Answered without launching (no device held): "
-            f"{_count(found.answered_total, 'configuration')}"
-            + (f": {', '.join(counts)}" if counts else ""))  # fmt: skip
+    return (
+        f"Answered without launching (no device held): "
+        f"{_count(found.answered_total, 'configuration')}"
+        + (f": {', '.join(counts)}" if counts else "")
+    )

@@ -26,16 +26,23 @@ INVALID_LABEL = "invalid: is_valid = 0 (e.g. out of GPU memory)"
 FASTEST_MARKER = "*"
 FASTEST_LABEL = "fastest valid configuration of its experiment"
 TIED_LABEL = "tied with the fastest (95 % intervals overlap)"
-FLAG_LABEL = (f"differs from the other space (95 % intervals apart, else by > {THRESHOLD:.0%}; "
-              "or in validity)")  # fmt: skip
+FLAG_LABEL = (
+    f"differs from the other space (95 % intervals apart, else by > {THRESHOLD:.0%}; "
+    "or in validity)"
+)
 BARS_LABEL = "bars: 95 % interval (else range of repeats)"
 # The per-GPU figure is the total over number_gpus: its interval is the same share of it.
 INTERVAL_COLUMNS = (SPEED, "dataset_tokens_per_second_per_gpu")
 
 
-def render_png(table: SpaceTable, title: str, subtitle: str = "",
-               groups: tuple[GroupAnswers, ...] = (), blocks: list[Block] = (),
-               comparison: Comparison | None = None) -> bytes:  # fmt: skip
+def render_png(
+    table: SpaceTable,
+    title: str,
+    subtitle: str = "",
+    groups: tuple[GroupAnswers, ...] = (),
+    blocks: list[Block] = (),
+    comparison: Comparison | None = None,
+) -> bytes:
     """The panels, then the scaling panels (several GPU counts only), then the answers in
     words; the ratio to the other space is one more column of panels."""
     from matplotlib.figure import Figure
@@ -45,9 +52,11 @@ def render_png(table: SpaceTable, title: str, subtitle: str = "",
     scaled = [g for g in groups if g.scaling]
     scaling_rows = math.ceil(len(scaled) / columns)
     lines = _wrapped(blocks, width)
-    heights = [PANEL_INCHES[1] * len(table.panels) + 1.0,
-               (PANEL_INCHES[1] + 0.7) * scaling_rows,
-               TEXT_LINE_INCHES * len(lines) + 0.3]  # fmt: skip
+    heights = [
+        PANEL_INCHES[1] * len(table.panels) + 1.0,
+        (PANEL_INCHES[1] + 0.7) * scaling_rows,
+        TEXT_LINE_INCHES * len(lines) + 0.3,
+    ]
     fig = Figure(figsize=(width, sum(heights) + 0.6), dpi=DPI, layout="constrained")
     parts = [h for h in heights if h > 0.3 or h == heights[0]]
     subfigures = fig.subfigures(len(parts), 1, height_ratios=parts, squeeze=False)[:, 0]
@@ -65,8 +74,9 @@ def render_png(table: SpaceTable, title: str, subtitle: str = "",
     return buffer.getvalue()
 
 
-def _draw_grid(sub, table: SpaceTable, colors, winners: tuple[list[Point], list[Point]],
-               comparison) -> None:  # fmt: skip
+def _draw_grid(
+    sub, table: SpaceTable, colors, winners: tuple[list[Point], list[Point]], comparison
+) -> None:
     from matplotlib.lines import Line2D
 
     fastest, tied = winners
@@ -81,8 +91,9 @@ def _draw_grid(sub, table: SpaceTable, colors, winners: tuple[list[Point], list[
             _draw_panel(ax, points, metric, colors)
             if metric.column == SPEED:
                 _mark_fastest(ax, [p for p in points if any(p is f for f in fastest)], colors)
-                _mark_fastest(ax, [p for p in points if any(p is t for t in tied)], colors,
-                              hollow=True)  # fmt: skip
+                _mark_fastest(
+                    ax, [p for p in points if any(p is t for t in tied)], colors, hollow=True
+                )
             if r == 0:
                 ax.set_title(metric.label, fontsize=10)
         if comparison is not None:
@@ -92,8 +103,9 @@ def _draw_grid(sub, table: SpaceTable, colors, winners: tuple[list[Point], list[
         for ax in axes[r] if r == len(panels) - 1 else ():
             ax.set_xlabel("batch size (sequences per step)", fontsize=9)
         # One short line per facet field: rotated, a long single line would outgrow the row.
-        axes[r][0].set_ylabel("\n".join((*panel.column, panel.gpus_label)), fontsize=10,
-                              fontweight="bold")  # fmt: skip
+        axes[r][0].set_ylabel(
+            "\n".join((*panel.column, panel.gpus_label)), fontsize=10, fontweight="bold"
+        )
     for c in range(len(metrics)):
         top = axes[0][c].get_ylim()[1]  # autoscaled over the whole (shared) column
         axes[0][c].set_ylim(0, top if math.isfinite(top) and top > 0 else 1.0)
@@ -102,35 +114,86 @@ def _draw_grid(sub, table: SpaceTable, colors, winners: tuple[list[Point], list[
         axes[0][-1].set_ylim(min(low, 1 - 2 * THRESHOLD), max(high, 1 + 2 * THRESHOLD))
     _batch_axis(axes[0][0], table.batch_sizes)
 
-    handles = [Line2D([], [], color=colors[n], marker="o", label=f"sequence length {n}")
-               for n in table.sequence_lengths]  # fmt: skip
+    handles = [
+        Line2D([], [], color=colors[n], marker="o", label=f"sequence length {n}")
+        for n in table.sequence_lengths
+    ]
     if table.invalid:
-        handles.append(Line2D([], [], color="0.3", marker=INVALID_MARKER, linestyle="none",
-                              markersize=8, label=INVALID_LABEL))  # fmt: skip
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="0.3",
+                marker=INVALID_MARKER,
+                linestyle="none",
+                markersize=8,
+                label=INVALID_LABEL,
+            )
+        )
     if fastest:
-        handles.append(Line2D([], [], color="0.3", marker=FASTEST_MARKER, linestyle="none",
-                              markersize=13, markeredgecolor="black", label=FASTEST_LABEL))  # fmt: skip
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="0.3",
+                marker=FASTEST_MARKER,
+                linestyle="none",
+                markersize=13,
+                markeredgecolor="black",
+                label=FASTEST_LABEL,
+            )
+        )
     if tied:
-        handles.append(Line2D([], [], marker=FASTEST_MARKER, linestyle="none", markersize=13,
-                              markerfacecolor="none", markeredgecolor="black", label=TIED_LABEL))  # fmt: skip
+        handles.append(
+            Line2D(
+                [],
+                [],
+                marker=FASTEST_MARKER,
+                linestyle="none",
+                markersize=13,
+                markerfacecolor="none",
+                markeredgecolor="black",
+                label=TIED_LABEL,
+            )
+        )
     if any(p.interval for p in table.points):
-        handles.append(Line2D([], [], color="0.3", marker="|", linestyle="none", markersize=12,
-                              label=BARS_LABEL))  # fmt: skip
+        handles.append(
+            Line2D(
+                [], [], color="0.3", marker="|", linestyle="none", markersize=12, label=BARS_LABEL
+            )
+        )
     if comparison is not None and comparison.flagged:
-        handles.append(Line2D([], [], marker="o", linestyle="none", markersize=11,
-                              markerfacecolor="none", markeredgecolor="red", label=FLAG_LABEL))  # fmt: skip
+        handles.append(
+            Line2D(
+                [],
+                [],
+                marker="o",
+                linestyle="none",
+                markersize=11,
+                markerfacecolor="none",
+                markeredgecolor="red",
+                label=FLAG_LABEL,
+            )
+        )
     # as many columns of labels as the figure's width holds (at 9 pt, ~0.075 inch a character)
     widest = max(len(h.get_label()) for h in handles) * 0.075 + 0.6
     ncol = max(1, min(len(handles), 3, int(sub.figure.get_figwidth() / widest)))
-    sub.legend(handles=handles, loc="outside lower center", ncol=ncol,
-               fontsize=9, frameon=False)  # fmt: skip
+    sub.legend(handles=handles, loc="outside lower center", ncol=ncol, fontsize=9, frameon=False)
 
 
 def _mark_fastest(ax, points: list[Point], colors, hollow: bool = False) -> None:
     for p in points:
         face = "none" if hollow else colors[p.sequence_length]
-        ax.plot(p.batch_size, speed(p), marker=FASTEST_MARKER, markersize=17, linestyle="none",
-                markerfacecolor=face, markeredgecolor="black", zorder=5)  # fmt: skip
+        ax.plot(
+            p.batch_size,
+            speed(p),
+            marker=FASTEST_MARKER,
+            markersize=17,
+            linestyle="none",
+            markerfacecolor=face,
+            markeredgecolor="black",
+            zorder=5,
+        )
 
 
 def _draw_ratios(ax, points: list[Point], comparison: Comparison, colors) -> None:
@@ -140,20 +203,51 @@ def _draw_ratios(ax, points: list[Point], comparison: Comparison, colors) -> Non
     ax.axhline(1.0, color="0.5", linewidth=0.8, zorder=1)
     pairs = [pair for p in points if (pair := comparison.pair_of(p)) is not None]
     for length in sorted({pair.point.sequence_length for pair in pairs}):
-        line = [pair for pair in pairs
-                if pair.point.sequence_length == length and pair.ratio is not None]  # fmt: skip
-        ax.plot([q.point.batch_size for q in line], [q.ratio for q in line], "-", marker="o",
-                markersize=5, color=colors[length])  # fmt: skip
+        line = [
+            pair
+            for pair in pairs
+            if pair.point.sequence_length == length and pair.ratio is not None
+        ]
+        ax.plot(
+            [q.point.batch_size for q in line],
+            [q.ratio for q in line],
+            "-",
+            marker="o",
+            markersize=5,
+            color=colors[length],
+        )
     for pair in (q for q in pairs if q.flag):
         if pair.ratio is None:  # valid in one space only: on the top edge, like invalid ones
-            ax.plot(pair.point.batch_size, 0.94, marker=INVALID_MARKER, markersize=10,
-                    color="red", linestyle="none", transform=ax.get_xaxis_transform())  # fmt: skip
+            ax.plot(
+                pair.point.batch_size,
+                0.94,
+                marker=INVALID_MARKER,
+                markersize=10,
+                color="red",
+                linestyle="none",
+                transform=ax.get_xaxis_transform(),
+            )
         else:
-            ax.plot(pair.point.batch_size, pair.ratio, marker="o", markersize=11,
-                    markerfacecolor="none", markeredgecolor="red", linestyle="none")  # fmt: skip
+            ax.plot(
+                pair.point.batch_size,
+                pair.ratio,
+                marker="o",
+                markersize=11,
+                markerfacecolor="none",
+                markeredgecolor="red",
+                linestyle="none",
+            )
     if not pairs:
-        ax.text(0.5, 0.55, "no match in the other space", transform=ax.transAxes,
-                ha="center", va="center", color="0.45", fontsize=9)  # fmt: skip
+        ax.text(
+            0.5,
+            0.55,
+            "no match in the other space",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            color="0.45",
+            fontsize=9,
+        )
     ax.grid(True, color="0.9", linewidth=0.8)
     ax.tick_params(labelsize=8)
 
@@ -161,19 +255,30 @@ def _draw_ratios(ax, points: list[Point], comparison: Comparison, colors) -> Non
 def _draw_scaling(sub, groups: list[GroupAnswers], columns: int, colors) -> None:
     rows = math.ceil(len(groups) / columns)
     axes = sub.subplots(rows, columns, squeeze=False)
-    for ax in axes.flat[len(groups):]:
+    for ax in axes.flat[len(groups) :]:
         ax.set_axis_off()
     for ax, group in zip(axes.flat, groups, strict=False):
         for length in dict.fromkeys(s.point.sequence_length for s in group.scaling):
             steps = [s for s in group.scaling if s.point.sequence_length == length]
             gpus = [s.point.panel.number_gpus for s in steps]
-            ax.plot(gpus, [speed(s.point) for s in steps], "-", marker="o", markersize=5,
-                    color=colors[length])  # fmt: skip
+            ax.plot(
+                gpus,
+                [speed(s.point) for s in steps],
+                "-",
+                marker="o",
+                markersize=5,
+                color=colors[length],
+            )
             ax.plot(gpus, [s.perfect for s in steps], "--", color=colors[length], linewidth=1)
             for s in steps[1:]:
-                ax.annotate(f"{s.efficiency:.0%}", (s.point.panel.number_gpus, speed(s.point)),
-                            textcoords="offset points", xytext=(4, -10), fontsize=8,
-                            color=colors[length])  # fmt: skip
+                ax.annotate(
+                    f"{s.efficiency:.0%}",
+                    (s.point.panel.number_gpus, speed(s.point)),
+                    textcoords="offset points",
+                    xytext=(4, -10),
+                    fontsize=8,
+                    color=colors[length],
+                )
         counts = sorted({s.point.panel.number_gpus for s in group.scaling})
         _batch_axis(ax, tuple(counts))
         ax.set_ylim(bottom=0)
@@ -183,8 +288,11 @@ def _draw_scaling(sub, groups: list[GroupAnswers], columns: int, colors) -> None
         ax.grid(True, color="0.9", linewidth=0.8)
         ax.tick_params(labelsize=8)
         ax.yaxis.set_major_formatter(_thousands)
-    sub.suptitle("Scaling: fastest valid batch per GPU count (solid, % of perfect) against "
-                 "perfect scaling from the smallest count (dashed)", fontsize=10)  # fmt: skip
+    sub.suptitle(
+        "Scaling: fastest valid batch per GPU count (solid, % of perfect) against "
+        "perfect scaling from the smallest count (dashed)",
+        fontsize=10,
+    )
 
 
 def _wrapped(blocks: list[Block], width_inches: float) -> list[tuple[str, bool]]:
@@ -194,16 +302,25 @@ def _wrapped(blocks: list[Block], width_inches: float) -> list[tuple[str, bool]]
     for heading, body in blocks:
         lines.append((heading, True))
         for line in body:
-            lines += [(text, False) for text in textwrap.wrap(line, chars, initial_indent="• ",
-                                                               subsequent_indent="   ")]  # fmt: skip
+            lines += [
+                (text, False)
+                for text in textwrap.wrap(line, chars, initial_indent="• ", subsequent_indent="   ")
+            ]
     return lines
 
 
 def _draw_text(sub, lines: list[tuple[str, bool]]) -> None:
     step = 1 / (len(lines) + 1)
     for i, (text, heading) in enumerate(lines):
-        sub.text(0.02, 1 - step * (i + 0.8), text, fontsize=9.5 if heading else 8.5,
-                 fontweight="bold" if heading else "normal", va="top", ha="left")  # fmt: skip
+        sub.text(
+            0.02,
+            1 - step * (i + 0.8),
+            text,
+            fontsize=9.5 if heading else 8.5,
+            fontweight="bold" if heading else "normal",
+            va="top",
+            ha="left",
+        )
 
 
 def _draw_panel(ax, points: list[Point], metric: Metric, colors: dict[int, str]) -> None:
@@ -220,17 +337,40 @@ def _draw_panel(ax, points: list[Point], metric: Metric, colors: dict[int, str])
             below, above = bar_extents(shown, column, metric.scale)
             barred = [i for i in range(len(shown)) if below[i] or above[i]]
             if barred:  # only where there is an interval, or a range of repeated measurements
-                ax.errorbar([xs[i] for i in barred], [mean[i] for i in barred],
-                            yerr=[[below[i] for i in barred], [above[i] for i in barred]],
-                            fmt="none", ecolor=colors[length], capsize=3, linewidth=1)  # fmt: skip
+                ax.errorbar(
+                    [xs[i] for i in barred],
+                    [mean[i] for i in barred],
+                    yerr=[[below[i] for i in barred], [above[i] for i in barred]],
+                    fmt="none",
+                    ecolor=colors[length],
+                    capsize=3,
+                    linewidth=1,
+                )
     transform = ax.get_xaxis_transform()  # x in data, y in axes fractions
     for batch_size, height, length in invalid_markers(points):
-        ax.plot(batch_size, height, marker=INVALID_MARKER, markersize=9, linestyle="none",
-                transform=transform, color=colors[length], markeredgecolor="black",
-                markeredgewidth=0.5, clip_on=False)  # fmt: skip
+        ax.plot(
+            batch_size,
+            height,
+            marker=INVALID_MARKER,
+            markersize=9,
+            linestyle="none",
+            transform=transform,
+            color=colors[length],
+            markeredgecolor="black",
+            markeredgewidth=0.5,
+            clip_on=False,
+        )
     if not any(metric.column in p.values for p in points):
-        ax.text(0.5, 0.55, "no valid measurement" if points else "not measured",
-                transform=ax.transAxes, ha="center", va="center", color="0.45", fontsize=9)  # fmt: skip
+        ax.text(
+            0.5,
+            0.55,
+            "no valid measurement" if points else "not measured",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            color="0.45",
+            fontsize=9,
+        )
     ax.grid(True, color="0.9", linewidth=0.8)
     ax.tick_params(labelsize=8)
     ax.yaxis.set_major_formatter(_thousands)
@@ -269,8 +409,9 @@ def invalid_markers(points: list[Point]) -> list[tuple[int, float, int]]:
     markers = []
     for p in invalid:
         level = sorted(q.sequence_length for q in invalid if q.batch_size == p.batch_size)
-        markers.append((p.batch_size, 0.06 + 0.09 * level.index(p.sequence_length),
-                        p.sequence_length))  # fmt: skip
+        markers.append(
+            (p.batch_size, 0.06 + 0.09 * level.index(p.sequence_length), p.sequence_length)
+        )
     return markers
 
 

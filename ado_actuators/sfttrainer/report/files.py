@@ -23,17 +23,20 @@ class ReportFiles:
     summary: str  # the answers as the picture and the page word them, for the terminal
 
 
-def write_report(table: SpaceTable, out_dir: Path, stem: str, title: str,
-                 comparison: Comparison | None = None) -> ReportFiles:  # fmt: skip
+def write_report(
+    table: SpaceTable, out_dir: Path, stem: str, title: str, comparison: Comparison | None = None
+) -> ReportFiles:
     """Writes OUT_DIR/STEM.png and OUT_DIR/STEM.html; each appears whole or not at all."""
     groups = answers(table)
-    blocks = [*answer_blocks(groups), (COST_HEADING, cost_lines(cost(table))),
-              *([comparison_block(comparison)] if comparison else [])]  # fmt: skip
+    blocks = [
+        *answer_blocks(groups),
+        (COST_HEADING, cost_lines(cost(table))),
+        *([comparison_block(comparison)] if comparison else []),
+    ]
     valid = sum(p.valid for p in table.points)
     subtitle = ", ".join(f"{FIELD_LABELS.get(name, name)} {value}" for name, value in table.shared)
     subtitle += ("; " if subtitle else "") + (
-        f"{len(table.points)} configurations: {valid} measured, "
-        f"{len(table.points) - valid} invalid"
+        f"{len(table.points)} configurations: {valid} measured, {len(table.points) - valid} invalid"
     )
     png = render_png(table, title, subtitle, groups, blocks, comparison)
     page = render_html(table, png, title, subtitle, blocks, comparison)

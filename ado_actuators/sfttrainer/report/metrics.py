@@ -19,20 +19,38 @@ class Metric:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("dataset_tokens_per_second", "dataset tokens/s, all devices",
-           "dataset tokens/s", required=True),
-    Metric("dataset_tokens_per_second_per_gpu", "dataset tokens/s per GPU",
-           "dataset tokens/s per GPU", required=True),
-    Metric("train_step_seconds_p50", "step time (s): p50 —, p90 - -",
-           "step time p50 (s)", companions=("train_step_seconds_p90",)),
+    Metric(
+        "dataset_tokens_per_second",
+        "dataset tokens/s, all devices",
+        "dataset tokens/s",
+        required=True,
+    ),
+    Metric(
+        "dataset_tokens_per_second_per_gpu",
+        "dataset tokens/s per GPU",
+        "dataset tokens/s per GPU",
+        required=True,
+    ),
+    Metric(
+        "train_step_seconds_p50",
+        "step time (s): p50 —, p90 - -",
+        "step time p50 (s)",
+        companions=("train_step_seconds_p90",),
+    ),
     Metric("train_step_seconds_cv_percent", "step-time spread: CV (%)", "step time CV (%)"),
     Metric("model_tflops_per_device", "model TFLOP/s per device", "model TFLOP/s per device"),
     # Stored as a fraction of the device's dense peak (issue 8); shown in percent.
     Metric("model_flops_utilization", "MFU (% of device peak)", "MFU (%)", scale=100.0),
     # The prediction beside the measurement, so its error on this hardware is in sight.
-    Metric("gpu_memory_max_allocated_gib", "GPU memory/device (GiB): measured —, predicted - -",
-           "GPU memory measured (GiB)", companions=("gpu_memory_predicted_gib",)),
+    Metric(
+        "gpu_memory_max_allocated_gib",
+        "GPU memory/device (GiB): measured —, predicted - -",
+        "GPU memory measured (GiB)",
+        companions=("gpu_memory_predicted_gib",),
+    ),
 )
 
-COMPANION_TITLES = {"train_step_seconds_p90": "step time p90 (s)",
-                    "gpu_memory_predicted_gib": "GPU memory predicted (GiB)"}  # fmt: skip
+COMPANION_TITLES = {
+    "train_step_seconds_p90": "step time p90 (s)",
+    "gpu_memory_predicted_gib": "GPU memory predicted (GiB)",
+}

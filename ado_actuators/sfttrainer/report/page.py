@@ -36,18 +36,33 @@ tr.flagged td { background: #fff6d6; }
 """
 
 
-def render_html(table: SpaceTable, png: bytes, title: str, subtitle: str = "",
-                blocks: list[Block] = (), comparison: Comparison | None = None) -> str:  # fmt: skip
+def render_html(
+    table: SpaceTable,
+    png: bytes,
+    title: str,
+    subtitle: str = "",
+    blocks: list[Block] = (),
+    comparison: Comparison | None = None,
+) -> str:
     image = base64.b64encode(png).decode("ascii")
-    value_columns = [(c, t) for m in table.metrics
-                     for c, t in ((m.column, m.title),
-                                  *((x, COMPANION_TITLES.get(x, x)) for x in m.companions))]  # fmt: skip
+    value_columns = [
+        (c, t)
+        for m in table.metrics
+        for c, t in ((m.column, m.title), *((x, COMPANION_TITLES.get(x, x)) for x in m.companions))
+    ]
     if any(p.ci95_percent is not None for p in table.points):  # beside the figure it qualifies
         value_columns.insert(1, (INTERVAL, INTERVAL_TITLE))
     scale = {m.column: m.scale for m in table.metrics}
-    head = ["GPUs", "experiment", *(FIELD_LABELS.get(v, v) for v in table.varying),
-            "sequence length", "batch size", "valid",
-            "measurements", *(t for _, t in value_columns)]  # fmt: skip
+    head = [
+        "GPUs",
+        "experiment",
+        *(FIELD_LABELS.get(v, v) for v in table.varying),
+        "sequence length",
+        "batch size",
+        "valid",
+        "measurements",
+        *(t for _, t in value_columns),
+    ]
     body = "\n".join(_row(p, value_columns, scale) for p in table.points)
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -81,26 +96,40 @@ def render_html(table: SpaceTable, png: bytes, title: str, subtitle: str = "",
 def _answers(blocks: list[Block]) -> str:
     return "\n".join(
         f"<h2>{html.escape(heading)}</h2>\n<ul>"
-        + "".join(f"<li>{html.escape(line)}</li>" for line in lines) + "</ul>"
+        + "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+        + "</ul>"
         for heading, lines in blocks
-    )  # fmt: skip
+    )
 
 
 def _comparison(comparison: Comparison) -> str:
     """Every matched configuration, flagged ones highlighted: the picture shows only flags."""
     rows = []
     for pair in comparison.pairs:
-        here, there = (format_value(speed(p)) if SPEED in p.values else
-                       "" if p.valid else "invalid" for p in (pair.point, pair.other))  # fmt: skip
+        here, there = (
+            format_value(speed(p)) if SPEED in p.values else "" if p.valid else "invalid"
+            for p in (pair.point, pair.other)
+        )
         cells = [", ".join(pair.point.panel.column), configuration(pair.point)]
         css = ' class="flagged"' if pair.flag else ""
-        rows.append(f"<tr{css}>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells)
-                    + "".join(f'<td class="n">{html.escape(n)}</td>'
-                              for n in (here, there, ratio_text(pair)))
-                    + f"<td>{html.escape(pair.flag or '')}</td>"
-                    + f"<td>{html.escape(pair.judged_by or '')}</td></tr>")  # fmt: skip
-    head = ["experiment", "configuration", "dataset tokens/s here", "there", "ratio", "flag",
-            "judged by"]  # fmt: skip
+        rows.append(
+            f"<tr{css}>"
+            + "".join(f"<td>{html.escape(c)}</td>" for c in cells)
+            + "".join(
+                f'<td class="n">{html.escape(n)}</td>' for n in (here, there, ratio_text(pair))
+            )
+            + f"<td>{html.escape(pair.flag or '')}</td>"
+            + f"<td>{html.escape(pair.judged_by or '')}</td></tr>"
+        )
+    head = [
+        "experiment",
+        "configuration",
+        "dataset tokens/s here",
+        "there",
+        "ratio",
+        "flag",
+        "judged by",
+    ]
     return f"""<table>
 <caption>Compared with {html.escape(comparison.other_name)}, per matched configuration</caption>
 <thead><tr>{"".join(f"<th>{html.escape(h)}</th>" for h in head)}</tr></thead>
@@ -112,10 +141,13 @@ def _comparison(comparison: Comparison) -> str:
 
 def _row(point: Point, value_columns: list[tuple[str, str]], scale: dict[str, float]) -> str:
     cells = [
-        point.panel.gpus_label, *point.panel.column, str(point.sequence_length),
-        str(point.batch_size), "yes" if point.valid else "no (is_valid = 0)",
+        point.panel.gpus_label,
+        *point.panel.column,
+        str(point.sequence_length),
+        str(point.batch_size),
+        "yes" if point.valid else "no (is_valid = 0)",
         str(point.measurements),
-    ]  # fmt: skip
+    ]
     numbers = [_number(point, column, scale.get(column, 1.0)) for column, _ in value_columns]
     css = "" if point.valid else ' class="invalid"'
     text = "".join(f"<td>{html.escape(c)}</td>" for c in cells)

@@ -17,8 +17,10 @@ SpaceRows = list[dict[str, Any]]
 
 def rows_from_csv(path: Path) -> SpaceRows:
     if not path.exists():
-        raise TableError(f"{str(path)!r} does not exist; write it with `ado show measurements "
-                         "space SPACE_ID -o csv --property-format target --output-file FILE`")  # fmt: skip
+        raise TableError(
+            f"{str(path)!r} does not exist; write it with `ado show measurements "
+            "space SPACE_ID -o csv --property-format target --output-file FILE`"
+        )
     if path.is_dir():
         raise TableError(f"{str(path)!r} is a directory; give the CSV file ado wrote")
     try:
@@ -86,10 +88,13 @@ def _project_context(context_file: Path | None) -> Any:
                 "with `ado context NAME`, pass --context FILE, or plot the CSV with --csv FILE"
             )
     elif not context_file.is_file():
-        raise TableError(f"--context {str(context_file)!r} is not a file; give a ProjectContext "
-                         "YAML file, as for `ado --context FILE`")  # fmt: skip
+        raise TableError(
+            f"--context {str(context_file)!r} is not a file; give a ProjectContext "
+            "YAML file, as for `ado --context FILE`"
+        )
     try:
         return ProjectContext.model_validate(yaml.safe_load(context_file.read_text()))
     except (pydantic.ValidationError, yaml.YAMLError, OSError) as err:
-        raise TableError(f"ado context {str(context_file)!r} is not a valid ProjectContext: "
-                         f"{err}") from None
+        raise TableError(
+            f"ado context {str(context_file)!r} is not a valid ProjectContext: {err}"
+        ) from None

@@ -16,8 +16,10 @@ from ado_actuators.sfttrainer.report.compare import BAND, INTERVALS, THRESHOLD, 
 from ado_actuators.sfttrainer.report.table import FIELD_LABELS, Panel, Point
 
 Block = tuple[str, list[str]]
-FLAG_RULE = ("slower or faster where the 95 % intervals do not overlap (beyond "
-             f"±{THRESHOLD:.0%} where a row has no interval), or valid in one space only")
+FLAG_RULE = (
+    "slower or faster where the 95 % intervals do not overlap (beyond "
+    f"±{THRESHOLD:.0%} where a row has no interval), or valid in one space only"
+)
 # Beyond this, the picture says how many more and the page lists them all.
 MAX_FLAGGED_LINES = 8
 NO_INTERVAL = "no 95 % interval: stored before it existed, or too few steps"
@@ -31,17 +33,21 @@ def format_value(value: float) -> str:
 
 
 def configuration(point: Point) -> str:
-    return (f"{point.panel.gpus_label}, sequence length {point.sequence_length}, "
-            f"batch {point.batch_size}")  # fmt: skip
+    return (
+        f"{point.panel.gpus_label}, sequence length {point.sequence_length}, "
+        f"batch {point.batch_size}"
+    )
 
 
 def answer_blocks(groups: tuple[GroupAnswers, ...]) -> list[Block]:
-    return [(g.label, [_fastest(g), *_ties(g), *_limits(g.batch_limits), *_scaling(g.scaling)])
-            for g in groups]  # fmt: skip
+    return [
+        (g.label, [_fastest(g), *_ties(g), *_limits(g.batch_limits), *_scaling(g.scaling)])
+        for g in groups
+    ]
 
 
 def with_interval(point: Point) -> str:
-    """"1,234 ± 1.2 %": dataset tokens/s and the half-width of its 95 % interval."""
+    """ "1,234 ± 1.2 %": dataset tokens/s and the half-width of its 95 % interval."""
     if point.ci95_percent is None:
         return format_value(speed(point))
     return f"{format_value(speed(point))} ± {percent_text(point.ci95_percent)} %"
@@ -57,10 +63,12 @@ def _fastest(group: GroupAnswers) -> str:
         return "Fastest valid: none, no configuration ran (all is_valid = 0)"
     cost = gpu_hours_per_million_tokens(group.fastest)
     interval = " (95 % interval)" if group.fastest.ci95_percent is not None else f" ({NO_INTERVAL})"
-    return (f"Fastest valid: {configuration(group.fastest)}: "
-            f"{with_interval(group.fastest)} dataset tokens/s{interval}"
-            + (f", {cost:.3g} GPU-hours per million dataset tokens" if cost else "")
-            + _memory(group.fastest))  # fmt: skip
+    return (
+        f"Fastest valid: {configuration(group.fastest)}: "
+        f"{with_interval(group.fastest)} dataset tokens/s{interval}"
+        + (f", {cost:.3g} GPU-hours per million dataset tokens" if cost else "")
+        + _memory(group.fastest)
+    )
 
 
 def _ties(group: GroupAnswers) -> list[str]:
@@ -68,16 +76,22 @@ def _ties(group: GroupAnswers) -> list[str]:
     judged: a lead within the noise is no answer to act on."""
     if group.fastest is None or not group.rivals:
         return []
-    named = "; ".join(f"{configuration(p)}: {with_interval(p)}"
-                      + (" (the same speed, no interval)" if p.ci95_percent is None else "")
-                      for p in group.tied)  # fmt: skip
+    named = "; ".join(
+        f"{configuration(p)}: {with_interval(p)}"
+        + (" (the same speed, no interval)" if p.ci95_percent is None else "")
+        for p in group.tied
+    )
     if group.fastest.ci95_percent is None:
-        return ["Tied: not judged, the fastest has no 95 % interval (only an equal speed ties)"
-                + (f"; the same speed: {named}" if named else "")]  # fmt: skip
+        return [
+            "Tied: not judged, the fastest has no 95 % interval (only an equal speed ties)"
+            + (f"; the same speed: {named}" if named else "")
+        ]
     line = f"Tied within the 95 % intervals: {named or 'none (no other interval overlaps)'}"
     if group.unjudged:
-        line += (f"; {group.unjudged} other valid configuration{'s' if group.unjudged > 1 else ''}"
-                 f" not judged ({NO_INTERVAL}; only an equal speed would tie)")  # fmt: skip
+        line += (
+            f"; {group.unjudged} other valid configuration{'s' if group.unjudged > 1 else ''}"
+            f" not judged ({NO_INTERVAL}; only an equal speed would tie)"
+        )
     return [line]
 
 
@@ -87,16 +101,20 @@ def _memory(point: Point) -> str:
     predicted = point.values.get("gpu_memory_predicted_gib", (0.0,))[0]
     if not (measured > 0 and predicted > 0):
         return ""
-    return (f"; GPU memory/device {format_value(measured)} GiB measured, "
-            f"{format_value(predicted)} GiB predicted ({predicted / measured - 1:+.0%})")
+    return (
+        f"; GPU memory/device {format_value(measured)} GiB measured, "
+        f"{format_value(predicted)} GiB predicted ({predicted / measured - 1:+.0%})"
+    )
 
 
 def _limits(limits: tuple[BatchLimit, ...]) -> list[str]:
     lines = []
     for gpus in dict.fromkeys(limit.number_gpus for limit in limits):
         mine = [limit for limit in limits if limit.number_gpus == gpus]
-        lines.append(f"Largest batch that fits, {Panel(gpus, ()).gpus_label}: "
-                     + "; ".join(_limit(limit) for limit in mine))  # fmt: skip
+        lines.append(
+            f"Largest batch that fits, {Panel(gpus, ()).gpus_label}: "
+            + "; ".join(_limit(limit) for limit in mine)
+        )
     return lines
 
 
@@ -117,16 +135,21 @@ def _scaling(steps: tuple[ScalingStep, ...]) -> list[str]:
             notes = [] if step.point is step.baseline else [f"{step.efficiency:.0%} of perfect"]
             cost = gpu_hours_per_million_tokens(step.point)
             notes += [f"{cost:.3g} GPU-h/M tokens"] if cost else []
-            parts.append(f"{step.point.panel.gpus_label} {format_value(speed(step.point))} "
-                         f"tokens/s ({', '.join(notes)})")  # fmt: skip
-        lines.append(f"Scaling at sequence length {length} (best batch per GPU count): "
-                     + " → ".join(parts))  # fmt: skip
+            parts.append(
+                f"{step.point.panel.gpus_label} {format_value(speed(step.point))} "
+                f"tokens/s ({', '.join(notes)})"
+            )
+        lines.append(
+            f"Scaling at sequence length {length} (best batch per GPU count): " + " → ".join(parts)
+        )
     return lines
 
 
 def comparison_block(comparison: Comparison) -> Block:
-    differing = "; ".join(f"{FIELD_LABELS.get(name, name)} {here} here, {there} there"
-                          for name, here, there in comparison.differing)  # fmt: skip
+    differing = "; ".join(
+        f"{FIELD_LABELS.get(name, name)} {here} here, {there} there"
+        for name, here, there in comparison.differing
+    )
     heading = f"Compared with {comparison.other_name}" + (f" ({differing})" if differing else "")
     flagged = comparison.flagged
     lines = [
@@ -134,7 +157,7 @@ def comparison_block(comparison: Comparison) -> Block:
         f"{comparison.only_there} only there); ratio = dataset tokens/s here ÷ there; "
         f"{len(flagged)} differ: {FLAG_RULE}",
         *(_pair(p) for p in flagged[:MAX_FLAGGED_LINES]),
-    ]  # fmt: skip
+    ]
     if len(flagged) > MAX_FLAGGED_LINES:
         lines.append(f"… and {len(flagged) - MAX_FLAGGED_LINES} more (the HTML page lists all)")
     return heading, lines
@@ -142,15 +165,19 @@ def comparison_block(comparison: Comparison) -> Block:
 
 def _pair(pair: Pair) -> str:
     ratio = f"{pair.ratio:.2f}× " if pair.ratio is not None else ""
-    return (f"{', '.join(pair.point.panel.column)}, {configuration(pair.point)}: {ratio}"
-            f"{pair.flag}{judged(pair)}")  # fmt: skip
+    return (
+        f"{', '.join(pair.point.panel.column)}, {configuration(pair.point)}: {ratio}"
+        f"{pair.flag}{judged(pair)}"
+    )
 
 
 def judged(pair: Pair) -> str:
     """Which rule flagged the pair, with what it compared."""
     if pair.judged_by == INTERVALS:
-        return (f" (95 % intervals apart: {with_interval(pair.point)} here, "
-                f"{with_interval(pair.other)} there)")  # fmt: skip
+        return (
+            f" (95 % intervals apart: {with_interval(pair.point)} here, "
+            f"{with_interval(pair.other)} there)"
+        )
     if pair.judged_by is not None:
         return f" (beyond the {BAND}: {_without(pair)})"
     return ""
@@ -169,5 +196,6 @@ def ratio_text(pair: Pair) -> str:
 
 def as_text(blocks: list[Block]) -> str:
     """For the terminal: each heading, then its lines indented."""
-    return "\n".join(f"{heading}\n" + "\n".join(f"  {line}" for line in lines)
-                     for heading, lines in blocks)  # fmt: skip
+    return "\n".join(
+        f"{heading}\n" + "\n".join(f"  {line}" for line in lines) for heading, lines in blocks
+    )

@@ -34,8 +34,13 @@ REQUIRED = (EXPERIMENT, X, LINE, VALIDITY)
 # Named in the picture's subtitle when the whole space shares one value.
 CONTEXT_FIELDS = ("model_name", "gpu_model", "number_nodes", "dataset_id", "fms_hf_tuning_version")
 # How entity fields read in labels ("model tiny-llama"); others keep their own name.
-FIELD_LABELS = {"model_name": "model", "gpu_model": "GPU", "number_nodes": "nodes",
-                "dataset_id": "dataset", "fms_hf_tuning_version": "fms-hf-tuning"}  # fmt: skip
+FIELD_LABELS = {
+    "model_name": "model",
+    "gpu_model": "GPU",
+    "number_nodes": "nodes",
+    "dataset_id": "dataset",
+    "fms_hf_tuning_version": "fms-hf-tuning",
+}
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf", re.IGNORECASE)
 
 
@@ -114,8 +119,11 @@ class SpaceTable:
     @property
     def panels(self) -> tuple[Panel, ...]:
         """Facets in reading order: by GPU count, then experiment (and other fields)."""
-        return tuple(sorted({p.panel for p in self.points},
-                            key=lambda p: (_none_first(p.number_gpus), p.column)))  # fmt: skip
+        return tuple(
+            sorted(
+                {p.panel for p in self.points}, key=lambda p: (_none_first(p.number_gpus), p.column)
+            )
+        )
 
     @property
     def sequence_lengths(self) -> tuple[int, ...]:
@@ -126,8 +134,10 @@ class SpaceTable:
         return tuple(sorted({p.batch_size for p in self.points}))
 
     def in_panel(self, panel: Panel) -> list[Point]:
-        return sorted((p for p in self.points if p.panel == panel),
-                      key=lambda p: (p.sequence_length, p.batch_size))  # fmt: skip
+        return sorted(
+            (p for p in self.points if p.panel == panel),
+            key=lambda p: (p.sequence_length, p.batch_size),
+        )
 
     @property
     def invalid(self) -> tuple[Point, ...]:
@@ -154,10 +164,12 @@ def space_table(rows: Iterable[Mapping[str, Any]], source: str = "the table") ->
     rows = _without_experiments_measuring_no_throughput(rows, source)
     labels = _experiment_labels({str(row[EXPERIMENT]) for row in rows})
     varying = tuple(
-        name for name in FIELDS
-        if name not in (X, LINE, ROW) and name in columns
+        name
+        for name in FIELDS
+        if name not in (X, LINE, ROW)
+        and name in columns
         and len({_hashable(row.get(name)) for row in rows}) > 1
-    )  # fmt: skip
+    )
 
     groups: dict[tuple[Panel, int, int], list[dict[str, Any]]] = {}
     for index, row in enumerate(rows, start=1):
@@ -166,20 +178,23 @@ def space_table(rows: Iterable[Mapping[str, Any]], source: str = "the table") ->
             key_x, key_line = _integer(row[X]), _integer(row[LINE])
         except ValueError as err:
             raise TableError(f"{source}, row {index}: {err}") from None
-        column = (labels[str(row[EXPERIMENT])],
-                  *(f"{FIELD_LABELS.get(name, name)} {_text(row.get(name))}" for name in varying))  # fmt: skip
+        column = (
+            labels[str(row[EXPERIMENT])],
+            *(f"{FIELD_LABELS.get(name, name)} {_text(row.get(name))}" for name in varying),
+        )
         groups.setdefault((Panel(gpus, column), key_line, key_x), []).append(row)
 
     points = tuple(_point(key, members) for key, members in sorted(groups.items(), key=_sort_key))
     present = tuple(
-        m for m in METRICS
-        if any(m.column in p.values and (m.required or p.values[m.column][0] != 0)
-               for p in points)
-    )  # fmt: skip
+        m
+        for m in METRICS
+        if any(m.column in p.values and (m.required or p.values[m.column][0] != 0) for p in points)
+    )
     shared = tuple(
-        (name, _text(rows[0][name])) for name in CONTEXT_FIELDS
+        (name, _text(rows[0][name]))
+        for name in CONTEXT_FIELDS
         if name in columns and len({_hashable(row.get(name)) for row in rows}) == 1
-    )  # fmt: skip
+    )
     return SpaceTable(points, present, varying, shared, stored)
 
 
@@ -188,14 +203,17 @@ def _without_experiments_measuring_no_throughput(rows: list[dict[str, Any]], sou
     but have no throughput to draw: leave them out rather than draw empty panels."""
     required = [m.column for m in METRICS if m.required]
     drawable = {
-        str(row[EXPERIMENT]) for row in rows
+        str(row[EXPERIMENT])
+        for row in rows
         if any(math.isfinite(v) for c in required for v in _numbers(row.get(c)))
         or not any(v >= 1 for v in _numbers(row.get(VALIDITY)))
-    }  # fmt: skip
+    }
     kept = [row for row in rows if str(row[EXPERIMENT]) in drawable]
     if not kept:
-        raise TableError(f"{source} holds no throughput measurement ({' or '.join(required)}); "
-                         "plot a space of SFTTrainer benchmark experiments")  # fmt: skip
+        raise TableError(
+            f"{source} holds no throughput measurement ({' or '.join(required)}); "
+            "plot a space of SFTTrainer benchmark experiments"
+        )
     return kept
 
 
@@ -221,8 +239,16 @@ def _point(key: tuple[Panel, int, int], rows: list[dict[str, Any]]) -> Point:
             if found:
                 values[column] = (statistics.fmean(found), min(found), max(found))
     measurements = sum(max(1, len(_numbers(r.get(VALIDITY)))) for r in rows)
-    return Point(panel, sequence_length, batch_size, bool(valid_rows), values, measurements,
-                 _identity(rows[0]), _interval(valid_rows))  # fmt: skip
+    return Point(
+        panel,
+        sequence_length,
+        batch_size,
+        bool(valid_rows),
+        values,
+        measurements,
+        _identity(rows[0]),
+        _interval(valid_rows),
+    )
 
 
 def _interval(rows: list[dict[str, Any]]) -> float | None:
@@ -252,8 +278,14 @@ def _stored(row: dict[str, Any]) -> Stored:
         nodes = split_experiment(str(row.get(EXPERIMENT, "")))[1].get("number_nodes", 1)
     valid = tuple(v >= 1 for v in _numbers(row.get(VALIDITY))) or (False,)
     seconds = tuple(v for v in _numbers(row.get(SECONDS)) if math.isfinite(v) and v >= 0)
-    return Stored(_whole(row.get(ROW)), _whole(nodes) or 1, valid, seconds,
-                  _texts(row, ANSWERED), _texts(row, REASON))  # fmt: skip
+    return Stored(
+        _whole(row.get(ROW)),
+        _whole(nodes) or 1,
+        valid,
+        seconds,
+        _texts(row, ANSWERED),
+        _texts(row, REASON),
+    )
 
 
 def _whole(cell: Any) -> int | None:
@@ -280,7 +312,7 @@ def _identity(row: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 
 
 def split_experiment(identifier: str) -> tuple[str, dict[str, str]]:
-    """"E-dataset_id.news-chars-512-fms_hf_tuning_version.3.2.2" -> ("E", {"dataset_id":
+    """ "E-dataset_id.news-chars-512-fms_hf_tuning_version.3.2.2" -> ("E", {"dataset_id":
     "news-chars-512", "fms_hf_tuning_version": "3.2.2"}). ado appends "-name.value" per
     parameter; values hold dashes too, so the known field names are the separators."""
     names = "|".join(sorted(map(re.escape, FIELDS), key=len, reverse=True))
@@ -332,8 +364,9 @@ def _experiment_labels(identifiers: set[str]) -> dict[str, str]:
     counts: dict[str, int] = {}
     for name in short.values():
         counts[name] = counts.get(name, 0) + 1
-    return {i: name if counts[name] == 1 else i.removeprefix("SFTTrainer.")
-            for i, name in short.items()}  # fmt: skip
+    return {
+        i: name if counts[name] == 1 else i.removeprefix("SFTTrainer.") for i, name in short.items()
+    }
 
 
 def _short_experiment(identifier: str) -> str:

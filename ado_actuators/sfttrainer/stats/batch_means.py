@@ -42,12 +42,35 @@ batches), so `batching` needs no other condition."""
 MAX_BATCHES = 30
 
 T_975 = {
-    2: 4.302653, 3: 3.182446, 4: 2.776445, 5: 2.570582, 6: 2.446912, 7: 2.364624, 8: 2.306004,
-    9: 2.262157, 10: 2.228139, 11: 2.200985, 12: 2.178813, 13: 2.160369, 14: 2.144787,
-    15: 2.131450, 16: 2.119905, 17: 2.109816, 18: 2.100922, 19: 2.093024, 20: 2.085963,
-    21: 2.079614, 22: 2.073873, 23: 2.068658, 24: 2.063899, 25: 2.059539, 26: 2.055529,
-    27: 2.051831, 28: 2.048407, 29: 2.045230,
-}  # fmt: skip
+    2: 4.302653,
+    3: 3.182446,
+    4: 2.776445,
+    5: 2.570582,
+    6: 2.446912,
+    7: 2.364624,
+    8: 2.306004,
+    9: 2.262157,
+    10: 2.228139,
+    11: 2.200985,
+    12: 2.178813,
+    13: 2.160369,
+    14: 2.144787,
+    15: 2.131450,
+    16: 2.119905,
+    17: 2.109816,
+    18: 2.100922,
+    19: 2.093024,
+    20: 2.085963,
+    21: 2.079614,
+    22: 2.073873,
+    23: 2.068658,
+    24: 2.063899,
+    25: 2.059539,
+    26: 2.055529,
+    27: 2.051831,
+    28: 2.048407,
+    29: 2.045230,
+}
 """Student's t 97.5 % quantile by degrees of freedom, the two-sided 95 % interval's: every
 count of batches `batching` gives (3 to 30) less one. Computed to 6 decimals (they agree with
 any printed table, e.g. NIST/SEMATECH e-Handbook of Statistical Methods, 1.3.6.7.2);
@@ -69,8 +92,11 @@ class Interval:
         """How the interval was counted, for the row's metadata; None without one."""
         if self.percent is None:
             return None
-        return {"steps_per_batch": self.steps_per_batch, "batches": self.batches,
-                "steps_left_out": self.steps_left_out}  # fmt: skip
+        return {
+            "steps_per_batch": self.steps_per_batch,
+            "batches": self.batches,
+            "steps_left_out": self.steps_left_out,
+        }
 
 
 def batching(steps: int) -> tuple[int, int] | None:
@@ -91,7 +117,9 @@ def batch_means_interval(
     residuals) over k batches. k must be 3 to 30, the batches T_975 has a quantile for."""
     count = len(seconds) // steps_per_batch
     skip = len(seconds) - count * steps_per_batch
-    spans = [range(skip + j * steps_per_batch, skip + (j + 1) * steps_per_batch) for j in range(count)]
+    spans = [
+        range(skip + j * steps_per_batch, skip + (j + 1) * steps_per_batch) for j in range(count)
+    ]
     times = [sum(seconds[i] for i in span) for span in spans]
     counts = [sum(tokens[i] for i in span) for span in spans]
     if sum(times) <= 0 or not any(counts):  # token counts are never negative
@@ -106,6 +134,9 @@ def throughput_interval(seconds: Sequence[float], tokens: Sequence[int]) -> Inte
     """The interval of a rate from its steps' seconds and tokens, in batches of `batching`."""
     shape = batching(len(seconds))
     if shape is None:
-        return Interval(None, f"{len(seconds)} measured step(s): an interval needs at least "
-                              f"{MIN_STEPS} ({MIN_BATCHES} batches of {MIN_BATCH_STEPS} steps)")  # fmt: skip
+        return Interval(
+            None,
+            f"{len(seconds)} measured step(s): an interval needs at least "
+            f"{MIN_STEPS} ({MIN_BATCHES} batches of {MIN_BATCH_STEPS} steps)",
+        )
     return batch_means_interval(seconds, tokens, shape[0])

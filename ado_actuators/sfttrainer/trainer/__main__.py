@@ -260,7 +260,9 @@ def main(argv: list[str] | None = None) -> int:
         except BaseException as exc:  # SystemExit from argparse and Terminated included
             report.outcome, report.failure = classify(exc)
             failure = report.failure
-            log.error("training failed (%s): %s", report.outcome.value, failure.cause or failure.message)
+            log.error(
+                "training failed (%s): %s", report.outcome.value, failure.cause or failure.message
+            )
         finally:
             try:
                 measurement.finish()

@@ -108,15 +108,17 @@ def read_api(source: str, where: str = "tuning/sft_trainer.py") -> FmsApi:
         raise ApiNotUnderstood(f"{where}: parse_arguments returns no {METADATA}")
     built = _built_values(main, set(parsed_names))
     call = _train_call(main, where)
-    train_parameters = {a.arg for a in (*functions["train"].args.args,
-                                        *functions["train"].args.kwonlyargs)}  # fmt: skip
+    train_parameters = {
+        a.arg for a in (*functions["train"].args.args, *functions["train"].args.kwonlyargs)
+    }
     sources: list[tuple[str, str | Built | Constant]] = []
     for keyword in call.keywords:
         if keyword.arg is None:
             raise ApiNotUnderstood(f"{where}: main() calls train(**...), which cannot be read")
         if keyword.arg not in train_parameters:
-            raise ApiNotUnderstood(f"{where}: main() passes train({keyword.arg}=...), "
-                                   f"which train() does not take")  # fmt: skip
+            raise ApiNotUnderstood(
+                f"{where}: main() passes train({keyword.arg}=...), which train() does not take"
+            )
         if keyword.arg in WRAPPER_INPUTS:
             continue
         sources.append((keyword.arg, _source_of(keyword, parsed_names, built, where)))
@@ -196,7 +198,11 @@ def _statements(function: ast.FunctionDef) -> list[ast.stmt]:
 
 def _train_call(main: ast.FunctionDef, where: str) -> ast.Call:
     for node in ast.walk(main):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "train":
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "train"
+        ):
             return node
     raise ApiNotUnderstood(f"{where}: main() does not call train()")
 

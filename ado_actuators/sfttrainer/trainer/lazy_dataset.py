@@ -144,9 +144,11 @@ def unsupported_reason(args: Any, dataset: Path) -> str | None:
         (bool(getattr(data, "dataset_image_field", None)), "a vision dataset"),
         (bool(getattr(data, "data_config_path", None)), "a data config file"),
         (bool(train.packing), "packing"),
-        (packing is not None and (packing.is_padding_free or packing.is_multipack),
-         "the padding-free / multipack plugin"),
-    ]  # fmt: skip
+        (
+            packing is not None and (packing.is_padding_free or packing.is_multipack),
+            "the padding-free / multipack plugin",
+        ),
+    ]
     return next((why for failed, why in checks if failed), None)
 
 
@@ -161,8 +163,11 @@ class LazyData:
         if self.dataset is None:
             return self.notes
         data = self.dataset
-        return [*self.notes, f"tokenised {data.encoded_entries} of {len(data)} entries as "
-                f"training reached them (training waited {data.waited_seconds:.2f} s for them)"]  # fmt: skip
+        return [
+            *self.notes,
+            f"tokenised {data.encoded_entries} of {len(data)} entries as "
+            f"training reached them (training waited {data.waited_seconds:.2f} s for them)",
+        ]
 
 
 @contextlib.contextmanager
@@ -202,9 +207,10 @@ def installed(args: Any, world_size: int, rank: int, workdir: Path):
             data_args.training_data_path = str(dataset)
             return original(data_args, tokenizer, *rest, **kwargs)
         lazy = LeadingEntries(
-            entries, lambda entry: encode_entry(tokenizer, text_field, max_length, entry),
+            entries,
+            lambda entry: encode_entry(tokenizer, text_field, max_length, entry),
             first_block,
-        )  # fmt: skip
+        )
         lazy.prepare_first_block()
         result.dataset = outputs[0] = lazy
         outputs[5] = {**(dataset_kwargs or {}), "skip_prepare_dataset": True}

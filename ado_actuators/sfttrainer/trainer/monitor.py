@@ -113,13 +113,20 @@ class GpuSampler:
                 mem = nvml.nvmlDeviceGetMemoryInfo(handle)
                 power_mw = self._read(index, "power", nvml.nvmlDeviceGetPowerUsage, handle)
                 limit = nvml.nvmlDeviceGetEnforcedPowerLimit
-                limit_mw = (self._read(index, "power limit", limit, handle)
-                            if power_mw is not None else None)  # fmt: skip
+                limit_mw = (
+                    self._read(index, "power limit", limit, handle)
+                    if power_mw is not None
+                    else None
+                )
             except Exception as e:  # NVMLError: GPU lost, driver hiccup, ...
                 failures.append(
-                    GpuSampleFailure(time=now, index=index, node=self.node,
-                                     error=f"{type(e).__name__}: {e}"[:300])
-                )  # fmt: skip
+                    GpuSampleFailure(
+                        time=now,
+                        index=index,
+                        node=self.node,
+                        error=f"{type(e).__name__}: {e}"[:300],
+                    )
+                )
                 continue
             out.append(
                 GpuSample(
@@ -129,9 +136,10 @@ class GpuSampler:
                     compute_percent=float(util.gpu) if util is not None else None,
                     memory_percent=100.0 * mem.used / mem.total if mem.total else 0.0,
                     power_watts=power_mw / 1000.0 if power_mw is not None else None,
-                    power_percent=(100.0 * power_mw / limit_mw
-                                   if power_mw is not None and limit_mw else None),
-                )  # fmt: skip
+                    power_percent=(
+                        100.0 * power_mw / limit_mw if power_mw is not None and limit_mw else None
+                    ),
+                )
             )
         return out, failures
 
@@ -147,9 +155,10 @@ class GpuSampler:
                 error = f"{type(e).__name__}: {e}"[:300]
                 unsupported = _not_supported(self._nvml, e)
                 readings[index] = (
-                    self.unsupported_note(index, "energy counter", error) if unsupported
+                    self.unsupported_note(index, "energy counter", error)
+                    if unsupported
                     else f"GPU {index}: energy counter unreadable ({error})"
-                )  # fmt: skip
+                )
         return readings
 
     def close(self) -> None:

@@ -22,9 +22,7 @@ def physical_devices(indices: list[int], cuda_visible_devices: str | None) -> li
         return list(indices)
     visible = [d.strip() for d in cuda_visible_devices.split(",") if d.strip()]
     return [
-        int(visible[i]) if visible[i].isdigit() else visible[i]
-        for i in indices
-        if i < len(visible)
+        int(visible[i]) if visible[i].isdigit() else visible[i] for i in indices if i < len(visible)
     ]
 
 
@@ -58,8 +56,9 @@ def _legacy_mig(nvml, parent: str, instance: int, compute: int):
     for _, gpu in _matching(nvml, parent):
         for mig in _mig_devices(nvml, gpu):
             if (nvml.nvmlDeviceGetGpuInstanceId(mig), nvml.nvmlDeviceGetComputeInstanceId(mig)) == (
-                instance, compute,
-            ):  # fmt: skip
+                instance,
+                compute,
+            ):
                 return mig
     return None
 

@@ -124,7 +124,9 @@ class AnyOf(PolicyBase):
 
 
 def make_policy(
-    stop_after_seconds: float, auto_stop_method: str | None, auto_stop_max_seconds: float | None = None
+    stop_after_seconds: float,
+    auto_stop_method: str | None,
+    auto_stop_max_seconds: float | None = None,
 ):
     policies: list[PolicyBase] = []
     if auto_stop_method and auto_stop_method.lower() != "none":

@@ -46,7 +46,9 @@ from pathlib import Path
 
 _BREAK_CONVERSION = os.environ.get("SFTTRAINER_TEST_BREAK_CONVERSION")
 _FAULTS = dict(
-    entry.split("=", 1) for entry in os.environ.get("SFTTRAINER_TEST_FAULTS", "").split(";") if entry
+    entry.split("=", 1)
+    for entry in os.environ.get("SFTTRAINER_TEST_FAULTS", "").split(";")
+    if entry
 )
 _STAGES = os.environ.get("SFTTRAINER_TEST_STAGES")
 _SLOW = os.environ.get("SFTTRAINER_TEST_SLOW_PREPARE")
@@ -54,7 +56,9 @@ _UNMOUNTED = os.environ.get("SFTTRAINER_TEST_UNMOUNTED_DATASET")
 _HOLD = os.environ.get("SFTTRAINER_TEST_HOLD_FAULT")
 _MEET = os.environ.get("SFTTRAINER_TEST_MEET")
 _AWAIT_OOM = [
-    entry.partition("@")[::2] for entry in os.environ.get("SFTTRAINER_TEST_AWAIT_OOM", "").split(";") if entry
+    entry.partition("@")[::2]
+    for entry in os.environ.get("SFTTRAINER_TEST_AWAIT_OOM", "").split(";")
+    if entry
 ]
 _GUARD_SECONDS = 300  # only a hang reaches it: the peers' preparation is what is waited for
 _AWAIT_GUARD_SECONDS = 900  # only a hang reaches it: an OOM's run, or a killed first run
@@ -121,7 +125,9 @@ def _patch_node(module):
         if _STAGES:
             _mark(f"prepare-start-{machine_rank}")
         if _SLOW and int(_SLOW.split("@")[0]) == machine_rank:
-            peers = [k for k in range(request.plan_inputs["values"].number_nodes) if k != machine_rank]
+            peers = [
+                k for k in range(request.plan_inputs["values"].number_nodes) if k != machine_rank
+            ]
             deadline = time.monotonic() + _GUARD_SECONDS
             while not all((Path(_STAGES) / f"prepared-{k}").exists() for k in peers):
                 if time.monotonic() > deadline:
@@ -132,7 +138,9 @@ def _patch_node(module):
             inputs = request.plan_inputs
             dataset = Path(inputs["dataset_path"])
             elsewhere = dataset.parent / "not-mounted-here" / dataset.name
-            request = request.model_copy(update={"plan_inputs": {**inputs, "dataset_path": elsewhere}})
+            request = request.model_copy(
+                update={"plan_inputs": {**inputs, "dataset_path": elsewhere}}
+            )
         prepared = real_prepare(request, machine_rank)
         if _STAGES:
             _mark(f"prepared-{machine_rank}")
@@ -169,11 +177,15 @@ def _await_oom(module):
             if needle not in self.label:
                 continue
             deadline = time.monotonic() + _AWAIT_GUARD_SECONDS
-            while not (any(e.proof.get("experiment") == self.experiment for e in self.record.ooms())
-                       and (not gate or Path(gate).exists())):  # fmt: skip
+            while not (
+                any(e.proof.get("experiment") == self.experiment for e in self.record.ooms())
+                and (not gate or Path(gate).exists())
+            ):
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{self.label} waited for an OOM of {self.experiment} in "
-                                       f"{self.record.path}{' and ' + gate if gate else ''}")  # fmt: skip
+                    raise TimeoutError(
+                        f"{self.label} waited for an OOM of {self.experiment} in "
+                        f"{self.record.path}{' and ' + gate if gate else ''}"
+                    )
                 time.sleep(0.5)
         return real_answer(self)
 
