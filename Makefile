@@ -9,7 +9,9 @@ comma  := ,
 # one list per fms-hf-tuning version, shipped in the wheel (the actuator builds the others)
 PACKAGE_LISTS := ado_actuators/sfttrainer/plan/packages
 
-.PHONY: env test test-fast test-versions test-operators mutation demo bench overnight bench-gpu gpu-kit gpu-kit-rehearsal clean
+# the loop to run while working (under two minutes): ruff's lint and format checks, then the
+# fast unit tests on both cores. .pre-commit-config.yaml runs the same three.
+.PHONY: env check lint test test-fast test-versions test-operators mutation demo bench overnight bench-gpu gpu-kit gpu-kit-rehearsal clean
 
 env: $(STAMP)
 
@@ -45,14 +47,20 @@ $(OPS_STAMP): pyproject.toml $(PACKAGE_LISTS)/fms-hf-tuning_v$(FMS).txt
 # orders them by test count, which left the longest module running alone at the end).
 COVERAGE_DATA := .coverage-data
 TEST_WORKERS ?= 2
-test: env
+test: env lint
 	rm -rf $(COVERAGE_DATA) && mkdir -p $(COVERAGE_DATA)
 	$(BIN)/python -m coverage run -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadscope \
 		--no-loadscope-reorder --durations 25; status=$$?; \
 	$(BIN)/python tests/coverage/summary.py $(COVERAGE_DATA); exit $$status
 
 test-fast: env
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" -n $(TEST_WORKERS)
+
+lint: env
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+check: lint test-fast
 
 # every offered fms-hf-tuning version x {full, LoRA, prompt tuning}, trained on CPU; a table
 test-versions: env

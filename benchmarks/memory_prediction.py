@@ -5,8 +5,9 @@ benchmarks/data/fms_acceleration_a100_80gb.csv): yahma/alpaca-cleaned packed int
 sequences of max_seq_length 4096 (santacoder: 2048, its tokenizer's limit), flash attention,
 gradient checkpointing (transformers' default, reentrant: defaults.yaml sets no
 gradient_checkpointing_kwargs), FSDP for more than one GPU (accelerate.yaml), AdamW, one
-micro-batch per step (scripts/benchmarks/scenarios*.yaml, defaults.yaml, benchmark.py); transformers 4.48.1 for `a100_80gb`, 4.45.2 for the granite and
-liger tables (scripts/benchmarks/refs/requirements*.txt). The MoE table trained unpacked
+micro-batch per step (scripts/benchmarks/scenarios*.yaml, defaults.yaml, benchmark.py);
+transformers 4.48.1 for `a100_80gb`, 4.45.2 for the granite and liger tables
+(scripts/benchmarks/refs/requirements*.txt). The MoE table trained unpacked
 batches padded to their longest sample (about 280 tokens at the first batch, the longest one
 unrecorded) and recorded no torch peak: its runs are judged for OOM only.
 """
@@ -144,14 +145,15 @@ def median_error(rows: list[Judged]) -> float:
 
 AXES = {
     "activations": [a / 20 for a in range(10, 41)],
-    "recompute": [r / 4 for r in range(0, 17)],
+    "recompute": [r / 4 for r in range(17)],
     "logits": [x / 20 for x in range(16, 31)],
 }
 
 
-def fit(found: list[Case], start: Fitted = Fitted()) -> Fitted:
+def fit(found: list[Case], start: Fitted | None = None) -> Fitted:
     """Coordinate descent on the median |error| over `found`, one constant at a time over its
     grid (AXES), from the constants' theoretical values, until no step improves it."""
+    start = start or Fitted()
     best, score = start, median_error(judge(found, start))
     improved = True
     while improved:

@@ -24,16 +24,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import demo_kit  # noqa: F401  (examples/local-cpu on the path)
 import yaml
+from ado_cli import AdoCLI, generate_text_dataset
+from tiny_model import build_tiny_model
 
 from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.execute import workspace
 from ado_actuators.sfttrainer.plan.launch import TRAINER_MODULE, PlanInputs, plan_launch
-
-import demo_kit  # noqa: F401,E402  (examples/local-cpu on the path)
-from ado_cli import AdoCLI, generate_text_dataset
-from tiny_model import build_tiny_model
 
 DATASET_ID = "news-chars-512-entries-4096"
 EXPERIMENTS = ("finetune_full_benchmark-v1.0.0", "finetune_lora_benchmark-v1.0.0")
@@ -230,7 +229,10 @@ def main() -> None:
         f"ratio operation / bare:                       {median['operation'] / median['bare']:.2f}"
     )
     marginal = (median["operation"] - median["invalid"]) / median["bare"]
-    each = [(o - i) / b for o, i, b in zip(times["operation"], times["invalid"], times["bare"])]
+    each = [
+        (o - i) / b
+        for o, i, b in zip(times["operation"], times["invalid"], times["bare"], strict=True)
+    ]
     print(
         f"ratio (operation - invalid operation) / bare: {marginal:.2f}  (aim: <= 1.15; "
         f"per repeat: {', '.join(f'{r:.2f}' for r in each)})"

@@ -411,7 +411,7 @@ def main() -> int:
             print(f"  {number:3d}  {line}")
         print(
             f"timed trainings (both runs): {len(per)}; overhead per measurement (of which before "
-            "launch), s: " + " ".join(f"{x:.1f} ({w:.1f})" for x, w in zip(per, waits))
+            "launch), s: " + " ".join(f"{x:.1f} ({w:.1f})" for x, w in zip(per, waits, strict=True))
         )
         if problems:
             print("problems:\n  " + "\n  ".join(problems))

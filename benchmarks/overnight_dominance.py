@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from overnight_records import key_of, parse
+from overnight_space import EXPERIMENTS, awaited, oom_entity
+
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
 from ado_actuators.sfttrainer.ledger.neighbours import ANSWERED_BY
 from ado_actuators.sfttrainer.ledger.record import Record
-
-from overnight_records import key_of, parse
-from overnight_space import EXPERIMENTS, awaited, oom_entity
 
 
 def record_of(data: Path) -> Record:

@@ -8,14 +8,14 @@ import csv
 import json
 import re
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from ado_actuators.sfttrainer.contract.trainer_io import RankReport
-
-import demo_kit  # noqa: F401,E402  (examples/local-cpu on the path)
+import demo_kit  # noqa: F401  (examples/local-cpu on the path)
 from ado_cli import AdoCLI
 from overnight_space import entity_id, method_of
+
+from ado_actuators.sfttrainer.contract.trainer_io import RankReport
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -117,7 +117,7 @@ def overheads(
             continue
         issued = datetime.fromisoformat(row["Timestamp"])
         if issued.tzinfo is None:
-            issued = issued.replace(tzinfo=timezone.utc)
+            issued = issued.replace(tzinfo=UTC)
         ended = max(p.stat().st_mtime for p in workdir.rglob("*") if p.is_file())
         launched = min(p.stat().st_mtime for p in workdir.rglob("job.json"))
         found.append(

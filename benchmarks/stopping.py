@@ -44,8 +44,8 @@ from ado_actuators.sfttrainer.trainer.steady import STEADY_CI95_1PCT
 from ado_actuators.sfttrainer.trainer.stopping import WARMUP_60S_STABLE_120S_OR_10_STEPS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # when imported from benchmarks/gpu
-import demo_kit  # noqa: E402,F401  (examples/local-cpu on the path)
-from tiny_model import build_tiny_model  # noqa: E402
+import demo_kit  # noqa: F401  (examples/local-cpu on the path)
+from tiny_model import build_tiny_model
 
 DATASET = "news-chars-512-entries-4096"
 CONFIGURATIONS = ((2, 128, 16), (4, 256, 4))  # (batch_size, model_max_length, accumulation)
@@ -215,7 +215,8 @@ def line(e: dict) -> str:
 
     stop = e["steady"]["auto_stop"] or {}
     return (
-        f"batch {e['batch_size']} x {e['model_max_length']} x {e['gradient_accumulation_steps']}: {fig('spec')} | {fig('steady')} "
+        f"batch {e['batch_size']} x {e['model_max_length']} x {e['gradient_accumulation_steps']}: "
+        f"{fig('spec')} | {fig('steady')} "
         f"[{stop.get('ended_by')}, warm-up {stop.get('warmup_steps')} steps] | truth "
         f"{e['truth']['tokens_per_second']:.0f} tok/s over {e['truth']['steps']} steps"
     )

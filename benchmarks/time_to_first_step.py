@@ -21,15 +21,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import demo_kit  # noqa: F401  (examples/local-cpu on the path)
+from tiny_model import build_tiny_model
+
 from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.contract.trainer_io import RankReport
 from ado_actuators.sfttrainer.execute import workspace
 from ado_actuators.sfttrainer.execute.process import run_process
 from ado_actuators.sfttrainer.plan.launch import PlanInputs, plan_launch
-
-import demo_kit  # noqa: F401,E402  (examples/local-cpu on the path)
-from tiny_model import build_tiny_model
 
 DATASET_ID = "news-tokens-16384plus-entries-4096"
 

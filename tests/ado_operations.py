@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import psutil
-
 from ado_cli import AdoCLI
 
 

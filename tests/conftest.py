@@ -20,10 +20,9 @@ import warnings
 from pathlib import Path
 
 import pytest
+import run_marks
 
 from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV, JOB_FLAG, RankReport, TrainerJob
-
-import run_marks
 
 TRAINER_MODULE = "ado_actuators.sfttrainer.trainer"
 

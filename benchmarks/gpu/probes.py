@@ -43,7 +43,7 @@ def environment() -> dict:
     for name in LIBRARIES:
         try:
             module = importlib.import_module(name)
-        except Exception as error:  # noqa: BLE001 - record what is missing, and why
+        except Exception as error:
             found[name] = {"error": f"{type(error).__name__}: {error}"[:500]}
             continue
         where = getattr(module, "__file__", None) or list(getattr(module, "__path__", []))[:1]

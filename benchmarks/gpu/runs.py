@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rows import Config
+
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
@@ -26,8 +28,6 @@ from ado_actuators.sfttrainer.execute.environment import installed_fms_hf_tuning
 from ado_actuators.sfttrainer.execute.node import NodeRun
 from ado_actuators.sfttrainer.execute.process import run_process
 from ado_actuators.sfttrainer.plan.launch import TRAINER_MODULE, PlanInputs, plan_launch
-
-from rows import Config
 
 HERE = Path(__file__).resolve().parent
 DEMO = HERE.parents[1] / "examples" / "local-cpu"

@@ -15,13 +15,12 @@ import time
 from pathlib import Path
 
 import yaml
+from ado_cli import AdoCLI, generate_text_dataset
 from rich.console import Console
 from rich.table import Table
+from tiny_model import build_tiny_model
 
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
-
-from ado_cli import AdoCLI, generate_text_dataset
-from tiny_model import build_tiny_model
 
 HERE = Path(__file__).parent
 # Rows of the printed table: what identifies a configuration, then every measured property.

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from ado_cli import AdoCLI, AdoError, generate_text_dataset
 from tiny_model import build_tiny_model
 

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from ado_cli import AdoCLI, AdoError, generate_text_dataset
 from ado_operations import leftover_processes, run_operation, trace
 from tiny_model import build_tiny_model

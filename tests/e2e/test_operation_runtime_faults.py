@@ -29,6 +29,8 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+from ado_cli import AdoCLI
+from ado_operations import leftover_processes, run_operation, trace
 from keep_active import KeepActive
 from test_operation_faults import (  # pytest puts tests/e2e on sys.path
     DATASET,
@@ -36,9 +38,6 @@ from test_operation_faults import (  # pytest puts tests/e2e on sys.path
     REPO,
     write_yaml,
 )
-
-from ado_cli import AdoCLI
-from ado_operations import leftover_processes, run_operation, trace
 from tiny_model import build_tiny_model
 
 pytestmark = pytest.mark.slow

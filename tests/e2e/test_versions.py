@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from ado_actuators.sfttrainer.contract.trainer_io import RankReport
-
 from ado_cli import AdoCLI, generate_text_dataset
 from tiny_model import build_tiny_model
+
+from ado_actuators.sfttrainer.contract.trainer_io import RankReport
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

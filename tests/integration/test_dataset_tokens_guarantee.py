@@ -53,7 +53,13 @@ def own_text() -> list[str]:
 
 @pytest.fixture(scope="module")
 def unrelated_text() -> list[str]:
-    import argparse, collections, json as json_mod, pathlib, random, re, textwrap  # noqa: E401
+    import argparse
+    import collections
+    import json as json_mod
+    import pathlib
+    import random
+    import re
+    import textwrap
 
     docs = []
     for module in (argparse, collections, json_mod, pathlib, random, re, textwrap, io):

@@ -19,10 +19,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from hub_cache import write_cached_model
 
 from ado_actuators.sfttrainer.host import hf_cache
-
-from hub_cache import write_cached_model
 
 SKIPPED_EXTRAS = {
     "flax_model.msgpack": b"flax",
@@ -43,10 +42,10 @@ class FakeHub:
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_HEAD(self):  # noqa: N802
+            def do_HEAD(self):
                 hub.serve(self, body=False)
 
-            def do_GET(self):  # noqa: N802
+            def do_GET(self):
                 hub.serve(self, body=True)
 
             def log_message(self, *args):

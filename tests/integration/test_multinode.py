@@ -23,13 +23,12 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-
-from ado_actuators.sfttrainer.catalog import datasets
-from ado_actuators.sfttrainer.contract.trainer_io import RankReport
-
 from ado_cli import AdoCLI
 from ado_operations import run_operation, trace
 from ray_cluster import RayCluster, live_placement_groups, two_raylets
+
+from ado_actuators.sfttrainer.catalog import datasets
+from ado_actuators.sfttrainer.contract.trainer_io import RankReport
 
 pytestmark = pytest.mark.slow
 

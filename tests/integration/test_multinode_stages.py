@@ -33,12 +33,11 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-
-from ado_actuators.sfttrainer.catalog import datasets
-
 from ado_cli import AdoCLI
 from ado_operations import leftover_processes, run_operation, trace
 from ray_cluster import RayCluster, live_placement_groups, two_raylets
+
+from ado_actuators.sfttrainer.catalog import datasets
 
 pytestmark = pytest.mark.slow
 

@@ -15,6 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ado_cli import AdoCLI
+from ado_operations import run_operation, trace
+from ray_cluster import RayCluster, live_placement_groups, start_cluster, two_raylets
 from test_multinode import (
     ENTITY,
     actuator_parameters,
@@ -23,10 +26,6 @@ from test_multinode import (
     space_document,
     write_yaml,
 )
-
-from ado_cli import AdoCLI
-from ado_operations import run_operation, trace
-from ray_cluster import RayCluster, live_placement_groups, start_cluster, two_raylets
 
 pytestmark = pytest.mark.slow
 

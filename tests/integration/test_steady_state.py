@@ -79,7 +79,7 @@ def adaptive(tmp_path_factory, tiny_model_dir):
 
 
 def test_both_ranks_stopped_together_by_the_method(measured):
-    outcome, reports = measured
+    _outcome, reports = measured
     assert len(reports) == 2
     assert len(reports[0].steps) == len(reports[1].steps)
     assert reports[0].steps[-1].step == reports[1].steps[-1].step

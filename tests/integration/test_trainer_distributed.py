@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from tiny_model import write_text_dataset
 
 from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV, Outcome, TrainerJob
-
-from tiny_model import write_text_dataset
 
 pytestmark = pytest.mark.slow
 

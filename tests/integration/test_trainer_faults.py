@@ -7,10 +7,9 @@ import signal
 import threading
 
 import pytest
+from tiny_model import write_text_dataset
 
 from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV, Outcome, TrainerJob
-
-from tiny_model import write_text_dataset
 
 pytestmark = pytest.mark.slow
 

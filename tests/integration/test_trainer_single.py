@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import statistics
 
 import pytest
+from tiny_model import write_text_dataset
 
 from ado_actuators.sfttrainer.contract.trainer_io import Outcome, TrainerJob
 from ado_actuators.sfttrainer.metrics.aggregate import benchmark_properties
-
-from tiny_model import write_text_dataset
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +60,7 @@ def test_every_optimisation_step_is_timed_in_order(full_run):
     assert [s.step for s in steps] == [1, 2, 3]
     for s in steps:
         assert s.start < s.end and s.dataset_tokens > 0
-    for a, b in zip(steps, steps[1:], strict=False):
+    for a, b in itertools.pairwise(steps):
         assert a.end <= b.start
 
 

@@ -7,11 +7,10 @@ import bisect
 import re
 
 import pytest
+from tiny_model import write_text_dataset
 
 from ado_actuators.sfttrainer.contract.trainer_io import Outcome, TrainerJob
 from ado_actuators.sfttrainer.trainer.lazy_dataset import block_bounds
-
-from tiny_model import write_text_dataset
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ def test_jsonl_subset_copies_exactly_the_first_entries(tmp_path):
     source.write_text("".join(json.dumps({"output": f"e{i}"}) + "\n" for i in range(100)))
     target = tmp_path / "s.jsonl"
     assert write_first_entries(source, target, 7) == 7
-    assert [json.loads(l)["output"] for l in target.read_text().splitlines()] == [
+    assert [json.loads(line)["output"] for line in target.read_text().splitlines()] == [
         f"e{i}" for i in range(7)
     ]
     assert write_first_entries(source, tmp_path / "all.jsonl", 1000) == 100

@@ -14,8 +14,8 @@ import yaml
 pytest.importorskip("ado_ray_tune", reason="ado's optimisers: `make test-operators`")
 pytest.importorskip("trim", reason="ado's optimisers: `make test-operators`")
 
-from ado_cli import AdoCLI, generate_text_dataset  # noqa: E402
-from ado_operations import run_operation, trace  # noqa: E402
+from ado_cli import AdoCLI, generate_text_dataset
+from ado_operations import run_operation, trace
 
 pytestmark = pytest.mark.slow
 
@@ -215,7 +215,7 @@ TRIM = {
 def test_trim_characterises_the_space_leaving_invalid_rows_out(ado_space, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # TRIM writes its models and debug files under the cwd
     ado, space_id, config_id = ado_space()
-    identifier, output = run_operation(
+    _identifier, output = run_operation(
         ado, operation_file(tmp_path / "trim.yaml", space_id, config_id, TRIM)
     )
     assert "finished successfully" in output, output[-6000:]

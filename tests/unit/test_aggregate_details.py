@@ -133,7 +133,7 @@ INTERVAL = "dataset_tokens_per_second_ci95_percent"
 def test_the_interval_counts_each_step_as_its_slowest_rank_ends_it():
     r0 = report(0, [step(i, i - 1, i) for i in range(1, 7)], world=2)  # ends 1, 2, ..., 6
     ends = [1.5, 2, 3, 4.5, 5, 6]
-    r1 = report(1, [step(i, ([0] + ends)[i - 1], ends[i - 1]) for i in range(1, 7)], world=2)
+    r1 = report(1, [step(i, [0, *ends][i - 1], ends[i - 1]) for i in range(1, 7)], world=2)
     both = props([r0, r1], number_gpus=2)
     # the slowest ends 1.5 2 3 4.5 5 6 from 0: steps of 1.5 .5 1 1.5 .5 1 s, which add up to the
     # runtime; batches of 2 steps (200 tokens each): 2, 2.5, 1.5 s, mean 2, sd 0.5

@@ -163,7 +163,7 @@ def test_ray_is_asked_about_its_autoscaler_only_for_what_the_alive_nodes_cannot_
     from ado_actuators.sfttrainer.plan.launch import ResourceRequest
 
     asked = []
-    monkeypatch.setattr(cluster, "held_by_callers", lambda: {})
+    monkeypatch.setattr(cluster, "held_by_callers", dict)
     monkeypatch.setattr(capacity, "read_autoscaler", lambda nodes: asked.append(1) or None)
     request = ResourceRequest(cpus=16, gpus=8, custom={A100: 8.0, "full-worker": 1.0})
     assert cluster._bundle(request, NODES, 2) == BUNDLE and not asked

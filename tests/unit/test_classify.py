@@ -1,12 +1,6 @@
 """Launch results -> outcomes (OOM is invalid, anything else failed)."""
 
 import pytest
-
-from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured
-from ado_actuators.sfttrainer.contract.trainer_io import Failure, Outcome, RankReport, StepTiming
-from ado_actuators.sfttrainer.execute.classify import launch_outcome
-from ado_actuators.sfttrainer.execute.node import NodeRun
-
 from gpu_failure_texts import (
     ACCELERATE_PORT_IN_USE,
     CUBLAS_ALLOC_FAILED,
@@ -18,6 +12,11 @@ from gpu_failure_texts import (
     RANK_SIGKILLED,
     TCPSTORE_EADDRINUSE,
 )
+
+from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured
+from ado_actuators.sfttrainer.contract.trainer_io import Failure, Outcome, RankReport, StepTiming
+from ado_actuators.sfttrainer.execute.classify import launch_outcome
+from ado_actuators.sfttrainer.execute.node import NodeRun
 
 
 def report(rank, outcome=Outcome.OK, failure=None):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "coverage"))
 
-import summary  # noqa: E402
+import summary
 
 
 def test_modules_under_the_bar_are_named_with_their_reason_or_a_call_for_one():

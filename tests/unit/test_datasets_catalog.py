@@ -82,7 +82,7 @@ def test_dataset_filename(dataset_id, filename):
 
 
 def test_unknown_id_names_the_known_ones():
-    with pytest.raises(ValueError, match="unknown dataset_id 'news-foo'.*news-chars-512"):
+    with pytest.raises(ValueError, match=r"unknown dataset_id 'news-foo'.*news-chars-512"):
         datasets.dataset_filename("news-foo")
     with pytest.raises(ValueError):
         datasets.creation_command("news-foo", "/tmp/x")

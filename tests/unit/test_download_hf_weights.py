@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 import requests
+from hub_cache import COMMIT, write_cached_model
 from typer.testing import CliRunner
 
 from ado_actuators.sfttrainer.cli import download_hf_weights as dl
 from ado_actuators.sfttrainer.cli.hf_fetch import describe_error
 from ado_actuators.sfttrainer.host import hf_cache
-
-from hub_cache import COMMIT, write_cached_model
 
 CONFIG = {
     "model_type": "llama",

@@ -36,7 +36,7 @@ def test_parquet_entries_by_position_across_row_groups(tmp_path):
 
 
 def test_other_formats_are_refused_by_name(tmp_path):
-    with pytest.raises(ValueError, match="only .jsonl, .parquet"):
+    with pytest.raises(ValueError, match=r"only .jsonl, .parquet"):
         EntryFile(tmp_path / "d.json")
 
 

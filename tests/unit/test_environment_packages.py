@@ -69,7 +69,7 @@ def test_exact_mode_keeps_every_pinned_package_cuda_builds_included():
 def test_a_version_without_a_registry_release_is_refused_naming_it():
     for exact in (True, False):
         with pytest.raises(
-            env.NoEnvironment, match="3.0.0.1 has no release on the package registry"
+            env.NoEnvironment, match=r"3.0.0.1 has no release on the package registry"
         ):
             spec("3.0.0.1", exact)
 
@@ -84,7 +84,7 @@ def test_pins_the_workers_own_packages_cannot_live_with_are_left_to_the_worker()
 
 
 def test_a_missing_list_is_refused(tmp_path):
-    with pytest.raises(env.NoEnvironment, match="no package list for fms-hf-tuning 2.1.2"):
+    with pytest.raises(env.NoEnvironment, match=r"no package list for fms-hf-tuning 2.1.2"):
         env.read_package_list("2.1.2", tmp_path)
 
 

@@ -10,13 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_checks import one_line_error
 from typer.testing import CliRunner
 
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.cli import generate_dataset_text as gen
 from ado_actuators.sfttrainer.cli import news_text
-
-from cli_checks import one_line_error
 
 RESPONSE_SEP = "\n\n### Response: "
 
@@ -177,7 +176,7 @@ def test_fewer_entries_is_a_prefix(tmp_path):
 def test_dataset_id_inferred_from_output_name(tmp_path):
     out = tmp_path / "news-chars-1024-entries-4096.jsonl"
     assert run("-o", str(out), "--entries", "2").exit_code == 0
-    prompt, response = split(read_outputs(out)[0])
+    _prompt, response = split(read_outputs(out)[0])
     assert len(response) == 1024
 
 

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from cli_checks import one_line_error
 from PIL import Image
 from typer.testing import CliRunner
 
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.cli import generate_dataset_vision as gen
 from ado_actuators.sfttrainer.cli import vision_data
-
-from cli_checks import one_line_error
 
 SQUARE, TALL = datasets.VISION_DATASET_IDS  # 384x384, 384x768
 SMALL = ("--entries", "3", "--min-tokens", "40")

@@ -79,7 +79,11 @@ def test_every_check_row_has_a_label_of_its_own_and_both_modes_cover_the_same_la
 
 
 def test_a_step_that_hangs_is_stopped_at_its_budget_with_its_children(tmp_path):
-    child = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); print('started', flush=True); time.sleep(300)"
+    child = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); "
+        "print('started', flush=True); time.sleep(300)"
+    )
     step = check.Step("hang", [sys.executable, "-c", child], budget=3)
     started = time.monotonic()
     record = check.run_step(step, time.monotonic() + 600, tmp_path, None)

@@ -2,6 +2,7 @@
 rank, which log) and the metadata stored beside the figures. test_classify.py has the verdicts."""
 
 import pytest
+from gpu_failure_texts import ACCELERATE_PORT_IN_USE
 
 from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured
 from ado_actuators.sfttrainer.contract.trainer_io import (
@@ -15,8 +16,6 @@ from ado_actuators.sfttrainer.contract.trainer_io import (
 )
 from ado_actuators.sfttrainer.execute.classify import launch_outcome, launcher_said
 from ado_actuators.sfttrainer.execute.node import NodeRun
-
-from gpu_failure_texts import ACCELERATE_PORT_IN_USE
 
 A100 = "NVIDIA-A100-SXM4-80GB"  # a dense bf16 peak of 312 TFLOP/s (metrics/gpu_peaks.yaml)
 TINY = ModelParameters(
@@ -200,7 +199,7 @@ def test_the_watchdog_stop_names_the_node_and_shows_every_nodes_log():
         "the training was stopped on node 1 (host1): no output for 31 s; "
     )
     assert found.reason.endswith(
-        f"then raise stall_timeout_seconds.\nLog tail:\n--- node 1 (host1):\none"
+        "then raise stall_timeout_seconds.\nLog tail:\n--- node 1 (host1):\none"
     )
 
 

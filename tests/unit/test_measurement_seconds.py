@@ -73,7 +73,7 @@ class Request:
 def clock(monkeypatch) -> Clock:
     clock = Clock()
     monkeypatch.setattr(cluster, "time", clock)
-    monkeypatch.setattr(cluster.orphan_groups, "reap", lambda: [])
+    monkeypatch.setattr(cluster.orphan_groups, "reap", list)
     monkeypatch.setattr(cluster.placement_queue, "wait_for_older", lambda asked, timeout: None)
     monkeypatch.setattr(cluster, "_bundle", lambda resources, nodes, count: {"CPU": 1.0})
     return clock

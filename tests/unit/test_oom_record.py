@@ -108,8 +108,8 @@ def test_a_run_that_fits_supersedes_the_ooms_it_contradicts_and_no_others(tmp_pa
 
 def test_a_record_that_cannot_be_read_or_written_says_where(tmp_path):
     (tmp_path / "a-directory.jsonl").mkdir()
-    with pytest.raises(RecordUnavailable, match="cannot read the OOM record .*a-directory.jsonl"):
+    with pytest.raises(RecordUnavailable, match=r"cannot read the OOM record .*a-directory.jsonl"):
         Record(tmp_path / "a-directory.jsonl").ooms()
     (tmp_path / "a-file").write_text("")
-    with pytest.raises(RecordUnavailable, match="cannot write the OOM record .*a-file/ooms.jsonl"):
+    with pytest.raises(RecordUnavailable, match=r"cannot write the OOM record .*a-file/ooms.jsonl"):
         Record(tmp_path / "a-file" / "ooms.jsonl").add(config(), proof("x"))

@@ -167,7 +167,7 @@ def test_values_stay_single_arguments_never_shell_text():
 
 def test_unsupported_settings_are_plan_errors_naming_the_field():
     with pytest.raises(
-        PlanError, match="distributed_backend None .* use distributed_backend DDP or FSDP"
+        PlanError, match=r"distributed_backend None .* use distributed_backend DDP or FSDP"
     ):
         plan_launch(
             inputs(
@@ -187,7 +187,9 @@ def test_unsupported_settings_are_plan_errors_naming_the_field():
                 main_process_ip="10.0.0.1",
             )
         )
-    with pytest.raises(PlanError, match="dataset_kwargs_skip_prepare_dataset: fms-hf-tuning 3.0.0"):
+    with pytest.raises(
+        PlanError, match=r"dataset_kwargs_skip_prepare_dataset: fms-hf-tuning 3.0.0"
+    ):
         plan_launch(inputs(dataset_kwargs_skip_prepare_dataset=True, fms_hf_tuning_version="3.0.0"))
 
 

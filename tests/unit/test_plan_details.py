@@ -115,9 +115,9 @@ def test_a_machine_rank_outside_the_nodes_is_refused(rank, nodes):
 
 
 def test_refusals_say_what_to_change():
-    with pytest.raises(PlanError, match="^a multi-node plan needs the address of rank 0's node$"):
+    with pytest.raises(PlanError, match=r"^a multi-node plan needs the address of rank 0's node$"):
         plan_launch(inputs(number_gpus=4, number_nodes=2))
-    with pytest.raises(PlanError, match="batch_size is split evenly over them$"):
+    with pytest.raises(PlanError, match=r"batch_size is split evenly over them$"):
         plan_launch(
             inputs(
                 number_gpus=0,

@@ -8,12 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_checks import one_line_error
 from PIL import Image
 from typer.testing import CliRunner
 
 from ado_actuators.sfttrainer.cli.plot import app
-
-from cli_checks import one_line_error
 
 # Written by `ado show measurements space ... -o csv --property-format target` after `make
 # demo` (8 configurations, 3 s of training each, on a busy 2-core machine).

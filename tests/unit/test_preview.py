@@ -8,12 +8,11 @@ import json
 
 import pytest
 import yaml
+from cli_checks import one_line_error
 from typer.testing import CliRunner
 
 from ado_actuators.sfttrainer.cli.preview import app
 from ado_actuators.sfttrainer.engine.preview import SpaceError, entities
-
-from cli_checks import one_line_error
 
 LLAMA_8B = {
     "model_type": "llama",

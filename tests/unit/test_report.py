@@ -41,7 +41,7 @@ def row(experiment=FULL, gpus=1, length=512, batch=4, valid=1, tps=1000.0, **ext
         "model_max_length": str(length),
         "batch_size": str(batch),
         "is_valid": str(valid),
-        **({k: str(v) for k, v in measured.items()} if valid else {k: "" for k in measured}),
+        **({k: str(v) for k, v in measured.items()} if valid else dict.fromkeys(measured, "")),
         **{k: str(v) for k, v in extra.items()},
     }
 

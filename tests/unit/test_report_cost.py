@@ -5,6 +5,7 @@ stores or, for older rows, the reason's words."""
 from __future__ import annotations
 
 import pytest
+from test_report import row
 
 from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.catalog.validity import configuration_problems
@@ -17,8 +18,6 @@ from ado_actuators.sfttrainer.contract.outcomes import (
 from ado_actuators.sfttrainer.plan.environments import vision_problem
 from ado_actuators.sfttrainer.report.cost import Cost, Hours, cost, cost_lines, rule_of
 from ado_actuators.sfttrainer.report.table import space_table
-
-from test_report import row
 
 STABILITY = "SFTTrainer.finetune_full_stability-v1.0.0"
 REASONS = {  # one of each as stored before answered_by was written for it
@@ -59,7 +58,7 @@ def space():
     ]
     for batch, rule in enumerate(REASONS, start=32):  # each rule by its marker
         rows.append(stored(batch, valid=0, answered=rule, reason="whatever the words"))
-    for batch, (rule, reason) in enumerate(REASONS.items(), start=64):  # and by its words
+    for batch, reason in enumerate(REASONS.values(), start=64):  # and by its words
         rows.append(stored(batch, valid=0, reason=reason))
     return rows
 

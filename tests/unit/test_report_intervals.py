@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from matplotlib.figure import Figure
+from test_report import FULL, row
 
 from ado_actuators.sfttrainer.report import figure
 from ado_actuators.sfttrainer.report.answers import answers, ties
@@ -12,8 +13,6 @@ from ado_actuators.sfttrainer.report.compare import BAND, INTERVALS, compare
 from ado_actuators.sfttrainer.report.files import write_report
 from ado_actuators.sfttrainer.report.summary import answer_blocks, comparison_block
 from ado_actuators.sfttrainer.report.table import space_table
-
-from test_report import FULL, row
 
 CI = "dataset_tokens_per_second_ci95_percent"
 

@@ -2,6 +2,7 @@
 (issue 19: ado's executor task holds 1 CPU, a ray_tune trial reserves 1 CPU in a placement
 group; on 2-CPU nodes a request for 2 never started)."""
 
+from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.execute.cluster import placement
 from ado_actuators.sfttrainer.execute.reservations import (
     OWN_GROUP_PREFIX,
@@ -11,7 +12,6 @@ from ado_actuators.sfttrainer.execute.reservations import (
     reserved_cpus,
 )
 from ado_actuators.sfttrainer.plan.launch import ResourceRequest, plan_resources
-from ado_actuators.sfttrainer.catalog.entity import entity_values
 
 
 def node(node_id: str, cpus: float, **custom: float) -> dict:

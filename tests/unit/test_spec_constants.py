@@ -8,6 +8,7 @@ mistyped in experiments.yaml or plan/accelerate.py must fail this test.
 
 from __future__ import annotations
 
+import itertools
 import shlex
 from pathlib import Path
 
@@ -128,11 +129,11 @@ def test_ddp_config_is_the_specs():
 
 def test_fixed_sft_trainer_arguments_are_the_specs():
     argv = plan().node.argv
-    ours = dict(zip(argv, argv[1:]))
+    ours = dict(itertools.pairwise(argv))
     words = shlex.split(
         SPEC_COMMAND.replace("--gradient_checkpointing_kwargs=", "--gradient_checkpointing_kwargs ")
     )
-    spec = dict(zip(words[::2], words[1::2]))
+    spec = dict(zip(words[::2], words[1::2], strict=True))
     assert all(flag.startswith("--") for flag in spec)
     spec["--response_template"] = spec["--response_template"].replace("\\n", "\n")  # bash "\n"
     for flag, value in spec.items():

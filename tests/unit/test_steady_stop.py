@@ -8,6 +8,7 @@ import math
 import random
 
 import pytest
+import stop_drive
 
 from ado_actuators.sfttrainer.contract.trainer_io import (
     AutoStopOutcome,
@@ -28,9 +29,6 @@ from ado_actuators.sfttrainer.trainer.steady import (
     added_seconds,
 )
 from ado_actuators.sfttrainer.trainer.stopping import AnyOf, StopAfterSeconds, make_policy
-
-import stop_drive
-
 
 # every step carries 100 tokens, at epoch-sized clocks as time.time() gives
 drive = functools.partial(stop_drive.drive, tokens=100, t0=1.7e9)

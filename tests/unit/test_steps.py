@@ -44,5 +44,5 @@ def test_steps_shorter_than_the_clocks_resolution_have_no_spread():
 
 
 def test_no_step_has_no_percentile():
-    with pytest.raises(ValueError, match="^percentile of no values$"):
+    with pytest.raises(ValueError, match=r"^percentile of no values$"):
         percentile([], 0.5)

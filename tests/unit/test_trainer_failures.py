@@ -5,11 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed
-
-from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV, FaultKind, Outcome
-from ado_actuators.sfttrainer.trainer.failures import classify
-from ado_actuators.sfttrainer.trainer.faults import Fault, fire
-
 from gpu_failure_texts import (
     CUBLAS_ALLOC_FAILED,
     CUDA_ERROR_OUT_OF_MEMORY,
@@ -17,6 +12,10 @@ from gpu_failure_texts import (
     NCCL_UNHANDLED_CUDA_ERROR_OOM,
     NCCL_UNHANDLED_CUDA_ERROR_OTHER,
 )
+
+from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV, FaultKind, Outcome
+from ado_actuators.sfttrainer.trainer.failures import classify
+from ado_actuators.sfttrainer.trainer.faults import Fault, fire
 
 
 def raised(exc: BaseException) -> BaseException:

@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import pytest
+from stop_drive import drive
 
 from ado_actuators.sfttrainer.trainer.stopping import (
     AnyOf,
@@ -19,7 +20,6 @@ from ado_actuators.sfttrainer.trainer.stopping import (
     agree,
     make_policy,
 )
-from stop_drive import drive
 
 
 def test_never_stop_needs_no_agreement():

@@ -164,7 +164,7 @@ def test_an_uncached_hub_model_names_the_cache_looked_in_and_how_to_fill_it(tmp_
 
 def test_neither_a_directory_nor_a_hub_id_is_said_to_be_neither():
     with pytest.raises(
-        ModelConfigUnavailable, match="^'two words' is neither a model directory nor a hub id: "
+        ModelConfigUnavailable, match=r"^'two words' is neither a model directory nor a hub id: "
     ):
         read_model_config("two words", None)
 

@@ -23,7 +23,7 @@ from ado_actuators.sfttrainer.contract.outcomes import Measured
 from ado_actuators.sfttrainer.engine.measurement import measure
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "local-cpu"))
-from tiny_model import build_tiny_model  # noqa: E402  (the demo's, outside the wheel)
+from tiny_model import build_tiny_model
 
 DATASET = "news-chars-512-entries-4096"
 METHODS = {

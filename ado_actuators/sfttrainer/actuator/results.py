@@ -62,7 +62,7 @@ def announce(outcome: Outcome, entity_id: str, experiment_id: str) -> None:
 def _result(outcome: Outcome, entity_id: str, experiment: Any) -> Any:
     try:
         return to_result(outcome, entity_id, experiment)
-    except Exception as error:  # noqa: BLE001 - a result that cannot be built still goes back
+    except Exception as error:
         log.exception("cannot convert the outcome for %s", entity_id)
         failed = Failed(f"internal error while converting the result for ado: {error!r}")
         announce(failed, entity_id, experiment.identifier)

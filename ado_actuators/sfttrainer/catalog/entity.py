@@ -121,8 +121,9 @@ OPTIMIZERS = (
 
 AUTO_STOP_METHODS = (None, *stopping.AUTO_STOP_METHODS)
 
-FAST_KERNEL_SETTINGS = (None,) + tuple(
-    list(combo) for combo in itertools.product(("True", "False"), repeat=3)
+FAST_KERNEL_SETTINGS = (
+    None,
+    *(list(combo) for combo in itertools.product(("True", "False"), repeat=3)),
 )
 
 

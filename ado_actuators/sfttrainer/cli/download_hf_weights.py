@@ -23,9 +23,9 @@ from typing import Annotated
 
 import typer
 
+from ado_actuators.sfttrainer.catalog.models import WEIGHTS_FORMAT_ALIASES, WEIGHTS_FORMATS
 from ado_actuators.sfttrainer.cli.errors import UsageError
 from ado_actuators.sfttrainer.cli.hf_weights_run import Entry, Row, fetch_all, survey
-from ado_actuators.sfttrainer.catalog.models import WEIGHTS_FORMAT_ALIASES, WEIGHTS_FORMATS
 
 FAILED = ("missing", "failed")
 PLAIN_WIDTH_CAP = 48

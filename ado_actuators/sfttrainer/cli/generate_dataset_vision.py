@@ -30,6 +30,7 @@ from typing import Annotated
 import typer
 
 from ado_actuators.sfttrainer.catalog import datasets
+from ado_actuators.sfttrainer.cli import vision_data
 from ado_actuators.sfttrainer.cli.output_files import (
     EntriesOption,
     SeedOption,
@@ -42,7 +43,6 @@ from ado_actuators.sfttrainer.cli.output_files import (
     report_errors,
     resolve_output,
 )
-from ado_actuators.sfttrainer.cli import vision_data
 
 #: Entries per parquet row group (~7 MB of text each at 16384 words per entry).
 ROW_GROUP_ENTRIES = 64
@@ -154,33 +154,33 @@ def generate(
     messages = vision_data.iter_messages(
         entries=entries, min_tokens=min_tokens or shape.min_tokens or 1, seed=seed
     )
-    with published_atomically(path) as tmp:
-        with (
-            pq.ParquetWriter(
-                tmp,
-                schema,
-                compression="zstd",
-                write_statistics=False,
-                # dictionary-encode only the image bytes: stored once per row group
-                use_dictionary=[f"{shape.image_field}.list.element.bytes"],
-            ) as writer,
-            progress_bar(path) as bar,
-        ):
-            task = bar.add_task("generate", total=entries, visible=progress)
-            done = 0
-            while done < entries:
-                rows = min(ROW_GROUP_ENTRIES, entries - done)
-                batch = [next(messages) for _ in range(rows)]
-                table = pa.Table.from_arrays(
-                    [
-                        pa.array(batch, type=schema.field(0).type),
-                        pa.array([[image]] * rows, type=schema.field(1).type),
-                    ],
-                    schema=schema,
-                )
-                writer.write_table(table, row_group_size=rows)
-                done += rows
-                bar.advance(task, rows)
+    with (
+        published_atomically(path) as tmp,
+        pq.ParquetWriter(
+            tmp,
+            schema,
+            compression="zstd",
+            write_statistics=False,
+            # dictionary-encode only the image bytes: stored once per row group
+            use_dictionary=[f"{shape.image_field}.list.element.bytes"],
+        ) as writer,
+        progress_bar(path) as bar,
+    ):
+        task = bar.add_task("generate", total=entries, visible=progress)
+        done = 0
+        while done < entries:
+            rows = min(ROW_GROUP_ENTRIES, entries - done)
+            batch = [next(messages) for _ in range(rows)]
+            table = pa.Table.from_arrays(
+                [
+                    pa.array(batch, type=schema.field(0).type),
+                    pa.array([[image]] * rows, type=schema.field(1).type),
+                ],
+                schema=schema,
+            )
+            writer.write_table(table, row_group_size=rows)
+            done += rows
+            bar.advance(task, rows)
     return path.stat().st_size
 
 

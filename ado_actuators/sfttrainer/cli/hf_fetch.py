@@ -69,7 +69,7 @@ def plan_fetch(repo_id: str, *, token: str | None, endpoint: str | None) -> Fetc
         names = [s.rfilename for s in siblings]
         if not names:
             names = api.list_repo_files(repo_id, revision=info.sha)
-    except Exception as error:  # noqa: BLE001 - classified into a reason
+    except Exception as error:
         raise FetchError(describe_error(error, endpoint), unreachable=_unreachable(error)) from None
     files = training_files(names)
     if "config.json" not in files:
@@ -130,7 +130,7 @@ def download(
         write_marker(repo_dir, state="complete", **marker)
     except FetchError:
         raise
-    except Exception as error:  # noqa: BLE001 - classified into a reason
+    except Exception as error:
         raise FetchError(describe_error(error, endpoint), unreachable=_unreachable(error)) from None
     return len(missing), needed
 

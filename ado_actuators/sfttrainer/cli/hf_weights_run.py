@@ -166,7 +166,7 @@ class _Progress:
         def target():
             try:
                 outcome["value"] = work()
-            except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+            except BaseException as err:
                 outcome["error"] = err
 
         total = plan.total_bytes

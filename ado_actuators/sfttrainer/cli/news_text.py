@@ -19,16 +19,80 @@ from ado_actuators.sfttrainer.catalog import datasets
 # pool is built): the token guarantee below counts on no word vanishing in a tokenizer.
 # ----------------------------------------------------------------------------------------
 
-_FIRST = (
-    "Maria James Aisha Wei Carlos Ingrid Kwame Sofia Daniel Priya Tomas Hannah Yusuf Elena "
-    "Oliver Mei Rafael Nadia Samuel Chloe Arjun Leila Victor Grace Mateo Anika Henrik Fatima "
-    "Lucas Zoe Ibrahim Astrid Diego Keiko Patrick Amara"
-).split()
-_LAST = (
-    "Alvarez Okafor Chen Novak Schmidt Haddad Rossi Tanaka Kowalski Mensah Dubois Patel "
-    "Larsen Moreau Silva Brennan Ivanova Nakamura Fischer Costa Oduya Lindqvist Romero Hughes "
-    "Takahashi Bianchi Kaur Jensen Mbeki Walsh Herrera Virtanen Osei Byrne"
-).split()
+_FIRST = [
+    "Maria",
+    "James",
+    "Aisha",
+    "Wei",
+    "Carlos",
+    "Ingrid",
+    "Kwame",
+    "Sofia",
+    "Daniel",
+    "Priya",
+    "Tomas",
+    "Hannah",
+    "Yusuf",
+    "Elena",
+    "Oliver",
+    "Mei",
+    "Rafael",
+    "Nadia",
+    "Samuel",
+    "Chloe",
+    "Arjun",
+    "Leila",
+    "Victor",
+    "Grace",
+    "Mateo",
+    "Anika",
+    "Henrik",
+    "Fatima",
+    "Lucas",
+    "Zoe",
+    "Ibrahim",
+    "Astrid",
+    "Diego",
+    "Keiko",
+    "Patrick",
+    "Amara",
+]
+_LAST = [
+    "Alvarez",
+    "Okafor",
+    "Chen",
+    "Novak",
+    "Schmidt",
+    "Haddad",
+    "Rossi",
+    "Tanaka",
+    "Kowalski",
+    "Mensah",
+    "Dubois",
+    "Patel",
+    "Larsen",
+    "Moreau",
+    "Silva",
+    "Brennan",
+    "Ivanova",
+    "Nakamura",
+    "Fischer",
+    "Costa",
+    "Oduya",
+    "Lindqvist",
+    "Romero",
+    "Hughes",
+    "Takahashi",
+    "Bianchi",
+    "Kaur",
+    "Jensen",
+    "Mbeki",
+    "Walsh",
+    "Herrera",
+    "Virtanen",
+    "Osei",
+    "Byrne",
+]
 _TITLES = (
     "the finance minister",
     "a senior analyst",
@@ -206,10 +270,21 @@ _TRENDS = (
     "rebounded",
 )
 _MOVES = ("rose", "fell", "climbed", "dropped", "jumped", "slipped", "gained", "lost")
-_MONTHS = (
-    "January February March April May June July August September October November December"
-).split()
-_DAYS = "Monday Tuesday Wednesday Thursday Friday Saturday Sunday".split()
+_MONTHS = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+]
+_DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 _ORDINALS = ("second", "third", "fourth", "fifth", "sixth")
 _QUARTERS = ("first", "second", "third", "fourth")
 
@@ -361,13 +436,59 @@ _STYLE_NOTES = (
 )
 
 # Lower-case words by length, for the exact-length tail of chars entries (all lengths 1..12).
-_FILLER = (
-    "a of in on to by at tax new job one bank city rail port plan rent price water local "
-    "trade board union budget market report energy region policy council economy housing "
-    "figures pension minister industry district transport officials community committee "
-    "government investment commission residents authorities development electricity "
-    "construction announcement spokesperson"
-).split()
+_FILLER = [
+    "a",
+    "of",
+    "in",
+    "on",
+    "to",
+    "by",
+    "at",
+    "tax",
+    "new",
+    "job",
+    "one",
+    "bank",
+    "city",
+    "rail",
+    "port",
+    "plan",
+    "rent",
+    "price",
+    "water",
+    "local",
+    "trade",
+    "board",
+    "union",
+    "budget",
+    "market",
+    "report",
+    "energy",
+    "region",
+    "policy",
+    "council",
+    "economy",
+    "housing",
+    "figures",
+    "pension",
+    "minister",
+    "industry",
+    "district",
+    "transport",
+    "officials",
+    "community",
+    "committee",
+    "government",
+    "investment",
+    "commission",
+    "residents",
+    "authorities",
+    "development",
+    "electricity",
+    "construction",
+    "announcement",
+    "spokesperson",
+]
 _FILLER_BY_LEN: dict[int, tuple[str, ...]] = {
     n: tuple(w for w in _FILLER if len(w) == n) for n in range(1, 13)
 }

@@ -57,7 +57,7 @@ def preview(
     ] = None,
 ) -> None:
     with one_line_errors(csv_file, "Interrupted; nothing was launched."):
-        rows, settings = _rows(space, actuator_config)
+        rows, _settings = _rows(space, actuator_config)
         _print(rows)
         if csv_file is not None:
             _write_csv(rows, csv_file)

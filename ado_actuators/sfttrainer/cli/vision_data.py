@@ -101,7 +101,8 @@ def draw_image(width: int, height: int, seed: int = 0) -> bytes:
     for y in range(horizon):
         t = y / max(1, horizon - 1)
         draw.line(
-            [(0, y), (width, y)], fill=tuple(round(a + (b - a) * t) for a, b in zip(top, bottom))
+            [(0, y), (width, y)],
+            fill=tuple(round(a + (b - a) * t) for a, b in zip(top, bottom, strict=True)),
         )
     for y in range(horizon, height):
         t = (y - horizon) / max(1, height - horizon)

@@ -148,7 +148,7 @@ def measure(
         if known is not None:
             known.learn(outcome)
         return memory.annotate(outcome)
-    except Exception as error:  # noqa: BLE001 - every request must come back with a reason
+    except Exception as error:
         log.exception("measurement of %s failed unexpectedly", label)
         tail = "".join(traceback.format_exception(error)[-3:])
         return Failed(f"internal error while measuring: {error!r}\n{tail}")

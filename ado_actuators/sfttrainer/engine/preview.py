@@ -90,7 +90,9 @@ def entities(document: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             for p in experiment.get("parameterization") or []
         }
         for point in itertools.product(*(values for _, values in dimensions)):
-            found.append((identifier, {**dict(zip([n for n, _ in dimensions], point)), **fixed}))
+            found.append(
+                (identifier, {**dict(zip([n for n, _ in dimensions], point, strict=True)), **fixed})
+            )
     return found
 
 

@@ -208,7 +208,7 @@ def read_autoscaler(
             if time.monotonic() >= deadline:
                 return UNKNOWN  # no monitor on this head, or one not reporting
             time.sleep(1.0)
-    except Exception as error:  # noqa: BLE001 - another Ray release's internals: keep the wait
+    except Exception as error:
         LOG.info(
             "could not read what Ray says of its autoscaler (%r); waiting as if one ran", error
         )

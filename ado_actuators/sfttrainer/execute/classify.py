@@ -6,8 +6,8 @@ import re
 
 from ado_actuators.sfttrainer.contract.oom_texts import says_gpu_memory_exhausted
 from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured, Outcome
-from ado_actuators.sfttrainer.contract.trainer_io import Outcome as RankOutcome
 from ado_actuators.sfttrainer.contract.trainer_io import AutoStopOutcome, RankReport
+from ado_actuators.sfttrainer.contract.trainer_io import Outcome as RankOutcome
 from ado_actuators.sfttrainer.execute.node import NodeRun
 from ado_actuators.sfttrainer.metrics import flops
 from ado_actuators.sfttrainer.metrics.aggregate import (

@@ -13,7 +13,7 @@ def _ray_assignment(ray) -> list[str]:
         return []
     try:
         ids = [str(i) for i in ray.get_gpu_ids()]  # [] in a driver; a set's order in a task
-    except Exception:  # noqa: BLE001 - not a worker, or another Ray: the environment decides
+    except Exception:
         return []
     return sorted(ids, key=lambda i: (0, int(i), "") if i.isdigit() else (1, 0, i))
 

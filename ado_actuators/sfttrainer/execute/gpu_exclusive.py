@@ -89,7 +89,7 @@ def check_devices(indices: list[int], nvml: Any = None) -> Exclusivity:
     finally:
         try:
             nvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001 - nothing to release if init half-failed
+        except Exception:
             pass
 
 

@@ -144,7 +144,7 @@ def weights_problem(location: str, hf_home: str, hint: str) -> tuple[str | None,
         from huggingface_hub import HfApi
 
         HfApi().model_info(location, timeout=HUB_PROBE_SECONDS)
-    except Exception as error:  # noqa: BLE001 - unreachable, unknown, gated: all need the user
+    except Exception as error:
         why = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         return (
             f"{location} is not in the cache under {hf_home} and the hub did not serve it ({why}); {hint}",

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ado_actuators.sfttrainer.execute.reservations import OWN_GROUP_PREFIX
 

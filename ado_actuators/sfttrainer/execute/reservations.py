@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 OWN_GROUP_PREFIX = "sfttrainer-"
 """Name prefix of this actuator's placement groups (one per measurement)."""
@@ -62,7 +63,7 @@ def held_by_callers() -> dict[str, float]:
     context = ray.get_runtime_context()
     try:
         assigned = context.get_assigned_resources()
-    except Exception:  # noqa: BLE001 - the driver has no assigned resources
+    except Exception:
         assigned = {}
     own = caller_cpus(
         assigned,
@@ -172,7 +173,7 @@ def _running_tasks_and_actors() -> tuple[list[dict[str, Any]], list[dict[str, An
                 list_actors(address, filters=[("state", "=", "ALIVE")], detail=True, limit=1000)
             )
             return tasks, actors, ""
-        except Exception as failure:  # noqa: BLE001 - no dashboard: say what could not be read
+        except Exception as failure:
             error = failure
             if attempt + 1 < STATE_API_TRIES:
                 time.sleep(2.0 * (attempt + 1))

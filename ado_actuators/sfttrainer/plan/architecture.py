@@ -102,7 +102,7 @@ def count_parameters(config: dict[str, Any]) -> ParameterCounts:
 def _llama_like(config: dict[str, Any], model_type: str) -> ParameterCounts:
     vocab, hidden = _int(config, "vocab_size"), _int(config, "hidden_size")
     layers, heads = _int(config, "num_hidden_layers"), _int(config, "num_attention_heads")
-    if not heads or hidden % heads and not config.get("head_dim"):
+    if not heads or (hidden % heads and not config.get("head_dim")):
         raise UnsupportedArchitecture(f"hidden_size {hidden} / num_attention_heads {heads}")
     kv = _int(config, "num_key_value_heads", default=_DEFAULT_KV_HEADS.get(model_type, heads))
     head_dim = _int(config, "head_dim", default=hidden // heads)

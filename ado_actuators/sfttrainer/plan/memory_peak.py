@@ -11,8 +11,9 @@ largest phase, not their sum:
   AdamW allocates (one state-sized copy: `_foreach_sqrt` of exp_avg_sq).
 
 Every constant fitted to published runs is a field of `Fitted`, and FITTED holds the values
-fitted on all of fms-acceleration's A100 runs; `benchmarks/memory_bound.py` prints the prediction against fms-acceleration's A100
-runs with those constants fitted on the other model families (leave one family out).
+fitted on all of fms-acceleration's A100 runs; `benchmarks/memory_bound.py` prints the
+prediction against fms-acceleration's A100 runs with those constants fitted on the other model
+families (leave one family out).
 """
 
 from __future__ import annotations

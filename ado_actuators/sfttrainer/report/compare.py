@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from ado_actuators.sfttrainer.report.answers import SPEED, overlap, speed
-from ado_actuators.sfttrainer.report.table import LINE, ROW, X, Point, SpaceTable, TableError
+from ado_actuators.sfttrainer.report.table import LINE, ROW, Point, SpaceTable, TableError, X
 
 # Where either row has no 95 % interval (stored before it existed, or too few steps), a ratio
 # further than this from 1 is flagged: above run-to-run noise on a quiet machine.

@@ -95,7 +95,9 @@ def cost(table: SpaceTable) -> Cost:
         rules = _rules(row)
         for rule in set(filter(None, rules)):
             answered[rule] += 1
-        held, left = _timed(row, [v for v, rule in zip(row.valid, rules) if rule is None])
+        held, left = _timed(
+            row, [v for v, rule in zip(row.valid, rules, strict=True) if rule is None]
+        )
         untimed += left
         if row.number_gpus is None:  # nothing says what it held: counted with the untimed
             untimed += len(held)
@@ -117,7 +119,7 @@ def _rules(row: Stored) -> list[str | None]:
     return [
         None if valid else rule_of(answered, reason)
         for valid, answered, reason in zip(
-            row.valid, per_measurement(row.answered_by), per_measurement(row.reasons)
+            row.valid, per_measurement(row.answered_by), per_measurement(row.reasons), strict=True
         )
     ]
 
@@ -131,7 +133,7 @@ def _timed(row: Stored, launched: list[bool]) -> tuple[list[tuple[bool, float]],
     share one validity (the missing ones are older rows); else which measurement held which
     time is unknown and none is counted."""
     if len(row.seconds) == len(launched):
-        return list(zip(launched, row.seconds)), 0
+        return list(zip(launched, row.seconds, strict=True)), 0
     if len(set(launched)) == 1 and len(row.seconds) < len(launched):
         return [(launched[0], s) for s in row.seconds], len(launched) - len(row.seconds)
     return [], len(launched)

@@ -8,9 +8,9 @@ from __future__ import annotations
 import base64
 import html
 
-from ado_actuators.sfttrainer.report.metrics import COMPANION_TITLES
 from ado_actuators.sfttrainer.report.answers import SPEED, speed
 from ado_actuators.sfttrainer.report.compare import Comparison
+from ado_actuators.sfttrainer.report.metrics import COMPANION_TITLES
 from ado_actuators.sfttrainer.report.summary import (
     Block,
     configuration,

@@ -36,7 +36,7 @@ def flash_attn_import_problem() -> str | None:
     load ("undefined symbol" from flash_attn_2_cuda), deep in a traceback."""
     try:
         from flash_attn import flash_attn_func  # noqa: F401 - imports flash_attn_2_cuda
-    except Exception as e:  # noqa: BLE001 - ImportError, OSError from the loader, ...
+    except Exception as e:
         return f"{type(e).__name__}: {e}"
     return None
 

@@ -63,9 +63,9 @@ class MeasurementCallback(TrainerCallback):
         tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a vision processor wraps one
         if self.appends_eos and tokenizer is not None:
             self.meter.appended_eos_id = tokenizer.eos_token_id
-        if self.align_prompt_logits and (model := kwargs.get("model")) is not None:
-            if note := adapt.align_prompt_learning_logits(model):
-                self.notes.append(note)
+        model = kwargs.get("model") if self.align_prompt_logits else None
+        if model is not None and (note := adapt.align_prompt_learning_logits(model)):
+            self.notes.append(note)
         if self.monitor is not None:
             self.monitor.start()
 

@@ -7,6 +7,7 @@ exhaustion takes (contract/oom_texts.py); anything else is a failure.
 
 from __future__ import annotations
 
+import itertools
 import sys
 import traceback
 from pathlib import Path
@@ -48,7 +49,7 @@ def is_gpu_memory_exhaustion(exc: BaseException) -> bool:
 
 def _training_data_paths(argv: list[str]) -> list[Path]:
     """The dataset named on this process's own sft_trainer command line."""
-    return [Path(v) for k, v in zip(argv, argv[1:]) if k == "--training_data_path"]
+    return [Path(v) for k, v in itertools.pairwise(argv) if k == "--training_data_path"]
 
 
 def describe(exc: BaseException) -> Failure:

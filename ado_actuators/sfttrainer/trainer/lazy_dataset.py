@@ -31,8 +31,9 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ado_actuators.sfttrainer.contract.entries import (
     INDEXED_SUFFIXES,

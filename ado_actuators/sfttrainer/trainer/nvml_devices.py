@@ -34,12 +34,12 @@ def _uuid(nvml, handle) -> str:
 def _mig_devices(nvml, gpu) -> Iterator:
     try:
         slots = nvml.nvmlDeviceGetMaxMigDeviceCount(gpu)
-    except Exception:  # noqa: BLE001 - no MIG support on this GPU
+    except Exception:
         return
     for slot in range(slots):
         try:
             yield nvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu, slot)
-        except Exception:  # noqa: BLE001 - an empty slot (NVMLError_NotFound)
+        except Exception:
             continue
 
 
@@ -79,7 +79,7 @@ def handle(nvml, device: int | str):
         raise LookupError(f"CUDA_VISIBLE_DEVICES entry {device!r}: NVML has no such MIG device")
     try:
         return nvml.nvmlDeviceGetHandleByUUID(device)  # a whole UUID: NVML's own lookup
-    except Exception:  # noqa: BLE001 - NVMLError_NotFound / InvalidArgument for a prefix
+    except Exception:
         pass
     matches = _matching(nvml, device)
     if len(matches) == 1:
@@ -94,5 +94,5 @@ def handle(nvml, device: int | str):
 def is_mig(nvml, device_handle) -> bool:
     try:
         return bool(nvml.nvmlDeviceIsMigDeviceHandle(device_handle))
-    except Exception:  # noqa: BLE001 - a driver or binding without MIG
+    except Exception:
         return False

@@ -22,6 +22,8 @@ proposes the same decision.
 
 from __future__ import annotations
 
+import itertools
+
 from ado_actuators.sfttrainer.contract.trainer_io import AutoStopOutcome
 from ado_actuators.sfttrainer.stats.batch_means import Interval, throughput_interval
 from ado_actuators.sfttrainer.stats.trend import MIN_LENGTH, mann_kendall
@@ -110,4 +112,4 @@ def added_seconds(steps: list[tuple[float, float, int]]) -> list[float]:
     step_series over the same steps)."""
     if not steps:
         return []
-    return [steps[0][1] - steps[0][0]] + [b[1] - a[1] for a, b in zip(steps, steps[1:])]
+    return [steps[0][1] - steps[0][0]] + [b[1] - a[1] for a, b in itertools.pairwise(steps)]

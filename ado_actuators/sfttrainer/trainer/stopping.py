@@ -22,7 +22,7 @@ from ado_actuators.sfttrainer.trainer.stop_decision import Decision, PolicyBase,
 
 WARMUP_60S_STABLE_120S_OR_10_STEPS = "WARMUP_60S_STABLE_120S_OR_10_STEPS"
 AUTO_STOP_METHODS = (WARMUP_60S_STABLE_120S_OR_10_STEPS, STEADY_CI95_1PCT)
-__all__ = ["Decision", "StopPolicy", "SteadyInterval", "STEADY_CI95_1PCT"]
+__all__ = ["STEADY_CI95_1PCT", "Decision", "SteadyInterval", "StopPolicy"]
 
 
 class NeverStop(PolicyBase):
