@@ -18,7 +18,10 @@ from ado_actuators.sfttrainer.metrics.aggregate import (
     model_flops_per_token,
     throughput_interval,
     warmup_end,
+    window_steps,
 )
+from ado_actuators.sfttrainer.metrics.loss import report_loss
+from ado_actuators.sfttrainer.metrics.machine import machine_metadata, machine_note
 
 # How a launcher (accelerate launch, or `python -m` of the lone trainer) says why it stopped
 # before starting any rank: a Python exception line ("ConnectionError: Tried to launch
@@ -197,6 +200,10 @@ def launch_outcome(
         notes.add(f"dataset_tokens_per_second_ci95_percent omitted: {interval.why}")
     if note := energy_note(reports):
         notes.add(f"gpu_energy_joules_per_token omitted: {note}")
+    loss = report_loss(reports, window_steps(reports, rank0, since))
+    notes.update(
+        note for note in (loss.note(), loss.why_not_judged(), machine_note(reports)) if note
+    )
     if (per_token := model_flops_per_token(reports, since)) is None:
         notes.add(f"model_tflops_per_device omitted: {flops.why_no_flops(rank0.model_parameters)}")
     elif "model_flops_utilization" not in properties:
@@ -218,6 +225,8 @@ def launch_outcome(
         "stopped_by": rank0.stopped_by,
         "auto_stop": rank0.auto_stop.model_dump() if rank0.auto_stop else None,
         "aim_run_hash": rank0.aim_run_hash,
+        "train_loss": loss.metadata(),
+        "machine": machine_metadata(reports),
     }
     return Measured(properties=properties, metadata=metadata)
 
