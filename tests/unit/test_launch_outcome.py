@@ -329,7 +329,13 @@ def test_the_metadata_of_a_measurement():
         "stopped_by": "stop_after_seconds=30",
         "auto_stop": None,  # no adaptive method
         "aim_run_hash": "4f2a",
-        "train_loss": {"tenth_steps": 2, "window_steps": 2, "not_finite_steps": [], "rise": None},
+        "train_loss": {
+            "tenth_steps": 2,
+            "window_steps": 2,
+            "not_finite_steps": [],
+            "unlabelled_steps": [],
+            "rise": None,
+        },
         "machine": machine.model_dump(mode="json") | {"nodes": 1},
     }
     assert {k: v for k, v in found.properties.items() if k.startswith("train_loss")} == {

@@ -15,19 +15,37 @@ from ado_actuators.sfttrainer.metrics.aggregate import benchmark_properties
 from ado_actuators.sfttrainer.stats.batch_means import T_975
 
 
-def steps(losses, first=1):
+def steps(losses, labelled=None):
     return [
-        StepTiming(step=first + i, start=i, end=i + 1, dataset_tokens=10, loss=value)
+        StepTiming(
+            step=1 + i,
+            start=i,
+            end=i + 1,
+            dataset_tokens=10,
+            loss=value,
+            labelled_tokens=labelled[i] if labelled else None,
+        )
         for i, value in enumerate(losses)
     ]
 
 
-def judged(losses, warmup=0):
-    trained = steps(losses)
-    return loss.window_loss(trained, trained[warmup:])
+def rank(number, losses, labelled=None):
+    return RankReport(
+        rank=number,
+        local_rank=number,
+        world_size=2,
+        hostname="n0",
+        outcome=Outcome.OK,
+        steps=steps(losses, labelled),
+    )
 
 
-def test_first_step_last_tenth_and_finite_are_read_from_the_logged_losses():
+def judged(losses, warmup=0, labelled=None):
+    trained = [rank(0, losses, labelled)]
+    return loss.report_loss(trained, trained[0].steps[warmup:])
+
+
+def test_first_step_last_tenth_and_finite_are_read_from_the_steps_losses():
     found = judged([3.0, 2.5, 2.0, 1.9, 1.8, 1.7, 1.6, 1.5, 1.4, 1.3, 1.2, 1.1, 1.0])
     # 13 steps: a tenth is at least 3 steps
     assert (found.first_step, found.tenth) == (3.0, 3)
@@ -71,16 +89,42 @@ def test_a_loss_that_is_not_finite_anywhere_is_said_and_no_loss_figure_is_invent
     )
 
 
+def test_a_step_whose_every_label_was_masked_is_said_to_have_trained_nothing():
+    """0 / 0: fms-hf-tuning masks every position before the response template, and a batch
+    cut off before it has no label left."""
+    found = judged([float("nan")] * 3, labelled=[0, 0, 0])
+    assert found.unlabelled == (1, 2, 3) and found.properties()[names.FINITE] == 0.0
+    assert found.note() == (
+        "training loss not finite at 3 of 3 steps (step 1, 2, 3): every label of those steps' "
+        "batches was masked, so the loss is 0 / 0 (fms-hf-tuning trains only what follows the "
+        "response template; here it is cut off at model_max_length, or missing): the run is not "
+        "training, so its speed answers nothing; it is never named fastest"
+    )
+    diverged = judged([2.0, float("nan")], labelled=[40, 40])
+    assert "masked" not in diverged.note()
+
+
+def test_a_steps_loss_is_the_mean_over_the_ranks_as_hugging_face_logs_it():
+    """HF gathers each rank's summed micro-step losses and logs their mean; a NaN on any rank
+    makes the step's loss NaN."""
+    reports = [rank(1, [2.0, float("nan"), 1.0], [5, 5, 0]), rank(0, [3.0, 1.0, None], [5, 5, 0])]
+    merged = loss.merged(reports)
+    assert [(m.step, m.labelled_tokens) for m in merged] == [(1, 10), (2, 10), (3, 0)]
+    assert merged[0].loss == 2.5 and math.isnan(merged[1].loss) and merged[2].loss == 1.0
+    found = loss.report_loss(reports, reports[1].steps)
+    assert found.first_step == 2.5 and found.not_finite == (2,)
+
+
 def test_a_non_finite_warm_up_step_counts():
     assert judged([float("nan"), 2.0, 2.0, 2.0], warmup=1).properties()[names.FINITE] == 0.0
 
 
-def test_without_a_logged_loss_there_are_no_loss_properties_and_a_note_says_why():
+def test_without_a_loss_there_are_no_loss_properties_and_a_note_says_why():
     found = judged([None, None])
     assert found.properties() == {} and found.metadata() is None
-    assert found.why_not_judged().startswith(
+    assert found.why_not_judged() == (
         "train_loss_first_step, train_loss_last_tenth, train_loss_finite, train_loss_rose "
-        "omitted: Hugging Face's Trainer logged no training loss"
+        "omitted: the trainer reported no training loss (training_step returned none)"
     )
 
 
@@ -149,21 +193,11 @@ def test_a_steady_loss_rises_by_chance_as_rarely_as_the_docstring_says(tenth, at
     assert re.search(r"2\.5 % of windows of 6 to 30 steps, 1\.5 % of 31 to 40", docstring)
 
 
-def test_a_benchmark_row_carries_rank_0s_loss_properties():
-    reports = [
-        RankReport(
-            rank=r,
-            local_rank=r,
-            world_size=2,
-            hostname="n0",
-            outcome=Outcome.OK,
-            steps=steps([2.0, 1.9, 1.8] if r == 0 else [None, None, None]),
-        )
-        for r in (1, 0)
-    ]
+def test_a_benchmark_row_carries_the_loss_properties_of_every_rank():
+    reports = [rank(1, [2.2, 2.1, 2.0]), rank(0, [2.0, 1.9, 1.8])]
     props = benchmark_properties(reports, number_gpus=2, stop_after_seconds=-1)
-    assert props[names.FIRST_STEP] == 2.0 and props[names.FINITE] == 1.0
-    assert props[names.LAST_TENTH] == pytest.approx(1.9) and names.ROSE not in props
+    assert props[names.FIRST_STEP] == pytest.approx(2.1) and props[names.FINITE] == 1.0
+    assert props[names.LAST_TENTH] == pytest.approx(2.0) and names.ROSE not in props
 
 
 def test_every_loss_property_is_a_declared_target():

@@ -95,9 +95,14 @@ class StepTiming(pydantic.BaseModel):
     sequence_tokens_squared: int = 0  # sum over sequences of (real length)^2: attention FLOPs
     loss: float | None = pydantic.Field(
         default=None,
-        description="The training loss Hugging Face's Trainer logged for this step (logging_steps "
-        "1): the mean over the step's micro-batches and every rank, rounded to 4 decimals; None "
-        "where none was logged.",
+        description="This rank's training loss of the step: what Hugging Face's training_step "
+        "returned for each micro-batch, summed as HF sums it into the loss it logs (HF logs its "
+        "mean over the ranks); None where training_step returned none.",
+    )
+    labelled_tokens: int | None = pydantic.Field(
+        default=None,
+        description="Positions of the step's batches with a label (not -100): what the loss is "
+        "computed over; 0 when every label was masked. None where the batches carry no labels.",
     )
 
 

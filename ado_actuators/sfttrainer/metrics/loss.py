@@ -1,14 +1,14 @@
 """Whether a row trained: the loss of its first step, of the end of its window, whether every
 step's loss was finite and whether it rose across the window. Pure.
 
-The losses are the ones Hugging Face's Trainer logs at every step (logging_steps 1; the
-callback keeps them on the steps, trainer/callback.py): the step's mean over its micro-batches
-and over every rank (HF gathers it across processes before logging; token-weighted from
-transformers 4.46 on), rounded to 4 decimals. Every rank logs the same figure, so rank 0's
-steps are read. `logging_nan_inf_filter` is off on every command line
-(catalog/experiments.yaml): HF's default logs a NaN or inf step as the mean of the finite ones.
+Each rank reports its loss per step (trainer/tokens.py: what Hugging Face's training_step
+returned for each micro-batch, summed over the step as HF sums it into the loss it logs). A
+step's loss is the mean over the ranks, as HF averages it across processes before logging
+(with transformers >= 4.46 the ranks' figures are token-weighted so that this mean is the
+step's loss per labelled token). A step no rank computed a loss over (every label masked:
+fms-hf-tuning trains only what follows the response template) has a NaN loss: 0 / 0.
 
-The rise rule. The window's n logged losses are cut into its first and last tenth, k =
+The rise rule. The window's n losses are cut into its first and last tenth, k =
 max(3, ceil(n / 10)) steps each (the last tenth is `train_loss_last_tenth`); below 2k = 6
 steps nothing is judged. The loss rose when the last tenth's mean exceeds the first tenth's by
 more than the window's own spread: twice s, the standard deviation of a step's loss about its
@@ -41,6 +41,32 @@ steps fall within it."""
 
 
 @dataclasses.dataclass(frozen=True)
+class StepLoss:
+    """One optimisation step over every rank."""
+
+    step: int
+    loss: float  # NaN where a rank's was, or where no rank had a labelled position
+    labelled_tokens: int | None  # over every rank; None where no rank counted them
+
+
+def merged(reports: Sequence[RankReport]) -> list[StepLoss]:
+    """Each step any rank reported a loss for, by step number: the mean over the ranks' losses
+    and the sum of their labelled positions."""
+    losses: dict[int, list[float]] = {}
+    labelled: dict[int, list[int]] = {}
+    for report in reports:
+        for s in report.steps:
+            if s.loss is not None:
+                losses.setdefault(s.step, []).append(s.loss)
+            if s.labelled_tokens is not None:
+                labelled.setdefault(s.step, []).append(s.labelled_tokens)
+    return [
+        StepLoss(n, statistics.fmean(losses[n]), sum(labelled[n]) if n in labelled else None)
+        for n in sorted(losses)
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
 class Rise:
     """The first and last tenths of the window, and the rule's verdict."""
 
@@ -60,18 +86,19 @@ class WindowLoss:
     first_step: float | None  # the first trained step's loss
     last_tenth: float | None  # mean over the window's last tenth
     tenth: int  # steps in that tenth
-    window_steps: int  # window steps with a logged loss
-    logged: int  # steps with a logged loss, warm-up included
+    window_steps: int  # window steps with a loss
+    with_loss: int  # steps with a loss, warm-up included
     not_finite: tuple[int, ...]  # steps whose loss was NaN or inf
     rise: Rise | None  # None: the window is too short, or not finite
+    unlabelled: tuple[int, ...] = ()  # steps no position of which had a label
 
     @property
     def finite(self) -> bool:
         return not self.not_finite
 
     def properties(self) -> dict[str, float]:
-        """The loss properties; none without a logged loss, a loss only where it is finite."""
-        if not self.logged:
+        """The loss properties; none without a loss, a loss only where it is finite."""
+        if not self.with_loss:
             return {}
         found = {
             names.FIRST_STEP: self.first_step,
@@ -87,11 +114,17 @@ class WindowLoss:
             steps = ", ".join(map(str, self.not_finite[:5])) + (
                 ", ..." if len(self.not_finite) > 5 else ""
             )
-            return (
-                f"training loss not finite at {len(self.not_finite)} of {self.logged} steps "
-                f"(step {steps}): the run is not training, so its speed answers nothing; it is "
-                "never named fastest"
+            said = (
+                f"training loss not finite at {len(self.not_finite)} of {self.with_loss} steps "
+                f"(step {steps})"
             )
+            if set(self.not_finite) <= set(self.unlabelled):
+                said += (
+                    ": every label of those steps' batches was masked, so the loss is 0 / 0 "
+                    "(fms-hf-tuning trains only what follows the response template; here it is "
+                    "cut off at model_max_length, or missing)"
+                )
+            return f"{said}: the run is not training, so its speed answers nothing; it is never named fastest"
         if self.rise is not None and self.rise.rose:
             r = self.rise
             return (
@@ -104,10 +137,10 @@ class WindowLoss:
         return None
 
     def why_not_judged(self) -> str | None:
-        if not self.logged:
+        if not self.with_loss:
             return (
-                f"{', '.join(names.NAMES)} omitted: Hugging Face's Trainer logged no training "
-                "loss (logging_steps 1 logs one per step)"
+                f"{', '.join(names.NAMES)} omitted: the trainer reported no training loss "
+                "(training_step returned none)"
             )
         if self.rise is None and self.finite:
             return (
@@ -117,31 +150,35 @@ class WindowLoss:
         return None
 
     def metadata(self) -> dict | None:
-        if not self.logged:
+        if not self.with_loss:
             return None
         rise = dataclasses.asdict(self.rise) if self.rise is not None else None
         return {
             "tenth_steps": self.tenth,
             "window_steps": self.window_steps,
             "not_finite_steps": list(self.not_finite),
+            "unlabelled_steps": list(self.unlabelled),
             "rise": rise,
         }
 
 
-def window_loss(steps: Sequence[StepTiming], window: Sequence[StepTiming]) -> WindowLoss:
-    """`steps`: every step rank 0 trained; `window`: those of the measured window."""
-    logged = [s for s in steps if s.loss is not None]
-    losses = [s.loss for s in window if s.loss is not None]
-    tenth = min(len(losses), max(MIN_TENTH, math.ceil(len(losses) / 10)))
-    not_finite = tuple(s.step for s in logged if not math.isfinite(s.loss))
+def window_loss(steps: Sequence[StepLoss], first_window_step: int | None) -> WindowLoss:
+    """`steps`: every step trained, over every rank; the window starts at `first_window_step`
+    (None: no step is in it)."""
+    window = [
+        s.loss for s in steps if first_window_step is not None and s.step >= first_window_step
+    ]
+    tenth = min(len(window), max(MIN_TENTH, math.ceil(len(window) / 10)))
+    not_finite = tuple(s.step for s in steps if not math.isfinite(s.loss))
     return WindowLoss(
-        first_step=logged[0].loss if logged else None,
-        last_tenth=statistics.fmean(losses[-tenth:]) if losses else None,
+        first_step=steps[0].loss if steps else None,
+        last_tenth=statistics.fmean(window[-tenth:]) if window else None,
         tenth=tenth,
-        window_steps=len(losses),
-        logged=len(logged),
+        window_steps=len(window),
+        with_loss=len(steps),
         not_finite=not_finite,
-        rise=rise(losses, tenth) if not not_finite else None,
+        rise=rise(window, tenth) if not not_finite else None,
+        unlabelled=tuple(s.step for s in steps if s.labelled_tokens == 0),
     )
 
 
@@ -166,6 +203,5 @@ def rise(losses: Sequence[float], tenth: int) -> Rise | None:
 
 
 def report_loss(reports: list[RankReport], window: Sequence[StepTiming]) -> WindowLoss:
-    """Rank 0's: every rank logs the loss HF gathered over all of them."""
-    rank0 = min(reports, key=lambda r: r.rank)
-    return window_loss(rank0.steps, window)
+    """The row's loss: every rank's steps; `window`: rank 0's steps of the measured window."""
+    return window_loss(merged(reports), window[0].step if window else None)

@@ -16,7 +16,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ado_actuators.sfttrainer.catalog.entity import FIELDS
+from ado_actuators.sfttrainer.contract import loss as loss_names
 from ado_actuators.sfttrainer.contract.outcomes import ANSWERED_BY
+from ado_actuators.sfttrainer.report.loss import RowLoss, row_loss
+from ado_actuators.sfttrainer.report.machine import Fingerprint, of_measurements
 from ado_actuators.sfttrainer.report.metrics import METRICS, Metric
 
 # The axes of every panel: x, one line per value, and the row facet.
@@ -30,6 +33,8 @@ SECONDS = "measurement_seconds"  # what the measurement held its devices for (ex
 # rows it reads through ado's API, one per measurement; ado's CSV has neither. The reason is
 # the key actuator/results.py stores an Invalid's reason under.
 ANSWERED, REASON = ANSWERED_BY, "invalid_reason"
+# What each measurement ran on (report/machine.py), which sources.py adds beside them.
+MACHINE = "machine"
 REQUIRED = (EXPERIMENT, X, LINE, VALIDITY)
 # Named in the picture's subtitle when the whole space shares one value.
 CONTEXT_FIELDS = ("model_name", "gpu_model", "number_nodes", "dataset_id", "fms_hf_tuning_version")
@@ -81,6 +86,10 @@ class Point:
     # The 95 % interval of the mean dataset tokens/s, relative, in percent; None where a valid
     # measurement has none (stored before it existed, or too few steps).
     ci95_percent: float | None = None
+    # The loss properties of its valid measurements (report/loss.py)
+    loss: RowLoss = dataclasses.field(default_factory=RowLoss)
+    # What its valid measurements ran on; empty where the rows hold no metadata (ado's CSV)
+    machine: Fingerprint = ()
 
     @property
     def interval(self) -> tuple[float, float] | None:
@@ -248,6 +257,10 @@ def _point(key: tuple[Panel, int, int], rows: list[dict[str, Any]]) -> Point:
         measurements,
         _identity(rows[0]),
         _interval(valid_rows),
+        row_loss(
+            {n: [v for r in valid_rows for v in _numbers(r.get(n))] for n in loss_names.NAMES}
+        ),
+        of_measurements(f for r in valid_rows for f in r.get(MACHINE) or [()]),
     )
 
 

@@ -95,6 +95,8 @@ class MeasurementCallback(TrainerCallback):
                 samples=counts.samples,
                 padded_tokens=counts.padded_tokens,
                 sequence_tokens_squared=counts.sequence_tokens_squared,
+                loss=counts.loss,
+                labelled_tokens=counts.labelled_tokens,
             )
         )
         self._step_start = None
@@ -118,11 +120,6 @@ class MeasurementCallback(TrainerCallback):
         for name in HF_METRIC_NAMES:
             if logs and name in logs:
                 setattr(self.hf_metrics, name, float(logs[name]))
-        # HF logs a step's loss after that step's on_step_end, as a Python float it already
-        # fetched from the device (logging_steps 1): reading it costs the GPU nothing
-        step = self.steps[-1] if self.steps else None
-        if logs and "loss" in logs and step is not None and step.step == state.global_step:
-            step.loss = float(logs["loss"])
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.monitor is not None:
