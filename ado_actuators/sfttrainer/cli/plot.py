@@ -11,6 +11,78 @@ from ado_actuators.sfttrainer.cli.errors import one_line_errors
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
+SpaceId = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="[SPACE_ID]",
+        show_default=False,
+        help="A stored space, read through ado's API in the active ado context (the one "
+        "`ado show measurements space SPACE_ID` reads); a name ending in .csv is read as "
+        "--csv FILE.",
+    ),
+]
+CsvFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--csv",
+        metavar="FILE",
+        show_default=False,
+        help="Instead of SPACE_ID: the CSV written by `ado show measurements space "
+        "SPACE_ID -o csv --property-format target --output-file FILE`.",
+    ),
+]
+ContextFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--context",
+        "-c",
+        metavar="FILE",
+        show_default=False,
+        help="With SPACE_ID: the ado ProjectContext file to read from, as for `ado "
+        "--context FILE` (default: ado's active context).",
+    ),
+]
+OutputDir = Annotated[
+    Path, typer.Option("--output-dir", "-o", metavar="DIR", help="Where to write the files.")
+]
+CompareWith = Annotated[
+    str | None,
+    typer.Option(
+        "--compare",
+        metavar="OTHER",
+        show_default=False,
+        help="Another space to compare with, e.g. the same space measured with another "
+        "fms-hf-tuning release: a CSV file (a name ending in .csv) or a space id (read like "
+        "SPACE_ID, in the same context). Ratio = dataset tokens/s here / there, matched per "
+        "configuration on every field except those fixed to a different value in each space; "
+        "flagged where the two rows' 95 % intervals do not overlap, or, where either row has "
+        "no interval, beyond ±10 %.",
+    ),
+]
+FailOn = Annotated[
+    str | None,
+    typer.Option(
+        "--fail-on",
+        metavar="CHECKS",
+        show_default=False,
+        help="With --compare: exit with status 1 when any matched configuration fails one "
+        "of these checks (comma-separated), printing the offending pairs; 0 otherwise. "
+        "slower: slower beyond both rows' 95 % intervals (beyond the ±10 % band where a "
+        "row has none); loss: first-step losses apart beyond rounding, or a loss not finite "
+        "or rising here and not there; invalid: invalid here, valid there. "
+        "E.g. --fail-on slower,loss in a CI job.",
+    ),
+]
+NameStem = Annotated[
+    str | None,
+    typer.Option(
+        "--name",
+        metavar="NAME",
+        show_default=False,
+        help="File name stem (default: the space id, or the CSV file's stem).",
+    ),
+]
+
 
 @app.command(
     help="Plot a space's SFTTrainer measurements: dataset tokens per second (total and per "
@@ -39,78 +111,13 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     "sfttrainer_plot new.csv --compare old.csv --fail-on slower,loss"
 )
 def plot(
-    space_id: Annotated[
-        str | None,
-        typer.Argument(
-            metavar="[SPACE_ID]",
-            show_default=False,
-            help="A stored space, read through ado's API in the active ado context (the one "
-            "`ado show measurements space SPACE_ID` reads); a name ending in .csv is read as "
-            "--csv FILE.",
-        ),
-    ] = None,
-    csv_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--csv",
-            metavar="FILE",
-            show_default=False,
-            help="Instead of SPACE_ID: the CSV written by `ado show measurements space "
-            "SPACE_ID -o csv --property-format target --output-file FILE`.",
-        ),
-    ] = None,
-    context: Annotated[
-        Path | None,
-        typer.Option(
-            "--context",
-            "-c",
-            metavar="FILE",
-            show_default=False,
-            help="With SPACE_ID: the ado ProjectContext file to read from, as for `ado "
-            "--context FILE` (default: ado's active context).",
-        ),
-    ] = None,
-    output_dir: Annotated[
-        Path,
-        typer.Option("--output-dir", "-o", metavar="DIR", help="Where to write the files."),
-    ] = Path("."),
-    compare: Annotated[
-        str | None,
-        typer.Option(
-            "--compare",
-            metavar="OTHER",
-            show_default=False,
-            help="Another space to compare with, e.g. the same space measured with another "
-            "fms-hf-tuning release: a CSV file (a name ending in .csv) or a space id (read like "
-            "SPACE_ID, in the same context). Ratio = dataset tokens/s here / there, matched per "
-            "configuration on every field except those fixed to a different value in each space; "
-            "flagged where the two rows' 95 % intervals do not overlap, or, where either row has "
-            "no interval, beyond ±10 %.",
-        ),
-    ] = None,
-    fail_on: Annotated[
-        str | None,
-        typer.Option(
-            "--fail-on",
-            metavar="CHECKS",
-            show_default=False,
-            help="With --compare: exit with status 1 when any matched configuration fails one "
-            "of these checks (comma-separated), printing the offending pairs; 0 otherwise. "
-            "slower: slower beyond both rows' 95 % intervals (beyond the ±10 % band where a "
-            "row has none); loss: first-step losses apart beyond rounding, or a loss not finite "
-            "or rising here and not there; invalid: invalid here, valid there. "
-            "E.g. --fail-on slower,loss in a CI job.",
-        ),
-    ] = None,
-    name: Annotated[
-        str | None,
-        typer.Option(
-            "--name",
-            metavar="NAME",
-            show_default=False,
-            help="File name stem (default: the space id, or the CSV file's stem).",
-        ),
-    ] = None,
+    space_id: SpaceId = None,
+    csv_file: CsvFile = None,
+    context: ContextFile = None,
+    output_dir: OutputDir = Path("."),
+    compare: CompareWith = None,
+    fail_on: FailOn = None,
+    name: NameStem = None,
 ) -> None:
     from ado_actuators.sfttrainer.report import gate, summary
     from ado_actuators.sfttrainer.report.table import TableError
