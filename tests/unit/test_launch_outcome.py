@@ -441,6 +441,19 @@ def test_warm_up_is_left_out_of_the_figures_the_metadata_and_the_gpu_checks():
     assert found.metadata["model_flops_per_token"] == per_token
 
 
+def test_the_loss_of_the_window_leaves_the_warm_up_out_but_not_the_first_step():
+    steps = [
+        StepTiming(step=i, start=i - 1, end=i, dataset_tokens=100, loss=9.0 - i)
+        for i in range(1, 9)
+    ]
+    found = outcome(
+        [rank(0, 1, steps=steps, warmup_steps=2)], [node()], world_size=1, number_gpus=0
+    )
+    assert found.metadata["train_loss"]["window_steps"] == 6  # steps 3 to 8
+    assert found.properties["train_loss_first_step"] == 8.0
+    assert found.properties["train_loss_rose"] == 0.0  # 6 steps: judged
+
+
 def test_when_every_step_was_warm_up_the_whole_run_is_measured_and_a_note_says_so():
     steps = [StepTiming(step=i, start=i - 1, end=i, dataset_tokens=100) for i in (1, 2)]
     warm = outcome([rank(0, 1, steps=steps, warmup_steps=2)], [node()], world_size=1, number_gpus=0)

@@ -115,6 +115,19 @@ def test_a_steps_loss_is_the_mean_over_the_ranks_as_hugging_face_logs_it():
     assert found.first_step == 2.5 and found.not_finite == (2,)
 
 
+@pytest.mark.parametrize(
+    ("count", "said"), [(5, "(step 1, 2, 3, 4, 5)"), (6, "(step 1, 2, 3, 4, 5, ...)")]
+)
+def test_the_note_names_the_first_five_steps_not_finite(count, said):
+    assert said in judged([float("nan")] * count).note()
+
+
+def test_without_a_step_in_the_window_the_window_has_no_loss():
+    trained = [rank(0, [2.0, 2.0])]
+    found = loss.report_loss(trained, [])
+    assert (found.first_step, found.last_tenth, found.window_steps) == (2.0, None, 0)
+
+
 def test_a_non_finite_warm_up_step_counts():
     assert judged([float("nan"), 2.0, 2.0, 2.0], warmup=1).properties()[names.FINITE] == 0.0
 
@@ -141,9 +154,20 @@ def test_a_decreasing_or_steady_loss_did_not_rise():
 def test_a_loss_climbing_past_the_spread_rose_and_is_said():
     found = judged([2.0 + 0.05 * i + e for i, e in enumerate(noise(60))])
     assert found.rise.rose and found.properties()[names.ROSE] == 1.0
-    note = found.note()
-    assert note.startswith("training loss rose across the measured window: the last 6 steps'")
-    assert "beyond the window's own spread" in note and note.endswith("never named fastest")
+    r = found.rise
+    assert found.note() == (
+        f"training loss rose across the measured window: the last 6 steps' mean {r.tail:.4g} is "
+        f"{r.tail - r.head:.3g} above the first 6 steps' {r.head:.4g}, beyond the window's own "
+        f"spread ({r.threshold:.3g}; a step's standard deviation is {r.deviation:.3g}): the run "
+        "may be diverging, so it is never named fastest"
+    )
+    assert found.metadata()["rise"] == {
+        "head": r.head,
+        "tail": r.tail,
+        "steps": 6,
+        "deviation": r.deviation,
+        "threshold": r.threshold,
+    }
 
 
 def test_the_spread_is_two_deviations_about_each_tenths_own_mean():

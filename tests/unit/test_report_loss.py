@@ -114,6 +114,9 @@ def test_first_step_losses_differ_beyond_one_unit_in_the_last_place(dtype, first
 
 def test_the_precision_is_the_coarsest_the_row_computes_in():
     assert compute_dtype({}) == "bfloat16"  # the entity's default torch_dtype
+    assert compute_dtype({"torch_dtype": "auto"}.items()) == "bfloat16"  # unknown: the default
+    assert compute_dtype({"torch_dtype": "float16", "bf16": "1"}.items()) == "bfloat16"
+    assert compute_dtype({"torch_dtype": "float16", "bf16": "False"}.items()) == "float16"
     assert compute_dtype({"torch_dtype": "float32"}.items()) == "float32"
     assert compute_dtype({"torch_dtype": "float32", "bf16": "True"}.items()) == "bfloat16"
     mixed = {"torch_dtype": "float32", "accelerate_config_mixed_precision": "fp8"}
@@ -136,6 +139,17 @@ def test_the_comparison_shows_the_first_step_losses_and_why_they_are_circled():
         "full, 1 GPU, sequence length 512, batch 8: 0.80× slower (95 % intervals apart: 800 ± 2 % "
         "here, 1,000 ± 2 % there); first-step loss 2.0000 here, 2.0000 there"
     )
+
+
+def test_the_coarser_precision_of_the_two_rows_judges_and_one_loss_alone_is_not_judged():
+    here = release("2", measured(4, 1000.0, first=2.5, torch_dtype="float32"))
+    there = release("1", measured(4, 1000.0, first=2.515, torch_dtype="bfloat16"))
+    (pair,) = compare(here, there, "old.csv").pairs
+    assert pair.parity.dtype == "bfloat16" and pair.parity.holds  # 0.78 % of 2.515 > 0.015
+    (alone,) = compare(release("2", measured(4, 1000.0, first=None)), there, "old").pairs
+    assert alone.parity is None and alone.flag is None
+    (alone,) = compare(there, release("2", measured(4, 1000.0, first=None)), "old").pairs
+    assert alone.parity is None
 
 
 def test_a_loss_that_fails_in_one_space_only_is_flagged_where_it_failed():
@@ -257,6 +271,7 @@ def test_a_first_step_loss_apart_fails_the_loss_check_only(tmp_path):
     moved = {4: (1000.0, 2, 2.6), 8: (1000.0, 2, 2.5)}  # 4 % apart, bfloat16: 0.78 %
     result = gate_run(tmp_path, moved, OLD)
     assert result.exit_code == 1 and "[fails: loss]" in result.stdout
+    assert "first-step loss 2.6000 here, 2.5000 there: 3.85% apart" in result.stdout  # of 2.6
     assert gate_run(tmp_path, moved, OLD, checks="slower").exit_code == 0
 
 
@@ -271,6 +286,35 @@ def test_a_loss_not_finite_here_fails_the_gate_even_when_faster(tmp_path):
     assert "2.00× faster" in result.stdout and "loss not finite here" in result.stdout
 
 
+def test_a_loss_that_failed_only_in_the_old_space_passes_the_gate(tmp_path):
+    new_csv, old_csv = spaces(tmp_path, {4: (1000.0, 2, 2.5)}, {4: (1000.0, 2, 2.5)})
+    rows = list(csv.DictReader(open(old_csv)))  # noqa: SIM115 - read whole at once
+    rows[0]["train_loss_finite"] = "0"
+    write_csv(tmp_path / "old.csv", rows)
+    args = [new_csv, "--compare", old_csv, "-o", str(tmp_path / "o"), "--fail-on", "loss"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "loss not finite there" in result.stdout  # shown, but no regression
+
+
+def test_a_configuration_invalid_here_and_valid_there_fails_only_the_invalid_check(tmp_path):
+    new_csv, old_csv = spaces(tmp_path, {4: (1000.0, 2, 2.5), 8: (500.0, 2, 2.5)}, OLD)
+    rows = list(csv.DictReader(open(new_csv)))  # noqa: SIM115 - read whole at once
+    rows[0] |= {"is_valid": "0", "dataset_tokens_per_second": "", CI: ""}
+    write_csv(tmp_path / "new.csv", rows)
+    args = [new_csv, "--compare", old_csv, "-o", str(tmp_path / "o"), "--fail-on"]
+    invalid = CliRunner().invoke(app, [*args, "invalid"])
+    assert invalid.exit_code == 1, invalid.output
+    assert "failed: 1 of 2 matched configurations" in invalid.stdout
+    assert "batch 4: valid only in the other space [fails: invalid]" in invalid.stdout
+    slower = CliRunner().invoke(app, [*args, "slower"])
+    assert slower.exit_code == 1 and "batch 8: 0.50× slower" in slower.stdout
+    assert (
+        "[fails: invalid]" not in slower.stdout
+        and "batch 4" not in slower.stdout.split("Regression gate")[1]
+    )
+
+
 def test_without_fail_on_a_regression_is_shown_and_the_exit_status_is_0(tmp_path):
     new_csv, old_csv = spaces(tmp_path, {4: (500.0, 2, 3.0)}, {4: (1000.0, 2, 2.5)})
     result = CliRunner().invoke(app, [new_csv, "--compare", old_csv, "-o", str(tmp_path)])
@@ -282,7 +326,8 @@ def test_without_fail_on_a_regression_is_shown_and_the_exit_status_is_0(tmp_path
     ("value", "needles"),
     [
         ("slowr", ["--fail-on 'slowr'", "choose one or more of slower, loss, invalid"]),
-        ("slower,,", ["--fail-on ''", "e.g. --fail-on slower,loss"]),
+        ("slower,,", ["--fail-on '':", "e.g. --fail-on slower,loss"]),
+        ("slowr,lost", ["--fail-on 'slowr', 'lost': choose"]),
     ],
 )
 def test_a_bad_fail_on_names_the_option_and_the_choices(tmp_path, value, needles):

@@ -33,7 +33,7 @@ LOSS_DIFFERS = "first-step loss differs"
 
 
 def _failure(row: loss.RowLoss) -> str:
-    return "loss not finite" if row.finite is False else "loss rose"
+    return "loss rose" if row.finite else "loss not finite"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,8 +25,8 @@ def parse(text: str) -> tuple[str, ...]:
     """ "slower,loss" -> ("slower", "loss"); a TableError naming the option and its choices."""
     chosen = tuple(dict.fromkeys(word.strip().lower() for word in text.split(",")))
     unknown = [word for word in chosen if word not in CHECKS]
-    if unknown or not chosen:
-        said = ", ".join(repr(word) for word in unknown) or repr(text)
+    if unknown:  # "" included: split always gives one word at least
+        said = ", ".join(repr(word) for word in unknown)
         raise TableError(
             f"{OPTION} {said}: choose one or more of {', '.join(CHECKS)}, separated by commas "
             f"(e.g. {OPTION} slower,loss)"

@@ -64,8 +64,10 @@ class RowLoss:
     """The loss properties of a configuration's valid measurements."""
 
     first_steps: tuple[float, ...] = ()
-    finite: bool | None = None  # None: not recorded (stored before issue 35)
-    rose: bool | None = None  # None: not recorded, or too few steps to judge
+    # False only where a measurement recorded train_loss_finite = 0 (rows stored before the
+    # loss properties existed, or too short to judge a rise, are taken as they are)
+    finite: bool = True
+    rose: bool = False
 
     @property
     def first_step(self) -> float | None:
@@ -74,7 +76,7 @@ class RowLoss:
     @property
     def problem(self) -> str | None:
         """Why the row's speed answers nothing, or None."""
-        if self.finite is False:
+        if not self.finite:
             return f"its training loss was not finite ({names.FINITE} = 0)"
         if self.rose:
             return f"its training loss rose across the measured window ({names.ROSE} = 1)"
@@ -82,13 +84,13 @@ class RowLoss:
 
 
 def row_loss(columns: Mapping[str, list[float]]) -> RowLoss:
-    """From each loss column's numbers over the configuration's valid measurements: finite
-    only if every measurement was, risen if any one rose."""
-    finite, rose = columns.get(names.FINITE, []), columns.get(names.ROSE, [])
+    """From each loss column's numbers over the configuration's valid measurements (every name
+    of contract/loss.py, empty where the rows have none): finite only if every measurement
+    was, risen if any one rose."""
     return RowLoss(
-        first_steps=tuple(v for v in columns.get(names.FIRST_STEP, []) if math.isfinite(v)),
-        finite=all(v >= 1 for v in finite) if finite else None,
-        rose=any(v >= 1 for v in rose) if rose else None,
+        first_steps=tuple(v for v in columns[names.FIRST_STEP] if math.isfinite(v)),
+        finite=all(v >= 1 for v in columns[names.FINITE]),
+        rose=any(v >= 1 for v in columns[names.ROSE]),
     )
 
 
@@ -96,11 +98,12 @@ def compute_dtype(identity: Iterable[tuple[str, str]]) -> str:
     """The coarsest precision a configuration computes in (EPSILON's keys)."""
     fields = dict(identity)
     found = {str(fields.get("torch_dtype") or FIELDS["torch_dtype"].default)}
-    if str(fields.get("bf16", "")).lower() in ("true", "1"):
+    if str(fields.get("bf16")).lower() in ("true", "1"):
         found.add("bfloat16")
-    if mixed := _MIXED.get(str(fields.get("accelerate_config_mixed_precision", "no"))):
+    if mixed := _MIXED.get(str(fields.get("accelerate_config_mixed_precision"))):
         found.add(mixed)
-    known = sorted(d for d in found if d in EPSILON) or ["bfloat16"]
+    # a torch_dtype the table does not know ("auto": the checkpoint's, usually bfloat16)
+    known = sorted(d for d in found if d in EPSILON) or [FIELDS["torch_dtype"].default]
     return max(known, key=EPSILON.__getitem__)
 
 
@@ -120,7 +123,8 @@ class Parity:
         return abs(self.here - self.there) <= self.tolerance
 
     def text(self) -> str:
-        relative = abs(self.here - self.there) / max(abs(self.here), abs(self.there), 1e-12)
+        # only said of losses apart, so the larger is not 0
+        relative = abs(self.here - self.there) / max(abs(self.here), abs(self.there))
         return (
             f"first-step loss {self.here:.4f} here, {self.there:.4f} there: {relative:.2%} apart, "
             f"beyond what rounding explains (±{self.tolerance:.4f}: one unit in the last place of "
