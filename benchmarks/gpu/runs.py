@@ -18,7 +18,7 @@ from rows import Config
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
-from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, Outcome
+from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, MeasurementOutcome
 from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV, JOB_FLAG, RankReport
 from ado_actuators.sfttrainer.engine.measurement import measure
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
@@ -168,7 +168,7 @@ def bare_run(root: Path, config: Config, values: dict, model: Path, dataset: Pat
 
 def one_rank(
     root: Path, config: Config, values: dict, model: Path, dataset: Path, cpu: bool
-) -> Outcome:
+) -> MeasurementOutcome:
     """The plan's accelerate config for `config.launcher`, launched with one rank.
 
     The plan renders FSDP / DDP configs only for several ranks: plan two GPUs (or, on a CPU,

@@ -36,7 +36,8 @@ class Failed:
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-Outcome = Measured | Invalid | Failed
+MeasurementOutcome = Measured | Invalid | Failed
+"""What one measurement ends as: the engine's answer to its front end."""
 
 ANSWERED_BY = "answered_by"
 """The metadata key of an Invalid answered without launching: which rule answered it. Declared

@@ -29,7 +29,9 @@ class FaultKind(enum.StrEnum):
     HANG = "hang"  # the rank sleeps forever: the watchdog must end it
 
 
-class Outcome(enum.StrEnum):
+class RankOutcome(enum.StrEnum):
+    """How one rank's training ended, as its report says."""
+
     OK = "ok"
     GPU_OOM = "gpu_oom"  # the spec's "invalid due to GPU memory exhaustion"
     ERROR = "error"
@@ -179,7 +181,7 @@ class RankReport(pydantic.BaseModel):
     local_rank: int
     world_size: int
     hostname: str
-    outcome: Outcome
+    outcome: RankOutcome
     failure: Failure | None = None
     steps: list[StepTiming] = pydantic.Field(default_factory=list)
     stopped_by: str | None = pydantic.Field(

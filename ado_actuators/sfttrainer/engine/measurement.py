@@ -1,4 +1,4 @@
-"""One entity under one experiment -> Outcome. Resolves, validates, then hands over to execute/."""
+"""One entity under one experiment -> MeasurementOutcome. Resolves, validates, then hands over to execute/."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from ado_actuators.sfttrainer.contract.outcomes import (
     Failed,
     Invalid,
     Measured,
-    Outcome,
+    MeasurementOutcome,
 )
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
 from ado_actuators.sfttrainer.execute.classify import TRAINING_COMPLETED
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 def resolve(
     values_in: dict[str, Any], definition: ExperimentDefinition, params: MeasurementSettings
-) -> tuple[Any, str] | Outcome:
+) -> tuple[Any, str] | MeasurementOutcome:
     """The entity's values and its model's location, or the outcome that needs no launch
     (a configuration rule, a value outside the domain, an unknown model). The preview
     (engine/preview.py) answers with the same."""
@@ -97,7 +97,7 @@ def measure(
     *,
     label: str,
     use_cpu: bool = False,
-) -> Outcome:
+) -> MeasurementOutcome:
     """Never raises: an unexpected error is a Failed outcome with its traceback's tail."""
     try:
         definition = catalog_data().experiment(experiment_id)
@@ -171,13 +171,13 @@ def _safe_label(label: str) -> str:
 
 def _repeat(
     request: NodeRequest, resources, repeats: int, placement_timeout: float
-) -> list[Outcome]:
+) -> list[MeasurementOutcome]:
     """The runs of a stability measurement, each labelled with its repeat (AIM, FAULT_ENV).
 
     A run that fails before it launches (missing dataset or weights, wrong environment) would
     fail every repeat alike and says nothing about stability: it ends the measurement.
     """
-    runs: list[Outcome] = []
+    runs: list[MeasurementOutcome] = []
     for repeat in range(repeats):
         inputs = request.plan_inputs
         labelled = request.model_copy(
@@ -195,7 +195,7 @@ def _repeat(
     return runs
 
 
-def _stability(runs: list[Outcome]) -> Outcome:
+def _stability(runs: list[MeasurementOutcome]) -> MeasurementOutcome:
     """The stability experiment's fractions over its repeated runs.
 
     A run whose training completed counts as no error even when its benchmark figures could not
@@ -218,7 +218,7 @@ def _stability(runs: list[Outcome]) -> Outcome:
     )
 
 
-def _summary(repeat: int, outcome: Outcome) -> dict[str, Any]:
+def _summary(repeat: int, outcome: MeasurementOutcome) -> dict[str, Any]:
     where = {"workdir": outcome.metadata["workdir"]} if "workdir" in outcome.metadata else {}
     if isinstance(outcome, Measured) or outcome.metadata.get(TRAINING_COMPLETED):
         reason = None if isinstance(outcome, Measured) else outcome.reason[:500]

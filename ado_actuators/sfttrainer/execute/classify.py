@@ -1,13 +1,12 @@
-"""A finished launch (each node's exit status + every rank's report) -> Outcome. Pure."""
+"""A finished launch (each node's exit status + every rank's report) -> MeasurementOutcome. Pure."""
 
 from __future__ import annotations
 
 import re
 
 from ado_actuators.sfttrainer.contract.oom_texts import says_gpu_memory_exhausted
-from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured, Outcome
-from ado_actuators.sfttrainer.contract.trainer_io import AutoStopOutcome, RankReport
-from ado_actuators.sfttrainer.contract.trainer_io import Outcome as RankOutcome
+from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured, MeasurementOutcome
+from ado_actuators.sfttrainer.contract.trainer_io import AutoStopOutcome, RankOutcome, RankReport
 from ado_actuators.sfttrainer.execute.node import NodeRun
 from ado_actuators.sfttrainer.metrics import flops
 from ado_actuators.sfttrainer.metrics.aggregate import (
@@ -90,7 +89,7 @@ def launch_outcome(
     stop_after_seconds: float,
     gpu_model: str | None = None,
     devices: int | None = None,
-) -> Outcome:
+) -> MeasurementOutcome:
     """Every node's reports and exit -> one outcome.
 
     GPU OOM in any rank of any node wins (other ranks then fail in collectives, and their

@@ -14,7 +14,7 @@ import time
 import uuid
 from typing import Any
 
-from ado_actuators.sfttrainer.contract.outcomes import Failed, Outcome
+from ado_actuators.sfttrainer.contract.outcomes import Failed, MeasurementOutcome
 from ado_actuators.sfttrainer.execute import capacity, gpu_exclusive, orphan_groups, placement_queue
 from ado_actuators.sfttrainer.execute.capacity import fits, shown
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
@@ -102,7 +102,7 @@ def unplaceable_reason(
     )
 
 
-def _outcome(request: NodeRequest, runs: list[NodeRun]) -> Outcome:
+def _outcome(request: NodeRequest, runs: list[NodeRun]) -> MeasurementOutcome:
     values = request.plan_inputs["values"]
     if len(runs) > 1:
         for run in runs:  # (node, index) names a GPU; two raylets may share a hostname
@@ -163,7 +163,7 @@ def measure_on_cluster(
     *,
     placement_timeout: float,
     runtime_env: dict[str, Any] | None = None,
-) -> Outcome:
+) -> MeasurementOutcome:
     """Run the measurement's node task(s) and classify what they left. Never raises RayError.
 
     Every wait is bounded: the node tasks must be placed within `placement_timeout`, and
@@ -232,7 +232,7 @@ def measure_on_cluster(
     return _held(outcome, granted)
 
 
-def _held(outcome: Outcome, granted: float) -> Outcome:
+def _held(outcome: MeasurementOutcome, granted: float) -> MeasurementOutcome:
     """The outcome with measurement_seconds: how long the measurement held its devices, from
     their grant (`granted`, time.monotonic()) to their release, now. What a row cost, whatever
     ran in between (environment, model loading, warm-up, teardown); a Failed row is not

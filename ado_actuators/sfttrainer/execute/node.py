@@ -11,8 +11,7 @@ import pydantic
 
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.contract.outcomes import Failed
-from ado_actuators.sfttrainer.contract.trainer_io import Outcome as RankOutcome
-from ado_actuators.sfttrainer.contract.trainer_io import RankReport
+from ado_actuators.sfttrainer.contract.trainer_io import RankOutcome, RankReport
 from ado_actuators.sfttrainer.execute import environment, gpu_exclusive, workspace
 from ado_actuators.sfttrainer.execute.devices import visible_devices
 from ado_actuators.sfttrainer.execute.interruptible import interruptible

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ado_actuators.sfttrainer.contract import outcomes
-from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, Outcome
+from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, MeasurementOutcome
 from ado_actuators.sfttrainer.ledger.dominance import (
     Configuration,
     configuration,
@@ -62,7 +62,7 @@ class Neighbours:
             },
         )
 
-    def learn(self, outcome: Outcome) -> Outcome:
+    def learn(self, outcome: MeasurementOutcome) -> MeasurementOutcome:
         """Records a measured OOM, or withdraws the OOMs a run that fitted contradicts."""
         try:
             if is_measured_oom(outcome):
@@ -77,7 +77,7 @@ class Neighbours:
             outcome.metadata[NOTE] = {"problem": str(error)}
         return outcome
 
-    def _proof(self, outcome: Outcome) -> dict[str, Any]:
+    def _proof(self, outcome: MeasurementOutcome) -> dict[str, Any]:
         reason = getattr(outcome, "reason", "")
         return {
             "label": self.label,

@@ -25,7 +25,12 @@ import signal
 import sys
 from pathlib import Path
 
-from ado_actuators.sfttrainer.contract.trainer_io import JOB_FLAG, Outcome, RankReport, TrainerJob
+from ado_actuators.sfttrainer.contract.trainer_io import (
+    JOB_FLAG,
+    RankOutcome,
+    RankReport,
+    TrainerJob,
+)
 from ado_actuators.sfttrainer.host.pdeathsig import die_with
 from ado_actuators.sfttrainer.trainer import adapt, cuda, fms, lazy_dataset, stopping
 from ado_actuators.sfttrainer.trainer.callback import MeasurementCallback
@@ -41,7 +46,7 @@ from ado_actuators.sfttrainer.trainer.tokens import TokenMeter
 
 log = logging.getLogger("ado_actuators.sfttrainer.trainer")
 
-EXIT_CODES = {Outcome.OK: 0, Outcome.ERROR: 1, Outcome.GPU_OOM: 3}
+EXIT_CODES = {RankOutcome.OK: 0, RankOutcome.ERROR: 1, RankOutcome.GPU_OOM: 3}
 USAGE_EXIT_CODE = 2
 FINAL_BARRIER_SECONDS = 120
 
@@ -115,7 +120,7 @@ class Measurement:
             local_rank=ident.local_rank,
             world_size=ident.world_size,
             hostname=ident.hostname,
-            outcome=Outcome.ERROR,
+            outcome=RankOutcome.ERROR,
             versions=library_versions(),
         )
         self.aim = None
@@ -256,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     with sigterm_raises():
         try:
             measurement.run(fms_argv)
-            report.outcome = Outcome.OK
+            report.outcome = RankOutcome.OK
         except BaseException as exc:  # SystemExit from argparse and Terminated included
             report.outcome, report.failure = classify(exc)
             failure = report.failure
@@ -269,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 report.write(job.report_dir)
     exit_code = EXIT_CODES[report.outcome]
-    _finish_distributed(report.outcome is Outcome.OK, exit_code)
+    _finish_distributed(report.outcome is RankOutcome.OK, exit_code)
     return exit_code
 
 
