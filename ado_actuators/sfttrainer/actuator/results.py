@@ -9,7 +9,12 @@ from ado.schema.result import InvalidMeasurementResult, ValidMeasurementResult
 from ado.utilities.support import compute_measurement_status, observed_property_values_from_dict
 
 from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
-from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, MeasurementOutcome
+from ado_actuators.sfttrainer.contract.outcomes import (
+    INVALID_REASON,
+    Failed,
+    Invalid,
+    MeasurementOutcome,
+)
 from ado_actuators.sfttrainer.engine.measurement import measure
 
 log = logging.getLogger(__name__)
@@ -28,7 +33,7 @@ def to_result(outcome: MeasurementOutcome, entity_id: str, experiment: Any) -> A
         )
     if isinstance(outcome, Invalid):
         properties = {**outcome.properties, "is_valid": 0}
-        metadata = {**outcome.metadata, "invalid_reason": outcome.reason}
+        metadata = {**outcome.metadata, INVALID_REASON: outcome.reason}
     else:
         properties, metadata = outcome.properties, outcome.metadata
     # ado's helper writes -1 for every target it is not given; properties the spec says are

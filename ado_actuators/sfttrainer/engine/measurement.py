@@ -22,13 +22,15 @@ from ado_actuators.sfttrainer.catalog.validity import (
 from ado_actuators.sfttrainer.contract.outcomes import (
     ANSWERED_BY,
     CONFIGURATION_RULE,
+    TRAINING_COMPLETED,
+    WORKDIR,
     Failed,
     Invalid,
     Measured,
     MeasurementOutcome,
+    failed_before_launch,
 )
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
-from ado_actuators.sfttrainer.execute.classify import TRAINING_COMPLETED
 from ado_actuators.sfttrainer.execute.cluster import measure_on_cluster
 from ado_actuators.sfttrainer.execute.environment import EnvironmentRequest
 from ado_actuators.sfttrainer.execute.node import NodeRequest
@@ -189,7 +191,7 @@ def _repeat(
             }
         )
         outcome = measure_on_cluster(labelled, resources, placement_timeout=placement_timeout)
-        if isinstance(outcome, Failed) and "workdir" not in outcome.metadata:
+        if failed_before_launch(outcome):
             return [outcome]
         runs.append(outcome)
     return runs
@@ -201,7 +203,7 @@ def _stability(runs: list[MeasurementOutcome]) -> MeasurementOutcome:
     A run whose training completed counts as no error even when its benchmark figures could not
     be computed (e.g. GPU sampling failed): stability is about whether training runs.
     """
-    if len(runs) == 1 and isinstance(runs[0], Failed) and "workdir" not in runs[0].metadata:
+    if len(runs) == 1 and failed_before_launch(runs[0]):
         return runs[0]
     summaries = [_summary(i, r) for i, r in enumerate(runs)]
     count = len(runs)
@@ -219,7 +221,7 @@ def _stability(runs: list[MeasurementOutcome]) -> MeasurementOutcome:
 
 
 def _summary(repeat: int, outcome: MeasurementOutcome) -> dict[str, Any]:
-    where = {"workdir": outcome.metadata["workdir"]} if "workdir" in outcome.metadata else {}
+    where = {WORKDIR: outcome.metadata[WORKDIR]} if WORKDIR in outcome.metadata else {}
     if isinstance(outcome, Measured) or outcome.metadata.get(TRAINING_COMPLETED):
         reason = None if isinstance(outcome, Measured) else outcome.reason[:500]
         return {"repeat": repeat, "outcome": "completed", "reason": reason, **where}

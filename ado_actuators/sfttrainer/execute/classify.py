@@ -5,7 +5,13 @@ from __future__ import annotations
 import re
 
 from ado_actuators.sfttrainer.contract.oom_texts import says_gpu_memory_exhausted
-from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured, MeasurementOutcome
+from ado_actuators.sfttrainer.contract.outcomes import (
+    TRAINING_COMPLETED,
+    Failed,
+    Invalid,
+    Measured,
+    MeasurementOutcome,
+)
 from ado_actuators.sfttrainer.contract.trainer_io import AutoStopOutcome, RankOutcome, RankReport
 from ado_actuators.sfttrainer.execute.node import NodeRun
 from ado_actuators.sfttrainer.metrics import flops
@@ -40,8 +46,6 @@ def launcher_said(log_tail: str) -> str | None:
 
 SETTING_UNAVAILABLE = "SettingUnavailable"
 """trainer/adapt.py's exception: a requested setting the training environment cannot honour."""
-TRAINING_COMPLETED = "training_completed"
-"""Metadata of a Failed whose training itself succeeded (the figures are what failed)."""
 
 
 def _describe(report: RankReport, where: str) -> str:

@@ -14,7 +14,7 @@ import time
 import uuid
 from typing import Any
 
-from ado_actuators.sfttrainer.contract.outcomes import Failed, MeasurementOutcome
+from ado_actuators.sfttrainer.contract.outcomes import LOG, WORKDIR, Failed, MeasurementOutcome
 from ado_actuators.sfttrainer.execute import capacity, gpu_exclusive, orphan_groups, placement_queue
 from ado_actuators.sfttrainer.execute.capacity import fits, shown
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
@@ -119,13 +119,13 @@ def _outcome(request: NodeRequest, runs: list[NodeRun]) -> MeasurementOutcome:
         gpu_model=values.gpu_model,
         devices=batch_devices(values),
     )
-    # the first node that launched (a node cancelled early has no directory): a Failed
-    # without "workdir" means nothing was launched at all (measurement._repeat relies on it)
+    # the first node that launched (a node cancelled early has no directory): without one,
+    # nothing was launched at all (outcomes.failed_before_launch)
     if launched := next((r for r in runs if r.workdir), None):
         outcome.metadata.update(
             {
-                "workdir": launched.workdir,
-                "log": launched.log_path,
+                WORKDIR: launched.workdir,
+                LOG: launched.log_path,
                 "environment": launched.environment,
             }
         )
@@ -136,7 +136,7 @@ def _outcome(request: NodeRequest, runs: list[NodeRun]) -> MeasurementOutcome:
             {
                 "machine_rank": r.machine_rank,
                 "hostname": r.hostname,
-                "workdir": r.workdir,
+                WORKDIR: r.workdir,
                 "cancelled": r.cancelled,
             }
             for r in runs

@@ -85,8 +85,8 @@ class Neighbours:
             "batch_size": self.batch_size,
             "batch_per_device": self.configuration.batch_per_device,
             "model_max_length": self.configuration.model_max_length,
-            "workdir": outcome.metadata.get("workdir"),
-            "log": outcome.metadata.get("log"),
+            "workdir": outcome.metadata.get(outcomes.WORKDIR),
+            "log": outcome.metadata.get(outcomes.LOG),
             "reason": (reason.splitlines() or [""])[0][:300],
         }
 
