@@ -12,6 +12,7 @@ import pydantic
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.contract.outcomes import Failed
 from ado_actuators.sfttrainer.contract.trainer_io import RankOutcome, RankReport
+from ado_actuators.sfttrainer.contract.workspace import Workspace
 from ado_actuators.sfttrainer.execute import environment, gpu_exclusive, workspace
 from ado_actuators.sfttrainer.execute.devices import visible_devices
 from ado_actuators.sfttrainer.execute.interruptible import interruptible
@@ -46,8 +47,9 @@ class NodeRequest(pydantic.BaseModel):
 
     def workdir(self, machine_rank: int, number_nodes: int) -> Path:
         """Each node its own directory, also where nodes share a filesystem."""
-        base = self.output_root / f"{self.label}-{self.run_name}"
-        return base / f"node-{machine_rank}" if number_nodes > 1 else base
+        return Workspace.for_node(
+            self.output_root, self.label, self.run_name, machine_rank, number_nodes
+        ).root
 
 
 class Rendezvous(pydantic.BaseModel):
@@ -297,9 +299,9 @@ def _launch(request: NodeRequest, prepared: Prepared, rendezvous: Rendezvous | N
             plan.node.argv,
             env={**os.environ, **plan.env},
             cwd=plan.workdir,
-            log_path=plan.workdir / "train.log",
+            log_path=plan.workspace.train_log,
             stall_timeout=request.stall_timeout,
-            activity_paths=(plan.report_dir,),
+            activity_paths=(plan.workspace.reports.path,),
         )
     except KeyboardInterrupt:
         # run_process's own clean-up has stopped the ranks (each writes its report on SIGTERM)
@@ -324,7 +326,8 @@ def _collected(
     failure (its launcher's exit status is then ours, not news)."""
     if plan is None:
         return here.model_copy(update={"cancelled": True})
-    log_path = plan.workdir / "train.log"
+    workspace = plan.workspace
+    log_path = workspace.train_log
     ended = (
         {
             "returncode": result.returncode,
@@ -338,7 +341,11 @@ def _collected(
         update={
             **ended,
             "log_tail": result.log_tail() if result else log_tail(log_path),
-            "reports": RankReport.read_all(plan.report_dir) if plan.report_dir.is_dir() else [],
+            "reports": (
+                RankReport.read_all(workspace.reports.path)
+                if workspace.reports.path.is_dir()
+                else []
+            ),
             "workdir": str(plan.workdir),
             "log_path": str(log_path),
             "gpu_exclusivity": exclusivity,
@@ -346,7 +353,7 @@ def _collected(
     )
     if plan.training_data_path != plan.dataset_path:
         plan.training_data_path.unlink(missing_ok=True)
-    shutil.rmtree(plan.workdir / "output", ignore_errors=True)
+    shutil.rmtree(workspace.output, ignore_errors=True)
     return run
 
 

@@ -10,6 +10,7 @@ import pydantic
 
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
 from ado_actuators.sfttrainer.contract.trainer_io import JOB_FLAG, TrainerJob
+from ado_actuators.sfttrainer.contract.workspace import Workspace
 from ado_actuators.sfttrainer.plan.accelerate import accelerate_config
 from ado_actuators.sfttrainer.plan.environments import skip_prepare_dataset_problem
 
@@ -67,16 +68,8 @@ class LaunchPlan(pydantic.BaseModel):
     )
 
     @property
-    def job_path(self) -> Path:
-        return self.workdir / "job.json"
-
-    @property
-    def accelerate_config_path(self) -> Path:
-        return self.workdir / "accelerate_config.yaml"
-
-    @property
-    def report_dir(self) -> Path:
-        return self.job.report_dir
+    def workspace(self) -> Workspace:
+        return Workspace(self.workdir)
 
     @property
     def world_size(self) -> int:
@@ -140,7 +133,7 @@ def sft_trainer_arguments(inputs: PlanInputs, training_data_path: Path) -> list[
         "--max_seq_length",
         str(values.model_max_length),
         "--output_dir",
-        str(inputs.workdir / "output"),
+        str(Workspace(inputs.workdir).output),
         "--peft_method",
         definition.peft_method,
         "--gradient_checkpointing_kwargs",
@@ -266,13 +259,14 @@ def plan_launch(inputs: PlanInputs) -> LaunchPlan:
         if max_steps > 0
         else None
     )
+    workspace = Workspace(inputs.workdir)
     training_data = (
-        inputs.workdir / f"dataset-first-{needed}{inputs.dataset_path.suffix}"
+        workspace.training_data(needed, inputs.dataset_path.suffix)
         if needed is not None
         else inputs.dataset_path
     )
     job = TrainerJob(
-        report_dir=inputs.workdir / "reports",
+        report_dir=workspace.reports.path,
         aim_repo=inputs.aim_repo,
         run_labels=inputs.run_labels,
         stop_after_seconds=values.stop_after_seconds,
@@ -285,7 +279,7 @@ def plan_launch(inputs: PlanInputs) -> LaunchPlan:
         "-m",
         TRAINER_MODULE,
         JOB_FLAG,
-        str(inputs.workdir / "job.json"),
+        str(workspace.job),
         *sft_trainer_arguments(inputs, training_data),
     ]
     if ranks == 1:
@@ -306,7 +300,7 @@ def plan_launch(inputs: PlanInputs) -> LaunchPlan:
             "-m",
             "accelerate.commands.launch",
             "--config_file",
-            str(inputs.workdir / "accelerate_config.yaml"),
+            str(workspace.accelerate_config),
             # accelerate's --num_processes counts every machine's processes
             "--num_processes",
             str(ranks),
@@ -318,7 +312,7 @@ def plan_launch(inputs: PlanInputs) -> LaunchPlan:
         "HF_HOME": inputs.hf_home,
         # an inherited HF_HUB_CACHE would send the trainer to another cache than hf_home's
         "HF_HUB_CACHE": str(Path(inputs.hf_home) / "hub"),
-        "TERMINATION_LOG_FILE": str(inputs.workdir / "reports" / "termination.log"),
+        "TERMINATION_LOG_FILE": str(workspace.reports.termination_log),
         "TOKENIZERS_PARALLELISM": "false",
         "PYTHONUNBUFFERED": "1",
         "AIM_UI_TELEMETRY_ENABLED": "0",

@@ -31,6 +31,7 @@ from ado_actuators.sfttrainer.contract.trainer_io import (
     RankReport,
     TrainerJob,
 )
+from ado_actuators.sfttrainer.contract.workspace import ReportDirectory
 from ado_actuators.sfttrainer.host.pdeathsig import die_with
 from ado_actuators.sfttrainer.trainer import adapt, cuda, fms, lazy_dataset, stopping
 from ado_actuators.sfttrainer.trainer.callback import MeasurementCallback
@@ -163,7 +164,7 @@ class Measurement:
             fault=fault,
             appends_eos=fms.appends_eos(args),
             align_prompt_logits=fms.PROMPT_LOGITS_NEED_ALIGNMENT,
-            heartbeat=self.job.report_dir / f"heartbeat-{self.ident.rank}",
+            heartbeat=ReportDirectory(self.job.report_dir).heartbeat(self.ident.rank),
         )
         data = contextlib.nullcontext(None)
         if self.job.stop_after_seconds > 0 and args.train_args.max_steps <= 0:
@@ -255,7 +256,9 @@ def main(argv: list[str] | None = None) -> int:
 
     job.report_dir.mkdir(parents=True, exist_ok=True)
     # fms appends errors to ./error.log otherwise
-    os.environ.setdefault("TERMINATION_LOG_FILE", str(job.report_dir / "termination.log"))
+    os.environ.setdefault(
+        "TERMINATION_LOG_FILE", str(ReportDirectory(job.report_dir).termination_log)
+    )
     measurement = Measurement(job, RankIdentity.from_env())
     report = measurement.report
     with sigterm_raises():

@@ -40,6 +40,7 @@ from ado_actuators.sfttrainer.contract.entries import (
     EntryFile,
     write_first_entries,
 )
+from ado_actuators.sfttrainer.contract.workspace import Workspace
 
 MAX_BLOCK_ENTRIES = 256
 """Later blocks double in size up to this: large enough that a block's tokenisation is not
@@ -189,7 +190,7 @@ def installed(args: Any, world_size: int, rank: int, workdir: Path):
 
     train = args.train_args
     first_block = train.per_device_train_batch_size * world_size * train.gradient_accumulation_steps
-    head = workdir / f"dataset-head-rank{rank}{dataset.suffix}"  # one per rank: no write race
+    head = Workspace(workdir).dataset_head(rank, dataset.suffix)
     write_first_entries(dataset, head, first_block)
     args.data_args.training_data_path = str(head)
     original = sft_trainer.process_dataargs
