@@ -63,7 +63,7 @@ class Request:
     run_name = "r"
 
     def __init__(self, nodes: int) -> None:
-        self.plan_inputs = {"values": SimpleNamespace(number_nodes=nodes)}
+        self.plan_inputs = SimpleNamespace(values=SimpleNamespace(number_nodes=nodes))
 
     def model_copy(self, update: dict) -> "Request":
         return self

@@ -28,7 +28,7 @@ class Cluster:
         self.during: dict[str, Callable[[], object]] = {}  # label -> what happens while it runs
 
     def __call__(self, request, resources, *, placement_timeout):
-        values = request.plan_inputs["values"]
+        values = request.plan_inputs.values
         workdir = f"/out/{request.label}-{request.run_name}"
         self.launched.append(request.label)
         if request.label in self.during:

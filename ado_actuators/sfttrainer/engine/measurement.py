@@ -36,7 +36,7 @@ from ado_actuators.sfttrainer.execute.environment import EnvironmentRequest
 from ado_actuators.sfttrainer.execute.node import NodeRequest
 from ado_actuators.sfttrainer.ledger.neighbours import neighbours
 from ado_actuators.sfttrainer.plan.environments import vision_problem
-from ado_actuators.sfttrainer.plan.launch import plan_resources
+from ado_actuators.sfttrainer.plan.launch import MeasurementInputs, plan_resources
 from ado_actuators.sfttrainer.plan.memory_check import assess
 
 log = logging.getLogger(__name__)
@@ -123,16 +123,16 @@ def measure(
             return memory.annotate(answer)
         dataset = _dataset(values, params)
         request = NodeRequest(
-            plan_inputs={
+            plan_inputs=MeasurementInputs(
                 **dataset,
-                "values": values,
-                "definition": definition,
-                "model_location": location,
-                "hf_home": params.hf_home,
-                "aim_repo": params.aim_db,
-                "run_labels": {"entity": label, "experiment": definition.identifier},
-                "use_cpu": use_cpu,
-            },
+                values=values,
+                definition=definition,
+                model_location=location,
+                hf_home=params.hf_home,
+                aim_repo=params.aim_db,
+                run_labels={"entity": label, "experiment": definition.identifier},
+                use_cpu=use_cpu,
+            ),
             output_root=Path(params.output_dir).absolute() / definition.identifier,
             label=_safe_label(label),
             stall_timeout=params.stall_timeout_seconds,
@@ -182,13 +182,9 @@ def _repeat(
     runs: list[MeasurementOutcome] = []
     for repeat in range(repeats):
         inputs = request.plan_inputs
+        labels = {**inputs.run_labels, "repeat": str(repeat)}
         labelled = request.model_copy(
-            update={
-                "plan_inputs": {
-                    **inputs,
-                    "run_labels": {**inputs["run_labels"], "repeat": str(repeat)},
-                }
-            }
+            update={"plan_inputs": inputs.model_copy(update={"run_labels": labels})}
         )
         outcome = measure_on_cluster(labelled, resources, placement_timeout=placement_timeout)
         if failed_before_launch(outcome):

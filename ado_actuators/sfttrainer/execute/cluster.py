@@ -103,7 +103,7 @@ def unplaceable_reason(
 
 
 def _outcome(request: NodeRequest, runs: list[NodeRun]) -> MeasurementOutcome:
-    values = request.plan_inputs["values"]
+    values = request.plan_inputs.values
     if len(runs) > 1:
         for run in runs:  # (node, index) names a GPU; two raylets may share a hostname
             for report in run.reports:
@@ -173,7 +173,7 @@ def measure_on_cluster(
     at most `placement_timeout` too. No group outlives the operation that asked for it
     (execute/orphan_groups.py)."""
     request = request.model_copy(update={"run_name": uuid.uuid4().hex[:8]})
-    number_nodes = request.plan_inputs["values"].number_nodes
+    number_nodes = request.plan_inputs.values.number_nodes
     ray = _running_ray()
     if ray is None:
         if number_nodes > 1:

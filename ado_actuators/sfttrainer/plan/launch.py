@@ -8,6 +8,7 @@ from typing import Any
 
 import pydantic
 
+from ado_actuators.sfttrainer.catalog.entity import FIELDS, EntityValues
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
 from ado_actuators.sfttrainer.contract.trainer_io import JOB_FLAG, TrainerJob
 from ado_actuators.sfttrainer.contract.workspace import Workspace
@@ -76,29 +77,34 @@ class LaunchPlan(pydantic.BaseModel):
         return self.processes_per_node * self.number_nodes
 
 
-class PlanInputs(pydantic.BaseModel):
-    """What the planner needs beyond the entity's values; all resolved by the caller."""
+class MeasurementInputs(pydantic.BaseModel):
+    """What the engine resolves for one measurement's launch, the same on every node: it
+    crosses to the node (a Ray task) in execute/node.NodeRequest."""
 
-    model_config = pydantic.ConfigDict(arbitrary_types_allowed=True)
-
-    values: Any  # EntityValues
+    values: EntityValues
     definition: ExperimentDefinition
     model_location: str
     dataset_path: Path
     text_field: str
     image_field: str | None = None
     conversation_field: str | None = None
-    workdir: Path
-    python: str
     hf_home: str
-    main_process_port: int
-    main_process_ip: str | None = None
-    """Rank 0's node address; multi-node plans need it (the executor asks Ray for it)."""
-    machine_rank: int = 0
     aim_repo: str | None
     run_labels: dict[str, str] = pydantic.Field(default_factory=dict)
     use_cpu: bool = False
     """Run multi-process measurements on CPUs over gloo (machines without GPUs, tests)."""
+
+
+class PlanInputs(MeasurementInputs):
+    """What the planner needs: the measurement's inputs and what only the node can choose
+    (its directory, interpreter, port and devices)."""
+
+    workdir: Path
+    python: str
+    main_process_port: int
+    main_process_ip: str | None = None
+    """Rank 0's node address; multi-node plans need it (the executor asks Ray for it)."""
+    machine_rank: int = 0
     visible_devices: str | None = None
     """The CUDA devices this node's part may use, as CUDA_VISIBLE_DEVICES lists them (Ray's
     assignment, or the launching process's own list: indices, GPU UUIDs or MIG ids); None:
@@ -117,8 +123,6 @@ def effective_max_steps(inputs: PlanInputs) -> int:
 
 def sft_trainer_arguments(inputs: PlanInputs, training_data_path: Path) -> list[str]:
     """fms-hf-tuning's command line for this entity: the spec's command lines, as argv."""
-    from ado_actuators.sfttrainer.catalog.entity import FIELDS
-
     values, definition = inputs.values, inputs.definition
     constants = catalog_data().sft_trainer_constants
     args = [
@@ -160,7 +164,7 @@ def sft_trainer_arguments(inputs: PlanInputs, training_data_path: Path) -> list[
     return args
 
 
-def batch_devices(values: Any) -> int:
+def batch_devices(values: EntityValues) -> int:
     """How many devices share batch_size: the GPUs, or with number_gpus 0 one CPU rank per node.
 
     Under DP the one process still feeds each GPU batch_size / number_gpus samples (torch
@@ -168,23 +172,23 @@ def batch_devices(values: Any) -> int:
     return max(1, values.number_gpus, values.number_nodes)
 
 
-def is_data_parallel(values: Any) -> bool:
+def is_data_parallel(values: EntityValues) -> bool:
     """The spec's DP: distributed_backend None with several GPUs on one node, one process."""
     return values.distributed_backend == DATA_PARALLEL and values.number_gpus > 1
 
 
-def processes_per_node(values: Any) -> int:
+def processes_per_node(values: EntityValues) -> int:
     """One rank per GPU of the node (one CPU rank without GPUs); DP: one process in all."""
     if is_data_parallel(values):
         return 1
     return max(1, values.number_gpus // max(1, values.number_nodes))
 
 
-def world_size(values: Any) -> int:
+def world_size(values: EntityValues) -> int:
     return processes_per_node(values) * max(1, values.number_nodes)
 
 
-def plan_resources(values: Any) -> ResourceRequest:
+def plan_resources(values: EntityValues) -> ResourceRequest:
     nodes = max(1, values.number_nodes)
     gpus_per_node = values.number_gpus // nodes
     custom = {values.gpu_model: float(gpus_per_node)} if gpus_per_node and values.gpu_model else {}
