@@ -41,7 +41,7 @@ class Neighbours:
     experiment: str
     batch_size: int
 
-    def answer(self) -> Invalid | None:
+    def answer_from_measured_ooms(self) -> Invalid | None:
         """is_valid = 0 when a measured OOM dominates this request; else None (measure it)."""
         try:
             ooms = self.record.ooms()
@@ -62,7 +62,7 @@ class Neighbours:
             },
         )
 
-    def learn(self, outcome: MeasurementOutcome) -> MeasurementOutcome:
+    def record_outcome(self, outcome: MeasurementOutcome) -> MeasurementOutcome:
         """Records a measured OOM, or withdraws the OOMs a run that fitted contradicts."""
         try:
             if is_measured_oom(outcome):

@@ -163,7 +163,7 @@ class MemoryAssessment:
             found[PREDICTED_PROPERTY] = round(self.prediction.gib, 3)
         return found
 
-    def annotate(self, outcome: MeasurementOutcome) -> MeasurementOutcome:
+    def attach_bound_and_prediction(self, outcome: MeasurementOutcome) -> MeasurementOutcome:
         """The bound and the prediction on a measured (or measured-invalid) row."""
         if isinstance(outcome, (Measured, Invalid)):
             outcome.metadata[METADATA] = self.metadata()
