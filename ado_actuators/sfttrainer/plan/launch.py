@@ -253,23 +253,44 @@ def plan_launch(inputs: PlanInputs) -> LaunchPlan:
     """The launch of node `inputs.machine_rank` (the only node unless number_nodes > 1)."""
     _check_launchable(inputs)
     values = inputs.values
-    gpus_per_node = values.number_gpus // values.number_nodes
-    processes, ranks = processes_per_node(values), world_size(values)
-    # number_gpus 0: the ranks are CPU processes over gloo (machines without GPUs, CI).
-    use_cpu = inputs.use_cpu or values.number_gpus == 0
-    max_steps = effective_max_steps(inputs)
-    needed = (
-        max_steps * values.batch_size * values.gradient_accumulation_steps
-        if max_steps > 0
-        else None
-    )
     workspace = Workspace(inputs.workdir)
+    needed = _entries_needed(inputs)
     training_data = (
         workspace.training_data(needed, inputs.dataset_path.suffix)
         if needed is not None
         else inputs.dataset_path
     )
-    job = TrainerJob(
+    return LaunchPlan(
+        workdir=inputs.workdir,
+        node=_node_launch(inputs, workspace, training_data),
+        number_nodes=values.number_nodes,
+        env=_environment(inputs, workspace),
+        job=_trainer_job(inputs, workspace),
+        resources_per_node=plan_resources(values),
+        processes_per_node=processes_per_node(values),
+        dataset_path=inputs.dataset_path,
+        training_data_path=training_data,
+        dataset_entries_needed=needed,
+    )
+
+
+def _entries_needed(inputs: PlanInputs) -> int | None:
+    """The dataset entries a run bounded by max_steps consumes; None: unbounded."""
+    values = inputs.values
+    max_steps = effective_max_steps(inputs)
+    if max_steps > 0:
+        return max_steps * values.batch_size * values.gradient_accumulation_steps
+    return None
+
+
+def _runs_on_cpu(inputs: PlanInputs) -> bool:
+    """number_gpus 0: the ranks are CPU processes over gloo (machines without GPUs, CI)."""
+    return inputs.use_cpu or inputs.values.number_gpus == 0
+
+
+def _trainer_job(inputs: PlanInputs, workspace: Workspace) -> TrainerJob:
+    values = inputs.values
+    return TrainerJob(
         report_dir=workspace.reports.path,
         aim_repo=inputs.aim_repo,
         run_labels=inputs.run_labels,
@@ -277,8 +298,16 @@ def plan_launch(inputs: PlanInputs) -> LaunchPlan:
         auto_stop_method=values.auto_stop_method,
         auto_stop_max_seconds=values.auto_stop_max_seconds,
         # use_cpu stands CPU processes in for GPUs: there is no GPU to sample
-        gpu_indices=[] if inputs.use_cpu else list(range(gpus_per_node)),
+        gpu_indices=[]
+        if inputs.use_cpu
+        else list(range(values.number_gpus // values.number_nodes)),
     )
+
+
+def _node_launch(inputs: PlanInputs, workspace: Workspace, training_data: Path) -> NodeLaunch:
+    """The node's command: the trainer itself for one rank, accelerate's launcher for more."""
+    values = inputs.values
+    ranks = world_size(values)
     trainer = [
         "-m",
         TRAINER_MODULE,
@@ -289,29 +318,34 @@ def plan_launch(inputs: PlanInputs) -> LaunchPlan:
     if ranks == 1:
         # One process; under DP it sees every GPU of the node and HF's Trainer wraps the
         # model in torch.nn.DataParallel.
-        node = NodeLaunch(machine_rank=0, argv=[inputs.python, *trainer])
-    else:
-        config = accelerate_config(
-            values,
-            processes_per_node=processes,
-            machine_rank=inputs.machine_rank,
-            main_process_ip=inputs.main_process_ip if values.number_nodes > 1 else None,
-            main_process_port=inputs.main_process_port,
-            use_cpu=use_cpu,
-        )
-        launcher = [
-            inputs.python,
-            "-m",
-            "accelerate.commands.launch",
-            "--config_file",
-            str(workspace.accelerate_config),
-            # accelerate's --num_processes counts every machine's processes
-            "--num_processes",
-            str(ranks),
-        ]
-        node = NodeLaunch(
-            machine_rank=inputs.machine_rank, argv=[*launcher, *trainer], accelerate_config=config
-        )
+        return NodeLaunch(machine_rank=0, argv=[inputs.python, *trainer])
+    config = accelerate_config(
+        values,
+        processes_per_node=processes_per_node(values),
+        machine_rank=inputs.machine_rank,
+        main_process_ip=inputs.main_process_ip if values.number_nodes > 1 else None,
+        main_process_port=inputs.main_process_port,
+        use_cpu=_runs_on_cpu(inputs),
+    )
+    launcher = [
+        inputs.python,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(workspace.accelerate_config),
+        # accelerate's --num_processes counts every machine's processes
+        "--num_processes",
+        str(ranks),
+    ]
+    return NodeLaunch(
+        machine_rank=inputs.machine_rank, argv=[*launcher, *trainer], accelerate_config=config
+    )
+
+
+def _environment(inputs: PlanInputs, workspace: Workspace) -> dict[str, str]:
+    """The environment variables the plan sets for the node's processes."""
+    values = inputs.values
+    use_cpu = _runs_on_cpu(inputs)
     env = {
         "HF_HOME": inputs.hf_home,
         # an inherited HF_HUB_CACHE would send the trainer to another cache than hf_home's
@@ -325,28 +359,17 @@ def plan_launch(inputs: PlanInputs) -> LaunchPlan:
         env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     # CPU ranks (number_gpus 0, or use_cpu standing CPU processes in for GPUs) see no GPU
     env["CUDA_VISIBLE_DEVICES"] = pinned_devices(
-        inputs.visible_devices, 0 if use_cpu else gpus_per_node
+        inputs.visible_devices, 0 if use_cpu else values.number_gpus // values.number_nodes
     )
     if not use_cpu:
         # CUDA's default order is fastest first, NVML's (the GPU sampler's) is PCI bus order:
         # the same index must name the same GPU in both
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    if use_cpu and ranks > 1:
+    if use_cpu and world_size(values) > 1:
         # accelerate's multi-GPU launcher ignores the config file's use_cpu.
         env["ACCELERATE_USE_CPU"] = "true"
     if values.number_nodes > 1:
         # The measured setting wins over the worker's own NCCL_IB_DISABLE; every other
         # NCCL_* variable of the worker (NCCL_IB_HCA, NCCL_IB_GID_INDEX, ...) passes through.
         env["NCCL_IB_DISABLE"] = "0" if values.enable_roce else "1"
-    return LaunchPlan(
-        workdir=inputs.workdir,
-        node=node,
-        number_nodes=values.number_nodes,
-        env=env,
-        job=job,
-        resources_per_node=plan_resources(values),
-        processes_per_node=processes,
-        dataset_path=inputs.dataset_path,
-        training_data_path=training_data,
-        dataset_entries_needed=needed,
-    )
+    return env
