@@ -202,34 +202,38 @@ def measure_on_cluster(
         # the wait for resources (queue and placement) is the schedule's, not the tool's cost:
         # users read it when a space's measurements take longer than their trainings
         waited = {"placement_wait_seconds": round((time.time_ns() - asked) / 1e9, 3)}
-        if number_nodes == 1:
-            task = ray.remote(run_node).options(
-                **node_task_options(
-                    **task_resources(bundle),
-                    scheduling_strategy=group.strategy(0),
-                    runtime_env=runtime_env,
-                )
-            )
-            try:
-                outcome = _outcome(request, [ray.get(task.remote(request))])
-            except ray.exceptions.RayError as error:
-                outcome = Failed(f"the measurement task died: {error}")
-        else:
-            runs = run_nodes(
-                request,
-                number_nodes,
-                lambda k: node_task_options(
-                    **task_resources(bundle),
-                    scheduling_strategy=group.strategy(k),
-                    runtime_env=runtime_env,
-                ),
-                group.strategy(0),
-            )
-            outcome = runs if isinstance(runs, Failed) else _outcome(request, runs)
+        outcome = _run_placed(ray, request, bundle, group, runtime_env)
         outcome.metadata.update(waited)
     finally:
         group.remove()
     return _held(outcome, granted)
+
+
+def _run_placed(
+    ray: Any,
+    request: NodeRequest,
+    bundle: dict[str, float],
+    group: _Placement,
+    runtime_env: dict[str, Any] | None,
+) -> MeasurementOutcome:
+    """The node task(s) run in the placed group, one per bundle, and what they left."""
+    number_nodes = request.plan_inputs.values.number_nodes
+
+    def options(index: int) -> dict[str, Any]:
+        return node_task_options(
+            **task_resources(bundle),
+            scheduling_strategy=group.strategy(index),
+            runtime_env=runtime_env,
+        )
+
+    if number_nodes == 1:
+        task = ray.remote(run_node).options(**options(0))
+        try:
+            return _outcome(request, [ray.get(task.remote(request))])
+        except ray.exceptions.RayError as error:
+            return Failed(f"the measurement task died: {error}")
+    runs = run_nodes(request, number_nodes, options, group.strategy(0))
+    return runs if isinstance(runs, Failed) else _outcome(request, runs)
 
 
 def _held(outcome: MeasurementOutcome, granted: float) -> MeasurementOutcome:
