@@ -44,8 +44,8 @@ def test_every_exception_is_still_needed_and_says_why():
 
 def test_the_count_takes_the_docstring_the_body_and_nested_functions_not_decorators(tmp_path):
     body = "".join(f"    x{i} = {i}\n" for i in range(LIMIT - 5))
-    (tmp_path / "room").mkdir()
-    (tmp_path / "room" / "m.py").write_text(
+    (tmp_path / "layer").mkdir()
+    (tmp_path / "layer" / "m.py").write_text(
         "import functools\n\n\n"
         "@functools.cache\n"
         f"def long():\n    '''Doc.'''\n{body}    def inner():\n        return 1\n\n"
@@ -54,8 +54,8 @@ def test_the_count_takes_the_docstring_the_body_and_nested_functions_not_decorat
     )
     lengths = function_lengths(tmp_path)
     assert lengths == {
-        "room/m.py:long": LIMIT + 1,
-        "room/m.py:inner": 2,
-        "room/m.py:short": LIMIT - 4,
+        "layer/m.py:long": LIMIT + 1,
+        "layer/m.py:inner": 2,
+        "layer/m.py:short": LIMIT - 4,
     }
-    assert over_the_limit(lengths) == {"room/m.py:long": LIMIT + 1}
+    assert over_the_limit(lengths) == {"layer/m.py:long": LIMIT + 1}

@@ -1,4 +1,4 @@
-"""measurement_seconds: how long a measurement held its devices, from the grant to the release
+"""measurement_seconds: how long a measurement reserved its devices, from the grant to the release
 (execute/cluster.py), on a clock the test moves: Ray, its placement group and the node tasks are
 stand-ins that say when they take time."""
 

@@ -91,7 +91,7 @@ def test_a_measured_oom_answers_larger_requests_without_launching(settings, clus
         answer = measure(settings, **changes)
         assert isinstance(answer, Invalid) and answer.gpu_oom, changes
         assert answer.reason.startswith(
-            f"GPU out of memory, answered without launching: batch_size.4 ({FULL}) ran out of "
+            f"GPU out of memory, skipped without launching: batch_size.4 ({FULL}) ran out of "
             f"GPU memory with batch_size 4 (4 per device) and model_max_length 64"
         )
         assert (

@@ -65,9 +65,9 @@ def failed_before_launch(outcome: MeasurementOutcome) -> bool:
 
 
 ANSWERED_BY = "answered_by"
-"""The metadata key of an Invalid answered without launching: which rule answered it. Declared
-here, the lowest room, because its producers (engine/, plan/, ledger/) and its reader
-(report/, counting what a space cost) live in rooms that share no other."""
+"""The metadata key of an Invalid skipped without launching: which rule skipped it. Declared
+here, the lowest layer, because its producers (engine/, plan/, ledger/) and its reader
+(report/, counting what a space cost) live in layers that share no other."""
 CONFIGURATION_RULE = "configuration_rule"
 """A rule the configuration breaks (catalog/validity.py, plan/environments.vision_problem)."""
 CERTAIN_OOM = "certain_oom"

@@ -103,9 +103,9 @@ def measure(
     use_cpu: bool = False,
 ) -> MeasurementOutcome:
     """One measurement: resolve the entity, judge its memory, answer it from the record of
-    measured OOMs, or else launch it and record the outcome. Every step before the launch may
-    answer without launching. Never raises: an unexpected error is a Failed outcome with its
-    traceback's tail."""
+    measured OOMs, or else launch it and record the outcome. Each step before the launch may
+    settle it, skipped without launching. Never raises: an unexpected error is a Failed outcome
+    with its traceback's tail."""
     try:
         definition = catalog_data().experiment(experiment_id)
         resolved = resolve(values_in, definition, settings.model_map, settings.hf_home)
@@ -143,8 +143,8 @@ def measure(
 
 
 def _memory_verdict(memory: MemoryAssessment, skip_predicted_oom: bool) -> Invalid | None:
-    """The answer without launching that the device's memory gives, if any: a certain OOM
-    always, a predicted one where skip_predicted_oom asks for it."""
+    """is_valid = 0, skipped without launching, where the device's memory settles it: a
+    certain OOM always, a predicted one where skip_predicted_oom asks for it."""
     if memory.certain_oom:
         return memory.invalid()
     if skip_predicted_oom and memory.predicted_oom:

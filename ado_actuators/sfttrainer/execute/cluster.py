@@ -90,7 +90,7 @@ def unplaceable_reason(
     )
     if never:  # no timeout to raise, nothing in use to name: the cluster lacks the nodes
         return (
-            f"could not place {what}: {why}, {never}; answered without waiting "
+            f"could not place {what}: {why}, {never}; failed at once, without waiting "
             f"placement_timeout_seconds. Alive nodes offer: {offered}. Add workers with these "
             f"resources (see README, 'Ray cluster resources') or lower number_nodes"
         )
@@ -237,7 +237,7 @@ def _run_placed(
 
 
 def _held(outcome: MeasurementOutcome, granted: float) -> MeasurementOutcome:
-    """The outcome with measurement_seconds: how long the measurement held its devices, from
+    """The outcome with measurement_seconds: how long the measurement reserved its devices, from
     their grant (`granted`, time.monotonic()) to their release, now. What a row cost, whatever
     ran in between (environment, model loading, warm-up, teardown); a Failed row is not
     stored, so it carries none."""

@@ -26,7 +26,7 @@ from ado_actuators.sfttrainer.ledger.record import Entry, Record, RecordUnavaila
 log = logging.getLogger(__name__)
 
 ANSWERED_BY = outcomes.OOM_DOMINANCE
-"""metadata["answered_by"] of a request answered from the record instead of measured."""
+"""metadata["answered_by"] of a request skipped without launching, given the record."""
 NOTE = "oom_record"
 """metadata key of what a measured outcome did to the record (or why it could not)."""
 
@@ -51,7 +51,11 @@ class Neighbours:
         proof = tightest(((e.configuration, e) for e in ooms), self.configuration)
         if proof is None:
             return None
-        log.info("%s answered from the measured OOM of %s", self.label, proof.proof.get("label"))
+        log.info(
+            "%s skipped without launching: the measured OOM of %s covers it",
+            self.label,
+            proof.proof.get("label"),
+        )
         return Invalid(
             reason=self._reason(proof),
             gpu_oom=True,
@@ -117,7 +121,7 @@ class Neighbours:
         was, this = proof.configuration, self.configuration
         facts = proof.proof
         return (
-            f"GPU out of memory, answered without launching: {facts.get('label')} "
+            f"GPU out of memory, skipped without launching: {facts.get('label')} "
             f"({facts.get('experiment')}) ran out of GPU memory with batch_size "
             f"{facts.get('batch_size')} ({was.batch_per_device:g} per device) and "
             f"model_max_length {was.model_max_length}, and this request is the same "

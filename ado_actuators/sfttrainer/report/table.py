@@ -25,7 +25,7 @@ EXPERIMENT = "experiment_id"
 VALIDITY = "is_valid"
 THROUGHPUT = "dataset_tokens_per_second"
 INTERVAL = "dataset_tokens_per_second_ci95_percent"  # metrics/precision.py
-SECONDS = "measurement_seconds"  # what the measurement held its devices for (execute/cluster.py)
+SECONDS = "measurement_seconds"  # how long its devices were reserved (execute/cluster.py)
 # A result's metadata, which ado's table of properties leaves out: sources.py adds them to the
 # rows it reads through ado's API, one per measurement; ado's CSV has neither. The reason is
 # the key actuator/results.py stores an Invalid's reason under.
