@@ -213,10 +213,9 @@ def benchmark_properties(
     interval = throughput_interval(reports, since)
     if interval.percent is not None:
         props["dataset_tokens_per_second_ci95_percent"] = interval.percent
-    props |= _flops_properties(
+    props |= _device_properties(
         reports, since, (tokens, runtime, devices), number_gpus=number_gpus, gpu_model=gpu_model
     )
-    props |= _energy_properties(reports, number_gpus, tokens)
     props["gpu_memory_max_allocated_gib"] = (
         max(r.gpu_memory_max_allocated_bytes for r in reports) / GIB
     )
@@ -238,7 +237,7 @@ def _sampled_properties(reports: list[RankReport], since: float | None) -> dict[
     }
 
 
-def _flops_properties(
+def _device_properties(
     reports: list[RankReport],
     since: float | None,
     window: tuple[int, float, int],
@@ -246,31 +245,26 @@ def _flops_properties(
     number_gpus: int,
     gpu_model: str | None,
 ) -> dict[str, float]:
-    """model_tflops_per_device, and model_flops_utilization where the GPU's peak is known.
-    `window`: the tokens, seconds and devices of the measured window."""
-    per_token = model_flops_per_token(reports, since)
-    if per_token is None:
-        return {}
+    """What the devices did: model_tflops_per_device, model_flops_utilization where the GPU's
+    peak is known, gpu_energy_joules_per_token (0.0 where no GPU was used, absent where it is
+    not known). `window`: the tokens, seconds and devices of the measured window."""
     tokens, runtime, devices = window
-    tflops = per_token * tokens / runtime / devices / 1e12
-    # CPU processes standing in for GPUs (use_cpu) sample no GPU and have no GPU peak
-    on_gpus = number_gpus > 0 and any(r.gpu_indices for r in reports)
-    peak = gpu_peaks.peak_tflops(gpu_model) if on_gpus else None
-    if peak:
-        return {"model_tflops_per_device": tflops, "model_flops_utilization": tflops / peak}
-    return {"model_tflops_per_device": tflops}
-
-
-def _energy_properties(
-    reports: list[RankReport], number_gpus: int, tokens: int
-) -> dict[str, float]:
-    """gpu_energy_joules_per_token: 0.0 where no GPU was used, absent where it is not known."""
+    props: dict[str, float] = {}
+    per_token = model_flops_per_token(reports, since)
+    if per_token is not None:
+        props["model_tflops_per_device"] = per_token * tokens / runtime / devices / 1e12
+        # CPU processes standing in for GPUs (use_cpu) sample no GPU and have no GPU peak
+        on_gpus = number_gpus > 0 and any(r.gpu_indices for r in reports)
+        peak = gpu_peaks.peak_tflops(gpu_model) if on_gpus else None
+        if peak:
+            props["model_flops_utilization"] = props["model_tflops_per_device"] / peak
     if number_gpus == 0 or not any(r.gpu_indices for r in reports):
-        return {"gpu_energy_joules_per_token": 0.0}
-    joules, _why = _energy_joules(reports)
-    if joules is not None and tokens:
-        return {"gpu_energy_joules_per_token": joules / tokens}
-    return {}
+        props["gpu_energy_joules_per_token"] = 0.0
+    else:
+        joules, _why = _energy_joules(reports)
+        if joules is not None and tokens:
+            props["gpu_energy_joules_per_token"] = joules / tokens
+    return props
 
 
 def _hugging_face_figures(
