@@ -445,6 +445,8 @@ def test_a_window_of_six_steps_has_its_interval_counted_and_the_warm_up_its_leng
         "steps_left_out": 0,
     }
     assert not any(n.startswith("dataset_tokens_per_second_ci95") for n in found.metadata["notes"])
+    # the warm-up was left out as planned: no note says otherwise
+    assert not any(n.startswith("warm-up") for n in found.metadata["notes"])
 
 
 def test_no_completed_step_fails_a_training_that_completed():
