@@ -9,7 +9,7 @@ import re
 import pytest
 
 from ado_actuators.sfttrainer.contract import loss as names
-from ado_actuators.sfttrainer.contract.trainer_io import Outcome, RankReport, StepTiming
+from ado_actuators.sfttrainer.contract.trainer_io import RankOutcome, RankReport, StepTiming
 from ado_actuators.sfttrainer.metrics import loss
 from ado_actuators.sfttrainer.metrics.aggregate import benchmark_properties
 from ado_actuators.sfttrainer.stats.batch_means import T_975
@@ -35,7 +35,7 @@ def rank(number, losses, labelled=None):
         local_rank=number,
         world_size=2,
         hostname="n0",
-        outcome=Outcome.OK,
+        outcome=RankOutcome.OK,
         steps=steps(losses, labelled),
     )
 

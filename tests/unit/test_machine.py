@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ado_actuators.sfttrainer.contract.trainer_io import Outcome, RankReport
+from ado_actuators.sfttrainer.contract.trainer_io import RankOutcome, RankReport
 from ado_actuators.sfttrainer.metrics.machine import machine_metadata, machine_note
 from ado_actuators.sfttrainer.trainer import machine
 from ado_actuators.sfttrainer.trainer.monitor import GpuSampler, SystemMonitor
@@ -189,7 +189,7 @@ def node(rank, hostname, gpu="NVIDIA H100 80GB HBM3", driver="550.54.15"):
         local_rank=0,
         world_size=2,
         hostname=hostname,
-        outcome=Outcome.OK,
+        outcome=RankOutcome.OK,
         machine=block,
     )
 

@@ -11,12 +11,14 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ado_actuators.sfttrainer.contract.outcomes import MACHINE, VERSIONS
+
 Fingerprint = tuple[tuple[str, str], ...]
 """(what, value) pairs, in a fixed order; empty where the metadata has no machine block."""
 
 
 def fingerprint(metadata: Mapping[str, Any]) -> Fingerprint:
-    machine = metadata.get("machine") or {}
+    machine = metadata.get(MACHINE) or {}
     if not machine:
         return ()
     gpus = Counter(g.get("name") or "unknown" for g in machine.get("gpus") or [])
@@ -28,7 +30,7 @@ def fingerprint(metadata: Mapping[str, Any]) -> Fingerprint:
         "GPU links": machine.get("interconnect") if gpus else None,
         "CPU": machine.get("cpu_model"),
     }
-    versions = metadata.get("versions") or {}
+    versions = metadata.get(VERSIONS) or {}
     found |= {name: versions[name] for name in sorted(versions)}
     return tuple((k, str(v)) for k, v in found.items() if v not in (None, ""))
 
