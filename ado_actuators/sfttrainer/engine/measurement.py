@@ -65,7 +65,13 @@ def resolve(
         return Failed(str(error))
     if values.fast_moe:
         try:
-            experts = num_local_experts(read_model_config(location, params.hf_home))
+            config = read_model_config(
+                location,
+                params.hf_home,
+                model_name=values.model_name,
+                weights_format=definition.weights_format,
+            )
+            experts = num_local_experts(config)
         except ModelConfigUnavailable as error:
             return Failed(f"fast_moe needs the model's num_local_experts: {error}")
         if problems := configuration_problems(values, experts):
