@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ado_actuators.sfttrainer.catalog.datasets import get_shape
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
 from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, Outcome
 from ado_actuators.sfttrainer.metrics.gpu_peaks import peak_table
@@ -39,6 +40,21 @@ from ado_actuators.sfttrainer.plan.step_time import (
 
 PREDICTED_PROPERTY = "dataset_tokens_per_second_per_gpu_predicted"
 PREDICTED_METADATA = "throughput_prediction"
+CHARS_PER_TOKEN = 4
+"""English news text's characters per token (the chars datasets' entries are input and response
+of `chars` characters each): an assumption the note of such rows states."""
+
+
+def sequence_length(values: Any) -> int:
+    """Tokens per sample: the length for the tokens datasets (every entry is longer and
+    truncated), an entry's estimated tokens for the chars ones when shorter."""
+    try:
+        shape = get_shape(values.dataset_id)
+    except (KeyError, ValueError):
+        return values.model_max_length
+    if shape.length_unit == "chars" and shape.chars:
+        return min(values.model_max_length, -(-2 * shape.chars // CHARS_PER_TOKEN))
+    return values.model_max_length
 
 
 def device_of(gpu_model: str | None) -> Device | None:
@@ -106,7 +122,7 @@ def run_of(values: Any, definition: ExperimentDefinition) -> Run:
     return Run(
         method={"none": "full"}.get(definition.peft_method, definition.peft_method),
         per_device_batch=max(1, values.batch_size // batch_devices(values)),
-        sequence_length=values.model_max_length,
+        sequence_length=sequence_length(values),
         gradient_accumulation_steps=max(1, values.gradient_accumulation_steps),
         gpus=max(1, values.number_gpus),
         nodes=max(1, values.number_nodes),
@@ -155,7 +171,7 @@ class SpeedPrediction:
         return outcome
 
 
-def _notes(run: Run, device: Device) -> tuple[str, ...]:
+def _notes(values: Any, run: Run, device: Device) -> tuple[str, ...]:
     notes = []
     if device.name != REFERENCE.name:
         notes.append(
@@ -164,6 +180,11 @@ def _notes(run: Run, device: Device) -> tuple[str, ...]:
         )
     if run.nodes > 1:
         notes.append(f"{run.nodes} nodes: the network is assumed at {INTER_NODE_GBPS:g} GB/s")
+    if run.sequence_length < values.model_max_length:
+        notes.append(
+            f"samples of about {run.sequence_length} tokens ({values.dataset_id}, "
+            f"{CHARS_PER_TOKEN} characters a token)"
+        )
     if run.gpus > 1 and run.backend != "FSDP":
         notes.append(f"{run.backend} over {run.gpus} GPUs: not in the fitted data")
     return tuple(notes)
@@ -187,4 +208,4 @@ def predict_speed(
     except (UnsupportedArchitecture, KeyError, TypeError, ValueError) as error:
         return SpeedPrediction(skipped=f"no step time from the model's config.json: {error}")
     run = run_of(values, definition)
-    return SpeedPrediction(step=step_time(shape, run, device), notes=_notes(run, device))
+    return SpeedPrediction(step=step_time(shape, run, device), notes=_notes(values, run, device))
