@@ -147,15 +147,23 @@ def errors(runs: list[Observed], fitted: Fitted) -> list[float]:
     return [predicted(o, fitted) / o.tokens_per_second - 1 for o in runs]
 
 
-def summary(label: str, pairs: list[tuple[Observed, float]]) -> None:
+def figures(pairs: list[tuple[Observed, float]]) -> tuple[float, float, float]:
     """Median and 90th percentile |error| of tokens/s per GPU, and Spearman over the runs."""
     absolute = [abs(e) for _, e in pairs]
     measured = [o.tokens_per_second for o, _ in pairs]
     guessed = [o.tokens_per_second * (1 + e) for o, e in pairs]
+    return (
+        statistics.median(absolute),
+        float(np.percentile(absolute, 90)),
+        float(spearmanr(guessed, measured).statistic),
+    )
+
+
+def summary(label: str, pairs: list[tuple[Observed, float]]) -> None:
+    median, p90, spearman = figures(pairs)
     print(
-        f"{label}: {len(pairs)} runs, median |error| {statistics.median(absolute):.1%}, "
-        f"90th percentile {np.percentile(absolute, 90):.1%}, "
-        f"Spearman {spearmanr(guessed, measured).statistic:.3f}"
+        f"{label}: {len(pairs)} runs, median |error| {median:.1%}, "
+        f"90th percentile {p90:.1%}, Spearman {spearman:.3f}"
     )
 
 
@@ -183,6 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     print("leave one family out (each family predicted with the constants fitted on the others):")
     pairs = leave_one_family_out(runs)
     summary("leave one family out", pairs)
+    median, p90, spearman = figures(pairs)
+    met = median <= 0.05 and p90 <= 0.15 and spearman >= 0.95
+    print(
+        "goals (median <= 5 %, 90th percentile <= 15 %, Spearman >= 0.95): "
+        + ("met" if met else "NOT met")
+    )
     summary(
         "leave one family out, the actuator's methods only (no bitsandbytes)",
         [(o, e) for o, e in pairs if o.shape.quantization != "bnb"],

@@ -36,6 +36,7 @@ from ado_actuators.sfttrainer.ledger.neighbours import neighbours
 from ado_actuators.sfttrainer.plan.environments import vision_problem
 from ado_actuators.sfttrainer.plan.launch import plan_resources
 from ado_actuators.sfttrainer.plan.memory_check import assess
+from ado_actuators.sfttrainer.plan.speed_check import SpeedPrediction, predict_speed
 
 log = logging.getLogger(__name__)
 
@@ -153,11 +154,27 @@ def measure(
             outcome.metadata["aim_dashboard_url"] = params.aim_dashboard_url
         if known is not None:
             known.learn(outcome)
-        return memory.annotate(outcome)
+        return _speed(values, definition, location, params).annotate(memory.annotate(outcome))
     except Exception as error:
         log.exception("measurement of %s failed unexpectedly", label)
         tail = "".join(traceback.format_exception(error)[-3:])
         return Failed(f"internal error while measuring: {error!r}\n{tail}")
+
+
+def _speed(
+    values: Any, definition: ExperimentDefinition, location: str, params: MeasurementSettings
+) -> SpeedPrediction:
+    """The predicted throughput a measured row carries beside the measured one."""
+    try:
+        config = read_model_config(
+            location,
+            params.hf_home,
+            model_name=values.model_name,
+            weights_format=definition.weights_format,
+        )
+    except ModelConfigUnavailable as error:
+        return SpeedPrediction(skipped=str(error))
+    return predict_speed(values, definition, config)
 
 
 def _environment_request(params: MeasurementSettings) -> EnvironmentRequest:
