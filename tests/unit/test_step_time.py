@@ -193,3 +193,77 @@ def test_the_speed_check_reads_the_entity_and_config_json():
         values.model_copy(update={"gpu_model": "Quantum-9"}), definition, config
     )
     assert unknown.step is None and "Quantum-9" in unknown.skipped
+
+
+TINY_HYBRID = {
+    "model_type": "granitemoehybrid",
+    "vocab_size": 100,
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "layer_types": ["mamba", "attention"],
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "intermediate_size": 16,
+    "shared_intermediate_size": 32,
+    "mamba_n_heads": 4,
+    "mamba_d_head": 32,
+    "mamba_d_state": 8,
+    "mamba_n_groups": 1,
+    "mamba_expand": 2,
+    "mamba_d_conv": 4,
+    "tie_word_embeddings": True,
+}
+
+
+def test_an_architecture_the_counter_lacks_is_counted_on_the_meta_device():
+    pytest.importorskip("transformers")
+    from ado_actuators.sfttrainer.plan.meta_shape import meta_counts
+
+    counts = meta_counts(TINY_HYBRID)
+    assert (counts.layers, counts.attention_layers, counts.hidden) == (2, 1, 64)
+    # each layer's experts: input (gate and up, 2 x 16) and output weights of 4 experts
+    assert counts.experts == 2 * 4 * (2 * 16 * 64 + 64 * 16)
+    assert counts.expert_share == 2 / 4
+    assert counts.lm_head == 100 * 64  # tied, still a matmul
+    assert counts.active_matmul == counts.linear + counts.experts / 2
+    assert counts.attention_linear == 64 * 64 * 2 + 64 * 32 * 2  # q, o; k, v of 2 KV heads
+
+
+def test_a_hybrid_gets_a_step_time_that_says_how_it_was_counted():
+    pytest.importorskip("transformers")
+    from ado_actuators.sfttrainer.catalog.entity import entity_values
+    from ado_actuators.sfttrainer.catalog.experiments import catalog_data
+    from ado_actuators.sfttrainer.plan.speed_check import META_NOTE, predict_speed
+
+    values = entity_values(
+        {
+            "model_name": "granite-4.0-h-tiny",
+            "model_max_length": 1024,
+            "batch_size": 2,
+            "number_gpus": 1,
+            "gpu_model": "NVIDIA-A100-SXM4-80GB",
+        }
+    )
+    definition = catalog_data().experiment("finetune_full_benchmark-v1.0.0")
+    found = predict_speed(values, definition, TINY_HYBRID)
+    assert found.tokens_per_second_per_gpu > 0 and META_NOTE in found.notes
+
+
+@pytest.mark.parametrize(
+    "name", ["llama3.1-8b", "mixtral-8x7b-instruct-v0.1", "granite-3.1-8b-instruct"]
+)
+def test_the_meta_count_agrees_with_the_counter_where_both_count(name):
+    pytest.importorskip("transformers")
+    from ado_actuators.sfttrainer.catalog.model_shapes import shipped_shape
+    from ado_actuators.sfttrainer.plan.memory_bound import Training
+    from ado_actuators.sfttrainer.plan.meta_shape import meta_counts
+    from ado_actuators.sfttrainer.plan.speed_check import model_shape
+
+    config = shipped_shape(name).config
+    counted = model_shape(config, Training("none", "bfloat16", "adamw_torch", 1), "Vanilla")
+    meta = meta_counts(config)
+    assert meta.total == counted.total_params
+    assert meta.active_matmul == pytest.approx(counted.matmul_params, rel=1e-3)
+    assert meta.attention_layers == counted.layers

@@ -25,8 +25,14 @@ from ado_actuators.sfttrainer.plan.architecture import (
 from ado_actuators.sfttrainer.plan.launch import batch_devices
 from ado_actuators.sfttrainer.plan.memory_bound import (
     DTYPE_BYTES,
+    PROMPT_TUNING_VIRTUAL_TOKENS,
     Training,
     trainable_parameters,
+)
+from ado_actuators.sfttrainer.plan.meta_shape import (
+    MetaCounts,
+    MetaCountUnavailable,
+    meta_counts,
 )
 from ado_actuators.sfttrainer.plan.step_time import (
     INTER_NODE_GBPS,
@@ -83,11 +89,54 @@ def _active_mlp(counts: ParameterCounts, config: dict[str, Any]) -> tuple[float,
     return counts.mlp * per_token / experts, per_token
 
 
+META_NOTE = (
+    "counted from transformers' own model on the meta device: an architecture outside the "
+    "fitted data (a Mamba layer's scan is not counted)"
+)
+
+
+def _attention_width(config: dict[str, Any], hidden: int) -> int:
+    text = language_config(config)
+    heads = int(text.get("num_attention_heads") or text.get("n_head") or 1)
+    return heads * int(text.get("head_dim") or hidden // heads)
+
+
+def _meta_shape(
+    counts: MetaCounts, config: dict[str, Any], training: Training, quantization: str | None
+) -> ModelShape:
+    """The step time's shape of a model transformers built on the meta device."""
+    per_layer = (counts.active_matmul - counts.attention_linear - counts.lm_head) / counts.layers
+    wanted = set(training.target_modules)
+    adapted = [(i, o, c) for name, i, o, c in counts.linears if name in wanted]
+    lora = training.peft_method == "lora"
+    trainable = {
+        "lora": sum(training.lora_r * (i + o) * c for i, o, c in adapted),
+        "pt": PROMPT_TUNING_VIRTUAL_TOKENS * counts.hidden,
+    }.get(training.peft_method, counts.total)
+    return ModelShape(
+        layers=counts.layers,
+        attention_width=_attention_width(config, counts.hidden),
+        activated_width=int(counts.hidden + 2 / 3 * per_layer / counts.hidden),
+        matmul_params=int(counts.active_matmul),
+        total_params=counts.total,
+        trainable_params=trainable,
+        quantization=quantization,
+        quantized_params=counts.linear - counts.lm_head if quantization else 0,
+        adapted_width=sum((i + o) * c for i, o, c in adapted) if lora else 0,
+        adapters_per_layer=sum(c for *_, c in adapted) // counts.layers if lora else 0,
+        attention_layers=counts.attention_layers,
+    )
+
+
 def model_shape(config: dict[str, Any], training: Training, weights_format: str) -> ModelShape:
-    """Raises UnsupportedArchitecture (or KeyError/TypeError) for a config the counter cannot
-    read, as plan/memory_check.judge does."""
-    counts = count_parameters(config)
+    """From plan/architecture.py's counts, or, for an architecture it does not count, from
+    transformers' model on the meta device (plan/meta_shape.py). Raises
+    UnsupportedArchitecture, MetaCountUnavailable (or KeyError/TypeError) where neither can."""
     quantization = _quantization(config, weights_format)
+    try:
+        counts = count_parameters(config)
+    except UnsupportedArchitecture:
+        return _meta_shape(meta_counts(config), config, training, quantization)
     if quantized_bits(config) is None and quantization is None:
         quantized = 0
     else:
@@ -95,8 +144,6 @@ def model_shape(config: dict[str, Any], training: Training, weights_format: str)
     mlp, per_token = _active_mlp(counts, config)
     text = language_config(config)
     layers = int(text.get("num_hidden_layers") or text.get("n_layer"))
-    heads = int(text.get("num_attention_heads") or text.get("n_head"))
-    head_dim = int(text.get("head_dim") or counts.hidden_size // heads)
     gated = counts.model_type != "gpt_bigcode"
     intermediate = int(
         text.get("intermediate_size") or text.get("n_inner") or 4 * counts.hidden_size
@@ -105,7 +152,7 @@ def model_shape(config: dict[str, Any], training: Training, weights_format: str)
     lora = training.peft_method == "lora"
     return ModelShape(
         layers=layers,
-        attention_width=heads * head_dim,
+        attention_width=_attention_width(config, counts.hidden_size),
         activated_width=counts.hidden_size + intermediate * (2 if gated else 1) * per_token,
         matmul_params=int(counts.attention + mlp + (counts.lm_head or counts.embedding)),
         total_params=counts.total,
@@ -205,7 +252,16 @@ def predict_speed(
     training = Training.of(values, definition.peft_method, targets, quantized_bits=None)
     try:
         shape = model_shape(config, training, definition.weights_format)
-    except (UnsupportedArchitecture, KeyError, TypeError, ValueError) as error:
+    except (
+        UnsupportedArchitecture,
+        MetaCountUnavailable,
+        KeyError,
+        TypeError,
+        ValueError,
+    ) as error:
         return SpeedPrediction(skipped=f"no step time from the model's config.json: {error}")
     run = run_of(values, definition)
-    return SpeedPrediction(step=step_time(shape, run, device), notes=_notes(values, run, device))
+    notes = _notes(values, run, device) + (
+        (META_NOTE,) if shape.attention_layers is not None else ()
+    )
+    return SpeedPrediction(step=step_time(shape, run, device), notes=notes)

@@ -56,6 +56,7 @@ class ModelShape:
     quantization: str | None = None  # "gptq" | "bnb" | None
     adapted_width: int = 0  # LoRA: sum over adapted linears of inputs + outputs, whole model
     adapters_per_layer: int = 0
+    attention_layers: int | None = None  # None: every layer (hybrids have fewer)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +164,8 @@ def hardware_flops_per_token(shape: ModelShape, run: Run) -> float:
     passes = 3 if run.gradient_checkpointing else 2  # forward, (recompute,) input gradients
     weight_gradients = 0 if run.method in ("lora", "pt") else shape.trainable_params
     dense = 2 * passes * shape.matmul_params + 2 * weight_gradients
-    attention_forward = 4 * shape.layers * shape.attention_width * run.sequence_length
+    layers = shape.layers if shape.attention_layers is None else shape.attention_layers
+    attention_forward = 4 * layers * shape.attention_width * run.sequence_length
     if run.flash_attention:
         attention_forward /= 2  # causal: the masked half is skipped
     attention_passes = 1 + 2.5 + (1 if run.gradient_checkpointing else 0)
