@@ -267,3 +267,28 @@ def test_the_meta_count_agrees_with_the_counter_where_both_count(name):
     assert meta.total == counted.total_params
     assert meta.active_matmul == pytest.approx(counted.matmul_params, rel=1e-3)
     assert meta.attention_layers == counted.layers
+
+
+def test_gptq_lora_runs_the_fused_kernels_its_experiment_passes():
+    from ado_actuators.sfttrainer.catalog.entity import entity_values
+    from ado_actuators.sfttrainer.catalog.experiments import catalog_data
+    from ado_actuators.sfttrainer.plan.speed_check import run_of
+
+    values = entity_values(
+        {
+            "model_name": "mistral-7b-v0.1",
+            "model_max_length": 512,
+            "batch_size": 4,
+            "number_gpus": 2,
+        }
+    )
+    catalog = catalog_data()
+    gptq = run_of(values, catalog.experiment("finetune_gtpq-lora_benchmark-v1.0.0"))
+    assert (gptq.method, gptq.fast_kernels, gptq.fused_lora, gptq.per_device_batch) == (
+        "lora",
+        True,
+        True,
+        2,
+    )
+    plain = run_of(values, catalog.experiment("finetune_lora_benchmark-v1.0.0"))
+    assert (plain.fast_kernels, plain.fused_lora) == (False, False)

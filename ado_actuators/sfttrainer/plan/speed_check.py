@@ -177,6 +177,7 @@ def run_of(values: Any, definition: ExperimentDefinition) -> Run:
         gradient_checkpointing=bool(values.gradient_checkpointing),
         flash_attention=bool(values.flash_attn),
         fast_kernels=any(str(k).lower() == "true" for k in kernels),
+        fused_lora=bool(definition.sft_trainer_arguments.get("fused_lora")),
         weight_bytes=float(DTYPE_BYTES.get(values.torch_dtype, 2)),
     )
 
