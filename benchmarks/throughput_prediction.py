@@ -38,10 +38,11 @@ from scipy.optimize import least_squares
 from scipy.stats import spearmanr
 
 from ado_actuators.sfttrainer.plan.memory_bound import Training
-from ado_actuators.sfttrainer.plan.speed_check import model_shape
+from ado_actuators.sfttrainer.plan.speed_check import device_of, model_shape
 from ado_actuators.sfttrainer.plan.step_time import (
     FITTED,
     REFERENCE,
+    Device,
     Fitted,
     ModelShape,
     Run,
@@ -49,6 +50,9 @@ from ado_actuators.sfttrainer.plan.step_time import (
 )
 
 DATA = Path(__file__).parent / "data" / "fms_acceleration_a100_80gb.csv"
+L40_DATA = Path(__file__).parent / "data" / "fms_acceleration_l40.csv"
+"""fms-acceleration's L40 runs (8af8fa7, May 2024): nothing is fitted on them; they test the
+datasheet scaling to a device the constants never saw."""
 PACKED_TABLES = ("a100_80gb", "a100_80gb_granite", "a100_80gb_liger")
 FAMILIES = {
     "santacoder": "GPTBigCode",
@@ -68,6 +72,7 @@ class Observed:
     shape: ModelShape
     run: Run
     tokens_per_second: float
+    device: Device = REFERENCE
 
     def label(self) -> str:
         return (
@@ -80,7 +85,9 @@ def family(model: str) -> str:
     return next(v for k, v in FAMILIES.items() if k in model.lower())
 
 
-def _observed(row: dict[str, str], configs: dict[str, dict]) -> Observed:
+def _observed(
+    row: dict[str, str], configs: dict[str, dict], device: Device = REFERENCE
+) -> Observed:
     model, framework = row["model_name_or_path"], row["framework_config"]
     config = dict(configs[model])
     if "bnb" in framework:
@@ -109,6 +116,7 @@ def _observed(row: dict[str, str], configs: dict[str, dict]) -> Observed:
         shape=model_shape(config, training, "Vanilla"),
         run=run,
         tokens_per_second=float(row["train_tokens_per_second"]),
+        device=device,
     )
 
 
@@ -124,8 +132,19 @@ def load(path: Path = DATA) -> list[Observed]:
     ]
 
 
+def load_l40(path: Path = L40_DATA) -> list[Observed]:
+    configs, device = load_configs(), device_of("NVIDIA-L40")
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
+    return [
+        _observed({**row, "torch_dtype": "float16"}, configs, device)
+        for row in csv.DictReader(lines)
+        if row["model_name_or_path"] in configs
+    ]
+
+
 def predicted(observed: Observed, fitted: Fitted) -> float:
-    return step_time(observed.shape, observed.run, REFERENCE, fitted).tokens_per_second_per_gpu
+    step = step_time(observed.shape, observed.run, observed.device, fitted)
+    return step.tokens_per_second_per_gpu
 
 
 def fit(runs: list[Observed]) -> Fitted:
@@ -200,6 +219,11 @@ def main(argv: list[str] | None = None) -> int:
     summary(
         "leave one family out, the actuator's methods only (no bitsandbytes)",
         [(o, e) for o, e in pairs if o.shape.quantization != "bnb"],
+    )
+    held_out = load_l40()
+    summary(
+        "another device, nothing fitted on it (L40, the A100 fit scaled by datasheet figures)",
+        list(zip(held_out, errors(held_out, FITTED), strict=True)),
     )
     worst = sorted(pairs, key=lambda p: -abs(p[1]))
     print("largest errors (leave one family out):")

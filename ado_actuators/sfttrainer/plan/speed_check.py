@@ -224,7 +224,8 @@ def _notes(values: Any, run: Run, device: Device) -> tuple[str, ...]:
     if device.name != REFERENCE.name:
         notes.append(
             f"{device.name}: scaled from {REFERENCE.name} by datasheet peak FLOP/s, memory "
-            f"bandwidth and interconnect (fitted on A100 runs only)"
+            f"bandwidth and interconnect (fitted on A100 runs only; on fms-acceleration's L40 "
+            f"runs this scaling predicted about a third slower than measured)"
         )
     if run.nodes > 1:
         notes.append(f"{run.nodes} nodes: the network is assumed at {INTER_NODE_GBPS:g} GB/s")
