@@ -43,11 +43,12 @@ class SpaceBill:
             f"would save {self.oom_saving_gpu_hours:.2f} GPU-hours"
         )
         missing = f" ({self.without_estimate} without an estimate)" if self.without_estimate else ""
+        until = " (a predicted OOM until its first step)" if self.predicted_ooms else ""
         return [
             f"{self.configurations} configurations: {counts}.",
             f"Predicted training GPU-hours: the space {self.space_gpu_hours:.2f} (every "
             f"configuration the rules allow, to its stop); the {self.launched} that would launch "
-            f"{self.launched_gpu_hours:.2f}{missing} (a predicted OOM until its first step); "
+            f"{self.launched_gpu_hours:.2f}{missing}{until}; "
             f"{skip}.",
             f"Apart: loading the models {self.load_gpu_hours:.2f} GPU-hours (the weights at "
             f"{LOAD_GBPS:g} GB/s, assumed, and {START_SECONDS:g} s to the first step); "
