@@ -174,7 +174,11 @@ def _speed(
         )
     except ModelConfigUnavailable as error:
         return SpeedPrediction(skipped=str(error))
-    return predict_speed(values, definition, config)
+    try:
+        return predict_speed(values, definition, config)
+    except Exception as error:  # a prediction never costs the measurement its row
+        log.exception("predicting the throughput of %s failed", values.model_name)
+        return SpeedPrediction(skipped=f"the prediction failed: {error!r}")
 
 
 def _environment_request(params: MeasurementSettings) -> EnvironmentRequest:
