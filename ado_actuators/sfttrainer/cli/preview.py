@@ -74,9 +74,10 @@ def preview(
     outputs = [f for f in (csv_file, json_file, html_file) if f is not None]
     with one_line_errors(outputs[0] if outputs else None, "Interrupted; nothing was launched."):
         from ado_actuators.sfttrainer.cli import preview_output as output
+        from ado_actuators.sfttrainer.engine.preview_bill import space_bill
 
         rows, settings = _rows(space, actuator_config)
-        bill = output.space_bill(rows, settings)
+        bill = space_bill(rows, settings)
         output.print_table(rows, bill, WIDTH)
         if csv_file is not None:
             output.write_csv(rows, csv_file)

@@ -13,9 +13,7 @@ from typing import Any
 
 from ado_actuators.sfttrainer.catalog.entity import FIELDS
 from ado_actuators.sfttrainer.engine.preview import PreviewRow
-from ado_actuators.sfttrainer.engine.preview_bill import SpaceBill, space_bill
-
-__all__ = ["print_table", "space_bill", "write_csv", "write_html", "write_json"]
+from ado_actuators.sfttrainer.engine.preview_bill import SpaceBill
 
 SCALED = "*"
 """Marks a predicted tokens/s scaled from the A100 fit to another device by datasheet figures."""
