@@ -196,7 +196,7 @@ EXPERIMENTS = [
 ]
 
 
-def catalogue_space(path, stop: dict | None = None):
+def catalogue_space(path, stop: dict | None = None, models=CATALOGUE, experiments=EXPERIMENTS):
     parameterization = [
         {"property": {"identifier": k}, "value": v} for k, v in (stop or {}).items()
     ]
@@ -205,10 +205,10 @@ def catalogue_space(path, stop: dict | None = None):
             {
                 "experiments": [
                     {"experimentIdentifier": e, "parameterization": parameterization}
-                    for e in EXPERIMENTS
+                    for e in experiments
                 ],
                 "entitySpace": [
-                    {"identifier": "model_name", "propertyDomain": {"values": CATALOGUE}},
+                    {"identifier": "model_name", "propertyDomain": {"values": list(models)}},
                     {"identifier": "number_gpus", "propertyDomain": {"values": [1, 2, 4]}},
                     {"identifier": "gpu_model", "propertyDomain": {"values": [A100]}},
                     {"identifier": "model_max_length", "propertyDomain": {"values": [2048, 4096]}},
@@ -297,6 +297,49 @@ def test_the_table_says_which_figures_are_predicted_and_where_shapes_came_from(
     text = " ".join(result.output.split())
     assert "All predicted, none measured." in text
     assert "skipping the" in text and "predicted OOMs" in text
+
+
+def test_an_estimated_shape_is_labelled_so_in_the_rows_the_csv_and_the_json(tmp_path, no_network):
+    """granite-13b-v2 is an internal checkpoint: its shape is estimated from public facts, and
+    every place a row goes says so, never "shipped shape"."""
+    space = catalogue_space(
+        tmp_path / "space.yaml", models=["granite-13b-v2"], experiments=EXPERIMENTS[:1]
+    )
+    out, document = tmp_path / "p.csv", tmp_path / "p.json"
+    result = invoke(space, "--csv", out, "--json", document)
+    assert result.exit_code == 0, result.output
+    assert (
+        "granite-13b-v2: estimated shape (fitted to the 13,360,702,464 parameters IBM/ado's"
+        in result.output
+    )
+    assert "unknown" not in result.output
+    rows = list(csv.DictReader(out.open()))
+    assert rows and {r["shape_source"] for r in rows} == {"estimated shape"}
+    assert all("13,360,702,464" in r["shape_where"] for r in rows)
+    json_rows = json.loads(document.read_text())["rows"]
+    assert {r["shape_source"] for r in json_rows} == {"estimated shape"}
+
+
+def test_a_model_found_nowhere_gets_one_short_line_and_the_fix_once(tmp_path, no_network):
+    missing = ["allam-1-13b", "granite-8b-japanese", "granite-3b-1.5"]
+    space = catalogue_space(tmp_path / "space.yaml", models=missing, experiments=EXPERIMENTS[:1])
+    document = tmp_path / "p.json"
+    result = invoke(space, "--json", document)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    for name in missing:
+        (line,) = [line for line in lines if line.strip().startswith(f"{name}:")]
+        assert line == f"  {name}: no config.json in its directory nor the shipped shapes"
+    fix = "add a model: model_map: {NAME: {Vanilla: /path/to/model}} in the actuator"
+    assert [line for line in lines if fix in line] == [
+        f"  {fix} configuration, or its config.json there"
+    ]
+    assert max(len(line) for line in lines) <= 120
+    # the long form stays in the JSON: where exactly, why none is shipped, the fix for this model
+    why = {r["model_name"]: r["why"] for r in json.loads(document.read_text())["rows"]}
+    assert "none at /hf-models-pvc/allam-1-13b-instruct-20240607/config.json" in why["allam-1-13b"]
+    assert "expanded Arabic vocabulary" in why["allam-1-13b"]
+    assert "model_map ({allam-1-13b: {Vanilla: /path/to/model}})" in why["allam-1-13b"]
 
 
 def test_the_page_draws_the_predicted_figures(tmp_path, no_network):

@@ -3,12 +3,14 @@
 1. the model's directory (a path in the model map), when it holds a config.json;
 2. hf_home's Hugging Face cache, for a hub id;
 3. the shapes shipped with the package (model_shapes.yaml: the fields the predictors read, for
-   every model of the shipped map, each with its source);
+   every model of the shipped map, each with its source; an internal checkpoint's shape is
+   estimated from public facts where they determine it, and says so);
 4. when asked and online, the hub's config.json alone (no weights), downloaded into hf_home's
    cache, where step 2 finds it next time.
 
-A model found nowhere gets one line saying how to add it. Only the config.json is ever read or
-fetched here: no weights, no tokenizer.
+A model found nowhere gets a message saying where it was looked for and how to add it, and a
+one-line brief of it for the terminal. Only the config.json is ever read or fetched here: no
+weights, no tokenizer.
 """
 
 from __future__ import annotations
@@ -25,18 +27,32 @@ import yaml
 DIRECTORY = "model directory"
 CACHE = "hf_home cache"
 SHIPPED = "shipped shape"
+ESTIMATED = "estimated shape"
 HUB = "hub config.json"
+
+ADD_A_MODEL = (
+    "add a model: model_map: {NAME: {Vanilla: /path/to/model}} in the actuator configuration, "
+    "or its config.json there"
+)
+"""The fix for every model found nowhere, said once under the preview's list of them."""
 
 
 class ModelConfigUnavailable(LookupError):
-    pass
+    """No config.json: the message says where it was looked for and how to add one; `brief`
+    says where in one short line (the fix is ADD_A_MODEL)."""
+
+    def __init__(self, message: str, brief: str | None = None) -> None:
+        super().__init__(message)
+        self.brief = brief or message
 
 
 @dataclasses.dataclass(frozen=True)
 class FoundConfig:
     config: dict[str, Any]
-    source: str  # one of DIRECTORY, CACHE, SHIPPED, HUB
-    where: str  # the path, the cached file, or the shipped entry's citation
+    source: str  # one of DIRECTORY, CACHE, SHIPPED, ESTIMATED, HUB
+    where: (
+        str  # the path, the cached file, the shipped entry's citation or its estimate's reasoning
+    )
     checked: bool = True  # False: a shipped shape no public copy could confirm
 
 
@@ -49,12 +65,15 @@ def shipped_shapes() -> dict[str, dict[str, Any]]:
 
 def shipped_shape(model_name: str, weights_format: str = "Vanilla") -> FoundConfig | None:
     """The shipped fields of `model_name` in `weights_format` (a format's own fields over the
-    model's), None where none are shipped."""
+    model's), None where none are shipped. An internal checkpoint's shape, estimated from public
+    facts, says so in its source."""
     entry = shipped_shapes().get(model_name)
     if entry is None or "config" not in entry:
         return None
     own = entry.get(weights_format) or {}
     config = {**entry["config"], **own.get("config", {})}
+    if "estimated" in entry:
+        return FoundConfig(config, ESTIMATED, entry["estimated"])
     source = own.get("source") or entry["source"]
     return FoundConfig(
         config, SHIPPED, f"{entry['hub']}: {source}", checked=entry.get("checked", True)
@@ -117,6 +136,15 @@ def how_to_add(model_name: str | None, location: str, hf_home: str | None) -> st
     )
 
 
+def where_looked(location: str, hub: bool) -> str:
+    """How_to_add's where, in a few words: a terminal line's worth."""
+    if not _is_hub_id(location):
+        return "no config.json in its directory nor the shipped shapes"
+    if hub:
+        return "no config.json in hf_home's cache, the shipped shapes or the hub"
+    return "no config.json in hf_home's cache nor the shipped shapes"
+
+
 def find_model_config(
     location: str,
     hf_home: str | None,
@@ -137,4 +165,6 @@ def find_model_config(
         downloaded = _from_hub(location, _cache_dir(hf_home))
         if downloaded is not None:
             return _read(downloaded, HUB)
-    raise ModelConfigUnavailable(how_to_add(model_name, location, hf_home))
+    raise ModelConfigUnavailable(
+        how_to_add(model_name, location, hf_home), brief=where_looked(location, hub)
+    )

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ado_actuators.sfttrainer.catalog.entity import FIELDS
+from ado_actuators.sfttrainer.catalog.model_shapes import ADD_A_MODEL
 from ado_actuators.sfttrainer.engine.preview import PreviewRow
 from ado_actuators.sfttrainer.engine.preview_bill import SpaceBill
 
@@ -115,17 +116,25 @@ def _table(rows: list[PreviewRow]) -> Any:
     return table
 
 
-def _footnotes(rows: list[PreviewRow]) -> list[str]:
-    """Where each model's shape came from, why rows have no figure, and the notes."""
-    lines = []
+def _shape_lines(rows: list[PreviewRow]) -> list[str]:
+    """Where each model's shape came from, or, for a model found nowhere, a few words on where
+    it was looked for, the fix said once under them (the long forms are the CSV's and JSON's
+    `shape_where` and `why`)."""
     shapes = {}
     for row in rows:
         name = str(row.entity.get("model_name", ""))
         if row.shape_source:
             shapes.setdefault(name, f"{name}: {row.shape_source} ({row.shape_where})")
         elif row.verdict in ("unknown", "failed") and row.why:
-            shapes.setdefault(name, f"{name}: {row.why}")
-    lines += ["Model shapes:", *(f"  {line}" for line in shapes.values())]
+            shapes.setdefault(name, f"{name}: {row.why_in_brief or row.why}")
+    lines = ["Model shapes:", *(f"  {line}" for line in shapes.values())]
+    if any(row.why_in_brief for row in rows):
+        lines.append(f"  {ADD_A_MODEL}")
+    return lines
+
+
+def _note_lines(rows: list[PreviewRow]) -> list[str]:
+    lines = []
     notes = dict.fromkeys(note for row in rows for note in row.speed_notes)
     if any(SCALED in _speed(r) for r in rows):
         lines.append(f"{SCALED} scaled from the A100 fit by datasheet peak FLOP/s and bandwidths")
@@ -139,7 +148,10 @@ def print_table(rows: list[PreviewRow], bill: SpaceBill, width: int) -> None:
 
     console = Console(width=width, soft_wrap=False)
     console.print(_table(rows))
-    for line in [*_footnotes(rows), *bill.lines()]:
+    for line in _shape_lines(rows):  # one line per model: the CSV and JSON have the rest
+        cut = line if len(line) <= width else line[: width - 3] + "..."  # ASCII, as the table
+        console.print(cut, markup=False, highlight=False, no_wrap=True, overflow="crop")
+    for line in [*_note_lines(rows), *bill.lines()]:
         console.print(line, markup=False, highlight=False)
 
 
@@ -209,7 +221,10 @@ def write_html(rows: list[PreviewRow], bill: SpaceBill, path: Path, title: str) 
         table,
         path,
         f"SFTTrainer space preview: {title} (predicted, not measured)",
-        [("The bill (predicted)", bill.lines()), ("Model shapes", _footnotes(rows)[1:])],
+        [
+            ("The bill (predicted)", bill.lines()),
+            ("Model shapes", [*_shape_lines(rows)[1:], *_note_lines(rows)]),
+        ],
     )
 
 

@@ -47,6 +47,7 @@ class PreviewRow:
     entity: dict[str, Any]  # the space's values of this point
     verdict: str  # invalid | certain OOM | predicted OOM | fits | unknown | failed
     why: str = ""
+    why_in_brief: str = ""  # the why in a few words, for a terminal line; empty: the why is short
     shape_source: str | None = None  # where config.json came from (catalog/model_shapes.py)
     shape_where: str | None = None
     gpus: int = 0
@@ -218,7 +219,7 @@ def preview_entity(
             hub=True,
         )
     except ModelConfigUnavailable as error:
-        return dataclasses.replace(row, why=str(error))
+        return dataclasses.replace(row, why=str(error), why_in_brief=error.brief)
     memory = _assess(values, definition, found)
     verdict, why = _memory_verdict(memory)
     fewest = None
