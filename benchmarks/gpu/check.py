@@ -203,7 +203,23 @@ def summary(report: dict) -> str:
             f"NVML: {json.dumps(nvml.get('load', nvml))}; energy "
             f"{nvml.get('energy_joules')} J; failures {nvml.get('failures', '-')}"
         )
+    if nvml and nvml.get("machine"):
+        text.append(machine_line(nvml["machine"]))
     return "\n\n".join(text)
+
+
+def machine_line(machine: dict) -> str:
+    """The node as every row records it (trainer/machine.py), in one line."""
+    gpus = machine.get("gpus") or []
+    first = gpus[0] if gpus else {}
+    return (
+        f"machine: {len(gpus)} x {first.get('name')}, driver {machine.get('gpu_driver')}, CUDA "
+        f"{machine.get('cuda_runtime')} (driver's {machine.get('cuda_driver')}), NCCL "
+        f"{machine.get('nccl')}, links: {machine.get('interconnect')}; GPU 0 SM "
+        f"{first.get('sm_clock_mhz')}/{first.get('max_sm_clock_mhz')} MHz, power limit "
+        f"{first.get('power_limit_watts')} W; CPU {machine.get('cpu_model')} x "
+        f"{machine.get('cpu_cores')}; NVML refused {len(machine.get('problems') or [])} readings"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,10 @@
 must win over the image's own copies), the device, and that fms-hf-tuning imports.
 `nvml`: the trainer's own GpuSampler (trainer/monitor.py) on GPU 0, idle and then under a
 matrix-product load, with the energy counter around the load: samples, failures, utilisation,
-power, joules. Without a GPU it records why NVML did not start (the path CPU runs take).
+power, joules. Without a GPU it records why NVML did not start (the path CPU runs take). Then
+the machine block every row carries (trainer/machine.py), read through NVML over every GPU of
+the node: driver, CUDA, NCCL, each GPU's clocks and power limit, and how each pair is linked
+(NVLink or the PCIe path), with what NVML refused to say.
 """
 
 from __future__ import annotations
@@ -95,12 +98,31 @@ def _sample_for(sampler, seconds: float, work=None) -> tuple[list, list]:
     return samples, failures
 
 
+def node_machine() -> dict:
+    """The machine block as a measurement on every GPU of this node would record it."""
+    from ado_actuators.sfttrainer.trainer import machine
+    from ado_actuators.sfttrainer.trainer.monitor import GpuSampler
+
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+        pynvml.nvmlShutdown()
+    except Exception:  # no NVML: the sampler below says why
+        count = 1
+    sampler = GpuSampler(list(range(count)))
+    described = machine.describe(*sampler.devices(), gpu_problem=sampler.problem)
+    sampler.close()
+    return described.model_dump(mode="json")
+
+
 def nvml() -> dict:
     from ado_actuators.sfttrainer.trainer.monitor import GpuSampler
 
     sampler = GpuSampler([0])
     if not sampler.available:
-        return {"available": False, "problem": sampler.problem}
+        return {"available": False, "problem": sampler.problem, "machine": node_machine()}
     import torch
 
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -131,6 +153,7 @@ def nvml() -> dict:
         "mean_watts_from_energy": round(energy / seconds, 1) if energy is not None else None,
         "failures": len(failures),
         "first_failures": failures[:5],
+        "machine": node_machine(),
     }
 
 

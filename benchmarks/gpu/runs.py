@@ -279,6 +279,8 @@ def measure_one(root, config, models, dataset, cpu, steps, gpu_model, flash, rep
         "flash_attention": outcome.metadata.get("flash_attention"),
         "distributed_type": outcome.metadata.get("distributed_type"),
         "notes": outcome.metadata.get("notes"),
+        "train_loss": outcome.metadata.get("train_loss"),
+        "machine": outcome.metadata.get("machine"),
     }
     if not config.bare:
         return row

@@ -173,6 +173,63 @@ def test_stop_after_seconds_stops_early_and_omits_token_estimates(params):
     assert props["measurement_seconds"] > props["train_runtime"]
 
 
+LABELLED_LENGTH = 512
+"""Where the tiny tokenizer reaches the responses of news-chars-512 (385 to 437 tokens in),
+which fms-hf-tuning trains on: at shorter lengths every label is masked (the next test)."""
+
+
+def as_row(outcome: Measured) -> dict:
+    """A measured outcome as ado's table of properties has it, with what sources.py adds from
+    the result's metadata."""
+    from ado_actuators.sfttrainer.report.machine import fingerprint
+    from ado_actuators.sfttrainer.report.table import MACHINE
+
+    fields = entity(model_max_length=LABELLED_LENGTH, max_steps=8)
+    return {
+        "experiment_id": "SFTTrainer.finetune_full_benchmark-v1.0.0",
+        **{k: str(v) for k, v in (fields | outcome.properties).items()},
+        MACHINE: [fingerprint(outcome.metadata)],
+    }
+
+
+def test_the_same_configuration_twice_starts_from_the_same_loss_on_the_same_machine(params):
+    """Real training, twice, one seed: the loss properties and the machine block of each row,
+    and the comparison of the two finds no loss parity broken and no machine apart."""
+    from ado_actuators.sfttrainer.report.compare import compare
+    from ado_actuators.sfttrainer.report.table import space_table
+
+    first, second = (run(params, max_steps=8, model_max_length=LABELLED_LENGTH) for _ in range(2))
+    for outcome in (first, second):
+        assert isinstance(outcome, Measured), getattr(outcome, "reason", "")
+        props = outcome.properties
+        assert props["train_loss_finite"] == 1.0 and props["train_loss_rose"] in (0.0, 1.0)
+        assert props["train_loss_first_step"] > 0 and props["train_loss_last_tenth"] > 0
+        window = outcome.metadata["train_loss"]
+        assert (window["window_steps"], window["tenth_steps"]) == (8, 3)
+        machine = outcome.metadata["machine"]
+        assert machine["cpu_model"] and machine["cpu_cores_usable"] >= 1
+        assert (machine["gpus"], machine["interconnect"]) == ([], "no GPU")
+        assert machine["torch_threads"] >= 1 and machine["nodes"] == 1
+    (pair,) = compare(space_table([as_row(first)]), space_table([as_row(second)]), "again").pairs
+    assert pair.parity.dtype == "float32" and pair.parity.holds, pair.parity.text()
+    assert pair.loss_flags == () and pair.machine_differences == ()
+    assert dict(pair.point.machine)["fms-hf-tuning"] == installed_fms_hf_tuning()
+
+
+def test_a_length_that_cuts_every_response_off_trains_nothing_and_says_so(params):
+    """fms-hf-tuning trains only what follows the response template; at 96 tokens the tiny
+    tokenizer has not reached it in any entry: every label is masked, the loss is 0 / 0."""
+    outcome = run(params, max_steps=2)
+    assert isinstance(outcome, Measured), getattr(outcome, "reason", "")
+    assert outcome.properties["train_loss_finite"] == 0.0
+    assert "train_loss_first_step" not in outcome.properties
+    assert outcome.metadata["train_loss"]["unlabelled_steps"] == [1, 2]
+    assert any(
+        "every label of those steps' batches was masked" in note
+        for note in outcome.metadata["notes"]
+    )
+
+
 def test_configuration_invalid_entity_is_answered_without_launching(params):
     values = entity(number_gpus=2, batch_size=3, gpu_model="NVIDIA-A100-SXM4-80GB")
     outcome = measure(values, "finetune_full_benchmark-v1.0.0", params, label="invalid-entity")

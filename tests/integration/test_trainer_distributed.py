@@ -87,6 +87,29 @@ def test_rank_token_sums_add_up_to_the_whole_dataset(runs, tiny_model_dir, train
     assert sum(per_rank) == sum(expected), (per_rank, sum(expected))
 
 
+def test_the_steps_loss_over_both_ranks_is_the_loss_hugging_face_logs(runs):
+    """Each rank reports what training_step returned, summed over its 2 micro-batches; their
+    mean over the ranks, averaged over the steps, is the loss HF logs at the epoch's end
+    (fms-hf-tuning's logging_strategy, written by its file logger), to HF's 4 decimals."""
+    import json
+    import math
+
+    from ado_actuators.sfttrainer.metrics.loss import merged
+
+    run = runs["tokens"]
+    for report in run.reports:
+        assert all(s.loss is not None and math.isfinite(s.loss) for s in report.steps)
+        assert all(0 < s.labelled_tokens <= s.dataset_tokens + s.samples for s in report.steps)
+    steps = merged(run.reports)
+    assert [s.step for s in steps] == list(range(1, STEPS + 1))
+    (logged,) = [
+        json.loads(line)["data"]["value"]
+        for line in (run.workdir / "output" / "training_logs.jsonl").read_text().splitlines()
+        if json.loads(line)["name"] == "training_loss"
+    ]
+    assert round(sum(s.loss for s in steps) / STEPS, 4) == logged
+
+
 def test_stop_after_seconds_stops_every_rank_at_the_same_step(runs):
     run = runs["stop"]
     assert run.returncode == 0, run.describe()

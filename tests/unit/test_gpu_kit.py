@@ -118,3 +118,27 @@ def test_device_check_refuses_to_run_without_a_kit(tmp_path):
         timeout=30,
     )
     assert done.returncode == 2 and "make gpu-kit" in done.stderr
+
+
+def test_the_device_checks_nvml_probe_describes_the_node_as_every_row_does(tmp_path):
+    """probes.py reads the machine block through NVML over every GPU of the node; here through
+    the NVML imitation (tests/nvml_imitation) first on PYTHONPATH, as the probe imports it."""
+    import json
+    import os
+
+    imitation = Path(__file__).resolve().parents[1] / "nvml_imitation"
+    code = "import json, probes; print(json.dumps(probes.node_machine()))"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(imitation), str(GPU)])},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    machine = json.loads(done.stdout)
+    assert [g["index"] for g in machine["gpus"]] == [0, 1, 2, 3]  # the imitation's 4 GPUs
+    line = check.machine_line(machine)
+    assert line.startswith("machine: 4 x NVIDIA H100 80GB HBM3, driver 550.54.15, CUDA ")
+    assert "links: NVLink through NVSwitch; GPU 0 SM 345/1980 MHz, power limit 700.0 W" in line

@@ -9,6 +9,7 @@ from ado_actuators.sfttrainer.contract.trainer_io import (
     Failure,
     GpuSample,
     GpuSampleFailure,
+    Machine,
     ModelParameters,
     RankOutcome,
     RankReport,
@@ -271,17 +272,36 @@ def test_what_a_launcher_said_is_kept_to_1000_characters():
 # ---- what a measurement stores beside its figures ---------------------------------------------
 
 
-def cpu_run(**fields):
+def cpu_run(losses=(None, None), **fields):
     """One CPU rank (number_gpus 0) that trained two steps of 100 tokens, 1 s each."""
     steps = [
-        StepTiming(step=i, start=i - 1, end=i, dataset_tokens=100, sequence_tokens_squared=10_000)
+        StepTiming(
+            step=i,
+            start=i - 1,
+            end=i,
+            dataset_tokens=100,
+            sequence_tokens_squared=10_000,
+            loss=losses[i - 1],
+        )
         for i in (1, 2)
     ]
     return outcome([rank(0, 1, steps=steps, **fields)], [node()], world_size=1, number_gpus=0)
 
 
 def test_the_metadata_of_a_measurement():
+    machine = Machine(
+        node="h",
+        cpu_model="AMD EPYC 7763",
+        cpu_cores=2,
+        cpu_cores_usable=2,
+        memory_gib=24.0,
+        os="Linux",
+        python="3.11.7",
+        interconnect="no GPU",
+    )
     found = cpu_run(
+        losses=(2.5, 2.25),
+        machine=machine,
         model_parameters=TINY,
         flash_attention=True,
         distributed_type="NO",
@@ -299,6 +319,7 @@ def test_the_metadata_of_a_measurement():
             "needs at least 6 (3 batches of 2 steps)",
             "flash_attn dropped on CPU",
             "model_flops_utilization omitted: no dense peak known for gpu_model None (CPU)",
+            "train_loss_rose omitted: 2 measured step(s) with a loss, the rule needs 6",
         ],
         "versions": {"torch": "2.13.0"},
         "steps": 2,
@@ -310,6 +331,19 @@ def test_the_metadata_of_a_measurement():
         "stopped_by": "stop_after_seconds=30",
         "auto_stop": None,  # no adaptive method
         "aim_run_hash": "4f2a",
+        "train_loss": {
+            "tenth_steps": 2,
+            "window_steps": 2,
+            "not_finite_steps": [],
+            "unlabelled_steps": [],
+            "rise": None,
+        },
+        "machine": machine.model_dump(mode="json") | {"nodes": 1},
+    }
+    assert {k: v for k, v in found.properties.items() if k.startswith("train_loss")} == {
+        "train_loss_first_step": 2.5,
+        "train_loss_last_tenth": 2.375,
+        "train_loss_finite": 1.0,
     }
 
 
@@ -357,7 +391,9 @@ def gpu_rank(steps, **fields):
     )
 
 
-ONE_STEP = [StepTiming(step=1, start=0, end=1, dataset_tokens=100, sequence_tokens_squared=10_000)]
+ONE_STEP = [
+    StepTiming(step=1, start=0, end=1, dataset_tokens=100, sequence_tokens_squared=10_000, loss=2.0)
+]
 
 
 def test_notes_say_why_utilisation_and_energy_are_omitted_on_a_gpu():
@@ -369,6 +405,7 @@ def test_notes_say_why_utilisation_and_energy_are_omitted_on_a_gpu():
         "gpu_energy_joules_per_token omitted: GPU 0 on h: no energy counter readings",
         "dataset_tokens_per_second_ci95_percent omitted: 1 measured step(s): an interval needs "
         "at least 6 (3 batches of 2 steps)",
+        "train_loss_rose omitted: 1 measured step(s) with a loss, the rule needs 6",
     }
     known = outcome([gpu_rank(ONE_STEP)], [node()], world_size=1, number_gpus=1, gpu_model=A100)
     assert "model_flops_utilization" in known.properties
@@ -404,6 +441,19 @@ def test_warm_up_is_left_out_of_the_figures_the_metadata_and_the_gpu_checks():
         found.metadata["measured_steps"],
     ) == (3, 1, 2)
     assert found.metadata["model_flops_per_token"] == per_token
+
+
+def test_the_loss_of_the_window_leaves_the_warm_up_out_but_not_the_first_step():
+    steps = [
+        StepTiming(step=i, start=i - 1, end=i, dataset_tokens=100, loss=9.0 - i)
+        for i in range(1, 9)
+    ]
+    found = outcome(
+        [rank(0, 1, steps=steps, warmup_steps=2)], [node()], world_size=1, number_gpus=0
+    )
+    assert found.metadata["train_loss"]["window_steps"] == 6  # steps 3 to 8
+    assert found.properties["train_loss_first_step"] == 8.0
+    assert found.properties["train_loss_rose"] == 0.0  # 6 steps: judged
 
 
 def test_when_every_step_was_warm_up_the_whole_run_is_measured_and_a_note_says_so():

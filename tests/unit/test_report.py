@@ -311,8 +311,9 @@ def test_two_releases_compare_per_configuration_and_differences_over_10_percent_
     heading, lines = comparison_block(comparison)
     assert heading == "Compared with old.csv (fms-hf-tuning 3.2.2 here, 3.1.0 there)"
     assert "3 configurations matched" in lines[0] and "2 differ: slower or faster" in lines[0]
+    assert lines[1].startswith("Machines not compared: the rows hold no machine block")
     # rows without an interval (stored before it existed) are judged by the ±10 % band
-    assert lines[1:] == [
+    assert lines[2:] == [
         "full, 1 GPU, sequence length 512, batch 4: 0.85× slower (beyond the "
         "±10% band: neither row has a 95 % interval)",
         "full, 1 GPU, sequence length 512, batch 16: valid only in the other space",

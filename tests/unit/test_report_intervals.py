@@ -107,7 +107,7 @@ def test_compare_flags_by_the_intervals_where_both_rows_have_one_else_by_the_ban
     assert [p.judged_by for p in pairs] == [INTERVALS, INTERVALS, BAND, BAND]
     assert [p.flag for p in pairs] == ["faster", None, "slower", None]
     lines = comparison_block(compare(here, there, "old.csv"))[1]
-    assert lines[1:] == [
+    assert lines[2:] == [
         "full, 1 GPU, sequence length 512, batch 4: 1.05× faster (95 % intervals apart: "
         "1,050 ± 2 % here, 1,000 ± 2 % there)",
         "full, 1 GPU, sequence length 512, batch 16: 0.85× slower (beyond the ±10% band: the "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import transformers
 
@@ -96,5 +98,48 @@ def test_installed_counts_what_training_step_receives():
             ids, mask = batch([[BOS, 5, 6]])
             FakeTrainer().training_step(None, {"input_ids": ids, "attention_mask": mask}, None)
         assert meter.take().dataset_tokens == 3 and len(calls) == 1
+    finally:
+        transformers.Trainer.training_step = original
+
+
+def test_meter_sums_the_micro_steps_losses_and_counts_the_labelled_positions():
+    """As Hugging Face sums training_step's returns into the loss it logs; -100 is no label."""
+    meter = TokenMeter()
+    for loss, labels in ((0.75, [[-100, -100, 5]]), (0.5, [[-100, 6, 7], [-100, -100, -100]])):
+        ids = torch.tensor(labels).clamp(min=0)
+        meter.add(
+            {
+                "input_ids": ids,
+                "attention_mask": torch.ones_like(ids),
+                "labels": torch.tensor(labels),
+            }
+        )
+        meter.add_loss(torch.tensor(loss))
+    counts = meter.take()
+    assert (counts.loss, counts.labelled_tokens) == (1.25, 3)
+    assert (meter.take().loss, meter.take().labelled_tokens) == (None, None)  # reset per step
+
+
+def test_a_nan_micro_step_makes_the_step_nan_and_no_label_counts_zero():
+    meter = TokenMeter()
+    meter.add({"input_ids": torch.ones(1, 4, dtype=torch.long), "labels": torch.full((1, 4), -100)})
+    meter.add_loss(torch.tensor(float("nan")))
+    counts = meter.take()
+    assert math.isnan(counts.loss) and counts.labelled_tokens == 0
+
+
+def test_installed_keeps_the_loss_training_step_returns():
+    class FakeTrainer(transformers.Trainer):
+        def __init__(self):
+            pass
+
+    original = transformers.Trainer.training_step
+    transformers.Trainer.training_step = lambda self, model, inputs, *a, **k: torch.tensor(2.5)
+    try:
+        meter = TokenMeter()
+        with meter.installed():
+            ids, mask = batch([[BOS, 5, 6]])
+            returned = FakeTrainer().training_step(None, {"input_ids": ids, "attention_mask": mask})
+        assert float(returned) == 2.5 and meter.take().loss == 2.5
     finally:
         transformers.Trainer.training_step = original

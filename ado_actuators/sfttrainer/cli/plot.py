@@ -17,7 +17,8 @@ SpaceId = Annotated[
         metavar="[SPACE_ID]",
         show_default=False,
         help="A stored space, read through ado's API in the active ado context (the one "
-        "`ado show measurements space SPACE_ID` reads).",
+        "`ado show measurements space SPACE_ID` reads); a name ending in .csv is read as "
+        "--csv FILE.",
     ),
 ]
 CsvFile = Annotated[
@@ -58,6 +59,20 @@ CompareWith = Annotated[
         "no interval, beyond ±10 %.",
     ),
 ]
+FailOn = Annotated[
+    str | None,
+    typer.Option(
+        "--fail-on",
+        metavar="CHECKS",
+        show_default=False,
+        help="With --compare: exit with status 1 when any matched configuration fails one "
+        "of these checks (comma-separated), printing the offending pairs; 0 otherwise. "
+        "slower: slower beyond both rows' 95 % intervals (beyond the ±10 % band where a "
+        "row has none); loss: first-step losses apart beyond rounding, or a loss not finite "
+        "or rising here and not there; invalid: invalid here, valid there. "
+        "E.g. --fail-on slower,loss in a CI job.",
+    ),
+]
 NameStem = Annotated[
     str | None,
     typer.Option(
@@ -80,14 +95,20 @@ NameStem = Annotated[
     "GPUs and sequence length, with several GPU counts the scaling against perfect scaling and "
     "GPU-hours per million dataset tokens; then what the space cost: GPU-hours reserved (valid and "
     "invalid; CPU-hours apart) and the configurations skipped without launching, by rule. "
+    "A valid configuration whose training loss was not finite or rose across its window is "
+    "never named fastest or tied: the answers say why it was passed over. "
     "--compare OTHER adds the ratio of dataset tokens/s to another space per configuration, "
     "flagging a difference where the 95 % intervals do not overlap (over 10 % where a row has "
-    "none) or in validity. Writes DIR/NAME.png and DIR/NAME.html (the picture "
+    "none), in validity, or in the loss: first-step losses apart beyond rounding, a loss not "
+    "finite or rising in one space only; it says where the rows ran on different GPUs, "
+    "drivers or library versions. --fail-on makes it a regression gate: exit status 1 when a "
+    "matched configuration fails a chosen check, with the offending pairs printed, 0 otherwise. "
+    "Writes DIR/NAME.png and DIR/NAME.html (the picture "
     "embedded, plus the plotted values; no network needed to view it), prints both paths, "
     "then the answers. "
     "Examples: sfttrainer_plot space-3b2a1c-7d9e0f  |  "
-    "sfttrainer_plot --csv measurements.csv -o plots/  |  "
-    "sfttrainer_plot --csv new.csv --compare old.csv"
+    "sfttrainer_plot measurements.csv -o plots/  |  "
+    "sfttrainer_plot new.csv --compare old.csv --fail-on slower,loss"
 )
 def plot(
     space_id: SpaceId = None,
@@ -95,16 +116,26 @@ def plot(
     context: ContextFile = None,
     output_dir: OutputDir = Path("."),
     compare: CompareWith = None,
+    fail_on: FailOn = None,
     name: NameStem = None,
 ) -> None:
+    from ado_actuators.sfttrainer.report import gate, summary
     from ado_actuators.sfttrainer.report.table import TableError
 
     with one_line_errors(output_dir, "Interrupted; no file was left half-written.", (TableError,)):
-        files = _plot(space_id, csv_file, context, output_dir, name, compare)
+        checks = gate.parse(fail_on) if fail_on is not None else ()
+        if checks and compare is None:
+            raise TableError(f"{gate.OPTION} needs --compare OTHER: it judges a comparison's pairs")
+        files, comparison = _plot(space_id, csv_file, context, output_dir, name, compare)
     # The paths first, one a line, so scripts can take the first two lines.
     typer.echo(files.png)
     typer.echo(files.html)
     typer.echo(files.summary)
+    if checks:
+        found = gate.offences(comparison, checks)
+        typer.echo(summary.as_text([summary.gate_block(checks, found, len(comparison.pairs))]))
+        if found:
+            raise typer.Exit(1)
 
 
 def _plot(space_id, csv_file, context, output_dir, name, other):
@@ -112,6 +143,8 @@ def _plot(space_id, csv_file, context, output_dir, name, other):
 
     if (space_id is None) == (csv_file is None):
         raise table.TableError("give either SPACE_ID or --csv FILE (exactly one)")
+    if space_id is not None and space_id.endswith(".csv"):  # as --compare reads OTHER
+        space_id, csv_file = None, Path(space_id)
     if csv_file is not None:
         if context is not None:
             raise table.TableError("--context applies to SPACE_ID, not to --csv FILE")
@@ -140,9 +173,10 @@ def _plot(space_id, csv_file, context, output_dir, name, other):
             data, table.space_table(other_rows, f"--compare {other}"), other_name
         )
         title += f" compared with {other_name}"
-    return files.write_report(
+    written = files.write_report(
         data, output_dir, stem, f"SFTTrainer measurements: {title}", comparison
     )
+    return written, comparison
 
 
 def main() -> None:

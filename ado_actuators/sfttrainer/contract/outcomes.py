@@ -51,6 +51,12 @@ TRAINING_COMPLETED = "training_completed"
 INVALID_REASON = "invalid_reason"
 """An Invalid's reason, as the ado front end stores it (actuator/results.py) and the report
 reads it back."""
+MACHINE = "machine"
+"""What a measured row ran on (execute/classify.py, from trainer/machine.py's blocks); the
+report compares two rows' (report/machine.py)."""
+VERSIONS = "versions"
+"""The library versions the training process imported (execute/classify.py); the report
+compares two rows' (report/machine.py)."""
 
 
 def launched(outcome: MeasurementOutcome) -> bool:

@@ -87,6 +87,9 @@ class AutoStopOutcome(pydantic.BaseModel):
 
 
 class StepTiming(pydantic.BaseModel):
+    # a loss of NaN or inf must come back as one, not as null (pydantic's default in JSON)
+    model_config = pydantic.ConfigDict(ser_json_inf_nan="strings")
+
     step: int  # global optimisation step, 1-based
     start: float  # wall-clock seconds (time.time())
     end: float
@@ -94,6 +97,17 @@ class StepTiming(pydantic.BaseModel):
     samples: int = 0  # sequences (dataset entries) this rank trained in the step
     padded_tokens: int = 0  # positions of the batches, padding included (HF's token figure)
     sequence_tokens_squared: int = 0  # sum over sequences of (real length)^2: attention FLOPs
+    loss: float | None = pydantic.Field(
+        default=None,
+        description="This rank's training loss of the step: what Hugging Face's training_step "
+        "returned for each micro-batch, summed as HF sums it into the loss it logs (HF logs its "
+        "mean over the ranks); None where training_step returned none.",
+    )
+    labelled_tokens: int | None = pydantic.Field(
+        default=None,
+        description="Positions of the step's batches with a label (not -100): what the loss is "
+        "computed over; 0 when every label was masked. None where the batches carry no labels.",
+    )
 
 
 class ProcessSample(pydantic.BaseModel):
@@ -156,6 +170,76 @@ class ModelParameters(pydantic.BaseModel):
     layers: int | None = None
     attention_width: int | None = None  # query heads x head dimension
     mixture_of_experts: bool = False
+
+
+class GpuFacts(pydantic.BaseModel):
+    """One GPU of the measurement as NVML described it when training started; None where NVML
+    could not say (Machine.problems has why)."""
+
+    index: int  # node-local CUDA index, as the job names it
+    name: str | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    memory_gib: float | None = None
+    sm_clock_mhz: int | None = None
+    memory_clock_mhz: int | None = None
+    max_sm_clock_mhz: int | None = None
+    max_memory_clock_mhz: int | None = None
+    power_limit_watts: float | None = None
+    nvlinks: int | None = pydantic.Field(
+        default=None, description="NVLink links up (0 on a GPU without NVLink)."
+    )
+    nvlink_to: list[str] = pydantic.Field(
+        default_factory=list, description="What the links lead to: GPU, NVSwitch, ..."
+    )
+
+
+class GpuLink(pydantic.BaseModel):
+    """How two GPUs of the measurement reach each other."""
+
+    gpus: tuple[int, int]
+    nvlink: bool | None = pydantic.Field(
+        default=None, description="NVML's peer-to-peer status over NVLink is OK."
+    )
+    pcie_path: str | None = pydantic.Field(
+        default=None,
+        description="Their closest common PCIe ancestor in nvidia-smi topo -m's words: BOARD, "
+        "PIX, PXB, PHB, NODE or SYS.",
+    )
+
+
+class Machine(pydantic.BaseModel):
+    """The node a rank ran on, read once when training started (trainer/machine.py): the CPU
+    always, the GPUs of the measurement through NVML where it has any."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    node: str
+    cpu_model: str
+    cpu_cores: int = pydantic.Field(description="Logical CPUs of the node.")
+    cpu_physical_cores: int | None = None
+    cpu_cores_usable: int = pydantic.Field(description="Logical CPUs this process may run on.")
+    torch_threads: int | None = None
+    memory_gib: float
+    os: str
+    python: str
+    gpu_driver: str | None = None
+    cuda_driver: str | None = pydantic.Field(
+        default=None, description="The newest CUDA the driver supports (NVML)."
+    )
+    cuda_runtime: str | None = pydantic.Field(
+        default=None, description="The CUDA runtime torch was built with and ships."
+    )
+    cudnn: str | None = None
+    nccl: str | None = None
+    gpus: list[GpuFacts] = pydantic.Field(default_factory=list)
+    links: list[GpuLink] = pydantic.Field(default_factory=list)
+    interconnect: str = pydantic.Field(
+        description="The GPUs' links in a phrase: 'NVLink', 'PCIe (SYS)', 'one GPU', 'no GPU', ..."
+    )
+    problems: list[str] = pydantic.Field(
+        default_factory=list, description="What NVML or torch could not say, and why."
+    )
 
 
 class HfTrainMetrics(pydantic.BaseModel):
@@ -223,6 +307,9 @@ class RankReport(pydantic.BaseModel):
     )
     aim_run_hash: str | None = None
     versions: dict[str, str] = pydantic.Field(default_factory=dict)
+    machine: Machine | None = pydantic.Field(
+        default=None, description="The node's CPU and GPUs; local rank 0 of each node reads it."
+    )
 
     @staticmethod
     def path_for(report_dir: Path, rank: int) -> Path:

@@ -6,7 +6,9 @@ import re
 
 from ado_actuators.sfttrainer.contract.oom_texts import says_gpu_memory_exhausted
 from ado_actuators.sfttrainer.contract.outcomes import (
+    MACHINE,
     TRAINING_COMPLETED,
+    VERSIONS,
     Failed,
     Invalid,
     Measured,
@@ -23,7 +25,10 @@ from ado_actuators.sfttrainer.metrics.aggregate import (
     model_flops_per_token,
     throughput_interval,
     warmup_end,
+    window_steps,
 )
+from ado_actuators.sfttrainer.metrics.loss import report_loss
+from ado_actuators.sfttrainer.metrics.machine import machine_metadata, machine_note
 
 # How a launcher (accelerate launch, or `python -m` of the lone trainer) says why it stopped
 # before starting any rank: a Python exception line ("ConnectionError: Tried to launch
@@ -226,7 +231,10 @@ def _training_outcome(
     rank0 = reports[0]  # the executor sorts the reports by rank
     interval = throughput_interval(reports, since)
     per_token = model_flops_per_token(reports, since)
-    notes = _notes(reports, since, interval.why, per_token)
+    loss = report_loss(reports, window_steps(reports, rank0, since))
+    notes = _notes(reports, since, interval.why, per_token) | {
+        note for note in (loss.note(), loss.why_not_judged(), machine_note(reports)) if note
+    }
     if per_token is not None and "model_flops_utilization" not in properties:
         notes.add(
             f"model_flops_utilization omitted: no dense peak known for gpu_model "
@@ -236,7 +244,7 @@ def _training_outcome(
         "flash_attention": rank0.flash_attention,
         "distributed_type": rank0.distributed_type,
         "notes": sorted(notes),
-        "versions": rank0.versions,
+        VERSIONS: rank0.versions,
         "steps": max(len(r.steps) for r in reports),
         "warmup_steps": rank0.warmup_steps,
         "measured_steps": len(rank0.steps) - (rank0.warmup_steps if since is not None else 0),
@@ -246,6 +254,8 @@ def _training_outcome(
         "stopped_by": rank0.stopped_by,
         "auto_stop": rank0.auto_stop.model_dump() if rank0.auto_stop else None,
         "aim_run_hash": rank0.aim_run_hash,
+        "train_loss": loss.metadata(),
+        MACHINE: machine_metadata(reports),
     }
     return Measured(properties=properties, metadata=metadata)
 

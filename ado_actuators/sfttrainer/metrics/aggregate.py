@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from ado_actuators.sfttrainer.contract.trainer_io import GpuSample, RankReport, StepTiming
-from ado_actuators.sfttrainer.metrics import flops, gpu_peaks, precision
+from ado_actuators.sfttrainer.metrics import flops, gpu_peaks, loss, precision
 from ado_actuators.sfttrainer.metrics.steps import step_time_properties
 from ado_actuators.sfttrainer.stats import batch_means
 
@@ -219,6 +219,7 @@ def benchmark_properties(
     props["gpu_memory_max_allocated_gib"] = (
         max(r.gpu_memory_max_allocated_bytes for r in reports) / GIB
     )
+    props |= loss.report_loss(reports, rank0_steps).properties()
     return props
 
 

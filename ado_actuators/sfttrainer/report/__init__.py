@@ -9,4 +9,8 @@ cost.py (pure) what the space cost, has summary.py and cost.py word them once, a
 words to figure.py and page.py to lay out. Rows come from ado (sources.py: its API or the
 CSV `ado show measurements` writes). matplotlib is imported only in figure.py, when a picture
 is drawn, never by the actuator.
+
+A row's loss (loss.py: whether it trained, and the parity of two first-step losses) and what it
+ran on (machine.py, from the metadata sources.py reads) are read into each point by table.py;
+gate.py says which compared pairs fail `--fail-on`'s checks.
 """

@@ -3,6 +3,10 @@ field that varies): which valid configuration is fastest and which are tied with
 the largest batch that fits per (GPU count, sequence length), and how throughput scales with
 GPUs.
 
+Fast because broken is never the fastest: a valid configuration whose training loss was not
+finite or rose across its window (report/loss.py) is passed over for fastest, tied and scaling,
+and listed with why. It still fits: the largest batch that fits counts it.
+
 Pure: a SpaceTable in, frozen answers out; wording is summary.py's, drawing figure.py's.
 """
 
@@ -55,6 +59,8 @@ class GroupAnswers:
     # The other valid configurations no tie could be judged for: no interval on either side
     unjudged: int = 0
     rivals: int = 0  # the other valid configurations
+    # Valid configurations whose loss says they did not train, fastest first
+    passed_over: tuple[Point, ...] = ()
 
     @property
     def label(self) -> str:
@@ -97,13 +103,22 @@ def ties(point: Point, other: Point) -> bool:
 
 
 def _group_answers(group: tuple[str, ...], points: list[Point]) -> GroupAnswers:
-    candidates = [p for p in points if p.valid and SPEED in p.values]
+    trained = [p for p in points if p.valid and SPEED in p.values]
+    candidates = [p for p in trained if p.loss.problem is None]
     fastest = max(candidates, key=speed, default=None)
     others = [p for p in candidates if p is not fastest]
     tied = tuple(sorted((p for p in others if ties(p, fastest)), key=speed, reverse=True))
     unjudged = sum(overlap(p, fastest) is None and not ties(p, fastest) for p in others)
+    passed = tuple(sorted((p for p in trained if p.loss.problem), key=speed, reverse=True))
     return GroupAnswers(
-        group, fastest, _batch_limits(points), _scaling(candidates), tied, unjudged, len(others)
+        group,
+        fastest,
+        _batch_limits(points),
+        _scaling(candidates),
+        tied,
+        unjudged,
+        len(others),
+        passed,
     )
 
 

@@ -7,6 +7,11 @@ to one value in each space, a different one in each (e.g. fms_hf_tuning_version 
 3.1.0 there). Fields that vary inside a space are always matched on, and so are the picture's
 axes, so two one-configuration spaces never pair batch 4 with batch 8.
 
+Each pair is also checked for loss parity (report/loss.py: matched configurations on one
+dataset and seed start from the same loss, up to rounding) and for a loss that failed in one
+space only, and says where the two rows ran on different GPUs, drivers, CUDA, NCCL or library
+releases (report/machine.py; only a space read through ado's API has them).
+
 Pure: two SpaceTables in, a Comparison out.
 """
 
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ado_actuators.sfttrainer.report import loss, machine
 from ado_actuators.sfttrainer.report.answers import SPEED, overlap, speed
 from ado_actuators.sfttrainer.report.table import LINE, ROW, Point, SpaceTable, TableError, X
 
@@ -22,6 +28,12 @@ from ado_actuators.sfttrainer.report.table import LINE, ROW, Point, SpaceTable, 
 THRESHOLD = 0.10
 # Which rule judged a pair's speeds.
 INTERVALS, BAND = "95 % intervals", f"±{THRESHOLD:.0%} band"
+SLOWER, VALID_THERE = "slower", "valid only in the other space"
+LOSS_DIFFERS = "first-step loss differs"
+
+
+def _failure(row: loss.RowLoss) -> str:
+    return "loss rose" if row.finite else "loss not finite"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,17 +57,45 @@ class Pair:
         return BAND if overlap(self.point, self.other) is None else INTERVALS
 
     @property
-    def flag(self) -> str | None:
+    def speed_flag(self) -> str | None:
         if self.point.valid != self.other.valid:
-            return "valid only in the other space" if self.other.valid else "valid only here"
+            return VALID_THERE if self.other.valid else "valid only here"
         if self.judged_by == INTERVALS:
             apart = not overlap(self.point, self.other)
         else:
             # rounded: 1100 / 1000 is 1.1000000000000001 in floating point, and 10 % is in
             apart = self.ratio is not None and round(abs(self.ratio - 1), 9) > THRESHOLD
         if apart:
-            return "slower" if self.ratio < 1 else "faster"
+            return SLOWER if self.ratio < 1 else "faster"
         return None
+
+    @property
+    def parity(self) -> loss.Parity | None:
+        """The two first-step losses against rounding's tolerance; None without both."""
+        return loss.parity(
+            self.point.loss, self.other.loss, (self.point.identity, self.other.identity)
+        )
+
+    @property
+    def loss_flags(self) -> tuple[str, ...]:
+        """The first-step losses apart beyond rounding; a loss not finite, or rising, in one
+        space only."""
+        found = [] if (p := self.parity) is None or p.holds else [LOSS_DIFFERS]
+        here, there = self.point.loss.problem, self.other.loss.problem
+        if here and here != there:
+            found.append(f"{_failure(self.point.loss)} here")
+        if there and there != here:
+            found.append(f"{_failure(self.other.loss)} there")
+        return tuple(found)
+
+    @property
+    def flag(self) -> str | None:
+        """Every way the two rows differ beyond their noise, in words; None if none."""
+        return ", ".join(f for f in (self.speed_flag, *self.loss_flags) if f) or None
+
+    @property
+    def machine_differences(self) -> tuple[tuple[str, str, str], ...]:
+        return machine.differences(self.point.machine, self.other.machine)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +113,20 @@ class Comparison:
 
     def pair_of(self, point: Point) -> Pair | None:
         return next((p for p in self.pairs if p.point is point), None)
+
+    @property
+    def machines_known(self) -> bool:
+        """Whether any pair has both rows' machines (a space read through ado's API)."""
+        return any(p.point.machine and p.other.machine for p in self.pairs)
+
+    @property
+    def machine_differences(self) -> tuple[tuple[tuple[str, str, str], int], ...]:
+        """Each (what, here, there) some pairs differ in, with how many pairs."""
+        counts: dict[tuple[str, str, str], int] = {}
+        for pair in self.pairs:
+            for difference in pair.machine_differences:
+                counts[difference] = counts.get(difference, 0) + 1
+        return tuple(counts.items())
 
 
 def compare(table: SpaceTable, other: SpaceTable, other_name: str) -> Comparison:

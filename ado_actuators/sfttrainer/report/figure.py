@@ -28,7 +28,7 @@ FASTEST_LABEL = "fastest valid configuration of its experiment"
 TIED_LABEL = "tied with the fastest (95 % intervals overlap)"
 FLAG_LABEL = (
     f"differs from the other space (95 % intervals apart, else by > {THRESHOLD:.0%}; "
-    "or in validity)"
+    "or in validity or loss)"
 )
 BARS_LABEL = "bars: 95 % interval (else range of repeats)"
 # The per-GPU figure is the total over number_gpus: its interval is the same share of it.

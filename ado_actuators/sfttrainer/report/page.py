@@ -112,11 +112,13 @@ def _comparison(comparison: Comparison) -> str:
         )
         cells = [", ".join(pair.point.panel.column), configuration(pair.point)]
         css = ' class="flagged"' if pair.flag else ""
+        losses = [_loss(p) for p in (pair.point, pair.other)]
         rows.append(
             f"<tr{css}>"
             + "".join(f"<td>{html.escape(c)}</td>" for c in cells)
             + "".join(
-                f'<td class="n">{html.escape(n)}</td>' for n in (here, there, ratio_text(pair))
+                f'<td class="n">{html.escape(n)}</td>'
+                for n in (here, there, ratio_text(pair), *losses)
             )
             + f"<td>{html.escape(pair.flag or '')}</td>"
             + f"<td>{html.escape(pair.judged_by or '')}</td></tr>"
@@ -127,6 +129,8 @@ def _comparison(comparison: Comparison) -> str:
         "dataset tokens/s here",
         "there",
         "ratio",
+        "first-step loss here",
+        "there",
         "flag",
         "judged by",
     ]
@@ -137,6 +141,12 @@ def _comparison(comparison: Comparison) -> str:
 {chr(10).join(rows)}
 </tbody>
 </table>"""
+
+
+def _loss(point: Point) -> str:
+    """The first-step loss, to 4 decimals."""
+    first = point.loss.first_step
+    return "" if first is None else f"{first:.4f}"
 
 
 def _row(point: Point, value_columns: list[tuple[str, str]], scale: dict[str, float]) -> str:

@@ -10,7 +10,14 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from ado_actuators.sfttrainer.report.table import ANSWERED, EXPERIMENT, REASON, TableError
+from ado_actuators.sfttrainer.report.machine import fingerprint
+from ado_actuators.sfttrainer.report.table import (
+    ANSWERED,
+    EXPERIMENT,
+    MACHINE,
+    REASON,
+    TableError,
+)
 
 SpaceRows = list[dict[str, Any]]
 
@@ -54,10 +61,11 @@ def rows_from_space(space_id: str, context_file: Path | None = None) -> SpaceRow
 
 def with_metadata(rows: SpaceRows, entities: Any) -> SpaceRows:
     """The rows with what the table of properties leaves out: each result's answered_by and
-    invalid_reason (actuator/results.py stores the reason in the metadata), one per
-    measurement in the order ado lists the row's values in (its results' order), "" where a
-    result has none. ado's CSV has neither, so only a space read here counts what was answered
-    without launching (report/cost.py)."""
+    invalid_reason (actuator/results.py stores the reason in the metadata) and what it ran on
+    (report/machine.py), one per measurement in the order ado lists the row's values in (its
+    results' order), "" (or no machine) where a result has none. ado's CSV has none of them, so
+    only a space read here counts what was answered without launching (report/cost.py) and
+    compares the machines of two spaces."""
     found: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for entity in entities:
         for result in entity.measurement_results:
@@ -67,6 +75,7 @@ def with_metadata(rows: SpaceRows, entities: Any) -> SpaceRows:
         metadata = found.get((str(row.get("identifier")), str(row.get(EXPERIMENT))), [])
         row[ANSWERED] = [str(m.get(ANSWERED) or "") for m in metadata]
         row[REASON] = [str(m.get(REASON) or "") for m in metadata]
+        row[MACHINE] = [fingerprint(m) for m in metadata]
     return rows
 
 

@@ -12,13 +12,22 @@ from ado_actuators.sfttrainer.report.answers import (
     gpu_hours_per_million_tokens,
     speed,
 )
-from ado_actuators.sfttrainer.report.compare import BAND, INTERVALS, THRESHOLD, Comparison, Pair
+from ado_actuators.sfttrainer.report.compare import (
+    BAND,
+    INTERVALS,
+    LOSS_DIFFERS,
+    THRESHOLD,
+    Comparison,
+    Pair,
+)
+from ado_actuators.sfttrainer.report.gate import CHECKS, OPTION
 from ado_actuators.sfttrainer.report.table import FIELD_LABELS, Panel, Point
 
 Block = tuple[str, list[str]]
 FLAG_RULE = (
     "slower or faster where the 95 % intervals do not overlap (beyond "
-    f"±{THRESHOLD:.0%} where a row has no interval), or valid in one space only"
+    f"±{THRESHOLD:.0%} where a row has no interval), valid in one space only, first-step losses "
+    "apart beyond rounding, or a loss not finite or rising in one space only"
 )
 # Beyond this, the picture says how many more and the page lists them all.
 MAX_FLAGGED_LINES = 8
@@ -41,7 +50,16 @@ def configuration(point: Point) -> str:
 
 def answer_blocks(groups: tuple[GroupAnswers, ...]) -> list[Block]:
     return [
-        (g.label, [_fastest(g), *_ties(g), *_limits(g.batch_limits), *_scaling(g.scaling)])
+        (
+            g.label,
+            [
+                _fastest(g),
+                *_ties(g),
+                *_passed_over(g),
+                *_limits(g.batch_limits),
+                *_scaling(g.scaling),
+            ],
+        )
         for g in groups
     ]
 
@@ -59,6 +77,8 @@ def percent_text(percent: float) -> str:
 
 
 def _fastest(group: GroupAnswers) -> str:
+    if group.fastest is None and group.passed_over:
+        return "Fastest valid: none whose loss shows it trained (passed over below)"
     if group.fastest is None:
         return "Fastest valid: none, no configuration ran (all is_valid = 0)"
     cost = gpu_hours_per_million_tokens(group.fastest)
@@ -93,6 +113,15 @@ def _ties(group: GroupAnswers) -> list[str]:
             f" not judged ({NO_INTERVAL}; only an equal speed would tie)"
         )
     return [line]
+
+
+def _passed_over(group: GroupAnswers) -> list[str]:
+    """The valid configurations no answer names: fast because broken is no answer."""
+    return [
+        f"Passed over: {configuration(p)}: {with_interval(p)} dataset tokens/s, but "
+        f"{p.loss.problem}"
+        for p in group.passed_over
+    ]
 
 
 def _memory(point: Point) -> str:
@@ -156,6 +185,7 @@ def comparison_block(comparison: Comparison) -> Block:
         f"{len(comparison.pairs)} configurations matched ({comparison.only_here} only here, "
         f"{comparison.only_there} only there); ratio = dataset tokens/s here ÷ there; "
         f"{len(flagged)} differ: {FLAG_RULE}",
+        _machines(comparison),
         *(_pair(p) for p in flagged[:MAX_FLAGGED_LINES]),
     ]
     if len(flagged) > MAX_FLAGGED_LINES:
@@ -163,12 +193,58 @@ def comparison_block(comparison: Comparison) -> Block:
     return heading, lines
 
 
+def _machines(comparison: Comparison) -> str:
+    """Whether the matched rows ran on the same GPUs, driver, CUDA, NCCL and libraries."""
+    if not comparison.machines_known:
+        return (
+            "Machines not compared: the rows hold no machine block (ado's CSV has no "
+            "metadata; give space ids to compare GPUs, drivers and library versions too)"
+        )
+    found = comparison.machine_differences
+    if not found:
+        return "Measured alike: the same GPUs, driver, CUDA, NCCL, CPU and library versions"
+    return "Measured on different machines or libraries: " + "; ".join(
+        f"{what} {here} here, {there} there ({count} of {len(comparison.pairs)} pairs)"
+        for (what, here, there), count in found
+    )
+
+
 def _pair(pair: Pair) -> str:
     ratio = f"{pair.ratio:.2f}× " if pair.ratio is not None else ""
-    return (
-        f"{', '.join(pair.point.panel.column)}, {configuration(pair.point)}: {ratio}"
-        f"{pair.flag}{judged(pair)}"
-    )
+    speed_flag = f"{ratio}{pair.speed_flag}{judged(pair)}" if pair.speed_flag else ratio.strip()
+    parts = [speed_flag] if speed_flag else []
+    parts += [loss_text(pair, flag) for flag in pair.loss_flags]
+    if not pair.loss_flags and (first := first_step_losses(pair)):
+        parts.append(first)
+    return f"{', '.join(pair.point.panel.column)}, {configuration(pair.point)}: " + "; ".join(parts)
+
+
+def first_step_losses(pair: Pair) -> str:
+    """The two first-step losses side by side, where both rows have one."""
+    parity = pair.parity
+    if parity is None:
+        return ""
+    return f"first-step loss {parity.here:.4f} here, {parity.there:.4f} there"
+
+
+def loss_text(pair: Pair, flag: str) -> str:
+    if flag == LOSS_DIFFERS:
+        return pair.parity.text()
+    side = pair.point if flag.endswith(" here") else pair.other
+    return f"{flag}: {side.loss.problem} ({first_step_losses(pair) or 'no first-step loss'})"
+
+
+def gate_block(checks: tuple[str, ...], offences, matched: int) -> Block:
+    """What `--fail-on` found: the offending pairs, each with the checks it fails."""
+    heading = f"Regression gate ({OPTION} {','.join(checks)})"
+    if not offences:
+        return heading, [
+            f"passed: none of {matched} matched configurations is "
+            + " or ".join(CHECKS[c] for c in checks)
+        ]
+    lines = [f"failed: {len(offences)} of {matched} matched configurations"]
+    lines += [f"{_pair(pair)} [fails: {', '.join(found)}]" for pair, found in offences]
+    return heading, lines
 
 
 def judged(pair: Pair) -> str:

@@ -16,7 +16,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ado_actuators.sfttrainer.catalog.entity import FIELDS
-from ado_actuators.sfttrainer.contract.outcomes import ANSWERED_BY, INVALID_REASON
+from ado_actuators.sfttrainer.contract import loss as loss_names
+from ado_actuators.sfttrainer.contract.outcomes import ANSWERED_BY, INVALID_REASON, MACHINE
+from ado_actuators.sfttrainer.report.loss import RowLoss, row_loss
+from ado_actuators.sfttrainer.report.machine import Fingerprint, of_measurements
 from ado_actuators.sfttrainer.report.metrics import METRICS, Metric
 
 # The axes of every panel: x, one line per value, and the row facet.
@@ -30,6 +33,7 @@ SECONDS = "measurement_seconds"  # how long its devices were reserved (execute/c
 # rows it reads through ado's API, one per measurement; ado's CSV has neither. The reason is
 # the key actuator/results.py stores an Invalid's reason under.
 ANSWERED, REASON = ANSWERED_BY, INVALID_REASON
+# MACHINE: what each measurement ran on (report/machine.py), which sources.py adds beside them.
 REQUIRED = (EXPERIMENT, X, LINE, VALIDITY)
 # Named in the picture's subtitle when the whole space shares one value.
 CONTEXT_FIELDS = ("model_name", "gpu_model", "number_nodes", "dataset_id", "fms_hf_tuning_version")
@@ -81,6 +85,10 @@ class Point:
     # The 95 % interval of the mean dataset tokens/s, relative, in percent; None where a valid
     # measurement has none (stored before it existed, or too few steps).
     ci95_percent: float | None = None
+    # The loss properties of its valid measurements (report/loss.py)
+    loss: RowLoss = dataclasses.field(default_factory=RowLoss)
+    # What its valid measurements ran on; empty where the rows hold no metadata (ado's CSV)
+    machine: Fingerprint = ()
 
     @property
     def interval(self) -> tuple[float, float] | None:
@@ -259,6 +267,10 @@ def _point(
         measurements,
         _identity(rows[0]),
         _interval(valid_rows),
+        row_loss(
+            {n: [v for r in valid_rows for v in _numbers(r.get(n))] for n in loss_names.NAMES}
+        ),
+        of_measurements(f for r in valid_rows for f in r.get(MACHINE) or [()]),
     )
 
 

@@ -155,6 +155,7 @@ class Measurement:
             gpu_indices=self.report.gpu_indices,
             on_process_sample=self.aim.record_process if self.aim else None,
             on_gpu_samples=self.aim.record_gpus if self.aim else None,
+            describe_machine=self.ident.local_rank == 0,  # one description per node
         )
         meter = TokenMeter()
         self.callback = MeasurementCallback(
@@ -199,6 +200,7 @@ class Measurement:
             report.gpu_sample_failures = self.monitor.gpu_sample_failures
             report.gpu_sampling_problem = self.monitor.gpu_problem
             report.gpu_energy = list(self.monitor.gpu_energy.values())
+            report.machine = self.monitor.machine
             report.notes.extend(self.monitor.notes)
         if self.callback is not None:
             report.steps = self.callback.steps

@@ -95,6 +95,8 @@ class MeasurementCallback(TrainerCallback):
                 samples=counts.samples,
                 padded_tokens=counts.padded_tokens,
                 sequence_tokens_squared=counts.sequence_tokens_squared,
+                loss=counts.loss,
+                labelled_tokens=counts.labelled_tokens,
             )
         )
         self._step_start = None

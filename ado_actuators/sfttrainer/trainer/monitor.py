@@ -21,9 +21,10 @@ from ado_actuators.sfttrainer.contract.trainer_io import (
     GpuEnergy,
     GpuSample,
     GpuSampleFailure,
+    Machine,
     ProcessSample,
 )
-from ado_actuators.sfttrainer.trainer import nvml_devices
+from ado_actuators.sfttrainer.trainer import machine, nvml_devices
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,10 @@ class GpuSampler:
             self.problem = f"nvidia-ml-py (pynvml) is not installed ({e})"
         except Exception as e:  # pynvml.NVMLError and its many subclasses, LookupError
             self.problem = f"NVML failed to start ({type(e).__name__}: {e})"
+
+    def devices(self) -> tuple[object, list[tuple[int, object]]]:
+        """The NVML binding and (CUDA index, handle) of each GPU; (None, []) without NVML."""
+        return (self._nvml, list(self._handles)) if self.available else (None, [])
 
     def unsupported_note(self, index: int, reading: str, error: Exception | str) -> str:
         where = "not supported on MIG" if index in self._mig else "not supported on this GPU"
@@ -186,6 +191,9 @@ class SystemMonitor:
     The sampling thread reads psutil and sweeps NVML without holding the lock (a sweep of 8
     GPUs takes milliseconds), then publishes under it: the training thread never waits for a
     sweep. NVML itself is thread-safe.
+
+    With `describe_machine`, start() also reads the machine (trainer/machine.py) through the
+    handles just opened, before any sample: the clocks and power limits as training starts.
     """
 
     def __init__(
@@ -195,8 +203,11 @@ class SystemMonitor:
         on_process_sample: Callable[[ProcessSample], None] | None = None,
         on_gpu_samples: Callable[[list[GpuSample]], None] | None = None,
         nvml=None,
+        describe_machine: bool = False,
     ) -> None:
         self.interval = max(0.01, interval)
+        self.describe_machine = describe_machine
+        self.machine: Machine | None = None
         self.process_samples: list[ProcessSample] = []
         self.gpu_samples: list[GpuSample] = []
         self.gpu_sample_failures: list[GpuSampleFailure] = []
@@ -224,6 +235,8 @@ class SystemMonitor:
             return
         self._gpus = GpuSampler(self._gpu_indices, nvml=self._nvml)
         self.gpu_problem = self._gpus.problem
+        if self.describe_machine:
+            self.machine = machine.describe(*self._gpus.devices(), gpu_problem=self.gpu_problem)
         self._process.cpu_percent(None)  # prime: the first reading is always 0.0
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="sfttrainer-monitor", daemon=True)

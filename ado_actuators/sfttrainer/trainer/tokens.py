@@ -41,29 +41,47 @@ def count_dataset_tokens(attention_mask, input_ids=None, appended_eos_id: int | 
     return real - ((last_ids == appended_eos_id) & has_tokens).sum()
 
 
+IGNORE_INDEX = -100
+"""The label of a position no loss is computed for (PyTorch's and Hugging Face's)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class StepCounts:
     dataset_tokens: int = 0
     samples: int = 0
     padded_tokens: int = 0
     sequence_tokens_squared: int = 0
+    loss: float | None = None
+    labelled_tokens: int | None = None
 
 
 class TokenMeter:
     """Accumulates, over the micro-batches of the current step: `count_dataset_tokens`, the
-    sequences, the batch positions (padding included) and the sum of squared sequence lengths
-    (what attention costs, metrics/flops.py)."""
+    sequences, the batch positions (padding included), the sum of squared sequence lengths
+    (what attention costs, metrics/flops.py), the positions with a label, and the loss.
+
+    The loss is what `training_step` returns for each micro-batch, summed over the step as
+    Hugging Face sums it into the loss it logs (`tr_loss += tr_loss_step`): already divided
+    by the accumulation steps or token-weighted, as the release does it. Hugging Face then
+    logs the mean of that sum over the ranks; metrics/loss.py takes the same mean from the
+    rank reports. It is read here, not from HF's log, because fms-hf-tuning logs once per
+    epoch (its logging_strategy default) and HF's log replaces a NaN step by the mean of the
+    finite ones (logging_nan_inf_filter). Both stay device tensors until take()."""
 
     def __init__(self) -> None:
         self.appended_eos_id: int | None = None
         self._tokens: list = []
         self._squares: list = []
+        self._labelled: list = []
+        self._losses: list = []
         self._samples = 0
         self._padded = 0
 
     def add(self, inputs) -> None:
         get = inputs.get if hasattr(inputs, "get") else lambda _name: None
-        mask, ids = get("attention_mask"), get("input_ids")
+        mask, ids, labels = get("attention_mask"), get("input_ids"), get("labels")
+        if labels is not None:
+            self._labelled.append((labels != IGNORE_INDEX).sum())
         if mask is None:
             # padding-free / packed batches carry no mask: every position is a real token
             if ids is not None:
@@ -79,6 +97,11 @@ class TokenMeter:
         self._samples += mask.shape[0] if mask.dim() > 1 else 1
         self._padded += mask.numel()
 
+    def add_loss(self, loss) -> None:
+        """A micro-step's loss as `training_step` returned it (a detached device tensor)."""
+        if loss is not None:
+            self._losses.append(loss)
+
     def take(self) -> StepCounts:
         """What was counted since the last take(): one device sync per optimisation step."""
         counts = StepCounts(
@@ -86,8 +109,11 @@ class TokenMeter:
             samples=self._samples,
             padded_tokens=self._padded,
             sequence_tokens_squared=sum(int(t) for t in self._squares),
+            loss=float(sum(self._losses)) if self._losses else None,
+            labelled_tokens=sum(int(t) for t in self._labelled) if self._labelled else None,
         )
         self._tokens, self._squares, self._samples, self._padded = [], [], 0, 0
+        self._labelled, self._losses = [], []
         return counts
 
     @contextlib.contextmanager
@@ -104,7 +130,9 @@ class TokenMeter:
 
         def training_step(trainer, model, inputs, *args, **kwargs):
             meter.add(inputs)
-            return original(trainer, model, inputs, *args, **kwargs)
+            loss = original(trainer, model, inputs, *args, **kwargs)
+            meter.add_loss(loss)
+            return loss
 
         transformers.Trainer.training_step = training_step
         try:
