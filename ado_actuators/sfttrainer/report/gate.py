@@ -4,7 +4,10 @@ A pair (a configuration in the main space and its match in the other, compare.py
 - `slower`: where it is slower beyond both rows' 95 % intervals, or beyond the ±10 % band
   where either row has no interval (the same rule that flags it in the comparison);
 - `loss`: where its first-step loss differs from the other's beyond rounding (report/loss.py),
-  or its loss was not finite, or rose across its window, here and not there;
+  or its loss was not finite here and was there. A loss that rose across its window here only
+  is shown, not failed: the rise rule flags a steady loss by chance in up to 2.5 % of windows
+  (metrics/loss.py), so over a space of 72 configurations a gate failing on it would fail a
+  release that changed nothing more often than not (1 - 0.975^72 = 84 %);
 - `invalid`: where it is invalid here (e.g. out of GPU memory) and valid there.
 """
 
@@ -15,7 +18,7 @@ from ado_actuators.sfttrainer.report.table import TableError
 
 CHECKS = {
     "slower": "slower beyond both rows' 95 % intervals (the ±10 % band where a row has none)",
-    "loss": "first-step loss apart beyond rounding, or a loss not finite or rising here only",
+    "loss": "first-step loss apart beyond rounding, or a loss not finite here only",
     "invalid": "invalid here, valid there",
 }
 OPTION = "--fail-on"
@@ -48,8 +51,8 @@ def offends(pair: Pair, checks: tuple[str, ...]) -> tuple[str, ...]:
 
 def _loss_fails(pair: Pair) -> bool:
     parity = pair.parity
-    here, there = pair.point.loss.problem, pair.other.loss.problem
-    return (parity is not None and not parity.holds) or bool(here and here != there)
+    not_finite_here_only = not pair.point.loss.finite and pair.other.loss.finite
+    return (parity is not None and not parity.holds) or not_finite_here_only
 
 
 def offences(comparison: Comparison, checks: tuple[str, ...]) -> tuple[tuple[Pair, tuple], ...]:
