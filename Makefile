@@ -9,9 +9,9 @@ comma  := ,
 # one list per fms-hf-tuning version, shipped in the wheel (the actuator builds the others)
 PACKAGE_LISTS := ado_actuators/sfttrainer/plan/packages
 
-# the loop to run while working (under two minutes): ruff's lint and format checks, then the
-# fast unit tests on both cores. .pre-commit-config.yaml runs the same three.
-.PHONY: env check lint test test-fast test-versions test-operators mutation demo bench overnight bench-gpu gpu-kit gpu-kit-rehearsal clean
+# the loop to run while working (under two minutes): ruff's lint and format checks, the strict
+# docs build, then the fast unit tests on both cores. .pre-commit-config.yaml runs the same.
+.PHONY: env check lint test test-fast test-versions test-operators mutation demo bench overnight bench-gpu gpu-kit gpu-kit-rehearsal docs docs-build clean
 
 env: $(STAMP)
 
@@ -47,7 +47,7 @@ $(OPS_STAMP): pyproject.toml $(PACKAGE_LISTS)/fms-hf-tuning_v$(FMS).txt
 # orders them by test count, which left the longest module running alone at the end).
 COVERAGE_DATA := .coverage-data
 TEST_WORKERS ?= 2
-test: env lint
+test: env lint docs-build
 	rm -rf $(COVERAGE_DATA) && mkdir -p $(COVERAGE_DATA)
 	$(BIN)/python -m coverage run -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadscope \
 		--no-loadscope-reorder --durations 25; status=$$?; \
@@ -60,7 +60,19 @@ lint: env
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-check: lint test-fast
+check: lint docs-build test-fast
+
+# The documentation site (mkdocs.yml, docs/). The reference pages are generated from the code at
+# build time (docs/hooks/reference.py). --strict turns mkdocs' warnings into failures: a broken
+# link or anchor, an absolute link, a page missing from the navigation (mkdocs.yml, validation).
+# NO_MKDOCS_2_WARNING quiets mkdocs-material's banner about its successor; not --quiet, which
+# hides the very warnings --strict counts.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+docs: env
+	$(MKDOCS) serve
+
+docs-build: env
+	$(MKDOCS) build --strict --site-dir site
 
 # every offered fms-hf-tuning version x {full, LoRA, prompt tuning}, trained on CPU; a table
 test-versions: env
@@ -123,4 +135,4 @@ $(IMITATION)/.installed: benchmarks/gpu/imitation.txt
 	touch $@
 
 clean:
-	rm -rf $(VENV) $(OPS_VENV) demo-work mutants
+	rm -rf $(VENV) $(OPS_VENV) demo-work mutants site

@@ -406,7 +406,7 @@ def test_remote_workflow_wheel_runtime_env_and_ray_jobs(cluster, inputs, tmp_pat
     )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     (wheel,) = jobs.glob("ado_sfttrainer-*.whl")
-    # the wheel carries the package and no helper of the tests or the demo (README, "The rooms")
+    # the wheel carries the package and no helper of the tests or the demo (docs/architecture.md, "Outside the wheel")
     shipped = {Path(name).name for name in zipfile.ZipFile(wheel).namelist()}
     helpers = {p.name for p in [*(REPO / "tests").glob("*.py"), *(REPO / "examples").rglob("*.py")]}
     assert "plugin.py" in shipped and not shipped & helpers, sorted(shipped & helpers)

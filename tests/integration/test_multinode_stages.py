@@ -3,7 +3,7 @@ machine (two raylets), with real training of one CPU rank per node:
 
 - no node launches a rank before every node has prepared (checked its inputs and chosen or
   built its environment), and a node that cannot prepare fails the measurement, named, with
-  nothing launched anywhere (README, "Multi-node measurements");
+  nothing launched anywhere (docs/guide/ray-clusters.md, "Several nodes");
 - a GPU OOM on the node that did not fail first is still `is_valid = 0`: the node cancelled
   because its peer failed returns what its ranks reported.
 

@@ -39,7 +39,7 @@ SPACE = {
 TRIALS = 8
 SEED = 7
 RECOMMENDED = {"failed_metric_value": 0.0}
-"""README, "ado's optimisers": an invalid entity reaches the sampler as 0 tokens/s, the worst."""
+"""docs/guide/optimisers.md: an invalid entity reaches the sampler as 0 tokens/s, the worst."""
 
 
 def invalid(entity: str) -> bool:
@@ -192,10 +192,10 @@ TRIM = {
     "module": {"operatorName": "trim", "operationType": "characterize"},
     "parameters": {
         "targetOutput": METRIC,
-        # README: an is_valid = 0 row carries no dataset_tokens_per_second (0 would be a false
+        # docs/guide/optimisers.md: an is_valid = 0 row carries no dataset_tokens_per_second (0 would be a false
         # throughput for a model to learn); TRIM leaves such rows out of its training data
         "missingTargetMeasurements": {"mode": "Skip"},
-        # README: clhs draws with repeats, and a repeat counts as missing; random, each once
+        # docs/guide/optimisers.md: clhs draws with repeats, and a repeat counts as missing; random, each once
         "noPriorParameters": {"samples": 5, "batchSize": 1, "sampling_strategy": "random"},
         "samplingBudget": {"minPoints": 4, "maxPoints": 8},
         "holdoutSize": 2,

@@ -268,7 +268,7 @@ def test_mixed_precision_under_fsdp_upcasts_the_trained_parameters_to_fp32():
 
 def test_on_the_published_a100_runs_the_prediction_is_close_and_calls_no_run_that_ran_oom():
     """benchmarks/memory_prediction.py (printed by benchmarks/memory_bound.py) with FITTED: the
-    figures the README quotes, as floors a change must not fall below."""
+    figures docs/benchmarks/memory.md quotes, as floors a change must not fall below."""
     import sys
     from pathlib import Path
 

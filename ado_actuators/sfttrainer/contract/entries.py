@@ -1,7 +1,7 @@
 """A dataset file's entries by position, read without loading the whole file.
 
-Both kinds of bounded run train a dataset's leading entries (README, "Which entries a
-measurement trains"): the executor copies the first N for a step-bounded run, and a
+Both kinds of bounded run train a dataset's leading entries (docs/guide/stopping.md, "Which
+entries a measurement trains"): the executor copies the first N for a step-bounded run, and a
 time-bounded run's trainer reads them in blocks as training reaches them. jsonl and parquet,
 the two formats the dataset CLIs write; blank jsonl lines are not entries.
 """

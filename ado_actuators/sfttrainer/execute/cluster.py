@@ -51,7 +51,7 @@ def placement(
         offered = "; ".join(shown(n["Resources"]) for n in alive)
         return (
             f"no Ray node offers {wanted} (nodes offer: {offered or 'nothing'}); add a worker "
-            f"with these resources (see README, 'Ray cluster resources') or change "
+            f"with these resources (see the docs, guide/ray-clusters.md) or change "
             f"number_gpus/gpu_model"
         )
     held = held or {}
@@ -92,12 +92,12 @@ def unplaceable_reason(
         return (
             f"could not place {what}: {why}, {never}; answered without waiting "
             f"placement_timeout_seconds. Alive nodes offer: {offered}. Add workers with these "
-            f"resources (see README, 'Ray cluster resources') or lower number_nodes"
+            f"resources (see the docs, guide/ray-clusters.md) or lower number_nodes"
         )
     held = f" Holding them: {holders}." if holders else ""
     return (
         f"could not place {what} within {waited:g} s: {why}.{held} Alive nodes offer: "
-        f"{offered}. Add workers with these resources (see README, 'Ray cluster resources'), "
+        f"{offered}. Add workers with these resources (see the docs, guide/ray-clusters.md), "
         f"lower number_nodes or the operation's batchSize, or raise placement_timeout_seconds"
     )
 

@@ -1,0 +1,151 @@
+"""The README stays a front door, and the docs' reference stays complete as the code grows.
+
+The reference pages are generated at build time by docs/hooks/reference.py from the code's own
+declarations; these tests check that the generator covers every experiment, entity field,
+actuator parameter and command-line option (the strict build, `make docs-build`, checks links,
+anchors and the navigation).
+"""
+
+import importlib.util
+import re
+import tomllib
+from pathlib import Path
+
+from ado.modules.actuators.executor_supervisor import ExperimentExecutorSupervisorParameters
+
+from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
+from ado_actuators.sfttrainer.catalog.entity import FIELDS
+from ado_actuators.sfttrainer.catalog.experiments import catalog_data
+from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
+README = (REPO / "README.md").read_text()
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("reference", DOCS / "hooks" / "reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+REFERENCE = _generator()
+
+
+def _rows(block: str) -> dict[str, list[str]]:
+    """First cell (a code span) -> the row's cells, for a generated table."""
+    rows = {}
+    for line in block.splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+        if cells and re.fullmatch(r"`[^`]+`", cells[0]):
+            rows[cells[0].strip("`")] = cells
+    return rows
+
+
+def test_the_readme_is_a_front_door_with_the_two_commands():
+    assert "make demo" in README and "make test" in README
+    assert len(README.splitlines()) <= 250
+
+
+def test_the_readmes_links_into_the_docs_reach_a_page():
+    """mkdocs checks the links between pages; the README is not one of them."""
+    links = re.findall(r"\]\((docs/[^)#]+)(?:#[^)]*)?\)", README)
+    assert len(links) >= 5
+    for link in links:
+        assert (REPO / link).is_file(), link
+
+
+def test_every_actuator_parameter_is_in_the_reference_with_its_default_and_description():
+    rows = _rows(REFERENCE.parameters())
+    assert set(rows) == set(MeasurementSettings.model_fields)
+    for name, info in MeasurementSettings.model_fields.items():
+        default = info.default_factory() if info.default_factory else info.default
+        assert rows[name][2] == REFERENCE.code(default), name
+        assert info.description and rows[name][3], f"{name} has no description"
+
+
+def test_actuator_parameters_are_the_engine_settings_plus_ado_supervisor_fields():
+    """Each field declared once: ado-core documents and owns its supervisor timings."""
+    supervisor = set(ExperimentExecutorSupervisorParameters.model_fields)
+    assert (
+        set(SFTTrainerParameters.model_fields) == set(MeasurementSettings.model_fields) | supervisor
+    )
+    assert not supervisor & set(MeasurementSettings.model_fields)
+    assert set(_rows(REFERENCE.supervisor_parameters())) == supervisor
+
+
+def test_every_experiment_its_aliases_and_its_properties_are_in_the_reference():
+    summary, details = REFERENCE.experiments(), REFERENCE.experiment_details()
+    for definition in catalog_data().experiments.values():
+        for identifier in (definition.identifier, *definition.aliases):
+            assert f"`{identifier}`" in summary, identifier
+        section = details.split(f"### `{definition.identifier}`", 1)[1].split("### ", 1)[0]
+        for name in (*definition.targets, *definition.optional_fields):
+            assert f"`{name}`" in section, (definition.identifier, name)
+
+
+def test_every_entity_field_is_in_the_reference_with_its_default():
+    rows = _rows(REFERENCE.entity_fields())
+    assert list(rows) == list(FIELDS)
+    for name, field in FIELDS.items():
+        expected = "required" if field.required else REFERENCE.code(field.default)
+        assert rows[name][1] == expected, name
+
+
+def test_every_console_script_and_every_option_is_in_the_reference():
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert len(scripts) >= 5
+    page = REFERENCE.cli()
+    for script, entry in scripts.items():
+        section = page.split(f"## `{script}`", 1)[1].split("\n## ", 1)[0]
+        for param in REFERENCE._click_command(entry).params:
+            for opt in param.opts if param.param_type_name == "option" else ():
+                assert f"`{opt}`" in section, (script, opt)
+            shown = REFERENCE.cell(REFERENCE.prose(param.help or ""))
+            assert shown in section, (script, param.name)
+
+
+def test_every_measured_property_is_described_in_the_guide():
+    """The properties' meanings are prose in guide/properties.md; a new target property must
+    be described there."""
+    page = (DOCS / "guide" / "properties.md").read_text()
+    targets = {t for d in catalog_data().experiments.values() for t in d.targets}
+    assert len(targets) > 30
+    for name in sorted(targets):
+        assert f"`{name}`" in page, name
+
+
+def test_a_page_asking_for_an_unknown_block_fails_the_build():
+    import pytest
+    from mkdocs.exceptions import PluginError
+
+    with pytest.raises(PluginError, match="no-such-block"):
+        REFERENCE.render("<!-- reference: no-such-block -->", "a page")
+    assert "| `hf_home` |" in REFERENCE.render("<!-- reference: parameters -->")
+
+
+def test_every_test_the_promise_map_names_exists():
+    """tests/README.md maps promises to tests: a renamed or deleted test must not leave the
+    map pointing at nothing."""
+    tests = Path(__file__).resolve().parents[1]
+    text = (tests / "README.md").read_text()
+    names = 0
+    for line in text.splitlines():
+        current = None
+        for file, name in re.findall(r"`(?:([\w/]+\.py))?::(\w+)`", line):
+            current = file or current
+            assert current, f"no file before ::{name} in: {line}"
+            source = (tests / current).read_text()
+            assert re.search(rf"^def {name}\b", source, re.MULTILINE), f"{current}::{name}"
+            names += 1
+    assert names > 100  # the map was read
+
+
+def test_every_page_the_promise_map_names_exists():
+    """Each section of tests/README.md names the docs page that makes its promises."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    pages = re.findall(r"\(\.\./(docs/[\w/-]+\.md)(?:#[\w-]*)?\)", text)
+    assert len(pages) >= 10
+    for page in pages:
+        assert (REPO / page).is_file(), page
