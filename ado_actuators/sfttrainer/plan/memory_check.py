@@ -24,7 +24,12 @@ from ado_actuators.sfttrainer.contract.outcomes import (
     Measured,
     Outcome,
 )
-from ado_actuators.sfttrainer.metrics.gpu_memory import GIB, device_memory_bytes
+from ado_actuators.sfttrainer.metrics.gpu_memory import (
+    GIB,
+    allocatable_bytes,
+    allocatable_source,
+    device_memory_bytes,
+)
 from ado_actuators.sfttrainer.plan.architecture import (
     ParameterCounts,
     UnsupportedArchitecture,
@@ -32,9 +37,12 @@ from ado_actuators.sfttrainer.plan.architecture import (
     quantized_bits,
 )
 from ado_actuators.sfttrainer.plan.launch import batch_devices
-from ado_actuators.sfttrainer.plan.logits_memory import loss_code_for
+from ado_actuators.sfttrainer.plan.logits_memory import (
+    checkpoints_for,
+    copies_logits,
+    loss_code_for,
+)
 from ado_actuators.sfttrainer.plan.memory_bound import (
-    CUDA_CONTEXT_BYTES,
     GPTQ_MIN_BITS,
     MemoryBound,
     Training,
@@ -68,19 +76,22 @@ class MemoryAssessment:
     counts: ParameterCounts | None = None
     dimensions: Dimensions | None = None
     trainable: int | None = None
+    allocatable: int | None = None
+    """What a training process can allocate on the device (nvidia-smi's total less the CUDA
+    context): the predicted peak is compared with it, the bound with `device_bytes`."""
 
     @property
     def predicted_need(self) -> float | None:
-        """Bytes of the device the prediction needs: the allocated peak, the allocator's
-        headroom over it, and the CUDA context."""
+        """Bytes the prediction needs of what the device can allocate: the allocated peak and
+        the allocator's headroom over it."""
         if self.prediction is None:
             return None
-        return self.prediction.total * (1 + ALLOCATOR_HEADROOM) + CUDA_CONTEXT_BYTES
+        return self.prediction.total * (1 + ALLOCATOR_HEADROOM)
 
     @property
     def predicted_oom(self) -> bool:
         need = self.predicted_need
-        return need is not None and self.device_bytes is not None and need > self.device_bytes
+        return need is not None and self.allocatable is not None and need > self.allocatable
 
     @property
     def certain_oom(self) -> bool:
@@ -129,20 +140,22 @@ class MemoryAssessment:
             "allocator_headroom": ALLOCATOR_HEADROOM,
             "needs_on_device_gib": round(self.predicted_need / GIB, 3),
         }
-        if self.device_bytes is not None:
-            data["device_memory_gib"] = round(self.device_bytes / GIB, 3)
+        if self.allocatable is not None:
+            data["allocatable_gib"] = round(self.allocatable / GIB, 3)
+            data["allocatable_source"] = allocatable_source(self.gpu_model)
         return data
 
     def predicted_invalid(self) -> Invalid:
         """skip_predicted_oom's answer: is_valid = 0 without launching, marked as predicted."""
-        assert self.prediction is not None and self.device_bytes is not None
+        assert self.prediction is not None and self.allocatable is not None
         need = self.predicted_need / GIB
         reason = (
             f"predicted GPU out of memory (a prediction, not a measurement): each device is "
             f"predicted to peak at {self.prediction.gib:.2f} GiB allocated in the "
-            f"{self.prediction.phase} phase, {need:.2f} GiB with the allocator's headroom and the "
-            f"CUDA context, but {self.gpu_model} has {self.device_bytes / GIB:g} GiB. Not "
-            f"launched: set the actuator parameter skip_predicted_oom: false to measure it anyway"
+            f"{self.prediction.phase} phase, {need:.2f} GiB with the allocator's headroom, but "
+            f"{self.gpu_model} can allocate {self.allocatable / GIB:.2f} GiB (its total less the "
+            f"CUDA context). Not launched: set the actuator parameter skip_predicted_oom: false "
+            f"to measure it anyway"
         )
         return Invalid(
             reason=reason,
@@ -176,18 +189,22 @@ def _workload(values: Any, definition: ExperimentDefinition, model_type: str) ->
     """What of the entity the activations and logits depend on (plan/memory_peak.py)."""
     kernels = values.fast_kernels or definition.fixed.get("fast_kernels") or []
     mixed = bool(values.bf16) or values.accelerate_config_mixed_precision != "no"
+    honoured = checkpoints_for(values.fms_hf_tuning_version, model_type)
     return Workload(
         per_device_batch=max(1, values.batch_size // batch_devices(values)),
         sequence_length=values.model_max_length,
-        gradient_checkpointing=bool(values.gradient_checkpointing),
+        gradient_checkpointing=bool(values.gradient_checkpointing) and honoured,
+        checkpointing_ignored=bool(values.gradient_checkpointing) and not honoured,
         reentrant_checkpointing=bool(values.gradient_checkpointing_use_reentrant),
-        flash_attention=bool(values.flash_attn),
+        # --use_flash_attn False leaves transformers' default: sdpa
+        attention="flash_attention_2" if values.flash_attn else "sdpa",
         gradient_accumulation_steps=values.gradient_accumulation_steps,
         loss=loss_code_for(values.fms_hf_tuning_version, model_type),
         fused_loss="in_place" if kernels[:1] == ["True"] else None,
         fast_rms_layernorm=kernels[1:2] == ["True"],
         autocast=mixed,
         fsdp_upcast=mixed and values.distributed_backend == "FSDP",
+        logits_copy=copies_logits(values.fms_hf_tuning_version),
     )
 
 
@@ -230,6 +247,7 @@ def judge(
     found = MemoryAssessment(
         bound=bound,
         device_bytes=device,
+        allocatable=allocatable_bytes(values.gpu_model),
         gpu_model=values.gpu_model,
         prediction=prediction,
         counts=counts,

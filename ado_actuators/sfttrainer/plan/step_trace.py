@@ -25,11 +25,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import weakref
 from collections.abc import Iterator
 from typing import Any
 
 PARTS = ("weights", "gradients", "optimizer_state", "forward", "backward", "optimizer_temporaries")
+"""Where each counted storage was made (or what it became: gradients, optimizer state)."""
 PHASES = ("forward", "backward", "optimizer_step")
 ATTENTION = ("flash_attention_2", "sdpa", "eager")
 FLASH_EMULATED = "emulated_flash_attention_2"
@@ -86,86 +86,9 @@ class StepTrace:
         return max(self.phases, key=self.total)
 
 
-@functools.cache
 def _live_bytes_class() -> type:
-    """The counting dispatch mode (a class made on first use: its base needs torch)."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_map_only
-
-    class LiveBytes(TorchDispatchMode):
-        def __init__(self, record: bool = False) -> None:
-            super().__init__()
-            self.storages: dict[int, list] = {}  # id -> [weakref, bytes, part]
-            self.parts = dict.fromkeys(PARTS, 0)
-            self.phase, self.part = "setup", "weights"
-            self.peaks: dict[str, tuple[int, dict[str, int]]] = {}
-            self.record = record
-            self.events: list[tuple[int, ...]] = []
-            self.assumed: list[str] = []
-            self.paused = 0
-
-        def count(self, tensor: Any, part: str | None = None) -> None:
-            storage = tensor.untyped_storage()
-            key = id(storage)
-            known = self.storages.get(key)
-            if known is not None and known[0]() is storage:
-                if part is not None and known[2] != part:
-                    self.parts[known[2]] -= known[1]
-                    self.parts[part] += known[1]
-                    known[2] = part
-                return
-            size, part = storage.nbytes(), part or self.part
-            self.storages[key] = [
-                weakref.ref(storage, functools.partial(self._gone, key)),
-                size,
-                part,
-            ]
-            self.parts[part] += size
-
-        def _gone(self, key: int, _ref: Any) -> None:
-            known = self.storages.pop(key, None)
-            if known is not None:
-                self.parts[known[2]] -= known[1]
-
-        def resized(self, storage: Any) -> None:
-            known = self.storages.get(id(storage))
-            if known is not None and known[0]() is storage:
-                self.parts[known[2]] += storage.nbytes() - known[1]
-                known[1] = storage.nbytes()
-                self.note()
-
-        def note(self) -> None:
-            total = sum(self.parts.values())
-            best = self.peaks.get(self.phase)
-            if best is None or total > best[0]:
-                self.peaks[self.phase] = (total, dict(self.parts))
-            if self.record and self.phase in PHASES:
-                self.events.append((PHASES.index(self.phase), *self.parts.values()))
-
-        def enter(self, phase: str, part: str | None = None) -> None:
-            self.phase, self.part = phase, part or phase
-            self.note()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if (
-                func is torch.ops.aten._local_scalar_dense.default
-                and _is_fake(args[0])
-                and args[0].dtype == torch.bool
-            ):
-                return self._assume(args[0])
-            out = func(*args, **(kwargs or {}))
-            if not self.paused:
-                tree_map_only(torch.Tensor, self.count, out)
-                self.note()
-            return out
-
-        def _assume(self, tensor: Any) -> bool:
-            # a fake tensor has no value; the model's own checks of its inputs ask for one
-            # (`padding_mask.all()`, true for the mask of ones fms-hf-tuning's collator gives
-            # full rows). Any other value a fake step asks for fails the trace.
-            self.assumed.append("a boolean check of the inputs is true")
-            return True
+    """The counting dispatch mode (plan/live_bytes.py imports torch: imported here, lazily)."""
+    from ado_actuators.sfttrainer.plan.live_bytes import LiveBytes
 
     return LiveBytes
 
@@ -227,6 +150,27 @@ def _fake_parameters() -> Iterator[None]:
         torch.utils.swap_tensors = original
 
 
+@contextlib.contextmanager
+def _cuda_dropout() -> Iterator[None]:
+    """Dropout as CUDA runs it: ATen's `dropout` takes `native_dropout` (a one-byte mask kept
+    for backward) on CUDA, and on CPU multiplies by a noise tensor of the input's dtype
+    (at::dropout, Dropout.cpp's is_fused_kernel_acceptable). LoRA's dropout keeps the mask."""
+    import torch
+
+    original = torch.nn.functional.dropout
+
+    def dropout(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
+        if training and 0 < p < 1 and not inplace and input.numel():
+            return torch.native_dropout(input, p, True)[0]
+        return original(input, p, training, inplace)
+
+    torch.nn.functional.dropout = dropout
+    try:
+        yield
+    finally:
+        torch.nn.functional.dropout = original
+
+
 def trace_step(spec: StepSpec, record: bool = False) -> StepTrace:
     """Run `spec.steps` training steps of `spec` and count every live tensor (module docstring)."""
     import torch
@@ -234,7 +178,7 @@ def trace_step(spec: StepSpec, record: bool = False) -> StepTrace:
 
     tracker = _live_bytes_class()(record=record)
     fake = FakeTensorMode(allow_non_fake_inputs=True) if spec.fake else contextlib.nullcontext()
-    with fake, _fake_parameters():
+    with fake, _fake_parameters(), _cuda_dropout():
         torch.manual_seed(0)
         model = build_model(spec)
         with _counting(tracker):
@@ -407,91 +351,10 @@ def _forward(model: Any, spec: StepSpec, vocab: int) -> Any:
 
 @functools.cache
 def _register_flash_emulation() -> None:
-    """flash-attn 2 needs CUDA; its memory is its contract, emulated here. transformers 4.55's
-    flash_attention_forward hands it q, k, v as (batch, seq, heads, dim) views;
-    flash_attn_interface.FlashAttnFunc saves q, k, v, out, softmax_lse (fp32, batch x heads x
-    seq) and rng_state; its backward allocates dq, dk, dv (empty_like) and, in flash_api.cpp
-    mha_bwd, softmax_d (fp32, seq rounded to 128), dq_accum (fp32, seq rounded to 128, dim to
-    32) and, for grouped-query heads, dk and dv expanded to every head."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
+    """flash-attn 2's memory, emulated on CPU (plan/flash_emulation.py, imported lazily)."""
+    from ado_actuators.sfttrainer.plan import flash_emulation
 
-    AttentionInterface.register(FLASH_EMULATED, _flash_attention_forward)
-    AttentionMaskInterface.register(FLASH_EMULATED, flash_attention_mask)
-
-
-def _flash_attention_forward(
-    module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any
-) -> tuple[Any, None]:
-    import torch
-
-    query, key, value = (t.transpose(1, 2) for t in (query, key, value))
-    if query.dtype == torch.float32:  # transformers' fa_peft_integration_check
-        dtype = next(m for m in module.modules() if isinstance(m, torch.nn.Linear)).weight.dtype
-        query, key, value = (t.to(dtype) for t in (query, key, value))
-    scale = kwargs.get("scaling")
-    return _flash_function().apply(query, key, value, scale), None
-
-
-def _round(value: int, multiple: int) -> int:
-    return (value + multiple - 1) // multiple * multiple
-
-
-@functools.cache
-def _flash_function() -> type:
-    import torch
-
-    class FlashAttention(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, q, k, v, scale):
-            batch, length, heads, _ = q.shape
-            out = torch.empty_like(q, memory_format=torch.contiguous_format)
-            lse = q.new_empty((batch, heads, length), dtype=torch.float32)
-            rng_state = torch.empty(2, dtype=torch.int64)
-            if not _is_fake(q):
-                with _paused():
-                    out.copy_(_attention(q, k, v, scale))
-            ctx.scale = scale
-            ctx.save_for_backward(q, k, v, out, lse, rng_state)
-            return out
-
-        @staticmethod
-        def backward(ctx, dout):
-            q, k, v, _out, _lse, _rng = ctx.saved_tensors
-            batch, length, heads, dim = q.shape
-            dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-            f32 = {"dtype": torch.float32}
-            workspace = [
-                q.new_empty((batch, heads, _round(length, 128)), **f32),  # softmax_d
-                q.new_empty((batch, heads, _round(length, 128), _round(dim, 32)), **f32),
-            ]
-            if k.shape[2] != heads:  # dk, dv expanded to every query head
-                workspace += [q.new_empty(q.shape), q.new_empty(q.shape)]
-            if not _is_fake(q):
-                with _paused(), torch.enable_grad():
-                    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-                    _attention(*leaves, ctx.scale).backward(dout)
-                    for grad, leaf in zip((dq, dk, dv), leaves, strict=True):
-                        grad.copy_(leaf.grad)
-            del workspace
-            return dq, dk, dv, None
-
-    return FlashAttention
-
-
-def _attention(q: Any, k: Any, v: Any, scale: float | None) -> Any:
-    """Causal attention's values on (batch, seq, heads, dim) tensors (real tensors only)."""
-    import torch
-
-    out = torch.nn.functional.scaled_dot_product_attention(
-        q.transpose(1, 2),
-        k.transpose(1, 2),
-        v.transpose(1, 2),
-        is_causal=True,
-        scale=scale,
-        enable_gqa=k.shape[2] != q.shape[2],
-    )
-    return out.transpose(1, 2)
+    flash_emulation.register(FLASH_EMULATED, _paused)
 
 
 @contextlib.contextmanager
