@@ -12,6 +12,7 @@ to, marked as a prediction.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
@@ -30,10 +31,13 @@ from ado_actuators.sfttrainer.metrics.gpu_memory import (
     allocatable_source,
     device_memory_bytes,
 )
+from ado_actuators.sfttrainer.plan import traced_parts
 from ado_actuators.sfttrainer.plan.architecture import (
+    COUNTED,
     ParameterCounts,
     UnsupportedArchitecture,
     count_parameters,
+    language_config,
     quantized_bits,
 )
 from ado_actuators.sfttrainer.plan.launch import batch_devices
@@ -56,6 +60,7 @@ from ado_actuators.sfttrainer.plan.memory_peak import (
     Workload,
     predict_peak,
 )
+from ado_actuators.sfttrainer.plan.traced_parts import TraceUnavailable
 
 PROPERTY = "gpu_memory_lower_bound_gib"
 METADATA = "gpu_memory_bound"
@@ -208,6 +213,11 @@ def _workload(values: Any, definition: ExperimentDefinition, model_type: str) ->
     )
 
 
+def traces_directory(hf_home: str) -> Path:
+    """Where traced configurations are kept (plan/traced_parts.py)."""
+    return Path(hf_home) / traced_parts.TRACE_DIRECTORY
+
+
 def assess(
     values: Any, definition: ExperimentDefinition, location: str, *, hf_home: str, enabled: bool
 ) -> MemoryAssessment:
@@ -221,28 +231,33 @@ def assess(
     except ModelConfigUnavailable as error:
         why = f"no bound from the model's config.json: {error}"
         return MemoryAssessment(skipped=why, prediction_skipped=why)
-    return judge(values, definition, config, enabled=enabled)
+    return judge(values, definition, config, enabled=enabled, traces=traces_directory(hf_home))
 
 
 def judge(
-    values: Any, definition: ExperimentDefinition, config: dict[str, Any], *, enabled: bool
+    values: Any,
+    definition: ExperimentDefinition,
+    config: dict[str, Any],
+    *,
+    enabled: bool,
+    traces: Path | None = None,
 ) -> MemoryAssessment:
-    """assess() on a config.json already read."""
+    """assess() on a config.json already read. An architecture plan/architecture.py counts is
+    predicted by its formula (plan/memory_peak.py); any other, from a trace of its own code
+    (plan/traced_parts.py), kept under `traces`."""
     try:
-        counts = count_parameters(config)
         bits = quantized_bits(config)
-        dims = Dimensions.of(config)
-    except (UnsupportedArchitecture, KeyError, TypeError) as error:
+        if language_config(config).get("model_type") in COUNTED:
+            counts, dims, training, bound, prediction = _by_formula(
+                values, definition, config, bits
+            )
+        else:
+            counts, dims, training, bound, prediction = _by_trace(
+                values, definition, config, bits, traces
+            )
+    except (UnsupportedArchitecture, KeyError, TypeError, TraceUnavailable) as error:
         why = f"no bound from the model's config.json: {error}"
         return MemoryAssessment(skipped=why, prediction_skipped=why)
-    if bits is None and definition.weights_format == "GPTQ-Quantized":
-        bits = GPTQ_MIN_BITS
-    targets = catalog_data().target_modules(values.model_name)
-    training = Training.of(values, definition.peft_method, targets, bits)
-    bound = memory_bound(counts, training)
-    workload = _workload(values, definition, dims.model_type)
-    adapted = tuple(targets) if definition.peft_method == "lora" else ()
-    prediction = predict_peak(counts, dims, training, bound, workload, adapted)
     device = device_memory_bytes(values.gpu_model)
     found = MemoryAssessment(
         bound=bound,
@@ -266,6 +281,53 @@ def judge(
     return found
 
 
+def _training(values: Any, definition: ExperimentDefinition, bits: int | None) -> Training:
+    if bits is None and definition.weights_format == "GPTQ-Quantized":
+        bits = GPTQ_MIN_BITS
+    targets = catalog_data().target_modules(values.model_name)
+    return Training.of(values, definition.peft_method, targets, bits)
+
+
+def _by_formula(
+    values: Any, definition: ExperimentDefinition, config: dict[str, Any], bits: int | None
+) -> tuple:
+    counts = count_parameters(config)
+    dims = Dimensions.of(config)
+    training = _training(values, definition, bits)
+    bound = memory_bound(counts, training)
+    workload = _workload(values, definition, dims.model_type)
+    adapted = training.target_modules if definition.peft_method == "lora" else ()
+    prediction = predict_peak(counts, dims, training, bound, workload, adapted)
+    return counts, dims, training, bound, prediction
+
+
+def _by_trace(
+    values: Any,
+    definition: ExperimentDefinition,
+    config: dict[str, Any],
+    bits: int | None,
+    traces: Path | None,
+) -> tuple:
+    """An architecture the formula does not know: its parts from a trace of its own code."""
+    if bits is not None:
+        raise UnsupportedArchitecture(
+            "a quantized checkpoint of an architecture not counted by hand"
+        )
+    training = _training(values, definition, bits)
+    model_type = str(language_config(config).get("model_type"))
+    workload = _workload(values, definition, model_type)
+    spec = traced_parts.request(config, training, workload, {"lora_alpha": values.lora_alpha})
+    found = traced_parts.traced(spec, traces)
+    counts = traced_parts.counts_of(found.inventory)
+    bound = memory_bound(counts, training)
+    prediction = traced_parts.predict(found, training, bound, workload)
+    try:
+        dims = Dimensions.of(config)
+    except (KeyError, TypeError):
+        dims = None
+    return counts, dims, training, bound, prediction
+
+
 def fewest_gpus(
     values: Any, definition: ExperimentDefinition, location: str, *, hf_home: str
 ) -> int | None:
@@ -280,7 +342,7 @@ def fewest_gpus(
         trial = values.model_copy(
             update={"number_gpus": gpus, "batch_size": per_device * gpus, "number_nodes": 1}
         )
-        found = judge(trial, definition, config, enabled=True)
+        found = judge(trial, definition, config, enabled=True, traces=traces_directory(hf_home))
         if found.prediction is None or found.skipped:
             return None
         if not found.certain_oom and not found.predicted_oom:

@@ -72,7 +72,11 @@ class StepTrace:
     """With `record=True`: after every op, (phase index, bytes of each of PARTS)."""
     assumed: tuple[str, ...] = ()
     """Values a fake tensor cannot give, assumed for the code's own checks (e.g. a padding mask
-    of ones: `mask.all()` is True)."""
+    of ones: `mask.all()` is True; balanced routing)."""
+    rest: dict[str, int] = dataclasses.field(default_factory=dict)
+    """The parts alive after the last step (the weights and the optimizer state)."""
+    inventory: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The model's parameters as built (`inventory`)."""
 
     def total(self, phase: str) -> int:
         return sum(self.phases[phase].values())
@@ -176,11 +180,12 @@ def trace_step(spec: StepSpec, record: bool = False) -> StepTrace:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    tracker = _live_bytes_class()(record=record)
+    tracker = _live_bytes_class()(record=record, fake=spec.fake)
     fake = FakeTensorMode(allow_non_fake_inputs=True) if spec.fake else contextlib.nullcontext()
     with fake, _fake_parameters(), _cuda_dropout():
         torch.manual_seed(0)
         model = build_model(spec)
+        found = inventory(model)
         with _counting(tracker):
             _train(model, spec, tracker)
     phases = {phase: tracker.peaks[phase][1] for phase in PHASES if phase in tracker.peaks}
@@ -188,7 +193,47 @@ def trace_step(spec: StepSpec, record: bool = False) -> StepTrace:
         phases=phases,
         events=tuple(tracker.events),
         assumed=tuple(sorted(set(tracker.assumed))),
+        rest=tracker.rest,
+        inventory=found,
     )
+
+
+def inventory(model: Any) -> dict[str, Any]:
+    """The parameters of a built model, as plan/architecture.ParameterCounts counts them: the
+    input embeddings, an untied LM head, the norms, the decoder layers (the model's largest
+    ModuleList), and every nn.Linear by the name LoRA's target_modules match (its last path
+    component), with its shape and how often it occurs. Trainable: what the method trains."""
+    import torch
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    embedding = base.get_input_embeddings().weight
+    head = base.get_output_embeddings()
+    tied = head is None or head.weight is embedding
+    layers = max(
+        (m for m in base.modules() if isinstance(m, torch.nn.ModuleList)), key=len, default=[]
+    )
+    linears: dict[tuple[str, int, int], int] = {}
+    for name, module in base.named_modules():
+        if isinstance(module, torch.nn.Linear) and "lora_" not in name:
+            key = (name.rsplit(".", 1)[-1], module.in_features, module.out_features)
+            linears[key] = linears.get(key, 0) + 1
+    norms = sum(
+        p.numel()
+        for m in base.modules()
+        if "norm" in type(m).__name__.lower()
+        for p in m.parameters(recurse=False)
+    )
+    return {
+        "total": sum(p.numel() for n, p in base.named_parameters() if "lora_" not in n),
+        "embedding": embedding.numel(),
+        "lm_head": 0 if tied else head.weight.numel(),
+        "norms": norms,
+        "layers": len(layers),
+        "hidden": embedding.shape[-1],
+        "linears": [[n, i, o, c] for (n, i, o, c) in ((*k, v) for k, v in linears.items())],
+        "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "model_type": base.config.model_type,
+    }
 
 
 def model_config(config: dict[str, Any]) -> Any:
@@ -315,6 +360,7 @@ def _train(model: Any, spec: StepSpec, tracker: Any) -> None:
                     tracker.count(value, "optimizer_state")
         model.zero_grad(set_to_none=True)
         tracker.enter("between_steps", "weights")
+    tracker.rest = dict(tracker.parts)  # while the optimizer (and its state) is alive
 
 
 def _forward(model: Any, spec: StepSpec, vocab: int) -> Any:
