@@ -18,7 +18,7 @@ from rows import Config
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
-from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, Outcome
+from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, MeasurementOutcome
 from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV, JOB_FLAG, RankReport
 from ado_actuators.sfttrainer.engine.measurement import measure
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
@@ -157,7 +157,7 @@ def bare_run(root: Path, config: Config, values: dict, model: Path, dataset: Pat
         argv,
         env={**environment(root), **plan.env},
         cwd=plan.workdir,
-        log_path=plan.workdir / "train.log",
+        log_path=plan.workspace.train_log,
         stall_timeout=STALL_SECONDS,
     )
     metrics = hf_metrics_from_log(result.log_path.read_text(errors="replace"))
@@ -168,7 +168,7 @@ def bare_run(root: Path, config: Config, values: dict, model: Path, dataset: Pat
 
 def one_rank(
     root: Path, config: Config, values: dict, model: Path, dataset: Path, cpu: bool
-) -> Outcome:
+) -> MeasurementOutcome:
     """The plan's accelerate config for `config.launcher`, launched with one rank.
 
     The plan renders FSDP / DDP configs only for several ranks: plan two GPUs (or, on a CPU,
@@ -199,16 +199,16 @@ def one_rank(
         argv,
         env={**environment(root), **plan.env, **fault},
         cwd=plan.workdir,
-        log_path=plan.workdir / "train.log",
+        log_path=plan.workspace.train_log,
         stall_timeout=STALL_SECONDS,
-        activity_paths=(plan.report_dir,),
+        activity_paths=(plan.workspace.reports.path,),
     )
     run = NodeRun(
         returncode=result.returncode,
         signal_name=result.signal_name,
         stopped_by_watchdog=result.stopped_by_watchdog,
         log_tail=result.log_tail(),
-        reports=RankReport.read_all(plan.report_dir),
+        reports=RankReport.read_all(plan.workspace.reports.path),
         workdir=str(plan.workdir),
     )
     resolved = entity_values(two)

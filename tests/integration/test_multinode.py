@@ -194,7 +194,7 @@ def test_two_node_measurement_through_ado_and_a_three_node_one_that_cannot_be_pl
     (line,) = [x for x in output.splitlines() if "Failed: could not place" in x]
     assert "could not place 3 nodes of " in line, line
     assert "only 2 node(s) offer that much, and Ray reports no autoscaler" in line, line
-    assert "answered without waiting placement_timeout_seconds" in line, line
+    assert "failed at once, without waiting placement_timeout_seconds" in line, line
     assert f"within {PLACEMENT_TIMEOUT} s" not in line, line
     (row,) = rows
     assert float(row["is_valid"]) == 1

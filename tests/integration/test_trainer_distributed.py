@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tiny_model import write_text_dataset
 
-from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV, Outcome, TrainerJob
+from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV, RankOutcome, TrainerJob
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +68,7 @@ def test_two_ranks_each_write_one_ok_report(runs):
     run = runs["tokens"]
     assert run.returncode == 0, run.describe()
     assert [(r.rank, r.local_rank, r.world_size) for r in run.reports] == [(0, 0, 2), (1, 1, 2)]
-    assert all(r.outcome is Outcome.OK for r in run.reports)
+    assert all(r.outcome is RankOutcome.OK for r in run.reports)
     assert all(len(r.steps) == STEPS for r in run.reports)
     # the DDP config on CPU: accelerate's own state says gloo DDP ran, not one process
     assert [r.distributed_type for r in run.reports] == ["MULTI_CPU", "MULTI_CPU"]
@@ -91,7 +91,7 @@ def test_stop_after_seconds_stops_every_rank_at_the_same_step(runs):
     run = runs["stop"]
     assert run.returncode == 0, run.describe()
     reports = run.reports
-    assert len(reports) == RANKS and all(r.outcome is Outcome.OK for r in reports)
+    assert len(reports) == RANKS and all(r.outcome is RankOutcome.OK for r in reports)
     steps = [len(r.steps) for r in reports]
     assert steps[0] == steps[1] and steps[0] < 100_000
     for r in reports:
@@ -110,9 +110,9 @@ def test_when_one_rank_fails_both_report_and_the_launch_fails(runs):
     assert run.returncode not in (0, None), run.describe()
     assert [r.rank for r in run.reports] == [0, 1], run.describe()
     survivor, crashed = run.reports
-    assert crashed.outcome is Outcome.GPU_OOM
+    assert crashed.outcome is RankOutcome.GPU_OOM
     # rank 0 learns of it (its collective with the dead peer fails, or the launcher stops it)
-    assert survivor.outcome is Outcome.ERROR and survivor.failure.message
+    assert survivor.outcome is RankOutcome.ERROR and survivor.failure.message
     # The crashed rank ended every step before CRASH_STEP. Its peer cannot end CRASH_STEP (its
     # gradients' all-reduce waits for the dead rank) but may not have ended the step before
     # either: when the launcher's SIGTERM (the peer died) reaches it first, it is one short.

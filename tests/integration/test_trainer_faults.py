@@ -9,7 +9,7 @@ import threading
 import pytest
 from tiny_model import write_text_dataset
 
-from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV, Outcome, TrainerJob
+from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV, RankOutcome, TrainerJob
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def test_exception_at_step_2_reports_error_after_one_timed_step(fault_runs):
     run = fault_runs["exception"]
     assert run.returncode not in (0, None), run.describe()
     report = run.report
-    assert report.outcome is Outcome.ERROR
+    assert report.outcome is RankOutcome.ERROR
     assert report.failure.exception_type == "builtins.RuntimeError"
     assert "Injected trainer crash" in report.failure.message
     assert "step 2" in report.failure.message
@@ -52,7 +52,7 @@ def test_exception_at_step_2_reports_error_after_one_timed_step(fault_runs):
 def test_cuda_oom_at_step_1_reports_gpu_oom(fault_runs):
     run = fault_runs["oom"]
     assert run.returncode not in (0, None), run.describe()
-    assert run.report.outcome is Outcome.GPU_OOM
+    assert run.report.outcome is RankOutcome.GPU_OOM
     assert "CUDA out of memory" in run.report.failure.message
     assert run.report.steps == []
 
@@ -68,7 +68,7 @@ def test_arguments_fms_rejects_still_give_a_report(tmp_path, tiny_model_dir, dat
     job = TrainerJob(report_dir=tmp_path / "reports")
     run = trainer_tools.run_trainer(tmp_path, job, argv)
     assert run.returncode not in (0, None), run.describe()
-    assert run.report.outcome is Outcome.ERROR
+    assert run.report.outcome is RankOutcome.ERROR
     assert run.report.failure.exception_type == "builtins.SystemExit"
     assert "not-a-method" in run.output  # argparse said why
 
@@ -91,7 +91,7 @@ def test_sigterm_while_hung_still_writes_a_report(tmp_path, tiny_model_dir, data
         watchdog.cancel()
     run = trainer_tools.finish_trainer(proc, tmp_path, job, timeout=60)
     assert run.returncode == 1, "".join(lines)[-3000:] + run.describe()
-    assert run.report.outcome is Outcome.ERROR
+    assert run.report.outcome is RankOutcome.ERROR
     assert "terminated by signal SIGTERM" in run.report.failure.message
     assert [s.step for s in run.report.steps] == [1]
 
@@ -126,6 +126,6 @@ def test_flash_attention_missing_on_cuda_refuses_the_run(
     argv = trainer_tools.spec_fms_args(tiny_model_dir, data)
     assert main([JOB_FLAG, str(tmp_path / "job.json"), *argv]) == 1
     (report,) = RankReport.read_all(job.report_dir)
-    assert report.outcome is Outcome.ERROR and report.steps == []
+    assert report.outcome is RankOutcome.ERROR and report.steps == []
     assert report.failure.exception_type.endswith("adapt.SettingUnavailable")
     assert "flash_attn: false" in report.failure.message

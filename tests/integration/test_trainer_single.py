@@ -10,7 +10,7 @@ import statistics
 import pytest
 from tiny_model import write_text_dataset
 
-from ado_actuators.sfttrainer.contract.trainer_io import Outcome, TrainerJob
+from ado_actuators.sfttrainer.contract.trainer_io import RankOutcome, TrainerJob
 from ado_actuators.sfttrainer.metrics.aggregate import benchmark_properties
 
 pytestmark = pytest.mark.slow
@@ -50,7 +50,7 @@ def full_run(tmp_path_factory, tiny_model_dir, trainer_tools):
 def test_a_successful_run_writes_one_ok_report_and_exits_0(full_run):
     assert full_run.returncode == 0, full_run.describe()
     report = full_run.report
-    assert report.outcome is Outcome.OK and report.failure is None
+    assert report.outcome is RankOutcome.OK and report.failure is None
     assert (report.rank, report.local_rank, report.world_size) == (0, 0, 1)
     assert report.stopped_by is None and report.warmup_steps == 0
 
@@ -191,7 +191,7 @@ def lora_run(tmp_path_factory, tiny_model_dir, trainer_tools):
 
 def test_lora_in_bfloat16_trains(lora_run):
     assert lora_run.returncode == 0, lora_run.describe()
-    assert lora_run.report.outcome is Outcome.OK
+    assert lora_run.report.outcome is RankOutcome.OK
     assert len(lora_run.report.steps) == STEPS
     assert lora_run.report.aim_run_hash is None  # no aim_repo, no AIM
 
@@ -229,7 +229,7 @@ def test_prompt_tuning_trains_despite_trls_token_accuracy_bug(
 ):
     assert pt_run.returncode == 0, pt_run.describe()
     report = pt_run.report
-    assert report.outcome is Outcome.OK and len(report.steps) == 2
+    assert report.outcome is RankOutcome.OK and len(report.steps) == 2
     assert any("prompt tuning" in n and "virtual tokens" in n for n in report.notes)
     # TRL's accuracy metric ran (and was logged) on aligned logits
     assert "mean_token_accuracy" in pt_run.output

@@ -9,7 +9,7 @@ import re
 import pytest
 from tiny_model import write_text_dataset
 
-from ado_actuators.sfttrainer.contract.trainer_io import Outcome, TrainerJob
+from ado_actuators.sfttrainer.contract.trainer_io import RankOutcome, TrainerJob
 from ado_actuators.sfttrainer.trainer.lazy_dataset import block_bounds
 
 pytestmark = pytest.mark.slow
@@ -39,7 +39,7 @@ def time_bounded_run(tmp_path_factory, tiny_model_dir, trainer_tools):
 def test_it_stops_on_time_having_tokenised_entries_as_it_reached_them(time_bounded_run):
     assert time_bounded_run.returncode == 0, time_bounded_run.describe()
     report = time_bounded_run.report
-    assert report.outcome is Outcome.OK and report.stopped_by is not None
+    assert report.outcome is RankOutcome.OK and report.stopped_by is not None
     note = next((n for n in report.notes if "as training reached them" in n), None)
     assert note is not None, report.notes
     # tokenised what it trained and the blocks up to the one after the last entry fetched (the
@@ -90,7 +90,7 @@ def test_two_ranks_share_the_leading_entries_without_overlap(
     accumulation 2): the per-step sums over both ranks are the spec's counts of those."""
     run = two_rank_run
     assert run.returncode == 0, run.describe()
-    assert len(run.reports) == 2 and all(r.outcome is Outcome.OK for r in run.reports)
+    assert len(run.reports) == 2 and all(r.outcome is RankOutcome.OK for r in run.reports)
     steps = len(run.reports[0].steps)
     assert steps == len(run.reports[1].steps) and steps * 2 * ACCUM < ENTRIES
     per_entry = trainer_tools.spec_dataset_tokens(tiny_model_dir, run.data, MAX_SEQ)

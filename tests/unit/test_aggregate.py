@@ -5,8 +5,8 @@ import pytest
 from ado_actuators.sfttrainer.contract.trainer_io import (
     GpuSample,
     HfTrainMetrics,
-    Outcome,
     ProcessSample,
+    RankOutcome,
     RankReport,
     StepTiming,
 )
@@ -23,7 +23,7 @@ def report(rank, steps, *, world=2, cpu=(50.0, 150.0), gpu=(), hf=None):
         local_rank=rank,
         world_size=world,
         hostname="n0",
-        outcome=Outcome.OK,
+        outcome=RankOutcome.OK,
         steps=[
             StepTiming(step=i + 1, start=s, end=e, dataset_tokens=t)
             for i, (s, e, t) in enumerate(steps)

@@ -8,7 +8,7 @@ from ado_actuators.sfttrainer.contract.trainer_io import (
     GpuSampleFailure,
     HfTrainMetrics,
     ModelParameters,
-    Outcome,
+    RankOutcome,
     RankReport,
     StepTiming,
 )
@@ -44,7 +44,7 @@ def report(rank=0, steps=(), world=1, host="n0", hf=HF, **fields):
         local_rank=rank,
         world_size=world,
         hostname=host,
-        outcome=Outcome.OK,
+        outcome=RankOutcome.OK,
         steps=list(steps),
         hf_metrics=hf,
         **fields,

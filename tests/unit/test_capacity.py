@@ -123,7 +123,7 @@ def test_the_answer_keeps_todays_reason_and_says_it_did_not_wait():
     reason = unplaceable_reason(BUNDLE, 3, NODES, None, never=never)
     assert reason.startswith("could not place 3 nodes of ")
     assert "only 2 node(s) offer that much, and Ray reports no autoscaler" in reason
-    assert "answered without waiting placement_timeout_seconds" in reason
+    assert "failed at once, without waiting placement_timeout_seconds" in reason
     assert "within" not in reason and "raise placement_timeout_seconds" not in reason
     roce = unplaceable_reason(
         {**BUNDLE, "RoCE": 1.0},

@@ -14,12 +14,17 @@ from gpu_failure_texts import (
 )
 
 from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured
-from ado_actuators.sfttrainer.contract.trainer_io import Failure, Outcome, RankReport, StepTiming
+from ado_actuators.sfttrainer.contract.trainer_io import (
+    Failure,
+    RankOutcome,
+    RankReport,
+    StepTiming,
+)
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
 from ado_actuators.sfttrainer.execute.node import NodeRun
 
 
-def report(rank, outcome=Outcome.OK, failure=None):
+def report(rank, outcome=RankOutcome.OK, failure=None):
     return RankReport(
         rank=rank,
         local_rank=rank,
@@ -51,16 +56,22 @@ def test_success(tmp_path):
 
 def test_gpu_oom_in_any_rank_is_invalid_even_when_others_failed(tmp_path):
     oom = report(
-        1, Outcome.GPU_OOM, Failure(exception_type="OutOfMemoryError", message="CUDA out of memory")
+        1,
+        RankOutcome.GPU_OOM,
+        Failure(exception_type="OutOfMemoryError", message="CUDA out of memory"),
     )
-    nccl = report(0, Outcome.ERROR, Failure(exception_type="RuntimeError", message="NCCL Error 3"))
+    nccl = report(
+        0, RankOutcome.ERROR, Failure(exception_type="RuntimeError", message="NCCL Error 3")
+    )
     outcome = classify([nccl, oom], process(tmp_path, returncode=1))
     assert isinstance(outcome, Invalid) and outcome.gpu_oom
     assert "rank 1" in outcome.reason
 
 
 def test_error_is_failed_with_the_exception(tmp_path):
-    bad = report(1, Outcome.ERROR, Failure(exception_type="RuntimeError", message="NCCL Error 3"))
+    bad = report(
+        1, RankOutcome.ERROR, Failure(exception_type="RuntimeError", message="NCCL Error 3")
+    )
     outcome = classify([report(0), bad], process(tmp_path, returncode=1, log="boom\n"))
     assert isinstance(outcome, Failed)
     assert "rank 1: RuntimeError: NCCL Error 3" in outcome.reason and "boom" in outcome.reason
@@ -133,7 +144,7 @@ def test_watchdog_stop_is_failed(tmp_path):
 def test_a_refused_setting_fails_with_the_fix_not_the_log(tmp_path):
     refused = report(
         0,
-        Outcome.ERROR,
+        RankOutcome.ERROR,
         Failure(
             exception_type="ado_actuators.sfttrainer.trainer.adapt.SettingUnavailable",
             message="flash_attn: true ... set flash_attn: false",
@@ -201,7 +212,9 @@ def test_a_node_that_could_not_launch_says_which():
 
 def test_gpu_oom_on_any_node_is_invalid():
     oom = report(
-        1, Outcome.GPU_OOM, Failure(exception_type="OutOfMemoryError", message="CUDA out of memory")
+        1,
+        RankOutcome.GPU_OOM,
+        Failure(exception_type="OutOfMemoryError", message="CUDA out of memory"),
     )
     outcome = two_nodes([node(0, returncode=None, cancelled=True), node(1, returncode=3)], [oom])
     assert isinstance(outcome, Invalid) and outcome.gpu_oom
@@ -211,21 +224,21 @@ def stopped(rank):
     """The report of a rank its own node stopped because another node failed."""
     return report(
         rank,
-        Outcome.ERROR,
+        RankOutcome.ERROR,
         Failure(exception_type="Terminated", message="terminated by signal SIGTERM"),
     )
 
 
 GLOO_PEER_GONE = report(
     0,
-    Outcome.ERROR,
+    RankOutcome.ERROR,
     Failure(
         exception_type="RuntimeError",
         message="[gloo/transport/tcp/pair.cc:534] Connection closed by peer",
     ),
 )
 OOM_1 = report(
-    1, Outcome.GPU_OOM, Failure(exception_type="OutOfMemoryError", message="CUDA out of memory")
+    1, RankOutcome.GPU_OOM, Failure(exception_type="OutOfMemoryError", message="CUDA out of memory")
 )
 
 
@@ -259,7 +272,9 @@ def test_an_oom_said_only_in_the_cancelled_nodes_log_wins():
 
 
 def test_an_oom_in_the_log_wins_over_a_peers_reported_error_on_one_node_too():
-    nccl = report(0, Outcome.ERROR, Failure(exception_type="RuntimeError", message="NCCL Error 3"))
+    nccl = report(
+        0, RankOutcome.ERROR, Failure(exception_type="RuntimeError", message="NCCL Error 3")
+    )
     log = f"torch.distributed.DistBackendError: {NCCL_UNHANDLED_CUDA_ERROR_OOM}"
     outcome = classify([nccl], process(None, returncode=1, log=log))
     assert isinstance(outcome, Invalid) and outcome.gpu_oom
@@ -281,7 +296,9 @@ def test_the_ranks_a_cancelled_node_stopped_do_not_take_the_blame():
 
 def test_without_an_oom_anywhere_a_cancelled_nodes_reports_change_nothing():
     crash = report(
-        1, Outcome.ERROR, Failure(exception_type="RuntimeError", message="Injected trainer crash")
+        1,
+        RankOutcome.ERROR,
+        Failure(exception_type="RuntimeError", message="Injected trainer crash"),
     )
     runs = [node(0, returncode=None, cancelled=True), node(1, returncode=1, log_tail="crash")]
     outcome = two_nodes(runs, [stopped(0), crash])

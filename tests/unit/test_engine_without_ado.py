@@ -36,10 +36,10 @@ SCRIPT = textwrap.dedent(
 
     import ado_actuators.sfttrainer as package
     imported = []
-    # every room but ado's front end (actuator/), and every module in it
-    rooms = [i.name for i in pkgutil.iter_modules(package.__path__) if i.ispkg]
-    assert "engine" in rooms and "actuator" in rooms, rooms
-    for sub in sorted(set(rooms) - {"actuator"}):
+    # every layer but ado's front end (actuator/), and every module in it
+    layers = [i.name for i in pkgutil.iter_modules(package.__path__) if i.ispkg]
+    assert "engine" in layers and "actuator" in layers, layers
+    for sub in sorted(set(layers) - {"actuator"}):
         root = importlib.import_module(f"{package.__name__}.{sub}")
         for info in pkgutil.iter_modules(root.__path__):
             if info.name != "__main__":  # the trainer's entry point runs, it is not imported

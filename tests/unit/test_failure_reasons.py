@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from ado_actuators.sfttrainer.contract.trainer_io import Failure, Outcome, RankReport
+from ado_actuators.sfttrainer.contract.trainer_io import Failure, RankOutcome, RankReport
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
 from ado_actuators.sfttrainer.execute.node import NodeRun
 from ado_actuators.sfttrainer.execute.process import ProcessResult, explaining_lines
@@ -55,7 +55,7 @@ def test_malformed_dataset_line_is_named_with_its_file_and_number(tmp_path):
         ) from error
     except ValueError as wrapped:
         outcome, failure = classify(wrapped)
-    assert outcome is Outcome.ERROR
+    assert outcome is RankOutcome.ERROR
     assert failure.cause.startswith(f"dataset {path}: line 2500 does not parse as a JSON object")
     assert failure.message == "Failed to generate the dataset from the provided builder json."
 
@@ -120,7 +120,7 @@ def test_failed_rank_reason_leads_with_the_cause_then_the_exception_then_its_tra
         traceback_tail="Traceback (most recent call last):\nValueError: boom",
     )
     report = RankReport(
-        rank=0, local_rank=0, world_size=1, hostname="h", outcome=Outcome.ERROR, failure=failure
+        rank=0, local_rank=0, world_size=1, hostname="h", outcome=RankOutcome.ERROR, failure=failure
     )
     result = ProcessResult(returncode=1, stopped_by_watchdog=None, log_path=log, seconds=1)
     run = NodeRun(

@@ -115,7 +115,7 @@ def _plan(request) -> object:
     """What the node does with the request, up to the launch: its own planning function, for
     the node a measurement of that many nodes has first (a rendezvous only when there are
     several, as execute/cluster.py passes them)."""
-    several = request.plan_inputs["values"].number_nodes > 1
+    several = request.plan_inputs.values.number_nodes > 1
     rendezvous = Rendezvous(ip="10.0.0.1", port=29500) if several else None
     return plan_node(request, 0, rendezvous, python=sys.executable, weights_offline=True)
 

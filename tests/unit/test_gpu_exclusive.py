@@ -98,10 +98,12 @@ def test_row_metadata_over_nodes_and_the_allowance(monkeypatch):
 
 def test_a_refused_node_fails_the_row_naming_the_processes(monkeypatch, tmp_path):
     from ado_actuators.sfttrainer.catalog.entity import entity_values
+    from ado_actuators.sfttrainer.catalog.experiments import catalog_data
     from ado_actuators.sfttrainer.contract.outcomes import Failed
     from ado_actuators.sfttrainer.execute.cluster import _outcome
     from ado_actuators.sfttrainer.execute.environment import EnvironmentRequest
     from ado_actuators.sfttrainer.execute.node import NodeRequest, NodeRun
+    from ado_actuators.sfttrainer.plan.launch import MeasurementInputs
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     values = entity_values(
@@ -114,7 +116,15 @@ def test_a_refused_node_fails_the_row_naming_the_processes(monkeypatch, tmp_path
         }
     )
     request = NodeRequest(
-        plan_inputs={"values": values},
+        plan_inputs=MeasurementInputs(
+            values=values,
+            definition=catalog_data().experiment("finetune_full_benchmark-v1.0.0"),
+            model_location="/models/m",
+            dataset_path=tmp_path / "d.jsonl",
+            text_field="output",
+            hf_home=str(tmp_path),
+            aim_repo=None,
+        ),
         output_root=tmp_path,
         label="x",
         stall_timeout=1,

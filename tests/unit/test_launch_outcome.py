@@ -10,7 +10,7 @@ from ado_actuators.sfttrainer.contract.trainer_io import (
     GpuSample,
     GpuSampleFailure,
     ModelParameters,
-    Outcome,
+    RankOutcome,
     RankReport,
     StepTiming,
 )
@@ -29,7 +29,7 @@ TINY = ModelParameters(
 OOM = Failure(exception_type="torch.OutOfMemoryError", message="CUDA out of memory")
 
 
-def rank(r, world=2, outcome=Outcome.OK, failure=None, steps=None, **fields):
+def rank(r, world=2, outcome=RankOutcome.OK, failure=None, steps=None, **fields):
     steps = [StepTiming(step=1, start=0, end=1, dataset_tokens=5)] if steps is None else steps
     return RankReport(
         rank=r,
@@ -47,7 +47,7 @@ def error(r, message="NCCL Error 3", world=2, **failure):
     return rank(
         r,
         world,
-        Outcome.ERROR,
+        RankOutcome.ERROR,
         Failure(exception_type="builtins.RuntimeError", message=message, **failure),
     )
 
@@ -75,7 +75,9 @@ TWO_NODE_TAILS = "--- node 0 (host0):\nzero\n--- node 1 (host1):\none"
 
 
 def test_an_oom_report_is_invalid_naming_the_rank_and_what_it_raised():
-    found = outcome([rank(0), rank(1, outcome=Outcome.GPU_OOM, failure=OOM)], [node(returncode=1)])
+    found = outcome(
+        [rank(0), rank(1, outcome=RankOutcome.GPU_OOM, failure=OOM)], [node(returncode=1)]
+    )
     assert found == Invalid(
         reason="GPU out of memory: rank 1: torch.OutOfMemoryError: CUDA out of memory", gpu_oom=True
     )
@@ -84,7 +86,7 @@ def test_an_oom_report_is_invalid_naming_the_rank_and_what_it_raised():
 def test_an_oom_names_the_node_of_its_rank_when_each_node_runs_several():
     # 4 ranks over 2 nodes: rank 3 is node 1's second rank
     reports = [rank(r, world=4) for r in range(3)] + [
-        rank(3, world=4, outcome=Outcome.GPU_OOM, failure=OOM)
+        rank(3, world=4, outcome=RankOutcome.GPU_OOM, failure=OOM)
     ]
     found = outcome(reports, [node(0), node(1, returncode=1)], world_size=4, number_gpus=4)
     assert found == Invalid(
@@ -106,7 +108,7 @@ def test_a_ranks_error_names_the_node_of_its_rank_when_each_node_runs_several():
 def test_a_report_from_a_rank_of_no_node_returned_is_still_classified_without_a_place():
     # the node of rank 0 returned no run (its result lost); its rank's OOM report still counts
     found = outcome(
-        [rank(0, outcome=Outcome.GPU_OOM, failure=OOM)], [node(1, returncode=1), node(2)]
+        [rank(0, outcome=RankOutcome.GPU_OOM, failure=OOM)], [node(1, returncode=1), node(2)]
     )
     assert found == Invalid(
         reason="GPU out of memory: rank 0: torch.OutOfMemoryError: CUDA out of memory", gpu_oom=True
@@ -443,6 +445,8 @@ def test_a_window_of_six_steps_has_its_interval_counted_and_the_warm_up_its_leng
         "steps_left_out": 0,
     }
     assert not any(n.startswith("dataset_tokens_per_second_ci95") for n in found.metadata["notes"])
+    # the warm-up was left out as planned: no note says otherwise
+    assert not any(n.startswith("warm-up") for n in found.metadata["notes"])
 
 
 def test_no_completed_step_fails_a_training_that_completed():

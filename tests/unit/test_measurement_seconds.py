@@ -1,4 +1,4 @@
-"""measurement_seconds: how long a measurement held its devices, from the grant to the release
+"""measurement_seconds: how long a measurement reserved its devices, from the grant to the release
 (execute/cluster.py), on a clock the test moves: Ray, its placement group and the node tasks are
 stand-ins that say when they take time."""
 
@@ -63,7 +63,7 @@ class Request:
     run_name = "r"
 
     def __init__(self, nodes: int) -> None:
-        self.plan_inputs = {"values": SimpleNamespace(number_nodes=nodes)}
+        self.plan_inputs = SimpleNamespace(values=SimpleNamespace(number_nodes=nodes))
 
     def model_copy(self, update: dict) -> "Request":
         return self

@@ -111,14 +111,16 @@ def test_turned_off_unknown_gpu_unreadable_config_and_cpu_are_skipped_with_a_rea
 
 def test_the_bound_and_the_record_go_on_measured_rows_only(model_dir):
     found = check(values(), model_dir(LLAMA_8B))
-    row = found.annotate(Measured(properties={"is_valid": 1}))
+    row = found.attach_bound_and_prediction(Measured(properties={"is_valid": 1}))
     assert row.properties[PROPERTY] == pytest.approx(found.bound.gib, abs=1e-3)
     assert row.metadata["gpu_memory_bound"]["device_memory_gib"] == 80
     assert row.metadata["gpu_memory_bound"]["parts_gib"]["optimizer_state"] > 0
     skipped = check(values(gpu_model="Acme-X1"), model_dir({**LLAMA_8B, "name": "b"}))
-    record = skipped.annotate(Measured(properties={})).metadata["gpu_memory_bound"]
+    record = skipped.attach_bound_and_prediction(Measured(properties={})).metadata[
+        "gpu_memory_bound"
+    ]
     assert record["checked"] is False and "Acme-X1" in record["skipped"]
-    failed = found.annotate(Failed("x"))
+    failed = found.attach_bound_and_prediction(Failed("x"))
     assert "gpu_memory_bound" not in failed.metadata
 
 
@@ -148,7 +150,7 @@ def test_every_row_carries_the_prediction_beside_the_bound_marked_as_predicted(m
     from ado_actuators.sfttrainer.plan.memory_check import PREDICTED_PROPERTY
 
     found = check(values(), model_dir(LLAMA_8B))
-    row = found.annotate(Measured(properties={"is_valid": 1}))
+    row = found.attach_bound_and_prediction(Measured(properties={"is_valid": 1}))
     assert row.properties[PREDICTED_PROPERTY] == pytest.approx(found.prediction.gib, abs=1e-3)
     record = row.metadata["gpu_memory_prediction"]
     assert record["predicted"] is True and record["measured"] is False
@@ -157,7 +159,9 @@ def test_every_row_carries_the_prediction_beside_the_bound_marked_as_predicted(m
     assert record["moments"]["backward"] in record["moments_gib"]["backward"]
     cpu = check(values(number_gpus=0, batch_size=1), model_dir({**LLAMA_8B, "name": "c"}))
     assert (
-        cpu.annotate(Measured(properties={})).metadata["gpu_memory_prediction"]["predicted"]
+        cpu.attach_bound_and_prediction(Measured(properties={})).metadata["gpu_memory_prediction"][
+            "predicted"
+        ]
         is False
     )
 

@@ -28,7 +28,7 @@ class Cluster:
         self.during: dict[str, Callable[[], object]] = {}  # label -> what happens while it runs
 
     def __call__(self, request, resources, *, placement_timeout):
-        values = request.plan_inputs["values"]
+        values = request.plan_inputs.values
         workdir = f"/out/{request.label}-{request.run_name}"
         self.launched.append(request.label)
         if request.label in self.during:
@@ -91,7 +91,7 @@ def test_a_measured_oom_answers_larger_requests_without_launching(settings, clus
         answer = measure(settings, **changes)
         assert isinstance(answer, Invalid) and answer.gpu_oom, changes
         assert answer.reason.startswith(
-            f"GPU out of memory, answered without launching: batch_size.4 ({FULL}) ran out of "
+            f"GPU out of memory, skipped without launching: batch_size.4 ({FULL}) ran out of "
             f"GPU memory with batch_size 4 (4 per device) and model_max_length 64"
         )
         assert (

@@ -78,7 +78,8 @@ def test_max_steps_bounds_the_entries_trained_on():
     plan = plan_launch(inputs(max_steps=3, batch_size=4, gradient_accumulation_steps=2))
     assert plan.dataset_entries_needed == 3 * 4 * 2
     assert option(plan.node.argv, "--training_data_path") == str(plan.training_data_path)
-    assert plan.training_data_path != plan.dataset_path
+    # the subset lies in the measurement's directory, named for its entries, in the data's format
+    assert plan.training_data_path == Path("/work/m1/dataset-first-24.jsonl")
     unbounded = plan_launch(inputs())
     assert unbounded.dataset_entries_needed is None
     assert unbounded.training_data_path == unbounded.dataset_path

@@ -23,7 +23,7 @@ COMMON_ENV = {
 def test_the_trainers_environment_is_exactly_what_the_plan_sets():
     gpu = plan_launch(inputs())
     assert gpu.env == {**COMMON_ENV, "CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-    assert Path(gpu.env["TERMINATION_LOG_FILE"]).parent == gpu.report_dir
+    assert Path(gpu.env["TERMINATION_LOG_FILE"]).parent == gpu.job.report_dir
     # one CPU process: no accelerate launcher, so nothing to tell it
     cpu = plan_launch(inputs(number_gpus=0, gpu_model=None))
     assert cpu.env == {**COMMON_ENV, "CUDA_VISIBLE_DEVICES": ""}
@@ -52,8 +52,8 @@ def test_files_go_under_the_measurements_workdir():
     assert option(single.node.argv, "--output_dir") == "/work/m1/output"
     multi = plan_launch(inputs(number_gpus=2))
     # the launcher reads the config the executor writes to the path the plan names
-    assert option(multi.node.argv, "--config_file") == str(multi.accelerate_config_path)
-    assert multi.accelerate_config_path == Path("/work/m1/accelerate_config.yaml")
+    assert option(multi.node.argv, "--config_file") == str(multi.workspace.accelerate_config)
+    assert multi.workspace.accelerate_config == Path("/work/m1/accelerate_config.yaml")
 
 
 def test_cpu_processes_standing_in_for_gpus_sample_no_gpu():

@@ -43,7 +43,7 @@ def test_help_says_what_it_draws_and_how_to_feed_it():
         "largest batch size that fits",
         "GPU-hours",
         "95 % intervals",
-        "answered without launching",
+        "skipped without launching",
     ):
         assert needle in text, needle
 

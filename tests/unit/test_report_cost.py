@@ -1,5 +1,5 @@
-"""What a space cost (report/cost.py): device-hours held, valid and invalid apart, GPU and CPU
-apart, and the configurations answered without launching, by rule, from the metadata ado
+"""What a space cost (report/cost.py): device-hours reserved, valid and invalid apart, GPU and CPU
+apart, and the configurations skipped without launching, by rule, from the metadata ado
 stores or, for older rows, the reason's words."""
 
 from __future__ import annotations
@@ -76,13 +76,14 @@ def test_hours_are_split_valid_from_invalid_and_gpu_from_cpu_and_answers_counted
 
 def test_the_cost_in_words_never_calls_cpu_time_gpu_time():
     assert cost_lines(cost(space_table(space()))) == [
-        "GPU time held: 1.75 GPU-hours (1.25 valid, 0.5 invalid) over 3 measurements "
+        "GPU time reserved: 1.75 GPU-hours (1.25 valid, 0.5 invalid) over 3 measurements "
         "(measurement_seconds × number_gpus)",
-        "CPU time held, apart (number_gpus 0, no GPU): 1.25 CPU-hours (1 valid, 0.25 invalid) over "
+        "CPU time reserved, apart (number_gpus 0, no GPU): 1.25 CPU-hours (1 valid, 0.25 invalid) "
+        "over "
         "2 measurements (measurement_seconds × nodes, one CPU rank per node; cores not recorded)",
         "Not counted: 2 measurements without a recorded time (stored before measurement_seconds, "
         "or the stability experiment, which records none)",
-        "Answered without launching (no device held): 8 configurations: 2 by a configuration "
+        "Skipped without launching (no device reserved): 8 configurations: 2 by a configuration "
         "rule, 2 certain OOM (memory lower bound), 2 predicted OOM (skip_predicted_oom), 2 "
         "dominated by a measured OOM",
     ]
@@ -97,10 +98,10 @@ def test_a_csv_without_metadata_says_the_answers_are_not_known_and_counts_them_u
     assert found.gpu == Hours(1.25, 0.5, 3)
     lines = cost_lines(found)
     assert lines[-2].endswith(
-        "which records none; in ado's CSV, also those answered without launching)"
+        "which records none; in ado's CSV, also those skipped without launching)"
     )
     assert lines[-1] == (
-        "Answered without launching: not known from this table (ado's CSV holds "
+        "Skipped without launching: not known from this table (ado's CSV holds "
         "no result metadata); plot the space by its id to count them"
     )
 
@@ -167,6 +168,12 @@ def test_reasons_of_launched_runs_are_read_as_no_rule():
     ):
         assert rule_of("", reason) is None
     assert rule_of("something new", LAUNCHED_OOM) is None  # an unknown marker is no rule
+
+
+def test_a_measured_ooms_reason_is_read_in_todays_words_and_in_those_stored_before():
+    today = REASONS[OOM_DOMINANCE].replace("answered without", "skipped without")
+    assert today != REASONS[OOM_DOMINANCE]
+    assert rule_of("", today) == rule_of("", REASONS[OOM_DOMINANCE]) == OOM_DOMINANCE
 
 
 def test_the_metadata_ado_stores_reaches_the_rows_read_through_its_api():

@@ -152,10 +152,10 @@ def test_the_page_shows_the_ties_the_intervals_and_what_the_space_cost(tmp_path)
     assert '<td class="n">1,250</td><td class="n">12</td>' in page
     assert "<h2>What the space cost</h2>" in page
     assert (
-        "<li>GPU time held: 1.25 GPU-hours (1 valid, 0.25 invalid) over 3 measurements "
+        "<li>GPU time reserved: 1.25 GPU-hours (1 valid, 0.25 invalid) over 3 measurements "
         "(measurement_seconds × number_gpus)</li>"
     ) in page
-    assert "<li>Answered without launching: not known from this table" in page
+    assert "<li>Skipped without launching: not known from this table" in page
     assert files.summary.splitlines()[2].startswith("  Tied within the 95 % intervals: ")
     # a page without intervals has no such column
     plain = write_report(space_table([row(batch=4)]), tmp_path, "plain", "t").html.read_text()

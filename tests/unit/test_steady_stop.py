@@ -12,7 +12,7 @@ import stop_drive
 
 from ado_actuators.sfttrainer.contract.trainer_io import (
     AutoStopOutcome,
-    Outcome,
+    RankOutcome,
     RankReport,
     StepTiming,
 )
@@ -281,7 +281,7 @@ def test_the_outcome_reaches_the_row_metadata_and_notes():
             local_rank=r,
             world_size=2,
             hostname="h",
-            outcome=Outcome.OK,
+            outcome=RankOutcome.OK,
             steps=steps,
             auto_stop=ended(),
         )

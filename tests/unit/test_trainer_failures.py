@@ -1,4 +1,4 @@
-"""Exception → Outcome (the spec's GPU-memory rules), and the FAULT_ENV hook's parsing/raising."""
+"""Exception → RankOutcome (the spec's GPU-memory rules), and the FAULT_ENV hook's parsing/raising."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from gpu_failure_texts import (
     NCCL_UNHANDLED_CUDA_ERROR_OTHER,
 )
 
-from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV, FaultKind, Outcome
+from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV, FaultKind, RankOutcome
 from ado_actuators.sfttrainer.trainer.failures import classify
 from ado_actuators.sfttrainer.trainer.faults import Fault, fire
 
@@ -28,20 +28,20 @@ def raised(exc: BaseException) -> BaseException:
 
 def test_torch_cuda_oom_is_gpu_oom():
     outcome, failure = classify(raised(torch.cuda.OutOfMemoryError("Tried to allocate 20 GiB")))
-    assert outcome is Outcome.GPU_OOM
+    assert outcome is RankOutcome.GPU_OOM
     assert failure.exception_type.endswith("OutOfMemoryError")
     assert "Tried to allocate" in failure.message
 
 
 def test_illegal_memory_access_is_gpu_oom():
     exc = RuntimeError("CUDA error: an illegal memory access was encountered\nCompile with ...")
-    assert classify(raised(exc))[0] is Outcome.GPU_OOM
+    assert classify(raised(exc))[0] is RankOutcome.GPU_OOM
 
 
 def test_cuda_out_of_memory_message_is_gpu_oom():
     assert (
         classify(raised(RuntimeError("CUDA out of memory. Tried to allocate")))[0]
-        is Outcome.GPU_OOM
+        is RankOutcome.GPU_OOM
     )
 
 
@@ -56,7 +56,7 @@ def test_cuda_out_of_memory_message_is_gpu_oom():
     ids=["accelerator-error", "runtime-error", "cublas", "nccl"],
 )
 def test_the_other_forms_of_gpu_memory_exhaustion_are_gpu_oom(exc):
-    assert classify(raised(exc))[0] is Outcome.GPU_OOM
+    assert classify(raised(exc))[0] is RankOutcome.GPU_OOM
 
 
 @pytest.mark.parametrize(
@@ -65,7 +65,7 @@ def test_the_other_forms_of_gpu_memory_exhaustion_are_gpu_oom(exc):
 def test_nccl_unhandled_cuda_error_without_out_of_memory_is_an_error(text):
     """NCCL says "unhandled cuda error" for any failed CUDA call: only its "Cuda failure ...
     'out of memory'" line makes it an OOM."""
-    assert classify(raised(torch.distributed.DistBackendError(text)))[0] is Outcome.ERROR
+    assert classify(raised(torch.distributed.DistBackendError(text)))[0] is RankOutcome.ERROR
 
 
 def test_oom_wrapped_by_another_exception_is_still_gpu_oom():
@@ -77,7 +77,7 @@ def test_oom_wrapped_by_another_exception_is_still_gpu_oom():
 
     with pytest.raises(RuntimeError) as info:
         wrapped()
-    assert classify(info.value)[0] is Outcome.GPU_OOM
+    assert classify(info.value)[0] is RankOutcome.GPU_OOM
 
 
 @pytest.mark.parametrize(
@@ -92,7 +92,7 @@ def test_oom_wrapped_by_another_exception_is_still_gpu_oom():
 )
 def test_everything_else_is_an_error_with_a_traceback(exc):
     outcome, failure = classify(raised(exc))
-    assert outcome is Outcome.ERROR
+    assert outcome is RankOutcome.ERROR
     assert failure.exception_type.endswith(type(exc).__name__)
     assert failure.message
     assert "raise exc" in failure.traceback_tail
@@ -158,9 +158,9 @@ def test_fault_fires_only_at_its_step():
 @pytest.mark.parametrize(
     ("kind", "outcome"),
     [
-        (FaultKind.EXCEPTION, Outcome.ERROR),
-        (FaultKind.OOM, Outcome.GPU_OOM),
-        (FaultKind.ILLEGAL_MEMORY, Outcome.GPU_OOM),
+        (FaultKind.EXCEPTION, RankOutcome.ERROR),
+        (FaultKind.OOM, RankOutcome.GPU_OOM),
+        (FaultKind.ILLEGAL_MEMORY, RankOutcome.GPU_OOM),
     ],
 )
 def test_injected_faults_classify_as_the_real_thing(kind, outcome):

@@ -9,7 +9,12 @@ from ado.schema.result import InvalidMeasurementResult, ValidMeasurementResult
 from ado.utilities.support import compute_measurement_status, observed_property_values_from_dict
 
 from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
-from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Outcome
+from ado_actuators.sfttrainer.contract.outcomes import (
+    INVALID_REASON,
+    Failed,
+    Invalid,
+    MeasurementOutcome,
+)
 from ado_actuators.sfttrainer.engine.measurement import measure
 
 log = logging.getLogger(__name__)
@@ -19,7 +24,7 @@ def _json_safe(metadata: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metadata.items() if v is not None}
 
 
-def to_result(outcome: Outcome, entity_id: str, experiment: Any) -> Any:
+def to_result(outcome: MeasurementOutcome, entity_id: str, experiment: Any) -> Any:
     if isinstance(outcome, Failed):
         return InvalidMeasurementResult(
             entityIdentifier=entity_id,
@@ -28,7 +33,7 @@ def to_result(outcome: Outcome, entity_id: str, experiment: Any) -> Any:
         )
     if isinstance(outcome, Invalid):
         properties = {**outcome.properties, "is_valid": 0}
-        metadata = {**outcome.metadata, "invalid_reason": outcome.reason}
+        metadata = {**outcome.metadata, INVALID_REASON: outcome.reason}
     else:
         properties, metadata = outcome.properties, outcome.metadata
     # ado's helper writes -1 for every target it is not given; properties the spec says are
@@ -43,7 +48,7 @@ def to_result(outcome: Outcome, entity_id: str, experiment: Any) -> Any:
     )
 
 
-def announce(outcome: Outcome, entity_id: str, experiment_id: str) -> None:
+def announce(outcome: MeasurementOutcome, entity_id: str, experiment_id: str) -> None:
     """One line per unsuccessful measurement on the operation's own output.
 
     This runs in a Ray task: Ray forwards its stdout to the `ado create operation` console,
@@ -59,7 +64,7 @@ def announce(outcome: Outcome, entity_id: str, experiment_id: str) -> None:
     print(f"SFTTrainer {experiment_id} {entity_id}: {verdict}: {first}", flush=True)
 
 
-def _result(outcome: Outcome, entity_id: str, experiment: Any) -> Any:
+def _result(outcome: MeasurementOutcome, entity_id: str, experiment: Any) -> Any:
     try:
         return to_result(outcome, entity_id, experiment)
     except Exception as error:
@@ -76,7 +81,9 @@ def measure_request(request: Any, *, experiment: Any, params: SFTTrainerParamete
         try:
             values = experiment.propertyValuesFromEntity(entity)
         except ValueError as error:
-            outcome: Outcome = Failed(f"entity {entity.identifier} lacks an input: {error}")
+            outcome: MeasurementOutcome = Failed(
+                f"entity {entity.identifier} lacks an input: {error}"
+            )
         else:
             outcome = measure(values, experiment.identifier, params, label=entity.identifier)
         announce(outcome, entity.identifier, experiment.identifier)

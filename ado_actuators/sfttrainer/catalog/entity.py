@@ -27,6 +27,11 @@ class Domain(enum.StrEnum):
     BINARY = "BINARY_VARIABLE_TYPE"
 
 
+FieldValue = bool | int | float | str | list[str] | None
+"""A value an entity field takes: BINARY fields a bool, DISCRETE ones an int or a float, the
+others a name, fast_kernels a list of them (_annotation below)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Field:
     name: str
@@ -406,15 +411,21 @@ def _annotation(field: Field) -> Any:
     return str | None
 
 
-EntityValues = pydantic.create_model(
-    "EntityValues",
+_ENTITY_FIELDS = pydantic.create_model(
+    "EntityFields",
     __config__=pydantic.ConfigDict(frozen=True, extra="forbid"),
     **{name: (_annotation(f), ... if f.required else f.default) for name, f in FIELDS.items()},
 )
-"""The resolved value of every field for one measurement (defaults filled in)."""
 
 
-def entity_values(values: dict[str, Any], overrides: dict[str, Any] | None = None) -> Any:
+class EntityValues(_ENTITY_FIELDS):
+    """The resolved value of every field for one measurement (defaults filled in).
+
+    A class of its own, so that what carries one (plan/launch.MeasurementInputs, across to the
+    node) names its type; its fields are generated from `FIELDS`, declared once above."""
+
+
+def entity_values(values: dict[str, Any], overrides: dict[str, Any] | None = None) -> EntityValues:
     """Build `EntityValues` from what ado passes (entity + parameterization), normalised.
 
     `overrides` are experiment-specific defaults (e.g. GPTQ's float16) applied first.

@@ -10,13 +10,13 @@ from typing import Any
 import pydantic
 import yaml
 
-from ado_actuators.sfttrainer.catalog.entity import FIELDS
+from ado_actuators.sfttrainer.catalog.entity import FIELDS, FieldValue
 
 
 class FieldOverride(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
-    default: Any = None
-    values: list[Any] | None = None
+    default: FieldValue = None
+    values: list[FieldValue] | None = None
 
 
 class ExperimentDefinition(pydantic.BaseModel):
@@ -32,7 +32,7 @@ class ExperimentDefinition(pydantic.BaseModel):
     targets: tuple[str, ...]
     optional_fields: tuple[str, ...]
     repeats: int = 1
-    fixed: dict[str, Any] = pydantic.Field(default_factory=dict)
+    fixed: dict[str, FieldValue] = pydantic.Field(default_factory=dict)
     field_overrides: dict[str, FieldOverride] = pydantic.Field(default_factory=dict)
     sft_trainer_arguments: dict[str, list[str]] = pydantic.Field(default_factory=dict)
     models: tuple[str, ...] | None = None

@@ -142,6 +142,44 @@ def print_summary(rows: list[Row]) -> None:
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
+InputFile = Annotated[
+    Path | None, typer.Option("-i", "--input", metavar="FILE", help="models.yaml to read.")
+]
+HfHome = Annotated[
+    Path | None,
+    typer.Option(
+        "-o",
+        "--output",
+        metavar="HF_HOME",
+        help="HF_HOME of the training processes; weights go to HF_HOME/hub.",
+    ),
+]
+OnlyFormat = Annotated[
+    str | None,
+    typer.Option(
+        "--format",
+        metavar="FORMAT",
+        help="Only entries of this format: " + " or ".join(WEIGHTS_FORMATS) + ".",
+    ),
+]
+DryRun = Annotated[
+    bool, typer.Option("--dry-run", help="Report what is local, cached or to fetch; no network.")
+]
+Token = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="HF_TOKEN",
+        show_envvar=True,
+        metavar="TOKEN",
+        help="Hub token for gated/private repos (default: HF_HOME/token if "
+        "present, else huggingface_hub's own).",
+    ),
+]
+MaxWorkers = Annotated[
+    int, typer.Option("--max-workers", metavar="N", help="Files downloaded in parallel.")
+]
+
 
 @app.command(
     help="Download the Hugging Face hub weights named in a models.yaml ({name: {Vanilla|"
@@ -151,61 +189,15 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     "Example: sfttrainer_download_hf_weights -i models.yaml -o /my/hf_home"
 )
 def download_hf_weights(
-    input_file: Annotated[
-        Path | None,
-        typer.Option("-i", "--input", metavar="FILE", help="models.yaml to read."),
-    ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "-o",
-            "--output",
-            metavar="HF_HOME",
-            help="HF_HOME of the training processes; weights go to HF_HOME/hub.",
-        ),
-    ] = None,
-    weights_format: Annotated[
-        str | None,
-        typer.Option(
-            "--format",
-            metavar="FORMAT",
-            help="Only entries of this format: " + " or ".join(WEIGHTS_FORMATS) + ".",
-        ),
-    ] = None,
-    dry_run: Annotated[
-        bool,
-        typer.Option("--dry-run", help="Report what is local, cached or to fetch; no network."),
-    ] = False,
-    token: Annotated[
-        str | None,
-        typer.Option(
-            "--token",
-            envvar="HF_TOKEN",
-            show_envvar=True,
-            metavar="TOKEN",
-            help="Hub token for gated/private repos (default: HF_HOME/token if "
-            "present, else huggingface_hub's own).",
-        ),
-    ] = None,
-    max_workers: Annotated[
-        int, typer.Option("--max-workers", metavar="N", help="Files downloaded in parallel.")
-    ] = 8,
+    input_file: InputFile = None,
+    output: HfHome = None,
+    weights_format: OnlyFormat = None,
+    dry_run: DryRun = False,
+    token: Token = None,
+    max_workers: MaxWorkers = 8,
 ) -> None:
     try:
-        if input_file is None:
-            raise UsageError("no models file given; add -i models.yaml")
-        if output is None:
-            raise UsageError("no HF_HOME given; add -o DIR (weights go to DIR/hub)")
-        if output.exists() and not output.is_dir():
-            raise UsageError(f"-o/--output {str(output)!r} is a file; give the HF_HOME directory")
-        if max_workers < 1:
-            raise UsageError(f"--max-workers {max_workers}: give a number >= 1")
-        entries = load_models(input_file)
-        if weights_format is not None:
-            wanted = normalise_format(weights_format, "--format")
-            entries = [e for e in entries if e.fmt == wanted]
-            if not entries:
-                raise UsageError(f"-i/--input {str(input_file)!r} has no {wanted} entries")
+        entries = _entries(input_file, output, weights_format, max_workers)
         hf_home = output.expanduser().absolute()
         # Before huggingface_hub is imported: its xet chunk cache goes under HF_HOME too.
         os.environ.setdefault("HF_XET_CACHE", str(hf_home / "xet"))
@@ -231,6 +223,27 @@ def download_hf_weights(
     print_summary(rows)
     if any(r.status in FAILED for r in rows):
         raise typer.Exit(1)
+
+
+def _entries(
+    input_file: Path | None, output: Path | None, weights_format: str | None, max_workers: int
+) -> list[Entry]:
+    """The entries to fetch, once the options were checked; UsageError names a bad one."""
+    if input_file is None:
+        raise UsageError("no models file given; add -i models.yaml")
+    if output is None:
+        raise UsageError("no HF_HOME given; add -o DIR (weights go to DIR/hub)")
+    if output.exists() and not output.is_dir():
+        raise UsageError(f"-o/--output {str(output)!r} is a file; give the HF_HOME directory")
+    if max_workers < 1:
+        raise UsageError(f"--max-workers {max_workers}: give a number >= 1")
+    entries = load_models(input_file)
+    if weights_format is not None:
+        wanted = normalise_format(weights_format, "--format")
+        entries = [e for e in entries if e.fmt == wanted]
+        if not entries:
+            raise UsageError(f"-i/--input {str(input_file)!r} has no {wanted} entries")
+    return entries
 
 
 def _check_writable(hf_home: Path) -> None:

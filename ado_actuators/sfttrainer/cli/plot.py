@@ -11,6 +11,63 @@ from ado_actuators.sfttrainer.cli.errors import one_line_errors
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
+SpaceId = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="[SPACE_ID]",
+        show_default=False,
+        help="A stored space, read through ado's API in the active ado context (the one "
+        "`ado show measurements space SPACE_ID` reads).",
+    ),
+]
+CsvFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--csv",
+        metavar="FILE",
+        show_default=False,
+        help="Instead of SPACE_ID: the CSV written by `ado show measurements space "
+        "SPACE_ID -o csv --property-format target --output-file FILE`.",
+    ),
+]
+ContextFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--context",
+        "-c",
+        metavar="FILE",
+        show_default=False,
+        help="With SPACE_ID: the ado ProjectContext file to read from, as for `ado "
+        "--context FILE` (default: ado's active context).",
+    ),
+]
+OutputDir = Annotated[
+    Path, typer.Option("--output-dir", "-o", metavar="DIR", help="Where to write the files.")
+]
+CompareWith = Annotated[
+    str | None,
+    typer.Option(
+        "--compare",
+        metavar="OTHER",
+        show_default=False,
+        help="Another space to compare with, e.g. the same space measured with another "
+        "fms-hf-tuning release: a CSV file (a name ending in .csv) or a space id (read like "
+        "SPACE_ID, in the same context). Ratio = dataset tokens/s here / there, matched per "
+        "configuration on every field except those fixed to a different value in each space; "
+        "flagged where the two rows' 95 % intervals do not overlap, or, where either row has "
+        "no interval, beyond ±10 %.",
+    ),
+]
+NameStem = Annotated[
+    str | None,
+    typer.Option(
+        "--name",
+        metavar="NAME",
+        show_default=False,
+        help="File name stem (default: the space id, or the CSV file's stem).",
+    ),
+]
+
 
 @app.command(
     help="Plot a space's SFTTrainer measurements: dataset tokens per second (total and per "
@@ -21,8 +78,8 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     "the answers, per experiment (and model): the fastest valid configuration and those tied "
     "with it (their 95 % intervals overlap), the largest batch size that fits per number of "
     "GPUs and sequence length, with several GPU counts the scaling against perfect scaling and "
-    "GPU-hours per million dataset tokens; then what the space cost: GPU-hours held (valid and "
-    "invalid; CPU-hours apart) and the configurations answered without launching, by rule. "
+    "GPU-hours per million dataset tokens; then what the space cost: GPU-hours reserved (valid and "
+    "invalid; CPU-hours apart) and the configurations skipped without launching, by rule. "
     "--compare OTHER adds the ratio of dataset tokens/s to another space per configuration, "
     "flagging a difference where the 95 % intervals do not overlap (over 10 % where a row has "
     "none) or in validity. Writes DIR/NAME.png and DIR/NAME.html (the picture "
@@ -33,63 +90,12 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     "sfttrainer_plot --csv new.csv --compare old.csv"
 )
 def plot(
-    space_id: Annotated[
-        str | None,
-        typer.Argument(
-            metavar="[SPACE_ID]",
-            show_default=False,
-            help="A stored space, read through ado's API in the active ado context (the one "
-            "`ado show measurements space SPACE_ID` reads).",
-        ),
-    ] = None,
-    csv_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--csv",
-            metavar="FILE",
-            show_default=False,
-            help="Instead of SPACE_ID: the CSV written by `ado show measurements space "
-            "SPACE_ID -o csv --property-format target --output-file FILE`.",
-        ),
-    ] = None,
-    context: Annotated[
-        Path | None,
-        typer.Option(
-            "--context",
-            "-c",
-            metavar="FILE",
-            show_default=False,
-            help="With SPACE_ID: the ado ProjectContext file to read from, as for `ado "
-            "--context FILE` (default: ado's active context).",
-        ),
-    ] = None,
-    output_dir: Annotated[
-        Path,
-        typer.Option("--output-dir", "-o", metavar="DIR", help="Where to write the files."),
-    ] = Path("."),
-    compare: Annotated[
-        str | None,
-        typer.Option(
-            "--compare",
-            metavar="OTHER",
-            show_default=False,
-            help="Another space to compare with, e.g. the same space measured with another "
-            "fms-hf-tuning release: a CSV file (a name ending in .csv) or a space id (read like "
-            "SPACE_ID, in the same context). Ratio = dataset tokens/s here / there, matched per "
-            "configuration on every field except those fixed to a different value in each space; "
-            "flagged where the two rows' 95 % intervals do not overlap, or, where either row has "
-            "no interval, beyond ±10 %.",
-        ),
-    ] = None,
-    name: Annotated[
-        str | None,
-        typer.Option(
-            "--name",
-            metavar="NAME",
-            show_default=False,
-            help="File name stem (default: the space id, or the CSV file's stem).",
-        ),
-    ] = None,
+    space_id: SpaceId = None,
+    csv_file: CsvFile = None,
+    context: ContextFile = None,
+    output_dir: OutputDir = Path("."),
+    compare: CompareWith = None,
+    name: NameStem = None,
 ) -> None:
     from ado_actuators.sfttrainer.report.table import TableError
 

@@ -36,12 +36,38 @@ class Failed:
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-Outcome = Measured | Invalid | Failed
+MeasurementOutcome = Measured | Invalid | Failed
+"""What one measurement ends as: the engine's answer to its front end."""
+
+# Metadata keys that more than one layer reads, each written in one place.
+WORKDIR = "workdir"
+"""The working directory of the measurement's first node that launched (execute/cluster.py);
+absent when nothing was launched at all."""
+LOG = "log"
+"""That node's training log (execute/cluster.py); the record of measured OOMs cites it."""
+TRAINING_COMPLETED = "training_completed"
+"""Set on a Failed whose training itself succeeded: the figures are what failed
+(execute/classify.py); the stability experiment counts it as a run without error."""
+INVALID_REASON = "invalid_reason"
+"""An Invalid's reason, as the ado front end stores it (actuator/results.py) and the report
+reads it back."""
+
+
+def launched(outcome: MeasurementOutcome) -> bool:
+    """Whether the measurement launched anything (it then has a working directory)."""
+    return WORKDIR in outcome.metadata
+
+
+def failed_before_launch(outcome: MeasurementOutcome) -> bool:
+    """A Failed that launched nothing (missing dataset or weights, wrong environment, no
+    placement): trying again as it is would fail alike."""
+    return isinstance(outcome, Failed) and not launched(outcome)
+
 
 ANSWERED_BY = "answered_by"
-"""The metadata key of an Invalid answered without launching: which rule answered it. Declared
-here, the lowest room, because its producers (engine/, plan/, ledger/) and its reader
-(report/, counting what a space cost) live in rooms that share no other."""
+"""The metadata key of an Invalid skipped without launching: which rule skipped it. Declared
+here, the lowest layer, because its producers (engine/, plan/, ledger/) and its reader
+(report/, counting what a space cost) live in layers that share no other."""
 CONFIGURATION_RULE = "configuration_rule"
 """A rule the configuration breaks (catalog/validity.py, plan/environments.vision_problem)."""
 CERTAIN_OOM = "certain_oom"

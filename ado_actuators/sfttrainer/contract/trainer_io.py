@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pydantic
 
+from ado_actuators.sfttrainer.contract.workspace import ReportDirectory
+
 JOB_FLAG = "--sfttrainer_job"
 """The trainer wrapper's own flag; every other argument belongs to fms-hf-tuning."""
 
@@ -29,7 +31,9 @@ class FaultKind(enum.StrEnum):
     HANG = "hang"  # the rank sleeps forever: the watchdog must end it
 
 
-class Outcome(enum.StrEnum):
+class RankOutcome(enum.StrEnum):
+    """How one rank's training ended, as its report says."""
+
     OK = "ok"
     GPU_OOM = "gpu_oom"  # the spec's "invalid due to GPU memory exhaustion"
     ERROR = "error"
@@ -179,7 +183,7 @@ class RankReport(pydantic.BaseModel):
     local_rank: int
     world_size: int
     hostname: str
-    outcome: Outcome
+    outcome: RankOutcome
     failure: Failure | None = None
     steps: list[StepTiming] = pydantic.Field(default_factory=list)
     stopped_by: str | None = pydantic.Field(
@@ -222,7 +226,7 @@ class RankReport(pydantic.BaseModel):
 
     @staticmethod
     def path_for(report_dir: Path, rank: int) -> Path:
-        return Path(report_dir) / f"rank-{rank}.json"
+        return ReportDirectory(Path(report_dir)).rank_report(rank)
 
     def write(self, report_dir: Path) -> Path:
         """Atomically, so a reader never sees half a report."""
@@ -235,6 +239,9 @@ class RankReport(pydantic.BaseModel):
     @classmethod
     def read_all(cls, report_dir: Path) -> list[RankReport]:
         return sorted(
-            (cls.model_validate_json(p.read_text()) for p in Path(report_dir).glob("rank-*.json")),
+            (
+                cls.model_validate_json(p.read_text())
+                for p in Path(report_dir).glob(ReportDirectory.RANK_REPORTS)
+            ),
             key=lambda r: r.rank,
         )

@@ -1,4 +1,4 @@
 """The engine's entry: `measurement.measure(entity, experiment, settings)` resolves and
-validates one request, answers what needs no launch, and hands the rest to execute/; the
-settings it reads (settings.py). Any front end (ado's actuator, the GPU kit, a script) calls
-it; it imports neither ado-core nor Ray."""
+validates one request, skips without launching what needs no launch, and hands the rest to
+execute/; the settings it reads (settings.py). Any front end (ado's actuator, the GPU kit, a
+script) calls it; it imports neither ado-core nor Ray."""

@@ -148,7 +148,7 @@ def preview_entity(
     values_in: dict[str, Any], experiment_id: str, settings: MeasurementSettings
 ) -> PreviewRow:
     definition = catalog_data().experiment(experiment_id)
-    resolved = resolve(values_in, definition, settings)
+    resolved = resolve(values_in, definition, settings.model_map, settings.hf_home)
     row = PreviewRow(experiment=experiment_id, entity=values_in, verdict="unknown")
     if not isinstance(resolved, tuple):
         verdict = "invalid" if isinstance(resolved, Invalid) else "failed"

@@ -110,14 +110,14 @@ class MeasurementSettings(pydantic.BaseModel):
 
     memory_bound_check: bool = pydantic.Field(
         default=True,
-        description="Answer is_valid = 0 without launching when the lower bound of the GPU "
+        description="Skip without launching, storing is_valid = 0, when the lower bound of the GPU "
         "memory one device needs (weights, gradients, optimizer state and CUDA context, from "
         "the model's config.json) exceeds gpu_model's memory; false measures such "
         "configurations anyway. The bound is reported either way.",
     )
     skip_predicted_oom: bool = pydantic.Field(
         default=False,
-        description="Answer is_valid = 0 without launching when the predicted peak of GPU "
+        description="Skip without launching, storing is_valid = 0, when the predicted peak of GPU "
         "memory per device (with the allocator's headroom and the CUDA context) exceeds "
         "gpu_model's memory; the row says it was predicted, not measured. false (the "
         "default) launches every configuration the certain bound lets through. The "
@@ -125,7 +125,7 @@ class MeasurementSettings(pydantic.BaseModel):
     )
     oom_dominance: bool = pydantic.Field(
         default=True,
-        description="Answer is_valid = 0 without launching a request that a measured GPU "
+        description="Skip without launching, storing is_valid = 0, a request that a measured GPU "
         "out-of-memory run proves: equal to it in every other entity value and experiment "
         "parameter (experiment, fms_hf_tuning_version, gpu_model, GPUs, nodes, ...) with a "
         "per-device batch and a model_max_length no smaller; its reason names the run that "

@@ -1,13 +1,18 @@
-"""A finished launch (each node's exit status + every rank's report) -> Outcome. Pure."""
+"""A finished launch (each node's exit status + every rank's report) -> MeasurementOutcome. Pure."""
 
 from __future__ import annotations
 
 import re
 
 from ado_actuators.sfttrainer.contract.oom_texts import says_gpu_memory_exhausted
-from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured, Outcome
-from ado_actuators.sfttrainer.contract.trainer_io import AutoStopOutcome, RankReport
-from ado_actuators.sfttrainer.contract.trainer_io import Outcome as RankOutcome
+from ado_actuators.sfttrainer.contract.outcomes import (
+    TRAINING_COMPLETED,
+    Failed,
+    Invalid,
+    Measured,
+    MeasurementOutcome,
+)
+from ado_actuators.sfttrainer.contract.trainer_io import AutoStopOutcome, RankOutcome, RankReport
 from ado_actuators.sfttrainer.execute.node import NodeRun
 from ado_actuators.sfttrainer.metrics import flops
 from ado_actuators.sfttrainer.metrics.aggregate import (
@@ -41,8 +46,6 @@ def launcher_said(log_tail: str) -> str | None:
 
 SETTING_UNAVAILABLE = "SettingUnavailable"
 """trainer/adapt.py's exception: a requested setting the training environment cannot honour."""
-TRAINING_COMPLETED = "training_completed"
-"""Metadata of a Failed whose training itself succeeded (the figures are what failed)."""
 
 
 def _describe(report: RankReport, where: str) -> str:
@@ -90,7 +93,7 @@ def launch_outcome(
     stop_after_seconds: float,
     gpu_model: str | None = None,
     devices: int | None = None,
-) -> Outcome:
+) -> MeasurementOutcome:
     """Every node's reports and exit -> one outcome.
 
     GPU OOM in any rank of any node wins (other ranks then fail in collectives, and their
@@ -108,6 +111,24 @@ def launch_outcome(
     ran = [r for r in runs if not r.cancelled] or runs
     reports = [r for r in reports if r.rank // per_node in {n.machine_rank for n in ran}]
     tail = _tails(ran, multi_node=len(runs) > 1)
+    if failed := _launch_failure(reports, runs, ran, per_node, tail):
+        return failed
+    return _training_outcome(
+        reports,
+        tail,
+        number_gpus=number_gpus,
+        stop_after_seconds=stop_after_seconds,
+        gpu_model=gpu_model,
+        devices=devices,
+    )
+
+
+def _launch_failure(
+    reports: list[RankReport], runs: list[NodeRun], ran: list[NodeRun], per_node: int, tail: str
+) -> MeasurementOutcome | None:
+    """The triage of a launch that did not train to its end, or None when it did: a node the
+    watchdog stopped or that could not launch, an OOM only the log tells, a setting the
+    environment refused, a rank's error, a rank without a report, a launcher's exit status."""
     if stalled := next((r for r in ran if r.stopped_by_watchdog), None):
         return Failed(
             f"the training was stopped{_where(stalled, runs)}: {stalled.stopped_by_watchdog}; "
@@ -120,53 +141,73 @@ def launch_outcome(
     expected = {n.machine_rank * per_node + i for n in ran for i in range(per_node)}
     missing = sorted(expected - {r.rank for r in reports})
     exited = [r for r in ran if r.returncode != 0]
-    if errors or missing or exited:
-        # a rank that died before it could write a report may still have said why in the log,
-        # on a node cancelled because its peers failed first too
-        if said := next((r for r in runs if says_gpu_memory_exhausted(r.log_tail)), None):
-            return Invalid(
-                reason=f"GPU out of memory (from the training log{_where(said, runs)})",
-                gpu_oom=True,
-            )
-        refused = [
-            r
-            for r in errors
-            if r.failure and r.failure.exception_type.endswith(SETTING_UNAVAILABLE)
-        ]
-        if refused:
-            message = refused[0].failure.message
-            return Failed(f"the configuration cannot run as requested: {message}")
-        label = "Log tail"
-        if errors:
-            why = _failed_rank(errors[0], _where_rank(errors[0].rank, runs, per_node))
-            if errors[0].failure and errors[0].failure.traceback_tail:
-                # the rank's own traceback says more than a log full of other ranks' noise
-                label, tail = (
-                    f"Traceback of rank {errors[0].rank}",
-                    errors[0].failure.traceback_tail,
-                )
-        elif missing:
-            first = next(n for n in ran if n.machine_rank == missing[0] // per_node)
-            signals = [f"{r.signal_name}{_where(r, runs)}" for r in ran if r.signal_name]
-            died = f" (the launcher exited by {', '.join(signals)})" if signals else ""
-            started = any(r.rank // per_node == first.machine_rank for r in reports)
-            own_failure = not (started or signals) and first.returncode
-            said = launcher_said(first.log_tail) if own_failure else None
-            if said:  # no rank of the node started: a busy port, a missing package, ...
-                why = (
-                    f"training failed: the launcher exited with status {first.returncode}"
-                    f"{_where(first, runs)} before any rank started, saying: {said}"
-                )
-            else:
-                why = (
-                    f"training failed: rank(s) {missing} ended without a report"
-                    f"{_where(first, runs)}{died}: killed from outside, or by the kernel's "
-                    f"out-of-memory killer (check the node's memory)"
-                )
-        else:
-            status, where = exited[0].returncode, _where(exited[0], runs)
-            why = f"training failed: the launcher exited with status {status}{where}"
-        return Failed(f"{why}\n{label}:\n{tail}")
+    if not (errors or missing or exited):
+        return None
+    # a rank that died before it could write a report may still have said why in the log,
+    # on a node cancelled because its peers failed first too
+    if said := next((r for r in runs if says_gpu_memory_exhausted(r.log_tail)), None):
+        return Invalid(
+            reason=f"GPU out of memory (from the training log{_where(said, runs)})",
+            gpu_oom=True,
+        )
+    refused = [
+        r for r in errors if r.failure and r.failure.exception_type.endswith(SETTING_UNAVAILABLE)
+    ]
+    if refused:
+        message = refused[0].failure.message
+        return Failed(f"the configuration cannot run as requested: {message}")
+    label = "Log tail"
+    if errors:
+        why = _failed_rank(errors[0], _where_rank(errors[0].rank, runs, per_node))
+        if errors[0].failure and errors[0].failure.traceback_tail:
+            # the rank's own traceback says more than a log full of other ranks' noise
+            label, tail = f"Traceback of rank {errors[0].rank}", errors[0].failure.traceback_tail
+    elif missing:
+        why = _missing_reports(missing, reports, runs, ran, per_node)
+    else:
+        status, where = exited[0].returncode, _where(exited[0], runs)
+        why = f"training failed: the launcher exited with status {status}{where}"
+    return Failed(f"{why}\n{label}:\n{tail}")
+
+
+def _missing_reports(
+    missing: list[int],
+    reports: list[RankReport],
+    runs: list[NodeRun],
+    ran: list[NodeRun],
+    per_node: int,
+) -> str:
+    """Why ranks ended without a report: their launcher's own failure, where it said one
+    before any rank of its node started, else a kill from outside."""
+    first = next(n for n in ran if n.machine_rank == missing[0] // per_node)
+    signals = [f"{r.signal_name}{_where(r, runs)}" for r in ran if r.signal_name]
+    died = f" (the launcher exited by {', '.join(signals)})" if signals else ""
+    started = any(r.rank // per_node == first.machine_rank for r in reports)
+    own_failure = not (started or signals) and first.returncode
+    said = launcher_said(first.log_tail) if own_failure else None
+    if said:  # no rank of the node started: a busy port, a missing package, ...
+        return (
+            f"training failed: the launcher exited with status {first.returncode}"
+            f"{_where(first, runs)} before any rank started, saying: {said}"
+        )
+    return (
+        f"training failed: rank(s) {missing} ended without a report"
+        f"{_where(first, runs)}{died}: killed from outside, or by the kernel's "
+        f"out-of-memory killer (check the node's memory)"
+    )
+
+
+def _training_outcome(
+    reports: list[RankReport],
+    tail: str,
+    *,
+    number_gpus: int,
+    stop_after_seconds: float,
+    gpu_model: str | None,
+    devices: int | None,
+) -> MeasurementOutcome:
+    """A training that ran to its end: its properties, notes and metadata, or Failed (marked
+    TRAINING_COMPLETED) where its figures cannot be had."""
     since = warmup_end(reports)
     completed = {TRAINING_COMPLETED: True}
     try:
@@ -183,23 +224,10 @@ def launch_outcome(
     if problem := gpu_sampling_problem(reports, since):
         return Failed(problem, completed)
     rank0 = reports[0]  # the executor sorts the reports by rank
-    notes = {n for r in reports for n in r.notes}
-    if since is None and rank0.warmup_steps:
-        # warm-up ended on the last step trained: no step is left to measure without it
-        notes.add(
-            "warm-up not excluded: training ended on the last warm-up step, so the "
-            "figures cover every step"
-        )
-    if note := auto_stop_note(rank0.auto_stop):
-        notes.add(note)
     interval = throughput_interval(reports, since)
-    if interval.why:
-        notes.add(f"dataset_tokens_per_second_ci95_percent omitted: {interval.why}")
-    if note := energy_note(reports):
-        notes.add(f"gpu_energy_joules_per_token omitted: {note}")
-    if (per_token := model_flops_per_token(reports, since)) is None:
-        notes.add(f"model_tflops_per_device omitted: {flops.why_no_flops(rank0.model_parameters)}")
-    elif "model_flops_utilization" not in properties:
+    per_token = model_flops_per_token(reports, since)
+    notes = _notes(reports, since, interval.why, per_token)
+    if per_token is not None and "model_flops_utilization" not in properties:
         notes.add(
             f"model_flops_utilization omitted: no dense peak known for gpu_model "
             f"{gpu_model if number_gpus else 'None (CPU)'}"
@@ -220,6 +248,32 @@ def launch_outcome(
         "aim_run_hash": rank0.aim_run_hash,
     }
     return Measured(properties=properties, metadata=metadata)
+
+
+def _notes(
+    reports: list[RankReport],
+    since: float | None,
+    no_interval: str | None,
+    per_token: float | None,
+) -> set[str]:
+    """What a row must say about the figures it has and those it omits, and why."""
+    rank0 = reports[0]
+    notes = {n for r in reports for n in r.notes}
+    if since is None and rank0.warmup_steps:
+        # warm-up ended on the last step trained: no step is left to measure without it
+        notes.add(
+            "warm-up not excluded: training ended on the last warm-up step, so the "
+            "figures cover every step"
+        )
+    if note := auto_stop_note(rank0.auto_stop):
+        notes.add(note)
+    if no_interval:
+        notes.add(f"dataset_tokens_per_second_ci95_percent omitted: {no_interval}")
+    if note := energy_note(reports):
+        notes.add(f"gpu_energy_joules_per_token omitted: {note}")
+    if per_token is None:
+        notes.add(f"model_tflops_per_device omitted: {flops.why_no_flops(rank0.model_parameters)}")
+    return notes
 
 
 def auto_stop_note(outcome: AutoStopOutcome | None) -> str | None:

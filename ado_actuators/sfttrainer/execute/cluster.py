@@ -14,7 +14,7 @@ import time
 import uuid
 from typing import Any
 
-from ado_actuators.sfttrainer.contract.outcomes import Failed, Outcome
+from ado_actuators.sfttrainer.contract.outcomes import LOG, WORKDIR, Failed, MeasurementOutcome
 from ado_actuators.sfttrainer.execute import capacity, gpu_exclusive, orphan_groups, placement_queue
 from ado_actuators.sfttrainer.execute.capacity import fits, shown
 from ado_actuators.sfttrainer.execute.classify import launch_outcome
@@ -90,7 +90,7 @@ def unplaceable_reason(
     )
     if never:  # no timeout to raise, nothing in use to name: the cluster lacks the nodes
         return (
-            f"could not place {what}: {why}, {never}; answered without waiting "
+            f"could not place {what}: {why}, {never}; failed at once, without waiting "
             f"placement_timeout_seconds. Alive nodes offer: {offered}. Add workers with these "
             f"resources (see the docs, guide/ray-clusters.md) or lower number_nodes"
         )
@@ -102,8 +102,8 @@ def unplaceable_reason(
     )
 
 
-def _outcome(request: NodeRequest, runs: list[NodeRun]) -> Outcome:
-    values = request.plan_inputs["values"]
+def _outcome(request: NodeRequest, runs: list[NodeRun]) -> MeasurementOutcome:
+    values = request.plan_inputs.values
     if len(runs) > 1:
         for run in runs:  # (node, index) names a GPU; two raylets may share a hostname
             for report in run.reports:
@@ -119,13 +119,13 @@ def _outcome(request: NodeRequest, runs: list[NodeRun]) -> Outcome:
         gpu_model=values.gpu_model,
         devices=batch_devices(values),
     )
-    # the first node that launched (a node cancelled early has no directory): a Failed
-    # without "workdir" means nothing was launched at all (measurement._repeat relies on it)
+    # the first node that launched (a node cancelled early has no directory): without one,
+    # nothing was launched at all (outcomes.failed_before_launch)
     if launched := next((r for r in runs if r.workdir), None):
         outcome.metadata.update(
             {
-                "workdir": launched.workdir,
-                "log": launched.log_path,
+                WORKDIR: launched.workdir,
+                LOG: launched.log_path,
                 "environment": launched.environment,
             }
         )
@@ -136,7 +136,7 @@ def _outcome(request: NodeRequest, runs: list[NodeRun]) -> Outcome:
             {
                 "machine_rank": r.machine_rank,
                 "hostname": r.hostname,
-                "workdir": r.workdir,
+                WORKDIR: r.workdir,
                 "cancelled": r.cancelled,
             }
             for r in runs
@@ -163,7 +163,7 @@ def measure_on_cluster(
     *,
     placement_timeout: float,
     runtime_env: dict[str, Any] | None = None,
-) -> Outcome:
+) -> MeasurementOutcome:
     """Run the measurement's node task(s) and classify what they left. Never raises RayError.
 
     Every wait is bounded: the node tasks must be placed within `placement_timeout`, and
@@ -173,7 +173,7 @@ def measure_on_cluster(
     at most `placement_timeout` too. No group outlives the operation that asked for it
     (execute/orphan_groups.py)."""
     request = request.model_copy(update={"run_name": uuid.uuid4().hex[:8]})
-    number_nodes = request.plan_inputs["values"].number_nodes
+    number_nodes = request.plan_inputs.values.number_nodes
     ray = _running_ray()
     if ray is None:
         if number_nodes > 1:
@@ -202,38 +202,42 @@ def measure_on_cluster(
         # the wait for resources (queue and placement) is the schedule's, not the tool's cost:
         # users read it when a space's measurements take longer than their trainings
         waited = {"placement_wait_seconds": round((time.time_ns() - asked) / 1e9, 3)}
-        if number_nodes == 1:
-            task = ray.remote(run_node).options(
-                **node_task_options(
-                    **task_resources(bundle),
-                    scheduling_strategy=group.strategy(0),
-                    runtime_env=runtime_env,
-                )
-            )
-            try:
-                outcome = _outcome(request, [ray.get(task.remote(request))])
-            except ray.exceptions.RayError as error:
-                outcome = Failed(f"the measurement task died: {error}")
-        else:
-            runs = run_nodes(
-                request,
-                number_nodes,
-                lambda k: node_task_options(
-                    **task_resources(bundle),
-                    scheduling_strategy=group.strategy(k),
-                    runtime_env=runtime_env,
-                ),
-                group.strategy(0),
-            )
-            outcome = runs if isinstance(runs, Failed) else _outcome(request, runs)
+        outcome = _run_placed(ray, request, bundle, group, runtime_env)
         outcome.metadata.update(waited)
     finally:
         group.remove()
     return _held(outcome, granted)
 
 
-def _held(outcome: Outcome, granted: float) -> Outcome:
-    """The outcome with measurement_seconds: how long the measurement held its devices, from
+def _run_placed(
+    ray: Any,
+    request: NodeRequest,
+    bundle: dict[str, float],
+    group: _Placement,
+    runtime_env: dict[str, Any] | None,
+) -> MeasurementOutcome:
+    """The node task(s) run in the placed group, one per bundle, and what they left."""
+    number_nodes = request.plan_inputs.values.number_nodes
+
+    def options(index: int) -> dict[str, Any]:
+        return node_task_options(
+            **task_resources(bundle),
+            scheduling_strategy=group.strategy(index),
+            runtime_env=runtime_env,
+        )
+
+    if number_nodes == 1:
+        task = ray.remote(run_node).options(**options(0))
+        try:
+            return _outcome(request, [ray.get(task.remote(request))])
+        except ray.exceptions.RayError as error:
+            return Failed(f"the measurement task died: {error}")
+    runs = run_nodes(request, number_nodes, options, group.strategy(0))
+    return runs if isinstance(runs, Failed) else _outcome(request, runs)
+
+
+def _held(outcome: MeasurementOutcome, granted: float) -> MeasurementOutcome:
+    """The outcome with measurement_seconds: how long the measurement reserved its devices, from
     their grant (`granted`, time.monotonic()) to their release, now. What a row cost, whatever
     ran in between (environment, model loading, warm-up, teardown); a Failed row is not
     stored, so it carries none."""

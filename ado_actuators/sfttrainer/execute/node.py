@@ -11,14 +11,20 @@ import pydantic
 
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.contract.outcomes import Failed
-from ado_actuators.sfttrainer.contract.trainer_io import Outcome as RankOutcome
-from ado_actuators.sfttrainer.contract.trainer_io import RankReport
+from ado_actuators.sfttrainer.contract.trainer_io import RankOutcome, RankReport
+from ado_actuators.sfttrainer.contract.workspace import Workspace
 from ado_actuators.sfttrainer.execute import environment, gpu_exclusive, workspace
 from ado_actuators.sfttrainer.execute.devices import visible_devices
 from ado_actuators.sfttrainer.execute.interruptible import interruptible
 from ado_actuators.sfttrainer.execute.process import ProcessResult, log_tail, run_process
 from ado_actuators.sfttrainer.host import hf_cache
-from ado_actuators.sfttrainer.plan.launch import LaunchPlan, PlanError, PlanInputs, plan_launch
+from ado_actuators.sfttrainer.plan.launch import (
+    LaunchPlan,
+    MeasurementInputs,
+    PlanError,
+    PlanInputs,
+    plan_launch,
+)
 
 HUB_PROBE_SECONDS = 15
 # Any one of these lets transformers build a tokenizer from a local model directory (fast,
@@ -28,11 +34,9 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.j
 
 
 class NodeRequest(pydantic.BaseModel):
-    """PlanInputs minus what only the node can choose (directory, port, interpreter)."""
+    """What a node is asked to measure: the measurement's inputs, and where and how long."""
 
-    model_config = pydantic.ConfigDict(arbitrary_types_allowed=True)
-
-    plan_inputs: dict  # PlanInputs fields except workdir, main_process_port, python
+    plan_inputs: MeasurementInputs
     output_root: Path
     label: str
     stall_timeout: float
@@ -47,8 +51,9 @@ class NodeRequest(pydantic.BaseModel):
 
     def workdir(self, machine_rank: int, number_nodes: int) -> Path:
         """Each node its own directory, also where nodes share a filesystem."""
-        base = self.output_root / f"{self.label}-{self.run_name}"
-        return base / f"node-{machine_rank}" if number_nodes > 1 else base
+        return Workspace.for_node(
+            self.output_root, self.label, self.run_name, machine_rank, number_nodes
+        ).root
 
 
 class Rendezvous(pydantic.BaseModel):
@@ -164,12 +169,12 @@ def plan_node(
     """This node's launch plan, once its inputs were checked: it touches no file and launches
     nothing (without a rendezvous it only picks a free port), so tests drive it with any request
     (tests/unit/test_fuzz_inputs.py). Raises PlanError for a request that cannot be launched."""
-    values = request.plan_inputs["values"]
+    values = request.plan_inputs.values
     # No aim_db, no AIM: a temporary repository would cost ~2 s per measurement (import,
     # repository creation) to be deleted unread; the rank reports carry every sample.
     return plan_launch(
         PlanInputs(
-            **request.plan_inputs,
+            **dict(request.plan_inputs),
             workdir=request.workdir(machine_rank, values.number_nodes),
             weights_offline=weights_offline,
             python=python,
@@ -198,13 +203,13 @@ def prepare_node(request: NodeRequest, machine_rank: int = 0) -> Prepared | Node
     take minutes); a NodeRun naming the problem when the node cannot take part. Launches
     nothing, so a multi-node measurement runs it on every node before any rank starts."""
     inputs = request.plan_inputs
-    values = inputs["values"]
+    values = inputs.values
     here = NodeRun(machine_rank=machine_rank, hostname=os.uname().nodename)
-    location, hf_home = inputs["model_location"], inputs["hf_home"]
-    hint = download_hint(values.model_name, inputs["definition"].weights_format, location, hf_home)
+    location, hf_home = inputs.model_location, inputs.hf_home
+    hint = download_hint(values.model_name, inputs.definition.weights_format, location, hf_home)
     writes = {"hf_home": hf_home, "output_dir": str(request.output_root.parent)}
-    if inputs.get("aim_repo") and "://" not in inputs["aim_repo"]:
-        writes["aim_db"] = inputs["aim_repo"]
+    if inputs.aim_repo and "://" not in inputs.aim_repo:
+        writes["aim_db"] = inputs.aim_repo
     for setting, directory in writes.items():
         if why := workspace.unwritable(Path(directory).expanduser()):
             return here.model_copy(
@@ -218,7 +223,7 @@ def prepare_node(request: NodeRequest, machine_rank: int = 0) -> Prepared | Node
     problem, offline = weights_problem(location, hf_home, hint)
     if problem:
         return here.model_copy(update={"problem": problem})
-    dataset = Path(inputs["dataset_path"])
+    dataset = inputs.dataset_path
     if not dataset.is_file():
         command = " ".join(datasets.creation_command(values.dataset_id, dataset))
         return here.model_copy(
@@ -229,8 +234,8 @@ def prepare_node(request: NodeRequest, machine_rank: int = 0) -> Prepared | Node
                 )
             }
         )
-    on_gpus = values.number_gpus > 0 and not inputs.get("use_cpu")
-    chosen = environment.choose(values, inputs["definition"], request.environment, on_gpus=on_gpus)
+    on_gpus = values.number_gpus > 0 and not inputs.use_cpu
+    chosen = environment.choose(values, inputs.definition, request.environment, on_gpus=on_gpus)
     if isinstance(chosen, Failed):
         return here.model_copy(update={"problem": chosen.reason})
     return Prepared(
@@ -298,9 +303,9 @@ def _launch(request: NodeRequest, prepared: Prepared, rendezvous: Rendezvous | N
             plan.node.argv,
             env={**os.environ, **plan.env},
             cwd=plan.workdir,
-            log_path=plan.workdir / "train.log",
+            log_path=plan.workspace.train_log,
             stall_timeout=request.stall_timeout,
-            activity_paths=(plan.report_dir,),
+            activity_paths=(plan.workspace.reports.path,),
         )
     except KeyboardInterrupt:
         # run_process's own clean-up has stopped the ranks (each writes its report on SIGTERM)
@@ -325,7 +330,8 @@ def _collected(
     failure (its launcher's exit status is then ours, not news)."""
     if plan is None:
         return here.model_copy(update={"cancelled": True})
-    log_path = plan.workdir / "train.log"
+    workspace = plan.workspace
+    log_path = workspace.train_log
     ended = (
         {
             "returncode": result.returncode,
@@ -339,7 +345,11 @@ def _collected(
         update={
             **ended,
             "log_tail": result.log_tail() if result else log_tail(log_path),
-            "reports": RankReport.read_all(plan.report_dir) if plan.report_dir.is_dir() else [],
+            "reports": (
+                RankReport.read_all(workspace.reports.path)
+                if workspace.reports.path.is_dir()
+                else []
+            ),
             "workdir": str(plan.workdir),
             "log_path": str(log_path),
             "gpu_exclusivity": exclusivity,
@@ -347,7 +357,7 @@ def _collected(
     )
     if plan.training_data_path != plan.dataset_path:
         plan.training_data_path.unlink(missing_ok=True)
-    shutil.rmtree(plan.workdir / "output", ignore_errors=True)
+    shutil.rmtree(workspace.output, ignore_errors=True)
     return run
 
 

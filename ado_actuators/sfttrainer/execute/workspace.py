@@ -37,12 +37,13 @@ def free_port() -> int:
 
 def prepare(plan: LaunchPlan) -> None:
     """Create the working directory and everything the launch reads."""
-    plan.workdir.mkdir(parents=True, exist_ok=True)
-    plan.report_dir.mkdir(parents=True, exist_ok=True)
-    plan.job_path.write_text(plan.job.model_dump_json(indent=1))
+    workspace = plan.workspace
+    workspace.root.mkdir(parents=True, exist_ok=True)
+    workspace.reports.path.mkdir(parents=True, exist_ok=True)
+    workspace.job.write_text(plan.job.model_dump_json(indent=1))
     accelerate = plan.node.accelerate_config
     if accelerate is not None:
-        plan.accelerate_config_path.write_text(yaml.safe_dump(accelerate, sort_keys=False))
+        workspace.accelerate_config.write_text(yaml.safe_dump(accelerate, sort_keys=False))
     if plan.training_data_path != plan.dataset_path:
         write_first_entries(
             plan.dataset_path, plan.training_data_path, plan.dataset_entries_needed or 0

@@ -1,3 +1,3 @@
 """What the host offers every process of ours, the trainer's too: the Hugging Face hub
 cache's layout on disk (hf_cache.py) and a child's death with its parent (pdeathsig.py).
-Imports no other room."""
+Imports no other layer."""

@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
-from ado_actuators.sfttrainer.contract.outcomes import Invalid, Outcome
+from ado_actuators.sfttrainer.contract.outcomes import Invalid, MeasurementOutcome, launched
 from ado_actuators.sfttrainer.plan.launch import batch_devices
 
 SIZE_FIELDS = ("batch_size", "model_max_length")
@@ -90,7 +90,7 @@ def takes_part(repeats: int) -> bool:
     return repeats == 1
 
 
-def is_measured_oom(outcome: Outcome) -> bool:
-    """An OOM a launched run showed. The certain-OOM bound's answer launched nothing (no
-    "workdir"), and neither did an answer this rule gave."""
-    return isinstance(outcome, Invalid) and outcome.gpu_oom and "workdir" in outcome.metadata
+def is_measured_oom(outcome: MeasurementOutcome) -> bool:
+    """An OOM a launched run showed. The certain-OOM bound's answer launched nothing, and
+    neither did an answer this rule gave."""
+    return isinstance(outcome, Invalid) and outcome.gpu_oom and launched(outcome)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ado_actuators.sfttrainer.contract import outcomes
-from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, Outcome
+from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, MeasurementOutcome
 from ado_actuators.sfttrainer.ledger.dominance import (
     Configuration,
     configuration,
@@ -26,7 +26,7 @@ from ado_actuators.sfttrainer.ledger.record import Entry, Record, RecordUnavaila
 log = logging.getLogger(__name__)
 
 ANSWERED_BY = outcomes.OOM_DOMINANCE
-"""metadata["answered_by"] of a request answered from the record instead of measured."""
+"""metadata["answered_by"] of a request skipped without launching, given the record."""
 NOTE = "oom_record"
 """metadata key of what a measured outcome did to the record (or why it could not)."""
 
@@ -41,7 +41,7 @@ class Neighbours:
     experiment: str
     batch_size: int
 
-    def answer(self) -> Invalid | None:
+    def answer_from_measured_ooms(self) -> Invalid | None:
         """is_valid = 0 when a measured OOM dominates this request; else None (measure it)."""
         try:
             ooms = self.record.ooms()
@@ -51,7 +51,11 @@ class Neighbours:
         proof = tightest(((e.configuration, e) for e in ooms), self.configuration)
         if proof is None:
             return None
-        log.info("%s answered from the measured OOM of %s", self.label, proof.proof.get("label"))
+        log.info(
+            "%s skipped without launching: the measured OOM of %s covers it",
+            self.label,
+            proof.proof.get("label"),
+        )
         return Invalid(
             reason=self._reason(proof),
             gpu_oom=True,
@@ -62,7 +66,7 @@ class Neighbours:
             },
         )
 
-    def learn(self, outcome: Outcome) -> Outcome:
+    def record_outcome(self, outcome: MeasurementOutcome) -> MeasurementOutcome:
         """Records a measured OOM, or withdraws the OOMs a run that fitted contradicts."""
         try:
             if is_measured_oom(outcome):
@@ -77,7 +81,7 @@ class Neighbours:
             outcome.metadata[NOTE] = {"problem": str(error)}
         return outcome
 
-    def _proof(self, outcome: Outcome) -> dict[str, Any]:
+    def _proof(self, outcome: MeasurementOutcome) -> dict[str, Any]:
         reason = getattr(outcome, "reason", "")
         return {
             "label": self.label,
@@ -85,8 +89,8 @@ class Neighbours:
             "batch_size": self.batch_size,
             "batch_per_device": self.configuration.batch_per_device,
             "model_max_length": self.configuration.model_max_length,
-            "workdir": outcome.metadata.get("workdir"),
-            "log": outcome.metadata.get("log"),
+            "workdir": outcome.metadata.get(outcomes.WORKDIR),
+            "log": outcome.metadata.get(outcomes.LOG),
             "reason": (reason.splitlines() or [""])[0][:300],
         }
 
@@ -117,7 +121,7 @@ class Neighbours:
         was, this = proof.configuration, self.configuration
         facts = proof.proof
         return (
-            f"GPU out of memory, answered without launching: {facts.get('label')} "
+            f"GPU out of memory, skipped without launching: {facts.get('label')} "
             f"({facts.get('experiment')}) ran out of GPU memory with batch_size "
             f"{facts.get('batch_size')} ({was.batch_per_device:g} per device) and "
             f"model_max_length {was.model_max_length}, and this request is the same "

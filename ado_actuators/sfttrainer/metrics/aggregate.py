@@ -193,20 +193,11 @@ def benchmark_properties(
     devices = max(1, number_gpus if devices is None else devices)
     rank0 = min(reports, key=lambda r: r.rank)
     rank0_steps = per_rank[rank0.rank]
-
-    windows = {r.rank: sample_window(reports, r, since) for r in reports}
-    process = [
-        [p for p in r.process_samples if in_window(p.time, windows[r.rank])] for r in reports
-    ]
     props: dict[str, float] = {
         "train_runtime": runtime,
         "dataset_tokens_per_second": tokens / runtime,
         "dataset_tokens_per_second_per_gpu": tokens / runtime / devices,
-        "cpu_compute_utilization": _mean(_mean(p.cpu_percent for p in ps) for ps in process),
-        "cpu_memory_utilization": _mean(_mean(p.memory_percent for p in ps) for ps in process),
-        **gpu_properties(
-            [g for r in reports for g in r.gpu_samples if in_window(g.time, windows[r.rank])]
-        ),
+        **_sampled_properties(reports, since),
         "is_valid": 1,
     }
     counted = since is not None or stop_after_seconds > 0
@@ -222,6 +213,43 @@ def benchmark_properties(
     interval = throughput_interval(reports, since)
     if interval.percent is not None:
         props["dataset_tokens_per_second_ci95_percent"] = interval.percent
+    props |= _device_properties(
+        reports, since, (tokens, runtime, devices), number_gpus=number_gpus, gpu_model=gpu_model
+    )
+    props["gpu_memory_max_allocated_gib"] = (
+        max(r.gpu_memory_max_allocated_bytes for r in reports) / GIB
+    )
+    return props
+
+
+def _sampled_properties(reports: list[RankReport], since: float | None) -> dict[str, float]:
+    """The system monitor's figures over each rank's measured window: CPU, then GPU."""
+    windows = {r.rank: sample_window(reports, r, since) for r in reports}
+    process = [
+        [p for p in r.process_samples if in_window(p.time, windows[r.rank])] for r in reports
+    ]
+    return {
+        "cpu_compute_utilization": _mean(_mean(p.cpu_percent for p in ps) for ps in process),
+        "cpu_memory_utilization": _mean(_mean(p.memory_percent for p in ps) for ps in process),
+        **gpu_properties(
+            [g for r in reports for g in r.gpu_samples if in_window(g.time, windows[r.rank])]
+        ),
+    }
+
+
+def _device_properties(
+    reports: list[RankReport],
+    since: float | None,
+    window: tuple[int, float, int],
+    *,
+    number_gpus: int,
+    gpu_model: str | None,
+) -> dict[str, float]:
+    """What the devices did: model_tflops_per_device, model_flops_utilization where the GPU's
+    peak is known, gpu_energy_joules_per_token (0.0 where no GPU was used, absent where it is
+    not known). `window`: the tokens, seconds and devices of the measured window."""
+    tokens, runtime, devices = window
+    props: dict[str, float] = {}
     per_token = model_flops_per_token(reports, since)
     if per_token is not None:
         props["model_tflops_per_device"] = per_token * tokens / runtime / devices / 1e12
@@ -236,9 +264,6 @@ def benchmark_properties(
         joules, _why = _energy_joules(reports)
         if joules is not None and tokens:
             props["gpu_energy_joules_per_token"] = joules / tokens
-    props["gpu_memory_max_allocated_gib"] = (
-        max(r.gpu_memory_max_allocated_bytes for r in reports) / GIB
-    )
     return props
 
 

@@ -126,23 +126,7 @@ def _llama_like(config: dict[str, Any], model_type: str) -> ParameterCounts:
     if model_type == "qwen3":
         norms_per_layer += 2 * head_dim  # q_norm and k_norm
     if model_type in _MOE:
-        experts = _int(config, "num_local_experts")
-        router = hidden * experts
-        if model_type == "mixtral":
-            # each expert: w1 (gate) and w3 (up) hidden->inter, w2 (down) inter->hidden
-            linears += [
-                LinearShape("w1", hidden, inter, layers * experts),
-                LinearShape("w3", hidden, inter, layers * experts),
-                LinearShape("w2", inter, hidden, layers * experts),
-            ]
-        # granitemoe's experts are fused ParallelExperts tensors, not nn.Linear: LoRA cannot
-        # target them, so they get no LinearShape.
-        expert_params = experts * 3 * hidden * inter
-        shared = 0
-        if model_type == "granitemoeshared":
-            shared = 3 * hidden * _int(config, "shared_intermediate_size", default=0)
-        mlp = layers * (expert_params + router + shared)
-        quantizable_mlp = layers * (expert_params + shared)
+        mlp, quantizable_mlp = _moe_mlp(config, model_type, hidden, inter, layers, linears)
     else:
         mlp_bias = (2 * inter + hidden) if config.get("mlp_bias") else 0
         linears += [
@@ -164,6 +148,34 @@ def _llama_like(config: dict[str, Any], model_type: str) -> ParameterCounts:
         quantizable=layers * (2 * hidden * q_width + 2 * hidden * kv_width) + quantizable_mlp,
         linears=tuple(linears),
     )
+
+
+def _moe_mlp(
+    config: dict[str, Any],
+    model_type: str,
+    hidden: int,
+    inter: int,
+    layers: int,
+    linears: list[LinearShape],
+) -> tuple[int, int]:
+    """A mixture of experts' MLP parameters, all and quantizable; the experts' linears are
+    added to `linears` where LoRA can target them."""
+    experts = _int(config, "num_local_experts")
+    router = hidden * experts
+    if model_type == "mixtral":
+        # each expert: w1 (gate) and w3 (up) hidden->inter, w2 (down) inter->hidden
+        linears += [
+            LinearShape("w1", hidden, inter, layers * experts),
+            LinearShape("w3", hidden, inter, layers * experts),
+            LinearShape("w2", inter, hidden, layers * experts),
+        ]
+    # granitemoe's experts are fused ParallelExperts tensors, not nn.Linear: LoRA cannot
+    # target them, so they get no LinearShape.
+    expert_params = experts * 3 * hidden * inter
+    shared = 0
+    if model_type == "granitemoeshared":
+        shared = 3 * hidden * _int(config, "shared_intermediate_size", default=0)
+    return layers * (expert_params + router + shared), layers * (expert_params + shared)
 
 
 def _tied(config: dict[str, Any]) -> bool:

@@ -8,8 +8,10 @@ from typing import Any
 
 import pydantic
 
+from ado_actuators.sfttrainer.catalog.entity import FIELDS, EntityValues
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
 from ado_actuators.sfttrainer.contract.trainer_io import JOB_FLAG, TrainerJob
+from ado_actuators.sfttrainer.contract.workspace import Workspace
 from ado_actuators.sfttrainer.plan.accelerate import accelerate_config
 from ado_actuators.sfttrainer.plan.environments import skip_prepare_dataset_problem
 
@@ -67,45 +69,42 @@ class LaunchPlan(pydantic.BaseModel):
     )
 
     @property
-    def job_path(self) -> Path:
-        return self.workdir / "job.json"
-
-    @property
-    def accelerate_config_path(self) -> Path:
-        return self.workdir / "accelerate_config.yaml"
-
-    @property
-    def report_dir(self) -> Path:
-        return self.job.report_dir
+    def workspace(self) -> Workspace:
+        return Workspace(self.workdir)
 
     @property
     def world_size(self) -> int:
         return self.processes_per_node * self.number_nodes
 
 
-class PlanInputs(pydantic.BaseModel):
-    """What the planner needs beyond the entity's values; all resolved by the caller."""
+class MeasurementInputs(pydantic.BaseModel):
+    """What the engine resolves for one measurement's launch, the same on every node: it
+    crosses to the node (a Ray task) in execute/node.NodeRequest."""
 
-    model_config = pydantic.ConfigDict(arbitrary_types_allowed=True)
-
-    values: Any  # EntityValues
+    values: EntityValues
     definition: ExperimentDefinition
     model_location: str
     dataset_path: Path
     text_field: str
     image_field: str | None = None
     conversation_field: str | None = None
-    workdir: Path
-    python: str
     hf_home: str
-    main_process_port: int
-    main_process_ip: str | None = None
-    """Rank 0's node address; multi-node plans need it (the executor asks Ray for it)."""
-    machine_rank: int = 0
     aim_repo: str | None
     run_labels: dict[str, str] = pydantic.Field(default_factory=dict)
     use_cpu: bool = False
     """Run multi-process measurements on CPUs over gloo (machines without GPUs, tests)."""
+
+
+class PlanInputs(MeasurementInputs):
+    """What the planner needs: the measurement's inputs and what only the node can choose
+    (its directory, interpreter, port and devices)."""
+
+    workdir: Path
+    python: str
+    main_process_port: int
+    main_process_ip: str | None = None
+    """Rank 0's node address; multi-node plans need it (the executor asks Ray for it)."""
+    machine_rank: int = 0
     visible_devices: str | None = None
     """The CUDA devices this node's part may use, as CUDA_VISIBLE_DEVICES lists them (Ray's
     assignment, or the launching process's own list: indices, GPU UUIDs or MIG ids); None:
@@ -124,8 +123,6 @@ def effective_max_steps(inputs: PlanInputs) -> int:
 
 def sft_trainer_arguments(inputs: PlanInputs, training_data_path: Path) -> list[str]:
     """fms-hf-tuning's command line for this entity: the spec's command lines, as argv."""
-    from ado_actuators.sfttrainer.catalog.entity import FIELDS
-
     values, definition = inputs.values, inputs.definition
     constants = catalog_data().sft_trainer_constants
     args = [
@@ -140,7 +137,7 @@ def sft_trainer_arguments(inputs: PlanInputs, training_data_path: Path) -> list[
         "--max_seq_length",
         str(values.model_max_length),
         "--output_dir",
-        str(inputs.workdir / "output"),
+        str(Workspace(inputs.workdir).output),
         "--peft_method",
         definition.peft_method,
         "--gradient_checkpointing_kwargs",
@@ -167,7 +164,7 @@ def sft_trainer_arguments(inputs: PlanInputs, training_data_path: Path) -> list[
     return args
 
 
-def batch_devices(values: Any) -> int:
+def batch_devices(values: EntityValues) -> int:
     """How many devices share batch_size: the GPUs, or with number_gpus 0 one CPU rank per node.
 
     Under DP the one process still feeds each GPU batch_size / number_gpus samples (torch
@@ -175,23 +172,23 @@ def batch_devices(values: Any) -> int:
     return max(1, values.number_gpus, values.number_nodes)
 
 
-def is_data_parallel(values: Any) -> bool:
+def is_data_parallel(values: EntityValues) -> bool:
     """The spec's DP: distributed_backend None with several GPUs on one node, one process."""
     return values.distributed_backend == DATA_PARALLEL and values.number_gpus > 1
 
 
-def processes_per_node(values: Any) -> int:
+def processes_per_node(values: EntityValues) -> int:
     """One rank per GPU of the node (one CPU rank without GPUs); DP: one process in all."""
     if is_data_parallel(values):
         return 1
     return max(1, values.number_gpus // max(1, values.number_nodes))
 
 
-def world_size(values: Any) -> int:
+def world_size(values: EntityValues) -> int:
     return processes_per_node(values) * max(1, values.number_nodes)
 
 
-def plan_resources(values: Any) -> ResourceRequest:
+def plan_resources(values: EntityValues) -> ResourceRequest:
     nodes = max(1, values.number_nodes)
     gpus_per_node = values.number_gpus // nodes
     custom = {values.gpu_model: float(gpus_per_node)} if gpus_per_node and values.gpu_model else {}
@@ -256,69 +253,104 @@ def plan_launch(inputs: PlanInputs) -> LaunchPlan:
     """The launch of node `inputs.machine_rank` (the only node unless number_nodes > 1)."""
     _check_launchable(inputs)
     values = inputs.values
-    gpus_per_node = values.number_gpus // values.number_nodes
-    processes, ranks = processes_per_node(values), world_size(values)
-    # number_gpus 0: the ranks are CPU processes over gloo (machines without GPUs, CI).
-    use_cpu = inputs.use_cpu or values.number_gpus == 0
-    max_steps = effective_max_steps(inputs)
-    needed = (
-        max_steps * values.batch_size * values.gradient_accumulation_steps
-        if max_steps > 0
-        else None
-    )
+    workspace = Workspace(inputs.workdir)
+    needed = _entries_needed(inputs)
     training_data = (
-        inputs.workdir / f"dataset-first-{needed}{inputs.dataset_path.suffix}"
+        workspace.training_data(needed, inputs.dataset_path.suffix)
         if needed is not None
         else inputs.dataset_path
     )
-    job = TrainerJob(
-        report_dir=inputs.workdir / "reports",
+    return LaunchPlan(
+        workdir=inputs.workdir,
+        node=_node_launch(inputs, workspace, training_data),
+        number_nodes=values.number_nodes,
+        env=_environment(inputs, workspace),
+        job=_trainer_job(inputs, workspace),
+        resources_per_node=plan_resources(values),
+        processes_per_node=processes_per_node(values),
+        dataset_path=inputs.dataset_path,
+        training_data_path=training_data,
+        dataset_entries_needed=needed,
+    )
+
+
+def _entries_needed(inputs: PlanInputs) -> int | None:
+    """The dataset entries a run bounded by max_steps consumes; None: unbounded."""
+    values = inputs.values
+    max_steps = effective_max_steps(inputs)
+    if max_steps > 0:
+        return max_steps * values.batch_size * values.gradient_accumulation_steps
+    return None
+
+
+def _runs_on_cpu(inputs: PlanInputs) -> bool:
+    """number_gpus 0: the ranks are CPU processes over gloo (machines without GPUs, CI)."""
+    return inputs.use_cpu or inputs.values.number_gpus == 0
+
+
+def _trainer_job(inputs: PlanInputs, workspace: Workspace) -> TrainerJob:
+    values = inputs.values
+    return TrainerJob(
+        report_dir=workspace.reports.path,
         aim_repo=inputs.aim_repo,
         run_labels=inputs.run_labels,
         stop_after_seconds=values.stop_after_seconds,
         auto_stop_method=values.auto_stop_method,
         auto_stop_max_seconds=values.auto_stop_max_seconds,
         # use_cpu stands CPU processes in for GPUs: there is no GPU to sample
-        gpu_indices=[] if inputs.use_cpu else list(range(gpus_per_node)),
+        gpu_indices=[]
+        if inputs.use_cpu
+        else list(range(values.number_gpus // values.number_nodes)),
     )
+
+
+def _node_launch(inputs: PlanInputs, workspace: Workspace, training_data: Path) -> NodeLaunch:
+    """The node's command: the trainer itself for one rank, accelerate's launcher for more."""
+    values = inputs.values
+    ranks = world_size(values)
     trainer = [
         "-m",
         TRAINER_MODULE,
         JOB_FLAG,
-        str(inputs.workdir / "job.json"),
+        str(workspace.job),
         *sft_trainer_arguments(inputs, training_data),
     ]
     if ranks == 1:
         # One process; under DP it sees every GPU of the node and HF's Trainer wraps the
         # model in torch.nn.DataParallel.
-        node = NodeLaunch(machine_rank=0, argv=[inputs.python, *trainer])
-    else:
-        config = accelerate_config(
-            values,
-            processes_per_node=processes,
-            machine_rank=inputs.machine_rank,
-            main_process_ip=inputs.main_process_ip if values.number_nodes > 1 else None,
-            main_process_port=inputs.main_process_port,
-            use_cpu=use_cpu,
-        )
-        launcher = [
-            inputs.python,
-            "-m",
-            "accelerate.commands.launch",
-            "--config_file",
-            str(inputs.workdir / "accelerate_config.yaml"),
-            # accelerate's --num_processes counts every machine's processes
-            "--num_processes",
-            str(ranks),
-        ]
-        node = NodeLaunch(
-            machine_rank=inputs.machine_rank, argv=[*launcher, *trainer], accelerate_config=config
-        )
+        return NodeLaunch(machine_rank=0, argv=[inputs.python, *trainer])
+    config = accelerate_config(
+        values,
+        processes_per_node=processes_per_node(values),
+        machine_rank=inputs.machine_rank,
+        main_process_ip=inputs.main_process_ip if values.number_nodes > 1 else None,
+        main_process_port=inputs.main_process_port,
+        use_cpu=_runs_on_cpu(inputs),
+    )
+    launcher = [
+        inputs.python,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(workspace.accelerate_config),
+        # accelerate's --num_processes counts every machine's processes
+        "--num_processes",
+        str(ranks),
+    ]
+    return NodeLaunch(
+        machine_rank=inputs.machine_rank, argv=[*launcher, *trainer], accelerate_config=config
+    )
+
+
+def _environment(inputs: PlanInputs, workspace: Workspace) -> dict[str, str]:
+    """The environment variables the plan sets for the node's processes."""
+    values = inputs.values
+    use_cpu = _runs_on_cpu(inputs)
     env = {
         "HF_HOME": inputs.hf_home,
         # an inherited HF_HUB_CACHE would send the trainer to another cache than hf_home's
         "HF_HUB_CACHE": str(Path(inputs.hf_home) / "hub"),
-        "TERMINATION_LOG_FILE": str(inputs.workdir / "reports" / "termination.log"),
+        "TERMINATION_LOG_FILE": str(workspace.reports.termination_log),
         "TOKENIZERS_PARALLELISM": "false",
         "PYTHONUNBUFFERED": "1",
         "AIM_UI_TELEMETRY_ENABLED": "0",
@@ -327,28 +359,17 @@ def plan_launch(inputs: PlanInputs) -> LaunchPlan:
         env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     # CPU ranks (number_gpus 0, or use_cpu standing CPU processes in for GPUs) see no GPU
     env["CUDA_VISIBLE_DEVICES"] = pinned_devices(
-        inputs.visible_devices, 0 if use_cpu else gpus_per_node
+        inputs.visible_devices, 0 if use_cpu else values.number_gpus // values.number_nodes
     )
     if not use_cpu:
         # CUDA's default order is fastest first, NVML's (the GPU sampler's) is PCI bus order:
         # the same index must name the same GPU in both
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    if use_cpu and ranks > 1:
+    if use_cpu and world_size(values) > 1:
         # accelerate's multi-GPU launcher ignores the config file's use_cpu.
         env["ACCELERATE_USE_CPU"] = "true"
     if values.number_nodes > 1:
         # The measured setting wins over the worker's own NCCL_IB_DISABLE; every other
         # NCCL_* variable of the worker (NCCL_IB_HCA, NCCL_IB_GID_INDEX, ...) passes through.
         env["NCCL_IB_DISABLE"] = "0" if values.enable_roce else "1"
-    return LaunchPlan(
-        workdir=inputs.workdir,
-        node=node,
-        number_nodes=values.number_nodes,
-        env=env,
-        job=job,
-        resources_per_node=plan_resources(values),
-        processes_per_node=processes,
-        dataset_path=inputs.dataset_path,
-        training_data_path=training_data,
-        dataset_entries_needed=needed,
-    )
+    return env

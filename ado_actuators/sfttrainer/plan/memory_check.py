@@ -23,7 +23,7 @@ from ado_actuators.sfttrainer.contract.outcomes import (
     PREDICTED_OOM,
     Invalid,
     Measured,
-    Outcome,
+    MeasurementOutcome,
 )
 from ado_actuators.sfttrainer.metrics.gpu_memory import (
     GIB,
@@ -181,7 +181,7 @@ class MemoryAssessment:
             found[PREDICTED_PROPERTY] = round(self.prediction.gib, 3)
         return found
 
-    def annotate(self, outcome: Outcome) -> Outcome:
+    def attach_bound_and_prediction(self, outcome: MeasurementOutcome) -> MeasurementOutcome:
         """The bound and the prediction on a measured (or measured-invalid) row."""
         if isinstance(outcome, (Measured, Invalid)):
             outcome.metadata[METADATA] = self.metadata()

@@ -1,5 +1,5 @@
-"""What a space cost: the device-hours its stored measurements held, valid and invalid apart,
-and the configurations answered without launching, by the rule that answered them.
+"""What a space cost: the device-hours its stored measurements reserved, valid and invalid
+apart, and the configurations skipped without launching, by the rule that skipped them.
 
 Pure: a SpaceTable's stored rows in, a Cost and its words out.
 """
@@ -38,10 +38,13 @@ _CONFIGURATION_REASON = re.compile(
     r"|the model's num_local_experts \S+ is not divisible by fast_moe"
     r"|fms-hf-tuning \S+ cannot read vision datasets)"
 )
+# A measured OOM's answer says so in its reason (ledger/neighbours.py), in today's words and in
+# those of rows stored before them.
+_DOMINANCE_WORDS = ("skipped without launching", "answered without launching")
 
 
 def rule_of(answered_by: str, reason: str) -> str | None:
-    """The rule that answered an is_valid = 0 measurement without launching; None: launched,
+    """The rule that skipped an is_valid = 0 measurement without launching; None: launched,
     or not known to be otherwise."""
     if answered_by in ANSWERED_WITHOUT_LAUNCHING:
         return answered_by
@@ -49,7 +52,7 @@ def rule_of(answered_by: str, reason: str) -> str | None:
         return CERTAIN_OOM
     if reason.startswith("predicted GPU out of memory"):
         return PREDICTED_OOM
-    if "answered without launching" in reason:
+    if any(words in reason for words in _DOMINANCE_WORDS):
         return OOM_DOMINANCE
     if _CONFIGURATION_REASON.match(reason):
         return CONFIGURATION_RULE
@@ -77,7 +80,7 @@ class Cost:
     gpu: Hours = Hours()  # measurement_seconds x number_gpus
     # number_gpus 0 holds no GPU: measurement_seconds x nodes (one CPU rank per node)
     cpu: Hours = Hours()
-    untimed: int = 0  # measurements not known to have held nothing, without a time to count
+    untimed: int = 0  # measurements not known to have reserved nothing, without a time to count
     # Configurations (rows) per rule; None where the table holds no metadata (ado's CSV).
     answered: dict[str, int] | None = None
 
@@ -128,7 +131,7 @@ def _timed(row: Stored, launched: list[bool]) -> tuple[list[tuple[bool, float]],
     """(validity, seconds) of the launched measurements with a time, and how many have none.
 
     ado lists a row's times apart from its validities, in the same order but skipping the
-    measurements without one; those answered without launching held nothing. So the times
+    measurements without one; those skipped without launching reserved nothing. So the times
     pair with the launched measurements when there is one each, and otherwise only when these
     share one validity (the missing ones are older rows); else which measurement held which
     time is unknown and none is counted."""
@@ -144,11 +147,12 @@ def cost_lines(found: Cost) -> list[str]:
     lines = []
     if found.gpu.measurements:
         lines.append(
-            f"GPU time held: {_hours(found.gpu, 'GPU-hour')} (measurement_seconds × number_gpus)"
+            f"GPU time reserved: {_hours(found.gpu, 'GPU-hour')} (measurement_seconds × "
+            "number_gpus)"
         )
     if found.cpu.measurements:
         lines.append(
-            "CPU time held, apart (number_gpus 0, no GPU): "
+            "CPU time reserved, apart (number_gpus 0, no GPU): "
             f"{_hours(found.cpu, 'CPU-hour')} (measurement_seconds × nodes, one CPU "
             "rank per node; cores not recorded)"
         )
@@ -160,7 +164,7 @@ def cost_lines(found: Cost) -> list[str]:
             + (
                 ""
                 if found.answered is not None
-                else "; in ado's CSV, also those answered without launching"
+                else "; in ado's CSV, also those skipped without launching"
             )
             + ")"
         )
@@ -186,12 +190,12 @@ def _count(number: int, noun: str) -> str:
 def _answered_line(found: Cost) -> str:
     if found.answered is None:
         return (
-            "Answered without launching: not known from this table (ado's CSV holds no "
+            "Skipped without launching: not known from this table (ado's CSV holds no "
             "result metadata); plot the space by its id to count them"
         )
     counts = [f"{n} {RULE_WORDS[rule]}" for rule, n in found.answered.items() if n]
     return (
-        f"Answered without launching (no device held): "
+        f"Skipped without launching (no device reserved): "
         f"{_count(found.answered_total, 'configuration')}"
         + (f": {', '.join(counts)}" if counts else "")
     )

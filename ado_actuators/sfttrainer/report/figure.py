@@ -77,8 +77,6 @@ def render_png(
 def _draw_grid(
     sub, table: SpaceTable, colors, winners: tuple[list[Point], list[Point]], comparison
 ) -> None:
-    from matplotlib.lines import Line2D
-
     fastest, tied = winners
     panels, metrics = table.panels, table.metrics
     columns = len(metrics) + (comparison is not None)
@@ -113,68 +111,46 @@ def _draw_grid(
         low, high = axes[0][-1].get_ylim()
         axes[0][-1].set_ylim(min(low, 1 - 2 * THRESHOLD), max(high, 1 + 2 * THRESHOLD))
     _batch_axis(axes[0][0], table.batch_sizes)
+    _legend(sub, _legend_handles(table, colors, bool(fastest), bool(tied), comparison))
+
+
+def _legend_handles(table: SpaceTable, colors, fastest: bool, tied: bool, comparison) -> list:
+    """One legend entry per kind of mark the grid draws."""
+    from matplotlib.lines import Line2D
+
+    def mark(marker: str, label: str, **style) -> Line2D:
+        return Line2D([], [], marker=marker, linestyle="none", label=label, **style)
 
     handles = [
         Line2D([], [], color=colors[n], marker="o", label=f"sequence length {n}")
         for n in table.sequence_lengths
     ]
     if table.invalid:
-        handles.append(
-            Line2D(
-                [],
-                [],
-                color="0.3",
-                marker=INVALID_MARKER,
-                linestyle="none",
-                markersize=8,
-                label=INVALID_LABEL,
-            )
-        )
+        handles.append(mark(INVALID_MARKER, INVALID_LABEL, color="0.3", markersize=8))
     if fastest:
         handles.append(
-            Line2D(
-                [],
-                [],
-                color="0.3",
-                marker=FASTEST_MARKER,
-                linestyle="none",
-                markersize=13,
-                markeredgecolor="black",
-                label=FASTEST_LABEL,
-            )
+            mark(FASTEST_MARKER, FASTEST_LABEL, color="0.3", markersize=13, markeredgecolor="black")
         )
     if tied:
         handles.append(
-            Line2D(
-                [],
-                [],
-                marker=FASTEST_MARKER,
-                linestyle="none",
+            mark(
+                FASTEST_MARKER,
+                TIED_LABEL,
                 markersize=13,
                 markerfacecolor="none",
                 markeredgecolor="black",
-                label=TIED_LABEL,
             )
         )
     if any(p.interval for p in table.points):
-        handles.append(
-            Line2D(
-                [], [], color="0.3", marker="|", linestyle="none", markersize=12, label=BARS_LABEL
-            )
-        )
+        handles.append(mark("|", BARS_LABEL, color="0.3", markersize=12))
     if comparison is not None and comparison.flagged:
         handles.append(
-            Line2D(
-                [],
-                [],
-                marker="o",
-                linestyle="none",
-                markersize=11,
-                markerfacecolor="none",
-                markeredgecolor="red",
-                label=FLAG_LABEL,
-            )
+            mark("o", FLAG_LABEL, markersize=11, markerfacecolor="none", markeredgecolor="red")
         )
+    return handles
+
+
+def _legend(sub, handles: list) -> None:
     # as many columns of labels as the figure's width holds (at 9 pt, ~0.075 inch a character)
     widest = max(len(h.get_label()) for h in handles) * 0.075 + 0.6
     ncol = max(1, min(len(handles), 3, int(sub.figure.get_figwidth() / widest)))

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ado_actuators.sfttrainer.catalog.entity import FIELDS
-from ado_actuators.sfttrainer.contract.outcomes import ANSWERED_BY
+from ado_actuators.sfttrainer.contract.outcomes import ANSWERED_BY, INVALID_REASON
 from ado_actuators.sfttrainer.report.metrics import METRICS, Metric
 
 # The axes of every panel: x, one line per value, and the row facet.
@@ -25,11 +25,11 @@ EXPERIMENT = "experiment_id"
 VALIDITY = "is_valid"
 THROUGHPUT = "dataset_tokens_per_second"
 INTERVAL = "dataset_tokens_per_second_ci95_percent"  # metrics/precision.py
-SECONDS = "measurement_seconds"  # what the measurement held its devices for (execute/cluster.py)
+SECONDS = "measurement_seconds"  # how long its devices were reserved (execute/cluster.py)
 # A result's metadata, which ado's table of properties leaves out: sources.py adds them to the
 # rows it reads through ado's API, one per measurement; ado's CSV has neither. The reason is
 # the key actuator/results.py stores an Invalid's reason under.
-ANSWERED, REASON = ANSWERED_BY, "invalid_reason"
+ANSWERED, REASON = ANSWERED_BY, INVALID_REASON
 REQUIRED = (EXPERIMENT, X, LINE, VALIDITY)
 # Named in the picture's subtitle when the whole space shares one value.
 CONTEXT_FIELDS = ("model_name", "gpu_model", "number_nodes", "dataset_id", "fms_hf_tuning_version")

@@ -125,9 +125,7 @@ def batch_means_interval(
     if sum(times) <= 0 or not any(counts):  # token counts are never negative
         return Interval(None, "the measured steps took no measurable time or trained no token")
     rate = sum(counts) / sum(times)
-    spread = math.sqrt(
-        sum((x - rate * y) ** 2 for x, y in zip(counts, times, strict=True)) / (count - 1)
-    )
+    spread = math.sqrt(sum((counts[j] - rate * times[j]) ** 2 for j in range(count)) / (count - 1))
     half_width = T_975[count - 1] * spread / math.sqrt(count)
     return Interval(100 * half_width / (sum(counts) / count), None, steps_per_batch, count, skip)
 

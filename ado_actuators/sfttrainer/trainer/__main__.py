@@ -25,7 +25,13 @@ import signal
 import sys
 from pathlib import Path
 
-from ado_actuators.sfttrainer.contract.trainer_io import JOB_FLAG, Outcome, RankReport, TrainerJob
+from ado_actuators.sfttrainer.contract.trainer_io import (
+    JOB_FLAG,
+    RankOutcome,
+    RankReport,
+    TrainerJob,
+)
+from ado_actuators.sfttrainer.contract.workspace import ReportDirectory
 from ado_actuators.sfttrainer.host.pdeathsig import die_with
 from ado_actuators.sfttrainer.trainer import adapt, cuda, fms, lazy_dataset, stopping
 from ado_actuators.sfttrainer.trainer.callback import MeasurementCallback
@@ -41,7 +47,7 @@ from ado_actuators.sfttrainer.trainer.tokens import TokenMeter
 
 log = logging.getLogger("ado_actuators.sfttrainer.trainer")
 
-EXIT_CODES = {Outcome.OK: 0, Outcome.ERROR: 1, Outcome.GPU_OOM: 3}
+EXIT_CODES = {RankOutcome.OK: 0, RankOutcome.ERROR: 1, RankOutcome.GPU_OOM: 3}
 USAGE_EXIT_CODE = 2
 FINAL_BARRIER_SECONDS = 120
 
@@ -115,7 +121,7 @@ class Measurement:
             local_rank=ident.local_rank,
             world_size=ident.world_size,
             hostname=ident.hostname,
-            outcome=Outcome.ERROR,
+            outcome=RankOutcome.ERROR,
             versions=library_versions(),
         )
         self.aim = None
@@ -158,7 +164,7 @@ class Measurement:
             fault=fault,
             appends_eos=fms.appends_eos(args),
             align_prompt_logits=fms.PROMPT_LOGITS_NEED_ALIGNMENT,
-            heartbeat=self.job.report_dir / f"heartbeat-{self.ident.rank}",
+            heartbeat=ReportDirectory(self.job.report_dir).heartbeat(self.ident.rank),
         )
         data = contextlib.nullcontext(None)
         if self.job.stop_after_seconds > 0 and args.train_args.max_steps <= 0:
@@ -250,13 +256,15 @@ def main(argv: list[str] | None = None) -> int:
 
     job.report_dir.mkdir(parents=True, exist_ok=True)
     # fms appends errors to ./error.log otherwise
-    os.environ.setdefault("TERMINATION_LOG_FILE", str(job.report_dir / "termination.log"))
+    os.environ.setdefault(
+        "TERMINATION_LOG_FILE", str(ReportDirectory(job.report_dir).termination_log)
+    )
     measurement = Measurement(job, RankIdentity.from_env())
     report = measurement.report
     with sigterm_raises():
         try:
             measurement.run(fms_argv)
-            report.outcome = Outcome.OK
+            report.outcome = RankOutcome.OK
         except BaseException as exc:  # SystemExit from argparse and Terminated included
             report.outcome, report.failure = classify(exc)
             failure = report.failure
@@ -269,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 report.write(job.report_dir)
     exit_code = EXIT_CODES[report.outcome]
-    _finish_distributed(report.outcome is Outcome.OK, exit_code)
+    _finish_distributed(report.outcome is RankOutcome.OK, exit_code)
     return exit_code
 
 

@@ -107,6 +107,18 @@ def check_flash_attention(
             "use_flash_attn=True was requested but CUDA is not available (number_gpus 0): "
             "trained without flash attention"
         )
+    _refuse_flash_attention_where_it_cannot_run(model_args, installed, import_problem, capability)
+    return None
+
+
+def _refuse_flash_attention_where_it_cannot_run(
+    model_args,
+    installed: bool | None,
+    import_problem: str | None,
+    capability: tuple[tuple[int, int], str] | None,
+) -> None:
+    """On a CUDA device: SettingUnavailable, naming the fixes, where flash attention cannot
+    run (check_flash_attention says when; its keywords stand in for this machine)."""
     without = "or set flash_attn: false in the space to measure without flash attention"
     if not (flash_attn_installed() if installed is None else installed):
         raise SettingUnavailable(
@@ -140,7 +152,6 @@ def check_flash_attention(
             f"Hopper); this rank's GPU {name} is {major}.{minor} (V100: 7.0, T4: 7.5): "
             f"measure on a newer GPU, {without}"
         )
-    return None
 
 
 def refuse_ignored_arguments(ignored: list[str], fms_version: str | None) -> None:

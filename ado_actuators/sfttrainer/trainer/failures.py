@@ -1,4 +1,4 @@
-"""An exception from training → the Outcome the spec gives it.
+"""An exception from training → the RankOutcome the spec gives it.
 
 The spec: `torch.cuda.OutOfMemoryError` and `RuntimeError: CUDA error: an illegal memory access
 was encountered` make a run invalid (GPU memory exhausted), and so do the other forms GPU memory
@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 
 from ado_actuators.sfttrainer.contract.oom_texts import says_gpu_memory_exhausted
-from ado_actuators.sfttrainer.contract.trainer_io import Failure, Outcome
+from ado_actuators.sfttrainer.contract.trainer_io import Failure, RankOutcome
 from ado_actuators.sfttrainer.trainer import input_files
 
 TRACEBACK_TAIL_LINES = 40
@@ -65,6 +65,6 @@ def describe(exc: BaseException) -> Failure:
     )
 
 
-def classify(exc: BaseException) -> tuple[Outcome, Failure]:
-    outcome = Outcome.GPU_OOM if is_gpu_memory_exhaustion(exc) else Outcome.ERROR
+def classify(exc: BaseException) -> tuple[RankOutcome, Failure]:
+    outcome = RankOutcome.GPU_OOM if is_gpu_memory_exhaustion(exc) else RankOutcome.ERROR
     return outcome, describe(exc)

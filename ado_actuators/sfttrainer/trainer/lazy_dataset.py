@@ -40,6 +40,7 @@ from ado_actuators.sfttrainer.contract.entries import (
     EntryFile,
     write_first_entries,
 )
+from ado_actuators.sfttrainer.contract.workspace import Workspace
 
 MAX_BLOCK_ENTRIES = 256
 """Later blocks double in size up to this: large enough that a block's tokenisation is not
@@ -189,10 +190,34 @@ def installed(args: Any, world_size: int, rank: int, workdir: Path):
 
     train = args.train_args
     first_block = train.per_device_train_batch_size * world_size * train.gradient_accumulation_steps
-    head = workdir / f"dataset-head-rank{rank}{dataset.suffix}"  # one per rank: no write race
+    head = Workspace(workdir).dataset_head(rank, dataset.suffix)
     write_first_entries(dataset, head, first_block)
     args.data_args.training_data_path = str(head)
+    import transformers
+
     original = sft_trainer.process_dataargs
+    original_sampler = transformers.Trainer._get_train_sampler
+    original_num_tokens = transformers.Trainer.num_tokens
+    sft_trainer.process_dataargs = _lazy_process_dataargs(original, dataset, first_block, result)
+    transformers.Trainer._get_train_sampler = _in_order_sampler(original_sampler)
+    transformers.Trainer.num_tokens = staticmethod(_num_tokens(original_num_tokens))
+    try:
+        yield result
+    finally:
+        sft_trainer.process_dataargs = original
+        transformers.Trainer._get_train_sampler = original_sampler
+        transformers.Trainer.num_tokens = staticmethod(original_num_tokens)
+        args.data_args.training_data_path = str(dataset)
+        head.unlink(missing_ok=True)
+        if result.dataset is not None:
+            result.dataset.close()
+
+
+def _lazy_process_dataargs(
+    original: Callable, dataset: Path, first_block: int, result: LazyData
+) -> Callable:
+    """fms-hf-tuning's process_dataargs, handing training a LeadingEntries of `dataset` where
+    it renders entry 0 as the lazy tokeniser would (else the whole dataset, with a note)."""
 
     def process_dataargs(data_args, tokenizer, *rest, **kwargs):
         outputs = list(original(data_args, tokenizer, *rest, **kwargs))
@@ -217,9 +242,11 @@ def installed(args: Any, world_size: int, rank: int, workdir: Path):
         outputs[5] = {**(dataset_kwargs or {}), "skip_prepare_dataset": True}
         return tuple(outputs)
 
-    import transformers
+    return process_dataargs
 
-    original_sampler = transformers.Trainer._get_train_sampler
+
+def _in_order_sampler(original_sampler: Callable) -> Callable:
+    """The Trainer's sampler, sequential over a LeadingEntries (it is tokenised in order)."""
 
     def get_train_sampler(trainer, *a, **kw):
         import torch.utils.data
@@ -228,8 +255,10 @@ def installed(args: Any, world_size: int, rank: int, workdir: Path):
             return torch.utils.data.SequentialSampler(trainer.train_dataset)
         return original_sampler(trainer, *a, **kw)
 
-    original_num_tokens = transformers.Trainer.num_tokens
+    return get_train_sampler
 
+
+def _num_tokens(original_num_tokens: Callable) -> Callable:
     def num_tokens(train_dl, max_steps=None):
         # With include_tokens_per_second, an epoch-bounded Trainer draws the whole epoch to
         # count its padded tokens, which would tokenise the whole file; HF's estimate for
@@ -238,16 +267,4 @@ def installed(args: Any, world_size: int, rank: int, workdir: Path):
             return original_num_tokens(train_dl, max_steps or len(train_dl))
         return original_num_tokens(train_dl, max_steps)
 
-    sft_trainer.process_dataargs = process_dataargs
-    transformers.Trainer._get_train_sampler = get_train_sampler
-    transformers.Trainer.num_tokens = staticmethod(num_tokens)
-    try:
-        yield result
-    finally:
-        sft_trainer.process_dataargs = original
-        transformers.Trainer._get_train_sampler = original_sampler
-        transformers.Trainer.num_tokens = staticmethod(original_num_tokens)
-        args.data_args.training_data_path = str(dataset)
-        head.unlink(missing_ok=True)
-        if result.dataset is not None:
-            result.dataset.close()
+    return num_tokens

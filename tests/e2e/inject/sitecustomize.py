@@ -125,9 +125,7 @@ def _patch_node(module):
         if _STAGES:
             _mark(f"prepare-start-{machine_rank}")
         if _SLOW and int(_SLOW.split("@")[0]) == machine_rank:
-            peers = [
-                k for k in range(request.plan_inputs["values"].number_nodes) if k != machine_rank
-            ]
+            peers = [k for k in range(request.plan_inputs.values.number_nodes) if k != machine_rank]
             deadline = time.monotonic() + _GUARD_SECONDS
             while not all((Path(_STAGES) / f"prepared-{k}").exists() for k in peers):
                 if time.monotonic() > deadline:
@@ -136,10 +134,10 @@ def _patch_node(module):
             time.sleep(float(_SLOW.split("@")[1]))
         if _UNMOUNTED and int(_UNMOUNTED) == machine_rank:
             inputs = request.plan_inputs
-            dataset = Path(inputs["dataset_path"])
+            dataset = inputs.dataset_path
             elsewhere = dataset.parent / "not-mounted-here" / dataset.name
             request = request.model_copy(
-                update={"plan_inputs": {**inputs, "dataset_path": elsewhere}}
+                update={"plan_inputs": inputs.model_copy(update={"dataset_path": elsewhere})}
             )
         prepared = real_prepare(request, machine_rank)
         if _STAGES:
