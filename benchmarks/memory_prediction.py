@@ -21,7 +21,7 @@ from memory_bound import GPU_MODEL, MIB, Run, bound_of, load_configs, load_runs
 
 from ado_actuators.sfttrainer.metrics.gpu_memory import GIB, allocatable_bytes
 from ado_actuators.sfttrainer.plan.architecture import count_parameters
-from ado_actuators.sfttrainer.plan.logits_memory import loss_code
+from ado_actuators.sfttrainer.plan.logits_memory import checkpointing, loss_code
 from ado_actuators.sfttrainer.plan.memory_bound import Training
 from ado_actuators.sfttrainer.plan.memory_peak import (
     ALLOCATOR_HEADROOM,
@@ -67,6 +67,7 @@ def workload(run: Run, config: dict) -> Workload:
         sequence_length=sequence_length(run, config),
         gradient_accumulation_steps=run.accumulation,
         reentrant_checkpointing=True,
+        checkpointed_by_model=checkpointing(TRANSFORMERS[run.table], dims.model_type) == "model",
         loss=loss_code(TRANSFORMERS[run.table], dims.model_type),
         fused_loss=fused_loss(run.framework),
         fast_rms_layernorm=fast_rms(run.framework),

@@ -211,14 +211,18 @@ def test_fsdp_gathers_nothing_without_fsdp_or_shards_and_exactly_this_with_them(
     root = counts.embedding + counts.lm_head + 64
     assert counts.lm_head == counts.embedding == 64000
     layer = counts.total - root  # the one layer
-    assert (
-        gathered_bytes(counts, dims, memory_bound(counts, two), two) == (root + 2 * layer) * 2 / 2
-    )
+    # gathered whole, beside the device's own shard
+    assert gathered_bytes(counts, dims, memory_bound(counts, two), two) == (root + 2 * layer) * 2
+    lora = lora_over(2)  # the next unit FSDP prefetches is an adapter: one layer at a time
+    assert gathered_bytes(counts, dims, memory_bound(counts, lora), lora) == (root + layer) * 2
+    one = lora_over(1)
+    assert gathered_bytes(counts, dims, memory_bound(counts, one), one) == 0
 
 
 def test_fsdp_over_frozen_layers_holds_every_layers_input_gradient_under_reentrant_checkpointing():
     counts, dims = count_parameters(TINY), Dimensions.of(TINY)
-    reentrant = Workload(per_device_batch=2, sequence_length=8, reentrant_checkpointing=True)
+    # transformers before 4.52 checkpoints each layer from the model's forward
+    reentrant = Workload(2, 8, reentrant_checkpointing=True, checkpointed_by_model=True)
     two = lora_over(2)
     # (2 layers - 1) x 16 tokens x hidden 64 x 2 bytes
     assert held_input_gradient_bytes(dims, two, memory_bound(counts, two), reentrant) == 2048
@@ -234,6 +238,8 @@ def test_fsdp_over_frozen_layers_holds_every_layers_input_gradient_under_reentra
         (lora_over(2, "DDP"), reentrant),
         (two, Workload(2, 8, gradient_checkpointing=False, reentrant_checkpointing=True)),
         (two, Workload(2, 8)),
+        # a layer that checkpoints itself (4.52 on) recomputes inside its unit: nothing held
+        (two, dataclasses.replace(reentrant, checkpointed_by_model=False)),
     ]:
         assert held_input_gradient_bytes(dims, training, memory_bound(counts, training), work) == 0
         phases = predict_peak(counts, dims, training, memory_bound(counts, training), work).phases
@@ -537,3 +543,20 @@ def test_mistral_7b_full_fine_tuning_peaks_at_the_optimizer_step_at_batch_4_and_
         prediction = predict_peak(counts, dims, training, bound, work)
         assert prediction.phase == "optimizer_step"
         assert prediction.gib == pytest.approx(67.46, abs=0.05)
+
+
+def test_how_a_release_checkpoints_its_layers_is_read_from_its_source():
+    layer = "class LlamaDecoderLayer(GradientCheckpointingLayer):\n    pass\n"
+    model = "        outputs = self._gradient_checkpointing_func(decoder_layer.__call__, h)\n"
+    plain = "class GPTBigCodeBlock(nn.Module):\n    pass\n"
+    assert logits_memory.read_checkpointing(layer) == "layer"
+    assert logits_memory.read_checkpointing(model) == "model"
+    assert logits_memory.read_checkpointing(plain) == "none"
+    assert logits_memory.checkpointing("4.45.2", "llama") == "model"
+    assert logits_memory.checkpointing("4.55.4", "llama") == "layer"
+    # transformers 4.55's GPTBigCode: gradient_checkpointing_enable() changes nothing
+    assert logits_memory.checkpointing("4.55.4", "gpt_bigcode") == "none"
+    assert not logits_memory.checkpoints("4.55.4", "gpt_bigcode")
+    assert logits_memory.checkpoints("4.52.4", "gpt_bigcode")
+    assert logits_memory.checkpointing("0.0.1", "llama") == "layer"  # not on record
+    assert logits_memory.checkpointing_for("3.2.2", "gpt_bigcode") == "none"

@@ -67,14 +67,14 @@ def test_every_forward_and_backward_after_the_first_step_holds_the_optimizer_sta
     assert prediction.notes[-2].startswith("parts from a trace of the model's own code")
 
 
-def test_fsdp_shards_the_states_gathers_the_root_and_two_layers_and_holds_input_gradients():
+def test_fsdp_shards_the_states_gathers_the_root_and_a_layer_and_holds_input_gradients():
     two = lora(2)
     bound = memory_bound(T.counts_of(INVENTORY), two)
-    reentrant = Workload(2, 8, reentrant_checkpointing=True)
+    reentrant = Workload(2, 8, reentrant_checkpointing=True, checkpointed_by_model=True)
     prediction = T.predict(STEP, two, bound, reentrant)
     root = 200 + 0 + 8
     layer = (1000 - root) / 4
-    gathered = (root + 2 * layer) * 2 / 2
+    gathered = (root + 1 * layer) * 2  # whole, one layer at a time under LoRA
     assert prediction.phases["forward"] == {
         "weights": 1000,
         "activations": 500,
@@ -86,6 +86,8 @@ def test_fsdp_shards_the_states_gathers_the_root_and_two_layers_and_holds_input_
     assert "fsdp_gathered" not in prediction.phases["optimizer_step"]
     plain = T.predict(STEP, two, bound, Workload(2, 8))
     assert "fsdp_held_input_gradients" not in plain.phases["backward"]
+    inside = T.predict(STEP, two, bound, Workload(2, 8, reentrant_checkpointing=True))
+    assert "fsdp_held_input_gradients" not in inside.phases["backward"]
 
 
 def test_the_request_is_the_devices_step_and_its_key_changes_with_it():

@@ -114,8 +114,9 @@ def write(directory: Path) -> None:
         "# logits_memory.read_loss_code. Written by tests/unit/test_transformers_releases.py\n"
         "# --write; the same test checks it against the wheels. upcast: where the logits become\n"
         "# fp32 (model | loss | none); shifts: what the loss shifts (logits: a copy | labels);\n"
-        "# checkpoints: whether the family's layers honour gradient checkpointing\n"
-        "# (logits_memory.read_checkpointing).\n"
+        "# checkpoints: how the family's layers are checkpointed (layer: by the layer itself;\n"
+        "# model: by the model's forward around each layer; none: not at all;\n"
+        "# logits_memory.read_checkpointing).\n"
     )
     body = {"pinned_by": {r: pins[r] for r in sorted(pins)}, "releases": releases}
     RECORD.write_text(header + yaml.safe_dump(body, sort_keys=True, default_flow_style=None))

@@ -169,14 +169,22 @@ def read_loss_code(modeling_source: str, loss_source: str | None) -> LossCode:
     return LossCode(upcast=upcast, shifts=_shifted(forward))
 
 
-def read_checkpointing(modeling_source: str) -> bool:
-    """Whether the release's decoder layers honour gradient checkpointing: a layer class built
-    on GradientCheckpointingLayer (4.52 on), or the model's forward calling
-    `self._gradient_checkpointing_func` (before). transformers 4.55's GPTBigCodeBlock is a
-    plain nn.Module its model calls directly: `gradient_checkpointing_enable()` sets a flag
-    nothing reads, and every layer keeps its activations."""
-    layered = re.search(r"^class \w+\([^)]*\bGradientCheckpointingLayer\b", modeling_source, re.M)
-    return bool(layered) or "self._gradient_checkpointing_func(" in modeling_source
+CHECKPOINTING = ("layer", "model", "none")
+
+
+def read_checkpointing(modeling_source: str) -> str:
+    """How the release's decoder layers are checkpointed: "layer", by the layer itself (a class
+    built on GradientCheckpointingLayer, 4.52 on: under FSDP the checkpoint runs inside the
+    layer's unit); "model", by the model's forward calling `self._gradient_checkpointing_func`
+    on each layer (before 4.52: under FSDP the unit runs inside the checkpoint, and reentrant
+    recomputation hands it a detached input); "none": not at all (transformers 4.55's
+    GPTBigCodeBlock is a plain nn.Module its model calls directly: gradient_checkpointing_enable()
+    sets a flag nothing reads, and every layer keeps its activations)."""
+    if re.search(r"^class \w+\([^)]*\bGradientCheckpointingLayer\b", modeling_source, re.M):
+        return "layer"
+    if "self._gradient_checkpointing_func(" in modeling_source:
+        return "model"
+    return "none"
 
 
 def _shifted(code: str) -> str:
@@ -227,11 +235,16 @@ def loss_code(transformers_version: str, model_type: str) -> LossCode | None:
     return LossCode(upcast=family["upcast"], shifts=family["shifts"]) if family else None
 
 
-def checkpoints(transformers_version: str, model_type: str) -> bool:
-    """Whether the release's layers of a family honour gradient checkpointing (true where the
-    record does not say)."""
+def checkpointing(transformers_version: str, model_type: str) -> str:
+    """How the release checkpoints a family's layers (read_checkpointing); "layer" where the
+    record does not say (the newest releases' way)."""
     family = _record()["releases"].get(transformers_version, {}).get(model_type) or {}
-    return bool(family.get("checkpoints", True))
+    return str(family.get("checkpoints", "layer"))
+
+
+def checkpoints(transformers_version: str, model_type: str) -> bool:
+    """Whether the release's layers of a family honour gradient checkpointing."""
+    return checkpointing(transformers_version, model_type) != "none"
 
 
 def pinned_release(fms_hf_tuning_version: str, package: str) -> str | None:
@@ -268,6 +281,6 @@ def loss_code_for(fms_hf_tuning_version: str, model_type: str) -> LossCode | Non
     return loss_code(transformers_release(fms_hf_tuning_version) or "", model_type)
 
 
-def checkpoints_for(fms_hf_tuning_version: str, model_type: str) -> bool:
-    """Whether the release an fms-hf-tuning version trains with checkpoints a family's layers."""
-    return checkpoints(transformers_release(fms_hf_tuning_version) or "", model_type)
+def checkpointing_for(fms_hf_tuning_version: str, model_type: str) -> str:
+    """How the release an fms-hf-tuning version trains with checkpoints a family's layers."""
+    return checkpointing(transformers_release(fms_hf_tuning_version) or "", model_type)

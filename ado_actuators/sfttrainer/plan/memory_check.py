@@ -42,7 +42,7 @@ from ado_actuators.sfttrainer.plan.architecture import (
 )
 from ado_actuators.sfttrainer.plan.launch import batch_devices
 from ado_actuators.sfttrainer.plan.logits_memory import (
-    checkpoints_for,
+    checkpointing_for,
     copies_logits,
     loss_code_for,
 )
@@ -194,12 +194,14 @@ def _workload(values: Any, definition: ExperimentDefinition, model_type: str) ->
     """What of the entity the activations and logits depend on (plan/memory_peak.py)."""
     kernels = values.fast_kernels or definition.fixed.get("fast_kernels") or []
     mixed = bool(values.bf16) or values.accelerate_config_mixed_precision != "no"
-    honoured = checkpoints_for(values.fms_hf_tuning_version, model_type)
+    style = checkpointing_for(values.fms_hf_tuning_version, model_type)
+    honoured = style != "none"
     return Workload(
         per_device_batch=max(1, values.batch_size // batch_devices(values)),
         sequence_length=values.model_max_length,
         gradient_checkpointing=bool(values.gradient_checkpointing) and honoured,
         checkpointing_ignored=bool(values.gradient_checkpointing) and not honoured,
+        checkpointed_by_model=style == "model",
         reentrant_checkpointing=bool(values.gradient_checkpointing_use_reentrant),
         # --use_flash_attn False leaves transformers' default: sdpa
         attention="flash_attention_2" if values.flash_attn else "sdpa",

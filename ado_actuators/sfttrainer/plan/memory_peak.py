@@ -43,7 +43,9 @@ a share of it, when the prediction is compared with a device: the largest a run 
 public A100 data allows is 6.6 %, so no run that ran is called out of memory."""
 
 FSDP_PREFETCHED_UNITS = 2
-"""FSDP's default BACKWARD_PRE prefetch gathers the next unit while the current one runs."""
+"""FSDP's default BACKWARD_PRE prefetch gathers the next unit while the current one runs. Under
+LoRA the next unit is an adapter (PEFT's wrap policy makes each one a unit of its own): one
+decoder layer is gathered at a time (benchmarks/memory_truth.py's FSDP rows)."""
 ADAPTER_BYTES = 4
 """PEFT (0.12 on, every pinned release) keeps LoRA and prompt-tuning weights in fp32
 (autocast_adapter_dtype): their gradients and AdamW state are fp32 too."""
@@ -135,6 +137,9 @@ class Workload:
     logits_copy: bool = False  # TRL >= 0.14 copies the logits for its token accuracy
     lora_dropout: bool = True
     checkpointing_ignored: bool = False  # asked for, but the release's layers do not honour it
+    checkpointed_by_model: bool = False
+    """The model's forward checkpoints each layer (transformers before 4.52): an FSDP unit then
+    runs inside the checkpoint (logits_memory.read_checkpointing's "model")."""
 
     @property
     def tokens(self) -> int:
@@ -357,13 +362,17 @@ def held_input_gradient_bytes(
     the last layer's backward, every other layer's input gradient is alive beside the inputs
     already counted. Seen in fms-acceleration's A100 runs as ~0.93 GiB more per sample of 4,096
     tokens on 2 and 4 GPUs than on 1 for Mistral-7B LoRA, and not for full fine-tuning, whose
-    units train; benchmarks/fsdp_frozen_layers.py reproduces it on CPU."""
+    units train; benchmarks/fsdp_frozen_layers.py reproduces it on CPU. Only where the model's
+    forward checkpoints each layer (the unit inside the checkpoint): a layer that checkpoints
+    itself (transformers 4.52 on) recomputes inside its unit, whose hook then holds nothing
+    (benchmarks/memory_truth.py's FSDP rows)."""
     if not (
         training.distributed_backend == "FSDP"
         and bound.shards > 1
         and training.peft_method != "none"
         and workload.gradient_checkpointing
         and workload.reentrant_checkpointing
+        and workload.checkpointed_by_model
     ):
         return 0.0
     width = DTYPE_BYTES[training.torch_dtype]
@@ -375,14 +384,20 @@ def gathered_bytes(
     counts: ParameterCounts, dims: Dimensions, bound: MemoryBound, training: Training
 ) -> float:
     """FSDP's unsharded parameters during forward and backward: the root unit (embedding, LM
-    head, final norm: gathered for the whole step) and the prefetched decoder layers."""
-    if training.distributed_backend != "FSDP":  # one device's share is all of it: nothing gathered
-        return 0.0
+    head, final norm: gathered for the whole step) and the prefetched decoder layers, each
+    all-gathered whole into a buffer beside the device's own shard (benchmarks/memory_truth.py's
+    FSDP rows: the shard stays)."""
+    if training.distributed_backend != "FSDP" or bound.shards < 2:
+        return 0.0  # one device's share is all of it: nothing gathered
     width = DTYPE_BYTES[training.torch_dtype]
     root = counts.embedding + counts.lm_head + dims.hidden
     layer = (counts.total - root) / max(1, dims.layers)
-    unsharded = (root + FSDP_PREFETCHED_UNITS * layer) * width
-    return unsharded * (1 - 1 / bound.shards)
+    return (root + gathered_layers(training) * layer) * width
+
+
+def gathered_layers(training: Training) -> int:
+    """Decoder layers FSDP holds unsharded at once (FSDP_PREFETCHED_UNITS)."""
+    return 1 if training.peft_method == "lora" else FSDP_PREFETCHED_UNITS
 
 
 def head_gradients(counts: ParameterCounts, training: Training, bound: MemoryBound) -> float:
@@ -499,9 +514,12 @@ def _gradients_in_layers(
     that layer's other weights' and, when untied, the embedding's)."""
     full = training.peft_method == "none"
     grown = head_gradients(counts, training, bound) * (not base["gradients"])
+    # down_proj's weight gradient, allocated before the product's gradients: whole under FSDP
+    # (a unit's gradients exist unsharded until its reduce-scatter)
+    unsharded = bound.shards if training.distributed_backend == "FSDP" else 1
+    down = states["gradients"] * dims.hidden * dims.intermediate / max(1, counts.total) * unsharded
     if full and not base["gradients"]:
-        # down_proj's weight gradient, allocated before the product's gradients
-        grown += states["gradients"] * dims.hidden * dims.intermediate / max(1, counts.total)
+        grown += down
     every = states["gradients"]
     if full:
         root = counts.embedding + counts.lm_head + dims.hidden
@@ -509,6 +527,7 @@ def _gradients_in_layers(
         later = layer_params - dims.hidden * dims.intermediate * dims.experts_per_token
         later += counts.embedding if counts.lm_head else 0
         every -= states["gradients"] * later / max(1, counts.total)
+        every += down * (1 - 1 / unsharded)
     return grown, every
 
 

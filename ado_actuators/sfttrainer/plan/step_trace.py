@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 PARTS = ("weights", "gradients", "optimizer_state", "forward", "backward", "optimizer_temporaries")
@@ -175,8 +175,12 @@ def _cuda_dropout() -> Iterator[None]:
         torch.nn.functional.dropout = original
 
 
-def trace_step(spec: StepSpec, record: bool = False) -> StepTrace:
-    """Run `spec.steps` training steps of `spec` and count every live tensor (module docstring)."""
+def trace_step(
+    spec: StepSpec, record: bool = False, wrap: Callable[[Any], Any] | None = None
+) -> StepTrace:
+    """Run `spec.steps` training steps of `spec` and count every live tensor (module docstring).
+    `wrap` turns the model into what the distributed plan trains (benchmarks/memory_truth.py
+    wraps it in FSDP on gloo ranks), counted from the wrapping on."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -187,7 +191,7 @@ def trace_step(spec: StepSpec, record: bool = False) -> StepTrace:
         model = build_model(spec)
         found = inventory(model)
         with _counting(tracker):
-            _train(model, spec, tracker)
+            _train(wrap(model) if wrap else model, spec, tracker)
     phases = {phase: tracker.peaks[phase][1] for phase in PHASES if phase in tracker.peaks}
     return StepTrace(
         phases=phases,

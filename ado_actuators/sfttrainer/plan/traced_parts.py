@@ -25,9 +25,9 @@ from typing import Any
 from ado_actuators.sfttrainer.plan.architecture import LinearShape, ParameterCounts
 from ado_actuators.sfttrainer.plan.memory_bound import DTYPE_BYTES, MemoryBound, Training
 from ado_actuators.sfttrainer.plan.memory_peak import (
-    FSDP_PREFETCHED_UNITS,
     PeakPrediction,
     Workload,
+    gathered_layers,
 )
 
 TRACE_DIRECTORY = Path("sfttrainer") / "memory-traces"
@@ -226,9 +226,9 @@ def _sharded(
     width = DTYPE_BYTES[training.torch_dtype]
     root = inventory["embedding"] + inventory["lm_head"] + inventory["hidden"]
     layer = (inventory["total"] - root) / max(1, inventory["layers"])
-    gathered = (root + FSDP_PREFETCHED_UNITS * layer) * width * (1 - 1 / shards)
+    gathered = (root + gathered_layers(training) * layer) * width
     held = 0.0
-    frozen_units = training.peft_method != "none"
+    frozen_units = training.peft_method != "none" and workload.checkpointed_by_model
     if frozen_units and workload.gradient_checkpointing and workload.reentrant_checkpointing:
         tokens = workload.per_device_batch * workload.sequence_length
         held = (inventory["layers"] - 1) * tokens * inventory["hidden"] * width
