@@ -90,10 +90,7 @@ def test_every_entity_gets_a_verdict_and_the_space_its_cost(files, tmp_path):
     out = tmp_path / "preview.csv"
     result = invoke(space, "--actuator-config", ac, "--csv", out)
     assert result.exit_code == 0, result.output
-    rows = {
-        (json.loads(r["entity"])["model_name"], json.loads(r["entity"])["number_gpus"]): r
-        for r in csv.DictReader(out.open())
-    }
+    rows = {(r["model_name"], int(r["number_gpus"])): r for r in csv.DictReader(out.open())}
     assert len(rows) == 4
     # batch 16 over 3 GPUs breaks a configuration rule
     assert (
@@ -106,12 +103,15 @@ def test_every_entity_gets_a_verdict_and_the_space_its_cost(files, tmp_path):
     # gradients, AdamW: 8 bytes a parameter), the logits of a 128k vocabulary do not
     eight = rows["llama-8b", 1]
     assert eight["verdict"] == "predicted OOM"
-    assert float(eight["predicted_gib"]) > 80 > float(eight["bound_gib"])
+    assert (
+        float(eight["predicted_gpu_memory_gib"]) > 80 > float(eight["gpu_memory_lower_bound_gib"])
+    )
     # FSDP over more GPUs at the same per-device batch shards the states until they fit; the
     # logits per device stay, so one more GPU is not enough
-    assert int(eight["fewest_gpus"]) > 2
+    assert int(eight["predicted_fewest_gpus"]) > 2
     text = " ".join(result.output.split())
-    assert "4 configurations: 0 would be launched" in text
+    assert "4 configurations: 1 certain OOM, 2 invalid, 1 predicted OOM." in text
+    assert "the 1 that would launch" in text
     assert "predicted, not measured" in text
 
 
@@ -129,9 +129,9 @@ def test_a_space_that_launches_reports_exact_gpu_hours_for_time_bounded_measurem
     rows = list(csv.DictReader(out.open()))
     assert [r["verdict"] for r in rows] == ["fits", "fits"]
     # 600 s on 2 GPUs and on 4 GPUs: (2 + 4) x 600 / 3600 = 1 GPU-hour
-    assert sum(float(r["gpu_hours"]) for r in rows) == pytest.approx(1.0)
-    assert "time-bounded: exact" in rows[0]["why"]
-    assert "1.00 GPU-hours" in " ".join(result.output.split())
+    assert sum(float(r["predicted_gpu_hours"]) for r in rows) == pytest.approx(1.0)
+    assert rows[0]["training_estimated_as"] == "stop_after_seconds: exact"
+    assert "that would launch 1.00" in " ".join(result.output.split())
 
 
 @pytest.mark.parametrize(
@@ -183,35 +183,171 @@ def test_a_range_domain_expands_by_its_interval():
         entities({"experiments": []})
 
 
-def test_gpu_hours_follow_the_entity_s_stop():
-    from ado_actuators.sfttrainer.catalog.entity import entity_values
-    from ado_actuators.sfttrainer.engine.preview import gpu_hours
+CATALOGUE = [
+    "granite-3.1-8b-instruct",
+    "llama3.1-8b",
+    "mistral-7b-v0.1",
+    "granite-3.1-3b-a800m-instruct",
+]
+EXPERIMENTS = [
+    "finetune_full_benchmark-v1.0.0",
+    "finetune_lora_benchmark-v1.0.0",
+    "finetune_pt_benchmark-v1.0.0",
+]
 
-    def hours(**fields):
-        values = entity_values(
+
+def catalogue_space(path, stop: dict | None = None, models=CATALOGUE, experiments=EXPERIMENTS):
+    parameterization = [
+        {"property": {"identifier": k}, "value": v} for k, v in (stop or {}).items()
+    ]
+    path.write_text(
+        yaml.safe_dump(
             {
-                "model_name": "m",
-                "model_max_length": 8,
-                "batch_size": 2,
-                "number_gpus": 2,
-                "gpu_model": "L40S",
-                **fields,
+                "experiments": [
+                    {"experimentIdentifier": e, "parameterization": parameterization}
+                    for e in experiments
+                ],
+                "entitySpace": [
+                    {"identifier": "model_name", "propertyDomain": {"values": list(models)}},
+                    {"identifier": "number_gpus", "propertyDomain": {"values": [1, 2, 4]}},
+                    {"identifier": "gpu_model", "propertyDomain": {"values": [A100]}},
+                    {"identifier": "model_max_length", "propertyDomain": {"values": [2048, 4096]}},
+                    {"identifier": "batch_size", "propertyDomain": {"values": [4, 8]}},
+                ],
             }
         )
-        return gpu_hours(values, None, "none")
+    )
+    return path
 
-    # no limit of any kind: the epochs decide (stop_after_seconds' default -1 is no limit)
-    assert hours() == (None, "bounded by epochs: the dataset's length decides")
-    assert hours(stop_after_seconds=900.0) == (0.5, "time-bounded: exact")
-    assert hours(auto_stop_method="WARMUP_60S_STABLE_120S_OR_10_STEPS") == (
-        pytest.approx(0.1),
-        "auto-stop: at least 60 s + 120 s",
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any connection attempt fails at once, as on a machine with no network."""
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise OSError("no network in this test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+@pytest.mark.parametrize(
+    "stop",
+    [None, {"auto_stop_method": "WARMUP_60S_STABLE_120S_OR_10_STEPS"}],
+    ids=["epochs", "spec"],
+)
+def test_catalogue_models_preview_from_their_names_alone(tmp_path, no_network, stop):
+    """An empty hf_home, no network: every row gets a verdict and every fitting one a predicted
+    speed, the bill is above zero, every line fits 120 columns."""
+    from ado_actuators.sfttrainer.catalog.entity import FIELDS
+
+    space = catalogue_space(tmp_path / "space.yaml", stop)
+    (tmp_path / "hf").mkdir()
+    ac = tmp_path / "ac.yaml"
+    ac.write_text(yaml.safe_dump({"parameters": {"hf_home": str(tmp_path / "hf")}}))
+    out, document = tmp_path / "p.csv", tmp_path / "p.json"
+    result = invoke(space, "--actuator-config", ac, "--csv", out, "--json", document)
+    assert result.exit_code == 0, result.output
+    assert "unknown" not in result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 120
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 3 * 4 * 3 * 2 * 2
+    header = next(csv.reader(out.open()))
+    assert header[: 1 + len(FIELDS)] == ["experiment", *FIELDS]  # a column per field, no JSON
+    assert not any(cell.startswith("{") for row in rows for cell in row.values() if cell)
+    assert {r["verdict"] for r in rows} <= {"fits", "predicted OOM", "certain OOM"}
+    fitting = [r for r in rows if r["verdict"] == "fits"]
+    assert fitting and all(float(r["predicted_tokens_per_second_per_gpu"]) > 0 for r in fitting)
+    assert all(float(r["predicted_gpu_hours"]) > 0 for r in fitting)
+    assert {r["shape_source"] for r in rows} == {"shipped shape"}
+    bill = json.loads(document.read_text())["bill"]
+    assert bill["predicted"] is True
+    assert bill["launched_gpu_hours"] > 0 and bill["space_gpu_hours"] >= bill["launched_gpu_hours"]
+    # grouped by experiment and model, fastest predicted first in each group
+    groups: dict = {}
+    for row in rows:
+        groups.setdefault((row["experiment"], row["model_name"]), []).append(row)
+    assert len(groups) == 3 * 4
+    for members in groups.values():
+        speeds = [float(r["predicted_tokens_per_second_per_gpu"] or 0) for r in members]
+        assert speeds == sorted(speeds, reverse=True)
+
+
+def test_the_table_says_which_figures_are_predicted_and_where_shapes_came_from(
+    tmp_path, no_network
+):
+    space = catalogue_space(tmp_path / "space.yaml")
+    result = invoke(space)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    header = next(line for line in lines if line.startswith("exp."))
+    for column in (
+        "model",
+        "GPUs",
+        "length",
+        "batch",
+        "verdict",
+        "pred GiB/dev",
+        "pred tok/s/GPU",
+        "pred GPU-h",
+    ):
+        assert column in header
+    assert "llama3.1-8b: shipped shape (meta-llama/Llama-3.1-8B" in result.output
+    text = " ".join(result.output.split())
+    assert "All predicted, none measured." in text
+    assert "skipping the" in text and "predicted OOMs" in text
+
+
+def test_an_estimated_shape_is_labelled_so_in_the_rows_the_csv_and_the_json(tmp_path, no_network):
+    """granite-13b-v2 is an internal checkpoint: its shape is estimated from public facts, and
+    every place a row goes says so, never "shipped shape"."""
+    space = catalogue_space(
+        tmp_path / "space.yaml", models=["granite-13b-v2"], experiments=EXPERIMENTS[:1]
     )
-    # STEADY_CI95_1PCT: at most its cap, or an earlier stop_after_seconds
-    assert hours(auto_stop_method="STEADY_CI95_1PCT") == (
-        pytest.approx(2 * 80 / 3600),
-        "STEADY_CI95_1PCT: at most 80 s",
+    out, document = tmp_path / "p.csv", tmp_path / "p.json"
+    result = invoke(space, "--csv", out, "--json", document)
+    assert result.exit_code == 0, result.output
+    assert (
+        "granite-13b-v2: estimated shape (fitted to the 13,360,702,464 parameters IBM/ado's"
+        in result.output
     )
-    assert hours(
-        auto_stop_method="STEADY_CI95_1PCT", auto_stop_max_seconds=1800.0, stop_after_seconds=900.0
-    ) == (0.5, "STEADY_CI95_1PCT: at most 900 s")
+    assert "unknown" not in result.output
+    rows = list(csv.DictReader(out.open()))
+    assert rows and {r["shape_source"] for r in rows} == {"estimated shape"}
+    assert all("13,360,702,464" in r["shape_where"] for r in rows)
+    json_rows = json.loads(document.read_text())["rows"]
+    assert {r["shape_source"] for r in json_rows} == {"estimated shape"}
+
+
+def test_a_model_found_nowhere_gets_one_short_line_and_the_fix_once(tmp_path, no_network):
+    missing = ["allam-1-13b", "granite-8b-japanese", "granite-3b-1.5"]
+    space = catalogue_space(tmp_path / "space.yaml", models=missing, experiments=EXPERIMENTS[:1])
+    document = tmp_path / "p.json"
+    result = invoke(space, "--json", document)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    for name in missing:
+        (line,) = [line for line in lines if line.strip().startswith(f"{name}:")]
+        assert line == f"  {name}: no config.json in its directory nor the shipped shapes"
+    fix = "add a model: model_map: {NAME: {Vanilla: /path/to/model}} in the actuator"
+    assert [line for line in lines if fix in line] == [
+        f"  {fix} configuration, or its config.json there"
+    ]
+    assert max(len(line) for line in lines) <= 120
+    # the long form stays in the JSON: where exactly, why none is shipped, the fix for this model
+    why = {r["model_name"]: r["why"] for r in json.loads(document.read_text())["rows"]}
+    assert "none at /hf-models-pvc/allam-1-13b-instruct-20240607/config.json" in why["allam-1-13b"]
+    assert "expanded Arabic vocabulary" in why["allam-1-13b"]
+    assert "model_map ({allam-1-13b: {Vanilla: /path/to/model}})" in why["allam-1-13b"]
+
+
+def test_the_page_draws_the_predicted_figures(tmp_path, no_network):
+    space = catalogue_space(tmp_path / "space.yaml")
+    page = tmp_path / "preview.html"
+    result = invoke(space, "--html", page)
+    assert result.exit_code == 0, result.output
+    text = page.read_text()
+    assert "dataset tokens/s per GPU predicted" in text and "GPU memory predicted (GiB)" in text
+    assert "(predicted, not measured)" in text
+    assert page.with_suffix(".png").read_bytes().startswith(b"\x89PNG")

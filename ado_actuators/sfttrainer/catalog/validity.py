@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
+
+from ado_actuators.sfttrainer.catalog.model_shapes import (
+    ModelConfigUnavailable,
+    find_model_config,
+)
+
+__all__ = [
+    "ModelConfigUnavailable",
+    "configuration_problems",
+    "num_local_experts",
+    "read_model_config",
+]
 
 
 def configuration_problems(values: Any, num_local_experts: int | None = None) -> list[str]:
@@ -41,39 +51,18 @@ def configuration_problems(values: Any, num_local_experts: int | None = None) ->
     return problems
 
 
-class ModelConfigUnavailable(LookupError):
-    pass
-
-
-def read_model_config(location: str, hf_home: str | None) -> dict[str, Any]:
-    """The model's config.json, from a local directory or the Hugging Face cache; no weights."""
-    local = Path(location).expanduser()
-    if local.is_dir():
-        path = local / "config.json"
-    elif location.startswith(("/", ".", "~")):
-        raise ModelConfigUnavailable(f"no model directory at {location}")
-    else:
-        from huggingface_hub import try_to_load_from_cache
-        from huggingface_hub.errors import HFValidationError
-
-        cache_dir = Path(hf_home) / "hub" if hf_home else None
-        try:
-            found = try_to_load_from_cache(location, "config.json", cache_dir=cache_dir)
-        except HFValidationError as error:
-            raise ModelConfigUnavailable(
-                f"{location!r} is neither a model directory nor a hub id: {error}"
-            ) from None
-        if not isinstance(found, str):
-            raise ModelConfigUnavailable(
-                f"no config.json for {location!r} in {cache_dir or 'the Hugging Face cache'}; "
-                f"fetch the weights first: sfttrainer_download_hf_weights -i models.yaml "
-                f"-o {hf_home or '$HF_HOME'}"
-            )
-        path = Path(found)
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise ModelConfigUnavailable(f"cannot read {path}: {error}") from error
+def read_model_config(
+    location: str,
+    hf_home: str | None,
+    *,
+    model_name: str | None = None,
+    weights_format: str = "Vanilla",
+) -> dict[str, Any]:
+    """The model's config.json (catalog/model_shapes.py: its directory, hf_home's cache, then
+    the shipped shapes); no weights, and no hub."""
+    return find_model_config(
+        location, hf_home, model_name=model_name, weights_format=weights_format
+    ).config
 
 
 def num_local_experts(config: dict[str, Any]) -> int | None:

@@ -43,6 +43,7 @@ from ado_actuators.sfttrainer.plan.launch import (
     plan_resources,
 )
 from ado_actuators.sfttrainer.plan.memory_check import MemoryAssessment, assess
+from ado_actuators.sfttrainer.plan.speed_check import SpeedPrediction, predict_speed
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,13 @@ def resolve(
         return Failed(str(error))
     if values.fast_moe:
         try:
-            experts = num_local_experts(read_model_config(location, hf_home))
+            config = read_model_config(
+                location,
+                hf_home,
+                model_name=values.model_name,
+                weights_format=definition.weights_format,
+            )
+            experts = num_local_experts(config)
         except ModelConfigUnavailable as error:
             return Failed(f"fast_moe needs the model's num_local_experts: {error}")
         if problems := configuration_problems(values, experts):
@@ -135,6 +142,8 @@ def measure(
         )
         if oom_record is not None:
             oom_record.record_outcome(outcome)
+        if definition.repeats == 1:
+            outcome = _speed(resolved, definition, settings.hf_home).attach_to(outcome)
         return memory.attach_bound_and_prediction(outcome)
     except Exception as error:
         log.exception("measurement of %s failed unexpectedly", label)
@@ -206,6 +215,25 @@ def _launch(
     if isinstance(outcome, Measured) and aim_dashboard_url:
         outcome.metadata["aim_dashboard_url"] = aim_dashboard_url
     return outcome
+
+
+def _speed(resolved: Resolved, definition: ExperimentDefinition, hf_home: str) -> SpeedPrediction:
+    """The predicted throughput a measured row carries beside the measured one."""
+    values = resolved.values
+    try:
+        config = read_model_config(
+            resolved.location,
+            hf_home,
+            model_name=values.model_name,
+            weights_format=definition.weights_format,
+        )
+    except ModelConfigUnavailable as error:
+        return SpeedPrediction(skipped=str(error))
+    try:
+        return predict_speed(values, definition, config)
+    except Exception as error:  # a prediction never costs the measurement its row
+        log.exception("predicting the throughput of %s failed", values.model_name)
+        return SpeedPrediction(skipped=f"the prediction failed: {error!r}")
 
 
 def _environment_request(settings: MeasurementSettings) -> EnvironmentRequest:

@@ -1,32 +1,38 @@
 """What a space would cost before anything is launched: each entity of a space document as the
-engine would answer it up to the launch (configuration rules, the certain bound, the
-predicted peak), and the GPU time of the configurations it would launch. No Ray, no ado, no
-GPU: only each model's config.json.
+engine would answer it up to the launch (configuration rules, the certain bound, the predicted
+peak), its predicted step time and throughput, and its bill under its stop method. No Ray, no
+ado, no GPU, no weights: only each model's config.json, from its directory, hf_home's cache, the
+shipped shapes or, online, the hub (catalog/model_shapes.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+from importlib import metadata
 from typing import Any
 
 from ado_actuators.sfttrainer.catalog.entity import FIELDS
-from ado_actuators.sfttrainer.catalog.experiments import catalog_data
+from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
+from ado_actuators.sfttrainer.catalog.model_shapes import (
+    FoundConfig,
+    ModelConfigUnavailable,
+    find_model_config,
+)
 from ado_actuators.sfttrainer.contract.outcomes import Invalid
-from ado_actuators.sfttrainer.contract.trainer_io import ModelParameters
+from ado_actuators.sfttrainer.engine.bill import TrainingTime, start_seconds, training_time
 from ado_actuators.sfttrainer.engine.measurement import resolve
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
-from ado_actuators.sfttrainer.metrics.flops import flops_per_token
 from ado_actuators.sfttrainer.metrics.gpu_memory import GIB
-from ado_actuators.sfttrainer.metrics.gpu_peaks import peak_tflops
-from ado_actuators.sfttrainer.plan.memory_check import MemoryAssessment, assess, fewest_gpus
-from ado_actuators.sfttrainer.trainer.steady import STEADY_CI95_1PCT
+from ado_actuators.sfttrainer.plan.memory_check import (
+    MemoryAssessment,
+    fewest_gpus,
+    judge,
+)
+from ado_actuators.sfttrainer.plan.speed_check import SpeedPrediction, predict_speed
 
-PREVIEW_MFU = 0.35
-"""The model-FLOPs utilisation a step-bounded measurement's time is estimated at: typical of
-bf16 fine-tuning with flash attention on A100/H100 (fms-acceleration's tables, 30-45 %)."""
-SPEC_AUTO_STOP_SECONDS = 180
-"""WARMUP_60S_STABLE_120S_OR_10_STEPS measures at least 60 s of warm-up and 120 s after it."""
+LAUNCHED = ("fits", "unknown", "predicted OOM")
+"""Verdicts launched under the default settings (skip_predicted_oom false)."""
 
 
 class SpaceError(ValueError):
@@ -35,19 +41,65 @@ class SpaceError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class PreviewRow:
+    """One configuration of the space. Every figure but the device's memory is predicted."""
+
     experiment: str
-    entity: dict[str, Any]
+    entity: dict[str, Any]  # the space's values of this point
     verdict: str  # invalid | certain OOM | predicted OOM | fits | unknown | failed
     why: str = ""
+    why_in_brief: str = ""  # the why in a few words, for a terminal line; empty: the why is short
+    shape_source: str | None = None  # where config.json came from (catalog/model_shapes.py)
+    shape_where: str | None = None
+    gpus: int = 0
     bound_gib: float | None = None
     predicted_gib: float | None = None
     device_gib: float | None = None
     fewest_gpus: int | None = None
-    gpu_hours: float | None = None
+    tokens_per_second_per_gpu: float | None = None
+    step_seconds: float | None = None
+    speed_notes: tuple[str, ...] = ()
+    training_seconds: float | None = None
+    training_how: str = ""
+    start_seconds: float | None = None
+    repeats: int = 1
+    effective: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Every entity field as the measurement would run it: the space's values, the
+    experiment's fixed values and the defaults."""
 
     @property
     def launched(self) -> bool:
-        return self.verdict in ("fits", "unknown")
+        return self.verdict in LAUNCHED
+
+    @property
+    def gpu_hours(self) -> float | None:
+        """Training GPU-hours if launched: a predicted OOM's until its first step fails."""
+        if not self.launched:
+            return None
+        if self.verdict == "predicted OOM":
+            return self.oom_gpu_hours
+        if self.training_seconds is None:
+            return None
+        return self.gpus * self.training_seconds / 3600
+
+    @property
+    def oom_gpu_hours(self) -> float | None:
+        """What launching a predicted OOM costs before it fails: its start and one step."""
+        if self.start_seconds is None or self.step_seconds is None:
+            return None
+        return self.gpus * self.repeats * (self.start_seconds + self.step_seconds) / 3600
+
+    @property
+    def full_gpu_hours(self) -> float | None:
+        """Training GPU-hours as if it ran to its stop method's end (fits or not)."""
+        if self.verdict in ("invalid", "failed") or self.training_seconds is None:
+            return None
+        return self.gpus * self.training_seconds / 3600
+
+    @property
+    def load_gpu_hours(self) -> float | None:
+        if not self.launched or self.start_seconds is None:
+            return None
+        return self.gpus * self.repeats * self.start_seconds / 3600
 
 
 def _values(domain: dict[str, Any], name: str) -> list[Any]:
@@ -59,12 +111,7 @@ def _values(domain: dict[str, Any], name: str) -> list[Any]:
     raise SpaceError(f"entitySpace {name}: a propertyDomain needs values or a domainRange")
 
 
-def entities(document: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(experiment id, entity values with the experiment's parameterization) per point."""
-    if not isinstance(document, dict) or "entitySpace" not in document:
-        raise SpaceError(
-            "the space file has no entitySpace: give the file `ado create space -f` takes"
-        )
+def _dimensions(document: dict[str, Any]) -> list[tuple[str, list[Any]]]:
     dimensions = []
     for item in document["entitySpace"]:
         name = item.get("identifier") if isinstance(item, dict) else None
@@ -74,11 +121,22 @@ def entities(document: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
                 f"experiment` for the fields"
             )
         dimensions.append((name, _values(item.get("propertyDomain") or {}, name)))
+    return dimensions
+
+
+def entities(document: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(experiment id, entity values with the experiment's parameterization) per point."""
+    if not isinstance(document, dict) or "entitySpace" not in document:
+        raise SpaceError(
+            "the space file has no entitySpace: give the file `ado create space -f` takes"
+        )
+    dimensions = _dimensions(document)
     experiments = document.get("experiments") or []
     if not experiments:
         raise SpaceError("the space file lists no experiments")
     found = []
     catalog = catalog_data()
+    names = [n for n, _ in dimensions]
     for experiment in experiments:
         identifier = experiment.get("experimentIdentifier", "")
         try:
@@ -90,58 +148,53 @@ def entities(document: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             for p in experiment.get("parameterization") or []
         }
         for point in itertools.product(*(values for _, values in dimensions)):
-            found.append(
-                (identifier, {**dict(zip([n for n, _ in dimensions], point, strict=True)), **fixed})
-            )
+            found.append((identifier, {**dict(zip(names, point, strict=True)), **fixed}))
     return found
 
 
-def model_parameters(memory: MemoryAssessment, peft_method: str) -> ModelParameters | None:
-    counts, dims = memory.counts, memory.dimensions
-    if counts is None or dims is None:
+def _memory_verdict(memory: MemoryAssessment) -> tuple[str, str]:
+    if memory.certain_oom:
+        return "certain OOM", "the lower bound exceeds the device"
+    if memory.predicted_oom:
+        return "predicted OOM", f"the prediction ({memory.prediction.phase}) exceeds the device"
+    if memory.skipped:
+        return "unknown", memory.skipped
+    if memory.prediction is None:
+        return "unknown", memory.prediction_skipped or "no prediction"
+    return "fits", f"peak in the {memory.prediction.phase} phase"
+
+
+def _assess(values: Any, definition: ExperimentDefinition, found: FoundConfig) -> MemoryAssessment:
+    if values.number_gpus < 1:
+        why = "number_gpus 0 trains on CPUs: no GPU memory to bound"
+        return MemoryAssessment(skipped=why, prediction_skipped=why)
+    return judge(values, definition, found.config, enabled=True)
+
+
+def _checkpoint_bytes(memory: MemoryAssessment) -> float | None:
+    """The weights a node reads before the first step (the bound's weights part, per device
+    times its shards, is the whole checkpoint)."""
+    if memory.bound is None or "weights" not in memory.bound.parts:
         return None
-    matmul = counts.total - (counts.embedding if counts.lm_head else 0)
-    trainable = {"none": matmul, "pt": 0}.get(peft_method, memory.trainable or 0)
-    return ModelParameters(
-        total=counts.total,
-        trainable=trainable,
-        matmul=matmul,
-        trainable_matmul=trainable,
-        layers=dims.layers,
-        attention_width=dims.q_width,
-        mixture_of_experts=dims.experts_per_token > 1,
+    return memory.bound.parts["weights"] * memory.bound.shards
+
+
+def _priced(
+    row: PreviewRow, values: Any, memory: MemoryAssessment, speed: SpeedPrediction, repeats: int
+) -> PreviewRow:
+    step = speed.step_seconds
+    bill: TrainingTime = training_time(values, step, repeats)
+    checkpoint = _checkpoint_bytes(memory)
+    return dataclasses.replace(
+        row,
+        tokens_per_second_per_gpu=speed.tokens_per_second_per_gpu,
+        step_seconds=step,
+        speed_notes=speed.notes or ((speed.skipped,) if speed.skipped else ()),
+        training_seconds=bill.seconds,
+        training_how=bill.how,
+        start_seconds=start_seconds(checkpoint) if checkpoint is not None else None,
+        repeats=repeats,
     )
-
-
-def gpu_hours(values: Any, memory: MemoryAssessment, peft_method: str) -> tuple[float | None, str]:
-    """The GPU time a launched configuration trains for, and how it was estimated."""
-    gpus = max(1, values.number_gpus)
-    steady = (values.auto_stop_method or "").upper() == STEADY_CI95_1PCT
-    if steady:  # whichever limit comes first; the target usually comes before either
-        cap = min(
-            values.auto_stop_max_seconds,
-            values.stop_after_seconds if values.stop_after_seconds > 0 else float("inf"),
-        )
-        return gpus * cap / 3600, f"{STEADY_CI95_1PCT}: at most {cap:g} s"
-    if values.stop_after_seconds > 0:  # -1: no time limit
-        return gpus * values.stop_after_seconds / 3600, "time-bounded: exact"
-    if values.auto_stop_method:
-        return gpus * SPEC_AUTO_STOP_SECONDS / 3600, "auto-stop: at least 60 s + 120 s"
-    if values.max_steps and values.max_steps > 0:
-        params = model_parameters(memory, peft_method)
-        per_token = flops_per_token(params, values.model_max_length) if params else None
-        peak = peak_tflops(values.gpu_model)
-        if per_token and peak:
-            tokens = (
-                values.max_steps
-                * values.batch_size
-                * values.gradient_accumulation_steps
-                * values.model_max_length
-            )
-            seconds = per_token * tokens / (gpus * peak * 1e12 * PREVIEW_MFU)
-            return gpus * seconds / 3600, f"step-bounded: FLOPs at {PREVIEW_MFU:.0%} MFU"
-        return None, "step-bounded: no FLOP figure for this model or GPU"
-    return None, "bounded by epochs: the dataset's length decides"
 
 
 def preview_entity(
@@ -154,36 +207,53 @@ def preview_entity(
         verdict = "invalid" if isinstance(resolved, Invalid) else "failed"
         return dataclasses.replace(row, verdict=verdict, why=resolved.reason)
     values, location = resolved
-    memory = assess(values, definition, location, hf_home=settings.hf_home, enabled=True)
-    row = dataclasses.replace(
-        row,
-        bound_gib=memory.bound.gib if memory.bound else None,
-        predicted_gib=memory.prediction.gib if memory.prediction else None,
-        device_gib=memory.device_bytes / GIB if memory.device_bytes else None,
-    )
-    if memory.certain_oom:
-        verdict, why = "certain OOM", "the lower bound exceeds the device"
-    elif memory.predicted_oom:
-        verdict, why = (
-            "predicted OOM",
-            f"the prediction ({memory.prediction.phase}) exceeds the device",
+    fixed = {k: v for k, v in definition.fixed.items() if k in FIELDS}
+    values = values.model_copy(update=fixed)
+    row = dataclasses.replace(row, gpus=max(values.number_gpus, 0), effective=values.model_dump())
+    try:
+        found = find_model_config(
+            location,
+            settings.hf_home,
+            model_name=values.model_name,
+            weights_format=definition.weights_format,
+            hub=True,
         )
-    elif memory.skipped:
-        verdict, why = "unknown", memory.skipped
-    elif memory.prediction is None:
-        verdict, why = "unknown", memory.prediction_skipped or "no prediction"
-    else:
-        verdict, why = "fits", f"peak in the {memory.prediction.phase} phase"
+    except ModelConfigUnavailable as error:
+        return dataclasses.replace(row, why=str(error), why_in_brief=error.brief)
+    memory = _assess(values, definition, found)
+    verdict, why = _memory_verdict(memory)
     fewest = None
     if verdict in ("certain OOM", "predicted OOM"):
         fewest = fewest_gpus(values, definition, location, hf_home=settings.hf_home)
-    hours, how = gpu_hours(values, memory, definition.peft_method)
-    if verdict in ("fits", "unknown") and hours is not None:
-        why = f"{why}; {how}"
-    return dataclasses.replace(
+    row = dataclasses.replace(
         row,
         verdict=verdict,
         why=why,
+        shape_source=found.source if found.checked else f"{found.source} (unchecked)",
+        shape_where=found.where,
+        bound_gib=memory.bound.gib if memory.bound else None,
+        predicted_gib=memory.prediction.gib if memory.prediction else None,
+        device_gib=memory.device_bytes / GIB if memory.device_bytes else None,
         fewest_gpus=fewest,
-        gpu_hours=hours if verdict in ("fits", "unknown") else None,
     )
+    speed = predict_speed(values, definition, found.config)
+    return _priced(row, values, memory, speed, definition.repeats)
+
+
+def sorted_rows(rows: list[PreviewRow]) -> list[PreviewRow]:
+    """Grouped by experiment and model (in the space's order), fastest predicted first."""
+    groups: dict[tuple[str, str], list[PreviewRow]] = {}
+    for row in rows:
+        groups.setdefault((row.experiment, str(row.entity.get("model_name"))), []).append(row)
+    return [
+        row
+        for group in groups.values()
+        for row in sorted(group, key=lambda r: -(r.tokens_per_second_per_gpu or -1.0))
+    ]
+
+
+def installed_fms_hf_tuning() -> str | None:
+    try:
+        return metadata.version("fms-hf-tuning")
+    except metadata.PackageNotFoundError:
+        return None

@@ -1,4 +1,5 @@
-"""Dense bf16/fp16 peak TFLOP/s per gpu_model: the denominator of model_flops_utilization.
+"""Dense bf16/fp16 peak TFLOP/s per gpu_model, the denominator of model_flops_utilization, and
+the memory and interconnect bandwidths the predicted step time (plan/step_time.py) scales by.
 
 The figures and their sources are data (gpu_peaks.yaml); a gpu_model not listed has no
 utilisation figure (the property is omitted), CPUs included.
@@ -20,6 +21,12 @@ class GpuPeak(pydantic.BaseModel):
     dtype: str
     source: str
     aliases: tuple[str, ...] = ()
+    memory_gbps: float | None = None
+    """Memory bandwidth, GB/s: what the predicted step time's memory-bound parts scale by."""
+    interconnect_gbps: float | None = None
+    """GPU-to-GPU bandwidth within a node, GB/s (NVLink, else PCIe): what FSDP's and DDP's
+    traffic scales by."""
+    bandwidth_source: str | None = None
 
 
 @functools.cache

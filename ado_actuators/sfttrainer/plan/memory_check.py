@@ -229,7 +229,12 @@ def assess(
         why = "number_gpus 0 trains on CPUs: no GPU memory to bound"
         return MemoryAssessment(skipped=why, prediction_skipped=why)
     try:
-        config = read_model_config(location, hf_home)
+        config = read_model_config(
+            location,
+            hf_home,
+            model_name=values.model_name,
+            weights_format=definition.weights_format,
+        )
     except ModelConfigUnavailable as error:
         why = f"no bound from the model's config.json: {error}"
         return MemoryAssessment(skipped=why, prediction_skipped=why)
@@ -336,7 +341,12 @@ def fewest_gpus(
     """The fewest GPUs (on one node, the same per-device batch) the prediction says fit, up to
     MAX_GPUS_TRIED; None when none does or nothing can be predicted. config.json is read once."""
     try:
-        config = read_model_config(location, hf_home)
+        config = read_model_config(
+            location,
+            hf_home,
+            model_name=values.model_name,
+            weights_format=definition.weights_format,
+        )
     except ModelConfigUnavailable:
         return None
     per_device = max(1, values.batch_size // batch_devices(values))

@@ -12,7 +12,13 @@ from ado_actuators.sfttrainer.report.compare import Comparison
 from ado_actuators.sfttrainer.report.cost import COST_HEADING, cost, cost_lines
 from ado_actuators.sfttrainer.report.figure import render_png
 from ado_actuators.sfttrainer.report.page import render_html
-from ado_actuators.sfttrainer.report.summary import answer_blocks, as_text, comparison_block
+from ado_actuators.sfttrainer.report.prediction import error_block
+from ado_actuators.sfttrainer.report.summary import (
+    Block,
+    answer_blocks,
+    as_text,
+    comparison_block,
+)
 from ado_actuators.sfttrainer.report.table import FIELD_LABELS, SpaceTable
 
 
@@ -28,20 +34,41 @@ def write_report(
 ) -> ReportFiles:
     """Writes OUT_DIR/STEM.png and OUT_DIR/STEM.html; each appears whole or not at all."""
     groups = answers(table)
+    predicted = error_block(table)
     blocks = [
         *answer_blocks(groups),
+        *([predicted] if predicted else []),
         (COST_HEADING, cost_lines(cost(table))),
         *([comparison_block(comparison)] if comparison else []),
     ]
     valid = sum(p.valid for p in table.points)
-    subtitle = ", ".join(f"{FIELD_LABELS.get(name, name)} {value}" for name, value in table.shared)
-    subtitle += ("; " if subtitle else "") + (
-        f"{len(table.points)} configurations: {valid} measured, {len(table.points) - valid} invalid"
-    )
+    subtitle = _subtitle(table, f"{valid} measured, {len(table.points) - valid} invalid")
     png = render_png(table, title, subtitle, groups, blocks, comparison)
     page = render_html(table, png, title, subtitle, blocks, comparison)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = ReportFiles(out_dir / f"{stem}.png", out_dir / f"{stem}.html", as_text(blocks))
+    _publish(files.png, png)
+    _publish(files.html, page.encode("utf-8"))
+    return files
+
+
+def _subtitle(table: SpaceTable, counts: str) -> str:
+    shared = ", ".join(f"{FIELD_LABELS.get(name, name)} {value}" for name, value in table.shared)
+    return shared + ("; " if shared else "") + f"{len(table.points)} configurations: {counts}"
+
+
+def write_preview_report(
+    table: SpaceTable, html: Path, title: str, blocks: list[Block]
+) -> ReportFiles:
+    """`sfttrainer_preview --html`: the predicted figures on the page sfttrainer_plot draws,
+    HTML at `html` and the picture beside it (.png); configurations predicted not to fit are
+    drawn as invalid."""
+    fits = sum(p.valid for p in table.points)
+    subtitle = _subtitle(table, f"{fits} predicted to fit, {len(table.points) - fits} not")
+    png = render_png(table, title, subtitle, (), blocks)
+    page = render_html(table, png, title, subtitle, blocks)
+    html.parent.mkdir(parents=True, exist_ok=True)
+    files = ReportFiles(html.with_suffix(".png"), html, as_text(blocks))
     _publish(files.png, png)
     _publish(files.html, page.encode("utf-8"))
     return files

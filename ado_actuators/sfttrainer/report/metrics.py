@@ -25,10 +25,12 @@ METRICS: tuple[Metric, ...] = (
         "dataset tokens/s",
         required=True,
     ),
+    # The prediction beside the measurement (plan/step_time.py), as for memory below.
     Metric(
         "dataset_tokens_per_second_per_gpu",
+        "dataset tokens/s per GPU: measured —, predicted - -",
         "dataset tokens/s per GPU",
-        "dataset tokens/s per GPU",
+        companions=("dataset_tokens_per_second_per_gpu_predicted",),
         required=True,
     ),
     Metric(
@@ -50,7 +52,24 @@ METRICS: tuple[Metric, ...] = (
     ),
 )
 
+PREDICTED_METRICS: tuple[Metric, ...] = (
+    Metric(
+        "dataset_tokens_per_second_per_gpu_predicted",
+        "dataset tokens/s per GPU (predicted)",
+        "dataset tokens/s per GPU predicted",
+        required=True,
+    ),
+    Metric(
+        "gpu_memory_predicted_gib",
+        "GPU memory/device (GiB, predicted)",
+        "GPU memory predicted (GiB)",
+        required=True,
+    ),
+)
+"""What `sfttrainer_preview --html` draws on the same page: nothing measured yet."""
+
 COMPANION_TITLES = {
+    "dataset_tokens_per_second_per_gpu_predicted": "dataset tokens/s per GPU predicted",
     "train_step_seconds_p90": "step time p90 (s)",
     "gpu_memory_predicted_gib": "GPU memory predicted (GiB)",
 }

@@ -144,15 +144,20 @@ class SpaceTable:
         return tuple(p for p in self.points if not p.valid)
 
 
-def space_table(rows: Iterable[Mapping[str, Any]], source: str = "the table") -> SpaceTable:
-    """Groups the rows by configuration; raises TableError when the table cannot be plotted."""
+def space_table(
+    rows: Iterable[Mapping[str, Any]],
+    source: str = "the table",
+    metrics: tuple[Metric, ...] = METRICS,
+) -> SpaceTable:
+    """Groups the rows by configuration; raises TableError when the table cannot be plotted.
+    `metrics`: what is drawn (the preview draws its predicted columns)."""
     rows = [_with_parameterised_axes(dict(row)) for row in rows]
     if not rows:
         raise TableError(f"{source} holds no measurements; run an operation on the space first")
     columns = set().union(*rows)
     missing = [name for name in REQUIRED if name not in columns]
-    if not any(m.column in columns for m in METRICS if m.required):
-        missing.append(" or ".join(m.column for m in METRICS if m.required))
+    if not any(m.column in columns for m in metrics if m.required):
+        missing.append(" or ".join(m.column for m in metrics if m.required))
     if missing:
         raise TableError(
             f"{source} lacks the column(s) {', '.join(missing)}; write it with `ado show "
@@ -161,7 +166,7 @@ def space_table(rows: Iterable[Mapping[str, Any]], source: str = "the table") ->
             "model_max_length in its entity space)"
         )
     stored = tuple(_stored(row) for row in rows)
-    rows = _without_experiments_measuring_no_throughput(rows, source)
+    rows = _without_experiments_measuring_no_throughput(rows, source, metrics)
     labels = _experiment_labels({str(row[EXPERIMENT]) for row in rows})
     varying = tuple(
         name
@@ -184,10 +189,12 @@ def space_table(rows: Iterable[Mapping[str, Any]], source: str = "the table") ->
         )
         groups.setdefault((Panel(gpus, column), key_line, key_x), []).append(row)
 
-    points = tuple(_point(key, members) for key, members in sorted(groups.items(), key=_sort_key))
+    points = tuple(
+        _point(key, members, metrics) for key, members in sorted(groups.items(), key=_sort_key)
+    )
     present = tuple(
         m
-        for m in METRICS
+        for m in metrics
         if any(m.column in p.values and (m.required or p.values[m.column][0] != 0) for p in points)
     )
     shared = tuple(
@@ -198,10 +205,12 @@ def space_table(rows: Iterable[Mapping[str, Any]], source: str = "the table") ->
     return SpaceTable(points, present, varying, shared, stored)
 
 
-def _without_experiments_measuring_no_throughput(rows: list[dict[str, Any]], source: str):
+def _without_experiments_measuring_no_throughput(
+    rows: list[dict[str, Any]], source: str, metrics: tuple[Metric, ...]
+):
     """Stability experiments (fractions of runs that failed) share a space with benchmarks
     but have no throughput to draw: leave them out rather than draw empty panels."""
-    required = [m.column for m in METRICS if m.required]
+    required = [m.column for m in metrics if m.required]
     drawable = {
         str(row[EXPERIMENT])
         for row in rows
@@ -229,11 +238,13 @@ def _with_parameterised_axes(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _point(key: tuple[Panel, int, int], rows: list[dict[str, Any]]) -> Point:
+def _point(
+    key: tuple[Panel, int, int], rows: list[dict[str, Any]], metrics: tuple[Metric, ...]
+) -> Point:
     panel, sequence_length, batch_size = key
     valid_rows = [r for r in rows if any(v >= 1 for v in _numbers(r.get(VALIDITY)))]
     values: dict[str, tuple[float, float, float]] = {}
-    for metric in METRICS:
+    for metric in metrics:
         for column in (metric.column, *metric.companions):
             found = [v for r in valid_rows for v in _numbers(r.get(column)) if math.isfinite(v)]
             if found:

@@ -1,0 +1,240 @@
+"""The preview's rows as a terminal table (one line each, within 120 columns), a CSV (one column
+per entity field and parameter, then the verdict and the predicted figures), JSON, and the page
+sfttrainer_plot draws."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ado_actuators.sfttrainer.catalog.entity import FIELDS
+from ado_actuators.sfttrainer.catalog.model_shapes import ADD_A_MODEL
+from ado_actuators.sfttrainer.engine.preview import PreviewRow
+from ado_actuators.sfttrainer.engine.preview_bill import SpaceBill
+
+SCALED = "*"
+"""Marks a predicted tokens/s scaled from the A100 fit to another device by datasheet figures."""
+PREDICTED_COLUMNS = (
+    "verdict",
+    "why",
+    "shape_source",
+    "shape_where",
+    "gpu_memory_lower_bound_gib",
+    "predicted_gpu_memory_gib",
+    "device_memory_gib",
+    "predicted_fewest_gpus",
+    "predicted_tokens_per_second_per_gpu",
+    "predicted_step_seconds",
+    "predicted_training_seconds",
+    "training_estimated_as",
+    "predicted_gpu_hours",
+    "predicted_start_seconds",
+    "prediction_notes",
+)
+
+
+ASCII_BOX = "    \n    \n -- \n    \n    \n -- \n    \n    \n"
+"""rich's SIMPLE_HEAD drawn in ASCII: a line counts its columns the same in bytes and characters."""
+
+
+def short_experiment(identifier: str) -> str:
+    """finetune_lora_benchmark-v1.0.0 -> lora; finetune_full_stability-v1.0.0 -> full-stab."""
+    name = identifier.removeprefix("finetune_").split("-v")[0]
+    return name.removesuffix("_benchmark").replace("_stability", "-stab").replace("_", "-")
+
+
+def _number(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _memory(row: PreviewRow) -> str:
+    if row.predicted_gib is None:
+        return "-"
+    device = f"{row.device_gib:.0f}" if row.device_gib else "?"
+    return f"{row.predicted_gib:.1f}/{device}"
+
+
+def _speed(row: PreviewRow) -> str:
+    if row.tokens_per_second_per_gpu is None:
+        return "-"
+    scaled = any("scaled from" in note for note in row.speed_notes)
+    return f"{row.tokens_per_second_per_gpu:,.0f}" + (SCALED if scaled else "")
+
+
+def _gpus(row: PreviewRow) -> str:
+    nodes = int(row.effective.get("number_nodes") or 1)
+    return str(row.gpus) + (f"/{nodes}n" if nodes > 1 else "")
+
+
+def _table(rows: list[PreviewRow]) -> Any:
+    from rich.box import Box
+    from rich.table import Table
+
+    table = Table(
+        title="SFTTrainer space preview: GiB, tokens/s and GPU-hours are predicted, not measured",
+        box=Box(ASCII_BOX, ascii=True),
+        pad_edge=False,
+        show_edge=False,
+        collapse_padding=True,
+    )
+    # 9 columns of these widths, a space and a divider between each two: 118 columns
+    for name, width, justify in (
+        ("exp.", 9, "left"),
+        ("model", 29, "left"),
+        ("GPUs", 4, "right"),
+        ("length", 6, "right"),
+        ("batch", 5, "right"),
+        ("verdict", 13, "left"),
+        ("pred GiB/dev", 12, "right"),
+        ("pred tok/s/GPU", 14, "right"),
+        ("pred GPU-h", 10, "right"),
+    ):
+        table.add_column(
+            name, width=width, min_width=width, no_wrap=True, overflow="crop", justify=justify
+        )
+    group = None
+    for row in rows:
+        key = (row.experiment, row.entity.get("model_name"))
+        if group is not None and key != group:
+            table.add_section()
+        group = key
+        table.add_row(
+            short_experiment(row.experiment),
+            str(row.entity.get("model_name", "")),
+            _gpus(row),
+            str(row.entity.get("model_max_length", "")),
+            str(row.entity.get("batch_size", "")),
+            row.verdict,
+            _memory(row),
+            _speed(row),
+            _number(row.gpu_hours),
+        )
+    return table
+
+
+def _shape_lines(rows: list[PreviewRow]) -> list[str]:
+    """Where each model's shape came from, or, for a model found nowhere, a few words on where
+    it was looked for, the fix said once under them (the long forms are the CSV's and JSON's
+    `shape_where` and `why`)."""
+    shapes = {}
+    for row in rows:
+        name = str(row.entity.get("model_name", ""))
+        if row.shape_source:
+            shapes.setdefault(name, f"{name}: {row.shape_source} ({row.shape_where})")
+        elif row.verdict in ("unknown", "failed") and row.why:
+            shapes.setdefault(name, f"{name}: {row.why_in_brief or row.why}")
+    lines = ["Model shapes:", *(f"  {line}" for line in shapes.values())]
+    if any(row.why_in_brief for row in rows):
+        lines.append(f"  {ADD_A_MODEL}")
+    return lines
+
+
+def _note_lines(rows: list[PreviewRow]) -> list[str]:
+    lines = []
+    notes = dict.fromkeys(note for row in rows for note in row.speed_notes)
+    if any(SCALED in _speed(r) for r in rows):
+        lines.append(f"{SCALED} scaled from the A100 fit by datasheet peak FLOP/s and bandwidths")
+    if notes:
+        lines += ["Prediction notes:", *(f"  {note}" for note in notes)]
+    return lines
+
+
+def print_table(rows: list[PreviewRow], bill: SpaceBill, width: int) -> None:
+    from rich.console import Console
+
+    console = Console(width=width, soft_wrap=False)
+    console.print(_table(rows))
+    for line in _shape_lines(rows):  # one line per model: the CSV and JSON have the rest
+        cut = line if len(line) <= width else line[: width - 3] + "..."  # ASCII, as the table
+        console.print(cut, markup=False, highlight=False, no_wrap=True, overflow="crop")
+    for line in [*_note_lines(rows), *bill.lines()]:
+        console.print(line, markup=False, highlight=False)
+
+
+def csv_row(row: PreviewRow) -> dict[str, Any]:
+    """The entity's fields and parameters, each in its own column, then the predictions."""
+    cells: dict[str, Any] = {"experiment": row.experiment}
+    for name in FIELDS:
+        value = row.effective.get(name, row.entity.get(name))
+        cells[name] = " ".join(map(str, value)) if isinstance(value, list) else value
+    return cells | {
+        "verdict": row.verdict,
+        "why": row.why,
+        "shape_source": row.shape_source,
+        "shape_where": row.shape_where,
+        "gpu_memory_lower_bound_gib": _round(row.bound_gib, 3),
+        "predicted_gpu_memory_gib": _round(row.predicted_gib, 3),
+        "device_memory_gib": _round(row.device_gib, 3),
+        "predicted_fewest_gpus": row.fewest_gpus,
+        "predicted_tokens_per_second_per_gpu": _round(row.tokens_per_second_per_gpu, 1),
+        "predicted_step_seconds": _round(row.step_seconds, 4),
+        "predicted_training_seconds": _round(row.training_seconds, 1),
+        "training_estimated_as": row.training_how,
+        "predicted_gpu_hours": _round(row.gpu_hours, 4),
+        "predicted_start_seconds": _round(row.start_seconds, 1),
+        "prediction_notes": "; ".join(row.speed_notes),
+    }
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _publish(path: Path, text: str) -> None:
+    fd, name = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as handle:
+            handle.write(text)
+        os.chmod(name, 0o644)
+        os.replace(name, path)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+
+
+def write_csv(rows: list[PreviewRow], path: Path) -> None:
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=["experiment", *FIELDS, *PREDICTED_COLUMNS])
+    writer.writeheader()
+    writer.writerows(csv_row(row) for row in rows)
+    _publish(path, buffer.getvalue())
+
+
+def write_json(rows: list[PreviewRow], bill: SpaceBill, path: Path) -> None:
+    document = {"rows": [csv_row(row) for row in rows], "bill": bill.as_json()}
+    _publish(path, json.dumps(document, indent=1) + "\n")
+
+
+def write_html(rows: list[PreviewRow], bill: SpaceBill, path: Path, title: str) -> None:
+    from ado_actuators.sfttrainer.report.files import write_preview_report
+    from ado_actuators.sfttrainer.report.metrics import PREDICTED_METRICS
+    from ado_actuators.sfttrainer.report.table import space_table
+
+    table = space_table([_plot_row(row) for row in rows], "the preview", metrics=PREDICTED_METRICS)
+    write_preview_report(
+        table,
+        path,
+        f"SFTTrainer space preview: {title} (predicted, not measured)",
+        [
+            ("The bill (predicted)", bill.lines()),
+            ("Model shapes", [*_shape_lines(rows)[1:], *_note_lines(rows)]),
+        ],
+    )
+
+
+def _plot_row(row: PreviewRow) -> dict[str, Any]:
+    """A row as sfttrainer_plot reads one, its figures the predicted columns: configurations
+    predicted not to fit (or invalid) are drawn as invalid."""
+    cells = {"experiment_id": row.experiment, **row.entity}
+    cells["is_valid"] = 1 if row.verdict in ("fits", "unknown") else 0
+    if row.tokens_per_second_per_gpu is not None:
+        cells["dataset_tokens_per_second_per_gpu_predicted"] = row.tokens_per_second_per_gpu
+    if row.predicted_gib is not None:
+        cells["gpu_memory_predicted_gib"] = row.predicted_gib
+    return cells

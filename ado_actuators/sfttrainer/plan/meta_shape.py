@@ -1,0 +1,117 @@
+"""A model's matmul weights counted from transformers' own model, built from config.json on the
+meta device (no memory, no weights): for the step time of architectures plan/architecture.py
+does not count (Granite 4.0's Mamba hybrids, Bloom, and whatever else transformers builds).
+
+Counted: every nn.Linear (the LM head included, tied or not), the experts' weights (stacked
+3-D parameters of one slice per expert, not a convolution's, or an expert's own nn.Linear) and
+the layers that hold attention. Needs torch and transformers (the fms extra); without them it
+raises MetaCountUnavailable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+from typing import Any
+
+ATTENTION_WORDS = ("attn", "attention")
+
+
+class MetaCountUnavailable(ValueError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class MetaCounts:
+    layers: int
+    attention_layers: int
+    hidden: int
+    total: int
+    linear: int  # every nn.Linear weight, the LM head's included
+    attention_linear: int  # those inside attention modules
+    lm_head: int
+    experts: int  # stacked expert weights, all experts
+    expert_share: float  # experts a token uses / experts
+    linears: tuple[tuple[str, int, int, int], ...]  # (name, inputs, outputs, count)
+
+    @property
+    def active_matmul(self) -> float:
+        return self.linear + self.experts * self.expert_share
+
+
+def _text_config(config: dict[str, Any]) -> dict[str, Any]:
+    text = config.get("text_config")
+    return text if isinstance(text, dict) and text.get("model_type") else config
+
+
+@contextlib.contextmanager
+def _quiet():
+    from transformers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+
+
+def _model(config: dict[str, Any]) -> Any:
+    try:
+        import torch
+        import transformers
+    except ImportError as error:
+        raise MetaCountUnavailable(f"counting it needs torch and transformers: {error}") from None
+    try:
+        with _quiet(), torch.device("meta"):
+            built = transformers.AutoConfig.for_model(**config)
+            return transformers.AutoModelForCausalLM.from_config(built)
+    except Exception as error:  # any failure of transformers to build it: not counted
+        raise MetaCountUnavailable(f"transformers cannot build it: {error}") from None
+
+
+@functools.cache
+def _counts(config_json: str) -> MetaCounts:
+    import torch
+
+    config = _text_config(json.loads(config_json))
+    model = _model(config)
+    linears: dict[tuple[str, int, int], int] = {}
+    linear = attention_linear = lm_head = experts = 0
+    attention_layers = set()
+    for path, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and ".experts." in path:
+            experts += module.weight.numel()  # one expert's own nn.Linear (Mixtral's kind)
+        elif isinstance(module, torch.nn.Linear):
+            size = module.weight.numel()
+            linear += size
+            key = (path.rsplit(".", 1)[-1], module.in_features, module.out_features)
+            linears[key] = linears.get(key, 0) + 1
+            lm_head += size if path.endswith("lm_head") else 0
+            if any(word in path.lower() for word in ATTENTION_WORDS):
+                attention_linear += size
+                attention_layers.add(path.rsplit(".", 2)[0])
+    count = int(config.get("num_local_experts") or 0)
+    for path, parameter in model.named_parameters():
+        stacked = parameter.dim() == 3 and parameter.shape[0] == count and "conv" not in path
+        experts += parameter.numel() if stacked else 0
+    share = int(config.get("num_experts_per_tok") or 1) / count if count > 1 else 1.0
+    return MetaCounts(
+        layers=int(config.get("num_hidden_layers") or config.get("n_layer") or 0),
+        attention_layers=len(attention_layers),
+        hidden=int(config.get("hidden_size") or config.get("n_embd") or 0),
+        total=sum(p.numel() for p in model.parameters()),
+        linear=linear,
+        attention_linear=attention_linear,
+        lm_head=lm_head,
+        experts=experts,
+        expert_share=share,
+        linears=tuple((n, i, o, c) for (n, i, o), c in linears.items()),
+    )
+
+
+def meta_counts(config: dict[str, Any]) -> MetaCounts:
+    """Raises MetaCountUnavailable where transformers (or torch) cannot build the model."""
+    return _counts(json.dumps(config, sort_keys=True))

@@ -1,0 +1,269 @@
+"""The predicted step time and throughput of one measurement before launch: the entity and the
+model's config.json turned into plan/step_time.py's shape, run and device.
+
+Every figure here is a prediction: rows carry it as `dataset_tokens_per_second_per_gpu_predicted`
+beside the measured `dataset_tokens_per_second_per_gpu`, with its parts and notes in the
+`throughput_prediction` metadata (`predicted: true, measured: false`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ado_actuators.sfttrainer.catalog.datasets import get_shape
+from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
+from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, MeasurementOutcome
+from ado_actuators.sfttrainer.metrics.gpu_peaks import peak_table
+from ado_actuators.sfttrainer.plan.architecture import (
+    ParameterCounts,
+    UnsupportedArchitecture,
+    count_parameters,
+    language_config,
+    quantized_bits,
+)
+from ado_actuators.sfttrainer.plan.launch import batch_devices
+from ado_actuators.sfttrainer.plan.memory_bound import (
+    DTYPE_BYTES,
+    PROMPT_TUNING_VIRTUAL_TOKENS,
+    Training,
+    trainable_parameters,
+)
+from ado_actuators.sfttrainer.plan.meta_shape import (
+    MetaCounts,
+    MetaCountUnavailable,
+    meta_counts,
+)
+from ado_actuators.sfttrainer.plan.step_time import (
+    INTER_NODE_GBPS,
+    REFERENCE,
+    Device,
+    ModelShape,
+    Run,
+    StepTime,
+    step_time,
+)
+
+PREDICTED_PROPERTY = "dataset_tokens_per_second_per_gpu_predicted"
+PREDICTED_METADATA = "throughput_prediction"
+CHARS_PER_TOKEN = 4
+"""English news text's characters per token (the chars datasets' entries are input and response
+of `chars` characters each): an assumption the note of such rows states."""
+
+
+def sequence_length(values: Any) -> int:
+    """Tokens per sample: the length for the tokens datasets (every entry is longer and
+    truncated), an entry's estimated tokens for the chars ones when shorter."""
+    try:
+        shape = get_shape(values.dataset_id)
+    except (KeyError, ValueError):
+        return values.model_max_length
+    if shape.length_unit == "chars" and shape.chars:
+        return min(values.model_max_length, -(-2 * shape.chars // CHARS_PER_TOKEN))
+    return values.model_max_length
+
+
+def device_of(gpu_model: str | None) -> Device | None:
+    """The datasheet figures of `gpu_model` (metrics/gpu_peaks.yaml), None when it lacks any."""
+    found = peak_table().get(gpu_model or "")
+    if found is None or found.memory_gbps is None or found.interconnect_gbps is None:
+        return None
+    return Device(gpu_model, found.tflops, found.memory_gbps, found.interconnect_gbps)
+
+
+def _quantization(config: dict[str, Any], weights_format: str) -> str | None:
+    quant = config.get("quantization_config") or {}
+    method = str(quant.get("quant_method") or "").lower() if isinstance(quant, dict) else ""
+    if method == "bitsandbytes" or quant.get("load_in_4bit") or quant.get("load_in_8bit"):
+        return "bnb"
+    if method or weights_format == "GPTQ-Quantized":
+        return "gptq"
+    return None
+
+
+def _active_mlp(counts: ParameterCounts, config: dict[str, Any]) -> tuple[float, int]:
+    """The MLP weights one token passes through, and how many experts it uses."""
+    text = language_config(config)
+    experts = int(text.get("num_local_experts") or 1)
+    per_token = int(text.get("num_experts_per_tok") or 1) if experts > 1 else 1
+    return counts.mlp * per_token / experts, per_token
+
+
+META_NOTE = (
+    "counted from transformers' own model on the meta device: an architecture outside the "
+    "fitted data (a Mamba layer's scan is not counted)"
+)
+
+
+def _attention_width(config: dict[str, Any], hidden: int) -> int:
+    text = language_config(config)
+    heads = int(text.get("num_attention_heads") or text.get("n_head") or 1)
+    return heads * int(text.get("head_dim") or hidden // heads)
+
+
+def _meta_shape(
+    counts: MetaCounts, config: dict[str, Any], training: Training, quantization: str | None
+) -> ModelShape:
+    """The step time's shape of a model transformers built on the meta device."""
+    per_layer = (counts.active_matmul - counts.attention_linear - counts.lm_head) / counts.layers
+    wanted = set(training.target_modules)
+    adapted = [(i, o, c) for name, i, o, c in counts.linears if name in wanted]
+    lora = training.peft_method == "lora"
+    trainable = {
+        "lora": sum(training.lora_r * (i + o) * c for i, o, c in adapted),
+        "pt": PROMPT_TUNING_VIRTUAL_TOKENS * counts.hidden,
+    }.get(training.peft_method, counts.total)
+    return ModelShape(
+        layers=counts.layers,
+        attention_width=_attention_width(config, counts.hidden),
+        activated_width=int(counts.hidden + 2 / 3 * per_layer / counts.hidden),
+        matmul_params=int(counts.active_matmul),
+        total_params=counts.total,
+        trainable_params=trainable,
+        quantization=quantization,
+        quantized_params=counts.linear - counts.lm_head if quantization else 0,
+        adapted_width=sum((i + o) * c for i, o, c in adapted) if lora else 0,
+        adapters_per_layer=sum(c for *_, c in adapted) // counts.layers if lora else 0,
+        attention_layers=counts.attention_layers,
+    )
+
+
+def model_shape(config: dict[str, Any], training: Training, weights_format: str) -> ModelShape:
+    """From plan/architecture.py's counts, or, for an architecture it does not count, from
+    transformers' model on the meta device (plan/meta_shape.py). Raises
+    UnsupportedArchitecture, MetaCountUnavailable (or KeyError/TypeError) where neither can."""
+    quantization = _quantization(config, weights_format)
+    try:
+        counts = count_parameters(config)
+    except UnsupportedArchitecture:
+        return _meta_shape(meta_counts(config), config, training, quantization)
+    if quantized_bits(config) is None and quantization is None:
+        quantized = 0
+    else:
+        quantized = counts.quantizable
+    mlp, per_token = _active_mlp(counts, config)
+    text = language_config(config)
+    layers = int(text.get("num_hidden_layers") or text.get("n_layer"))
+    gated = counts.model_type != "gpt_bigcode"
+    intermediate = int(
+        text.get("intermediate_size") or text.get("n_inner") or 4 * counts.hidden_size
+    )
+    adapted = [s for s in counts.linears if s.name in set(training.target_modules)]
+    lora = training.peft_method == "lora"
+    return ModelShape(
+        layers=layers,
+        attention_width=_attention_width(config, counts.hidden_size),
+        activated_width=counts.hidden_size + intermediate * (2 if gated else 1) * per_token,
+        matmul_params=int(counts.attention + mlp + (counts.lm_head or counts.embedding)),
+        total_params=counts.total,
+        trainable_params=trainable_parameters(counts, training),
+        quantized_params=quantized,
+        quantization=quantization if quantized else None,
+        adapted_width=sum((s.inputs + s.outputs) * s.count for s in adapted) if lora else 0,
+        adapters_per_layer=sum(s.count for s in adapted) // layers if lora else 0,
+    )
+
+
+def run_of(values: Any, definition: ExperimentDefinition) -> Run:
+    kernels = values.fast_kernels or definition.sft_trainer_arguments.get("fast_kernels") or []
+    return Run(
+        method={"none": "full"}.get(definition.peft_method, definition.peft_method),
+        per_device_batch=max(1, values.batch_size // batch_devices(values)),
+        sequence_length=sequence_length(values),
+        gradient_accumulation_steps=max(1, values.gradient_accumulation_steps),
+        gpus=max(1, values.number_gpus),
+        nodes=max(1, values.number_nodes),
+        backend=str(values.distributed_backend or "None"),
+        gradient_checkpointing=bool(values.gradient_checkpointing),
+        flash_attention=bool(values.flash_attn),
+        fast_kernels=any(str(k).lower() == "true" for k in kernels),
+        fused_lora=bool(definition.sft_trainer_arguments.get("fused_lora")),
+        weight_bytes=float(DTYPE_BYTES.get(values.torch_dtype, 2)),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeedPrediction:
+    step: StepTime | None = None
+    skipped: str | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def tokens_per_second_per_gpu(self) -> float | None:
+        return self.step.tokens_per_second_per_gpu if self.step else None
+
+    @property
+    def step_seconds(self) -> float | None:
+        return self.step.seconds if self.step else None
+
+    def metadata(self) -> dict[str, Any]:
+        if self.step is None:
+            return {"predicted": False, "skipped": self.skipped}
+        return {
+            "predicted": True,
+            "measured": False,
+            "tokens_per_second_per_gpu": round(self.step.tokens_per_second_per_gpu, 1),
+            **self.step.as_metadata(),
+            "notes": list(self.notes),
+        }
+
+    def properties(self) -> dict[str, float]:
+        if self.step is None:
+            return {}
+        return {PREDICTED_PROPERTY: round(self.step.tokens_per_second_per_gpu, 1)}
+
+    def attach_to(self, outcome: MeasurementOutcome) -> MeasurementOutcome:
+        if isinstance(outcome, (Measured, Invalid)):
+            outcome.metadata[PREDICTED_METADATA] = self.metadata()
+            outcome.properties.update(self.properties())
+        return outcome
+
+
+def _notes(values: Any, run: Run, device: Device) -> tuple[str, ...]:
+    notes = []
+    if device.name != REFERENCE.name:
+        notes.append(
+            f"{device.name}: scaled from {REFERENCE.name} by datasheet peak FLOP/s, memory "
+            f"bandwidth and interconnect (fitted on A100 runs only; on fms-acceleration's L40 "
+            f"runs this scaling predicted about a third slower than measured)"
+        )
+    if run.nodes > 1:
+        notes.append(f"{run.nodes} nodes: the network is assumed at {INTER_NODE_GBPS:g} GB/s")
+    if run.sequence_length < values.model_max_length:
+        notes.append(
+            f"samples of about {run.sequence_length} tokens ({values.dataset_id}, "
+            f"{CHARS_PER_TOKEN} characters a token)"
+        )
+    if run.gpus > 1 and run.backend != "FSDP":
+        notes.append(f"{run.backend} over {run.gpus} GPUs: not in the fitted data")
+    return tuple(notes)
+
+
+def predict_speed(
+    values: Any, definition: ExperimentDefinition, config: dict[str, Any]
+) -> SpeedPrediction:
+    if values.number_gpus < 1:
+        return SpeedPrediction(skipped="number_gpus 0 trains on CPUs: no GPU to predict")
+    device = device_of(values.gpu_model)
+    if device is None:
+        return SpeedPrediction(
+            skipped=f"gpu_model {values.gpu_model!r} has no peak, bandwidth and interconnect "
+            f"in metrics/gpu_peaks.yaml"
+        )
+    targets = catalog_data().target_modules(values.model_name)
+    training = Training.of(values, definition.peft_method, targets, quantized_bits=None)
+    try:
+        shape = model_shape(config, training, definition.weights_format)
+    except (
+        UnsupportedArchitecture,
+        MetaCountUnavailable,
+        KeyError,
+        TypeError,
+        ValueError,
+    ) as error:
+        return SpeedPrediction(skipped=f"no step time from the model's config.json: {error}")
+    run = run_of(values, definition)
+    notes = _notes(values, run, device) + (
+        (META_NOTE,) if shape.attention_layers is not None else ()
+    )
+    return SpeedPrediction(step=step_time(shape, run, device), notes=notes)

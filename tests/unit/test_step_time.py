@@ -1,0 +1,294 @@
+"""The predicted step time's arithmetic, part by part, by hand (plan/step_time.py), and the
+glue from an entity and a config.json to it (plan/speed_check.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ado_actuators.sfttrainer.plan.step_time import (
+    INTER_NODE_GBPS,
+    OPTIMIZER_BYTES,
+    REFERENCE,
+    Device,
+    Fitted,
+    ModelShape,
+    Run,
+    hardware_flops_per_token,
+    step_time,
+)
+
+# Round numbers: 1,000 FLOP/s at half efficiency, 1 byte/s of memory, 1 byte/s of FSDP traffic
+# on an interconnect equal to the reference's.
+SLOW = Device("slow", tflops=1e-9, memory_gbps=1e-9, interconnect_gbps=REFERENCE.interconnect_gbps)
+UNITS = Fitted(
+    matmul_efficiency=0.5,
+    elementwise_bytes=1.0,
+    fast_kernels_elementwise=0.5,
+    adapter_bytes=2.0,
+    fused_lora_adapters=0.5,
+    dequant_bytes_gptq=3.0,
+    dequant_bytes_bnb=4.0,
+    fsdp_gbps=1e-9,
+    layer_latency_s=0.01,
+    fsdp_unit_latency_s=0.1,
+)
+SHAPE = ModelShape(
+    layers=2,
+    attention_width=4,
+    activated_width=10,
+    matmul_params=100,
+    total_params=120,
+    trainable_params=100,
+)
+FULL = Run(method="full", per_device_batch=2, sequence_length=8)  # 16 tokens a micro-batch
+
+
+def parts(shape=SHAPE, run=FULL, device=SLOW):
+    return step_time(shape, run, device, UNITS).parts
+
+
+def test_full_fine_tuning_flops_count_forward_recompute_both_gradients_and_causal_attention():
+    # 2 x 3 passes x 100 weights + 2 x 100 weight gradients; attention 4 x 2 layers x 4 x 8
+    # tokens, halved by causal flash attention, x (forward 1 + backward 2.5 + recompute 1)
+    assert hardware_flops_per_token(SHAPE, FULL) == 600 + 200 + 128 * 4.5
+
+
+def test_lora_and_prompt_tuning_compute_no_weight_gradients_of_frozen_weights():
+    lora = Run(method="lora", per_device_batch=2, sequence_length=8)
+    prompt = Run(method="pt", per_device_batch=2, sequence_length=8)
+    assert hardware_flops_per_token(SHAPE, lora) == 600 + 128 * 4.5
+    assert hardware_flops_per_token(SHAPE, prompt) == 600 + 128 * 4.5
+
+
+def test_without_checkpointing_nothing_is_recomputed_and_without_flash_the_mask_costs():
+    plain = Run(method="full", per_device_batch=2, sequence_length=8, gradient_checkpointing=False)
+    assert hardware_flops_per_token(SHAPE, plain) == 400 + 200 + 128 * 3.5
+    eager = Run(method="full", per_device_batch=2, sequence_length=8, flash_attention=False)
+    assert hardware_flops_per_token(SHAPE, eager) == 800 + 256 * 4.5
+
+
+def test_one_device_step_by_part():
+    found = parts()
+    assert found["compute"] == pytest.approx((800 + 576) * 16 / (1000 * 0.5))
+    assert found["elementwise"] == pytest.approx(1 * 2 * 10 * 3 * 16)  # bytes/s = 1
+    assert found["adapters"] == 0 and found["dequantization"] == 0
+    assert found["latency"] == pytest.approx(0.02)
+    assert found["optimizer"] == pytest.approx(OPTIMIZER_BYTES * 100)
+    step = step_time(SHAPE, FULL, SLOW, UNITS)
+    assert step.seconds == pytest.approx(sum(found.values()))
+    assert step.tokens_per_second_per_gpu == pytest.approx(16 / step.seconds)
+
+
+def test_fast_kernels_cut_the_elementwise_bytes():
+    fast = Run(method="full", per_device_batch=2, sequence_length=8, fast_kernels=True)
+    assert parts(run=fast)["elementwise"] == pytest.approx(0.5 * parts()["elementwise"])
+
+
+def test_lora_adapters_cost_per_pass_and_fused_kernels_cut_them():
+    shape = ModelShape(2, 4, 10, 100, 120, trainable_params=5, adapted_width=20)
+    lora = Run(method="lora", per_device_batch=2, sequence_length=8)
+    assert parts(shape, lora)["adapters"] == pytest.approx(2 * 20 * 3 * 16)
+    fused = Run(method="lora", per_device_batch=2, sequence_length=8, fused_lora=True)
+    assert parts(shape, fused)["adapters"] == pytest.approx(2 * 20 * 3 * 16 * 0.5)
+    assert parts(shape, lora)["optimizer"] == pytest.approx(OPTIMIZER_BYTES * 5)
+
+
+def test_quantized_weights_are_unpacked_once_per_pass_whatever_the_batch():
+    gptq = ModelShape(2, 4, 10, 100, 120, 5, quantized_params=60, quantization="gptq")
+    small = Run(method="lora", per_device_batch=1, sequence_length=8)
+    large = Run(method="lora", per_device_batch=8, sequence_length=8)
+    assert parts(gptq, small)["dequantization"] == pytest.approx(3 * 60 * 3)
+    assert parts(gptq, large)["dequantization"] == pytest.approx(3 * 60 * 3)
+    bnb = ModelShape(2, 4, 10, 100, 120, 5, quantized_params=60, quantization="bnb")
+    assert parts(bnb, small)["dequantization"] == pytest.approx(4 * 60 * 3)
+
+
+def test_gradient_accumulation_repeats_the_micro_batch_not_the_optimizer():
+    once, thrice = parts(), parts(run=Run("full", 2, 8, gradient_accumulation_steps=3))
+    for name in ("compute", "elementwise", "latency"):
+        assert thrice[name] == pytest.approx(3 * once[name])
+    assert thrice["optimizer"] == once["optimizer"]
+    assert step_time(SHAPE, Run("full", 2, 8, 3), SLOW, UNITS).tokens_per_gpu == 48
+
+
+def test_fsdp_gathers_the_weights_twice_and_reduces_the_gradients_each_micro_batch():
+    run = Run("full", 2, 8, gpus=2)
+    found = parts(run=run)
+    # (n - 1) / n x (2 x 120 weights x 2 bytes + 100 gradients x 2 bytes) at 1 byte/s
+    assert found["communication"] == pytest.approx(0.5 * (2 * 240 + 200))
+    assert found["fsdp_latency"] == pytest.approx(0.1 * 2)  # a unit per layer
+    assert found["optimizer"] == pytest.approx(OPTIMIZER_BYTES * 100 / 2)  # sharded
+
+
+def test_fsdp_moves_quantized_weights_at_half_a_byte_and_counts_adapter_units():
+    shape = ModelShape(
+        2, 4, 10, 100, 120, 5, quantized_params=60, quantization="gptq", adapters_per_layer=4
+    )
+    found = parts(shape, Run("lora", 2, 8, gpus=4))
+    stored = 60 * 2 + 60 * 0.5
+    assert found["communication"] == pytest.approx(0.75 * (2 * stored + 5 * 2))
+    assert found["fsdp_latency"] == pytest.approx(0.1 * 2 * 5)
+
+
+def test_ddp_all_reduces_the_trainable_gradients_once_a_step_and_shards_nothing():
+    found = parts(run=Run("full", 2, 8, gradient_accumulation_steps=2, gpus=2, backend="DDP"))
+    assert found["communication"] == pytest.approx(2 * 0.5 * 100 * 2)
+    assert found["optimizer"] == pytest.approx(OPTIMIZER_BYTES * 100)
+    assert "fsdp_latency" not in found
+
+
+def test_between_nodes_the_network_bounds_the_traffic():
+    one = parts(run=Run("full", 2, 8, gpus=2))["communication"]
+    two = parts(run=Run("full", 2, 8, gpus=2, nodes=2))["communication"]
+    assert two == pytest.approx(one * REFERENCE.interconnect_gbps / INTER_NODE_GBPS)
+
+
+def test_another_device_scales_by_its_datasheet_and_says_so():
+    fast = Device("fast", tflops=2e-9, memory_gbps=2e-9, interconnect_gbps=1200)
+    slow, quick = (
+        parts(run=Run("full", 2, 8, gpus=2)),
+        parts(run=Run("full", 2, 8, gpus=2), device=fast),
+    )
+    for name in ("compute", "elementwise", "communication", "optimizer"):
+        assert quick[name] == pytest.approx(slow[name] / 2)
+    assert quick["latency"] == slow["latency"]  # host time: not scaled
+    assert step_time(SHAPE, FULL, fast, UNITS).scaled_from == REFERENCE.name
+    assert step_time(SHAPE, FULL, REFERENCE, UNITS).scaled_from is None
+
+
+def test_the_speed_check_reads_the_entity_and_config_json():
+    from ado_actuators.sfttrainer.catalog.entity import entity_values
+    from ado_actuators.sfttrainer.catalog.experiments import catalog_data
+    from ado_actuators.sfttrainer.plan.speed_check import PREDICTED_PROPERTY, predict_speed
+
+    config = {
+        "model_type": "llama",
+        "vocab_size": 32000,
+        "hidden_size": 4096,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "tie_word_embeddings": False,
+    }
+    values = entity_values(
+        {
+            "model_name": "llama-7b",
+            "model_max_length": 4096,
+            "batch_size": 8,
+            "number_gpus": 2,
+            "gpu_model": "NVIDIA-H100-80GB-HBM3",
+            "gradient_accumulation_steps": 1,
+        }
+    )
+    definition = catalog_data().experiment("finetune_lora_benchmark-v1.0.0")
+    found = predict_speed(values, definition, config)
+    assert found.step is not None and found.step.tokens_per_gpu == 4 * 4096
+    assert found.properties() == {PREDICTED_PROPERTY: round(found.tokens_per_second_per_gpu, 1)}
+    assert found.metadata()["predicted"] is True and found.metadata()["measured"] is False
+    assert any("scaled from NVIDIA-A100-SXM4-80GB" in note for note in found.notes)
+    cpu = predict_speed(values.model_copy(update={"number_gpus": 0}), definition, config)
+    assert cpu.step is None and "CPUs" in cpu.skipped
+    unknown = predict_speed(
+        values.model_copy(update={"gpu_model": "Quantum-9"}), definition, config
+    )
+    assert unknown.step is None and "Quantum-9" in unknown.skipped
+
+
+TINY_HYBRID = {
+    "model_type": "granitemoehybrid",
+    "vocab_size": 100,
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "layer_types": ["mamba", "attention"],
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "intermediate_size": 16,
+    "shared_intermediate_size": 32,
+    "mamba_n_heads": 4,
+    "mamba_d_head": 32,
+    "mamba_d_state": 8,
+    "mamba_n_groups": 1,
+    "mamba_expand": 2,
+    "mamba_d_conv": 4,
+    "tie_word_embeddings": True,
+}
+
+
+def test_an_architecture_the_counter_lacks_is_counted_on_the_meta_device():
+    pytest.importorskip("transformers")
+    from ado_actuators.sfttrainer.plan.meta_shape import meta_counts
+
+    counts = meta_counts(TINY_HYBRID)
+    assert (counts.layers, counts.attention_layers, counts.hidden) == (2, 1, 64)
+    # each layer's experts: input (gate and up, 2 x 16) and output weights of 4 experts
+    assert counts.experts == 2 * 4 * (2 * 16 * 64 + 64 * 16)
+    assert counts.expert_share == 2 / 4
+    assert counts.lm_head == 100 * 64  # tied, still a matmul
+    assert counts.active_matmul == counts.linear + counts.experts / 2
+    assert counts.attention_linear == 64 * 64 * 2 + 64 * 32 * 2  # q, o; k, v of 2 KV heads
+
+
+def test_a_hybrid_gets_a_step_time_that_says_how_it_was_counted():
+    pytest.importorskip("transformers")
+    from ado_actuators.sfttrainer.catalog.entity import entity_values
+    from ado_actuators.sfttrainer.catalog.experiments import catalog_data
+    from ado_actuators.sfttrainer.plan.speed_check import META_NOTE, predict_speed
+
+    values = entity_values(
+        {
+            "model_name": "granite-4.0-h-tiny",
+            "model_max_length": 1024,
+            "batch_size": 2,
+            "number_gpus": 1,
+            "gpu_model": "NVIDIA-A100-SXM4-80GB",
+        }
+    )
+    definition = catalog_data().experiment("finetune_full_benchmark-v1.0.0")
+    found = predict_speed(values, definition, TINY_HYBRID)
+    assert found.tokens_per_second_per_gpu > 0 and META_NOTE in found.notes
+
+
+@pytest.mark.parametrize(
+    "name", ["llama3.1-8b", "mixtral-8x7b-instruct-v0.1", "granite-3.1-8b-instruct"]
+)
+def test_the_meta_count_agrees_with_the_counter_where_both_count(name):
+    pytest.importorskip("transformers")
+    from ado_actuators.sfttrainer.catalog.model_shapes import shipped_shape
+    from ado_actuators.sfttrainer.plan.memory_bound import Training
+    from ado_actuators.sfttrainer.plan.meta_shape import meta_counts
+    from ado_actuators.sfttrainer.plan.speed_check import model_shape
+
+    config = shipped_shape(name).config
+    counted = model_shape(config, Training("none", "bfloat16", "adamw_torch", 1), "Vanilla")
+    meta = meta_counts(config)
+    assert meta.total == counted.total_params
+    assert meta.active_matmul == pytest.approx(counted.matmul_params, rel=1e-3)
+    assert meta.attention_layers == counted.layers
+
+
+def test_gptq_lora_runs_the_fused_kernels_its_experiment_passes():
+    from ado_actuators.sfttrainer.catalog.entity import entity_values
+    from ado_actuators.sfttrainer.catalog.experiments import catalog_data
+    from ado_actuators.sfttrainer.plan.speed_check import run_of
+
+    values = entity_values(
+        {
+            "model_name": "mistral-7b-v0.1",
+            "model_max_length": 512,
+            "batch_size": 4,
+            "number_gpus": 2,
+        }
+    )
+    catalog = catalog_data()
+    gptq = run_of(values, catalog.experiment("finetune_gtpq-lora_benchmark-v1.0.0"))
+    assert (gptq.method, gptq.fast_kernels, gptq.fused_lora, gptq.per_device_batch) == (
+        "lora",
+        True,
+        True,
+        2,
+    )
+    plain = run_of(values, catalog.experiment("finetune_lora_benchmark-v1.0.0"))
+    assert (plain.fast_kernels, plain.fused_lora) == (False, False)

@@ -1,0 +1,37 @@
+"""benchmarks/throughput_prediction.py's figures as floors a change to the step time must not
+fall below: each model family predicted from the constants fitted on the others
+(docs/benchmarks/throughput.md quotes them)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def bench():
+    pytest.importorskip("scipy")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import throughput_prediction
+    finally:
+        sys.path.pop(0)
+    return throughput_prediction
+
+
+def test_leave_one_family_out_meets_the_goals(bench):
+    runs = bench.load()
+    assert len(runs) == 244 and len({o.family for o in runs}) == 5
+    median, p90, spearman = bench.figures(bench.leave_one_family_out(runs))
+    assert median <= 0.05 and p90 <= 0.15 and spearman >= 0.95
+
+
+def test_the_shipped_constants_are_the_fit_on_every_run(bench):
+    from ado_actuators.sfttrainer.plan.step_time import FITTED
+
+    fitted = bench.fit(bench.load())
+    for field in dataclasses.fields(FITTED):
+        assert getattr(fitted, field.name) == pytest.approx(getattr(FITTED, field.name), rel=0.02)
