@@ -388,6 +388,20 @@ def summary(rows: list[Row]) -> dict[str, Any]:
     }
 
 
+def phase_errors(rows: list[Row]) -> dict[str, tuple[float, float]]:
+    """Each phase's median and worst |error| (its total, predicted against traced) over the
+    rows: the peak is one phase, the others are reported too."""
+    found = {}
+    for phase in PHASES:
+        errors = [
+            abs(sum(r.prediction.phases.get(phase, {}).values()) / r.total(phase) - 1)
+            for r in rows
+            if r.total(phase)
+        ]
+        found[phase] = (statistics.median(errors), max(errors))
+    return found
+
+
 def _gib(value: float) -> str:
     return f"{value / GIB:7.2f}"
 
@@ -438,6 +452,8 @@ def main(argv: list[str]) -> int:
         f"±{TOLERANCE:.0%} of the traced peak, median |error| {found['median_abs_error']:.2%}, "
         f"worst {found['worst'].error:+.2%}: {found['worst'].case.label()}"
     )
+    for phase, (median, worst) in phase_errors(rows).items():
+        print(f"  {phase:<15} total: median |error| {median:.2%}, worst {worst:.2%}")
     print(parts(found["worst"]))
     return 0 if found["within_tolerance"] == found["configurations"] else 1
 

@@ -315,11 +315,9 @@ def _by_trace(
     bits: int | None,
     traces: Path | None,
 ) -> tuple:
-    """An architecture the formula does not know: its parts from a trace of its own code."""
-    if bits is not None:
-        raise UnsupportedArchitecture(
-            "a quantized checkpoint of an architecture not counted by hand"
-        )
+    """An architecture the formula does not know: its parts from a trace of its own code (a
+    quantized checkpoint traced at the model's dtype, its block weights then as the bound
+    counts them)."""
     training = _training(values, definition, bits)
     model_type = str(language_config(config).get("model_type"))
     workload = _workload(values, definition, model_type)
@@ -327,7 +325,9 @@ def _by_trace(
     found = traced_parts.traced(spec, traces)
     counts = traced_parts.counts_of(found.inventory)
     bound = memory_bound(counts, training)
-    prediction = traced_parts.predict(found, training, bound, workload)
+    plain = memory_bound(counts, dataclasses.replace(training, quantized_bits=None))
+    quantized = plain.parts["weights"] - bound.parts["weights"]
+    prediction = traced_parts.predict(found, training, bound, workload, quantized)
     try:
         dims = Dimensions.of(config)
     except (KeyError, TypeError):

@@ -184,12 +184,17 @@ TRACE_PARTS = {
 
 
 def predict(
-    found: TracedStep, training: Training, bound: MemoryBound, workload: Workload
+    found: TracedStep,
+    training: Training,
+    bound: MemoryBound,
+    workload: Workload,
+    quantized: float = 0.0,
 ) -> PeakPrediction:
     """The traced step's phases on one device: the optimizer state at rest beside every
     forward and backward after the first step; under FSDP the model states sharded, the root
     unit and the prefetched layers gathered, and (frozen layer units, reentrant checkpointing)
-    every layer's input gradient held."""
+    every layer's input gradient held. `quantized`: the bytes a quantized checkpoint's block
+    weights save against the traced model's dtype."""
     state = found.rest.get("optimizer_state", 0)
     phases = {}
     for phase, parts in found.phases.items():
@@ -197,12 +202,18 @@ def predict(
         if phase == "optimizer_step":  # the first step's state is made in this phase
             named["optimizer_temporaries"] = named.get("optimizer_temporaries", 0.0) - state
         named["optimizer_state"] = float(state)
+        named["weights"] = named.get("weights", 0.0) - quantized
         phases[phase] = named
     notes = [
         f"parts from a trace of the model's own code (transformers {found.versions['transformers']}, "
         f"torch {found.versions['torch']}, peft {found.versions['peft']}, FakeTensorMode)",
         *(f"assumed: {what}" for what in found.assumed),
     ]
+    if quantized:
+        notes.append(
+            f"traced at {training.torch_dtype}: the block weights at "
+            f"{training.quantized_bits} bits as the bound counts them (dequantization not traced)"
+        )
     if bound.shards > 1 and training.distributed_backend == "FSDP":
         phases = _sharded(found, training, bound, workload, phases)
     return PeakPrediction(
