@@ -67,6 +67,30 @@ def test_every_forward_and_backward_after_the_first_step_holds_the_optimizer_sta
     assert prediction.notes[-2].startswith("parts from a trace of the model's own code")
 
 
+def test_a_quantized_checkpoint_counts_its_block_weights_at_their_bits():
+    """Traced at the model's dtype; the bound's quantized weights replace the traced ones."""
+    four = Training(
+        "lora",
+        "bfloat16",
+        "adamw_torch",
+        1,
+        target_modules=("q_proj",),
+        lora_r=2,
+        quantized_bits=4,
+    )
+    counts = T.counts_of(INVENTORY)
+    plain = memory_bound(counts, lora())
+    quantized = memory_bound(counts, four)
+    saved = plain.parts["weights"] - quantized.parts["weights"]
+    assert saved == counts.quantizable * (2 - 0.5)
+    prediction = T.predict(STEP, four, quantized, Workload(2, 8), saved)
+    for phase in ("forward", "backward", "optimizer_step"):
+        assert prediction.phases[phase]["weights"] == 2000 - saved
+    assert "at 4 bits as the bound counts them" in prediction.notes[-1]
+    # unquantized: nothing subtracted, no note
+    assert T.predict(STEP, lora(), plain, Workload(2, 8)).phases["forward"]["weights"] == 2000
+
+
 def test_fsdp_shards_the_states_gathers_the_root_and_a_layer_and_holds_input_gradients():
     two = lora(2)
     bound = memory_bound(T.counts_of(INVENTORY), two)
