@@ -105,3 +105,45 @@ def _model(tmp_path):
     model.mkdir()
     (model / "config.json").write_text(json.dumps(GEMMA2))
     return str(model)
+
+
+# Bamba at a small width: two Mamba-2 layers and one attention layer
+BAMBA = dict(
+    model_type="bamba",
+    vocab_size=512,
+    hidden_size=256,
+    intermediate_size=512,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    attn_layer_indices=[1],
+    mamba_n_heads=8,
+    mamba_d_head=32,
+    mamba_d_state=16,
+    mamba_n_groups=1,
+    mamba_expand=1,
+    mamba_chunk_size=64,
+    tie_word_embeddings=False,
+)
+
+
+def test_mamba_layers_train_as_the_fused_kernel_allocates_not_as_the_torch_fallback(monkeypatch):
+    """transformers' torch fallback holds [batch, chunks, chunk, chunk, heads, state] products a
+    GPU run never makes; the trace takes the kernel's path (plan/mamba_emulation.py), saying so."""
+    from transformers.models.bamba import modeling_bamba
+
+    from ado_actuators.sfttrainer.plan import mamba_emulation
+
+    spec = StepSpec(BAMBA, batch=2, length=256, steps=1)
+    kernel = trace_step(spec)
+    assert mamba_emulation.ASSUMED in kernel.assumed
+    # the trace leaves transformers as it found it
+    assert modeling_bamba.is_fast_path_available is False
+    assert modeling_bamba.BambaMixer.torch_forward.__name__ == "torch_forward"
+    assert modeling_bamba.BambaMixer.torch_forward.__qualname__.startswith("BambaMixer")
+    # without the emulation: the fallback's products, a chunk squared times heads times state
+    monkeypatch.setattr(mamba_emulation, "install", lambda assumed: [])
+    fallback = trace_step(spec)
+    assert mamba_emulation.ASSUMED not in fallback.assumed
+    chunk_products = 2 * (256 // 64) * 64 * 64 * 8 * 16 * 2  # one [b, c, l, l, h, n] in bf16
+    assert fallback.total("forward") - kernel.total("forward") > chunk_products

@@ -175,6 +175,19 @@ def _cuda_dropout() -> Iterator[None]:
         torch.nn.functional.dropout = original
 
 
+@contextlib.contextmanager
+def _mamba_kernels(assumed: list[str]) -> Iterator[None]:
+    """Mamba-2 layers train through mamba_ssm's fused kernel on a GPU: its memory, emulated
+    (plan/mamba_emulation.py, imported here: it imports torch)."""
+    from ado_actuators.sfttrainer.plan import mamba_emulation
+
+    replaced = mamba_emulation.install(assumed)
+    try:
+        yield
+    finally:
+        mamba_emulation.uninstall(replaced)
+
+
 def trace_step(
     spec: StepSpec, record: bool = False, wrap: Callable[[Any], Any] | None = None
 ) -> StepTrace:
@@ -186,7 +199,7 @@ def trace_step(
 
     tracker = _live_bytes_class()(record=record, fake=spec.fake)
     fake = FakeTensorMode(allow_non_fake_inputs=True) if spec.fake else contextlib.nullcontext()
-    with fake, _fake_parameters(), _cuda_dropout():
+    with fake, _fake_parameters(), _cuda_dropout(), _mamba_kernels(tracker.assumed):
         torch.manual_seed(0)
         model = build_model(spec)
         found = inventory(model)

@@ -34,7 +34,7 @@ TRACE_DIRECTORY = Path("sfttrainer") / "memory-traces"
 """Under hf_home: one JSON file per traced configuration."""
 TRACE_TIMEOUT_SECONDS = 900
 LIBRARIES = ("torch", "transformers", "peft")
-TRACING_CODE = ("step_trace.py", "live_bytes.py", "flash_emulation.py")
+TRACING_CODE = ("step_trace.py", "live_bytes.py", "flash_emulation.py", "mamba_emulation.py")
 
 
 class TraceUnavailable(RuntimeError):
