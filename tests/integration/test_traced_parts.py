@@ -147,3 +147,39 @@ def test_mamba_layers_train_as_the_fused_kernel_allocates_not_as_the_torch_fallb
     assert mamba_emulation.ASSUMED not in fallback.assumed
     chunk_products = 2 * (256 // 64) * 64 * 64 * 8 * 16 * 2  # one [b, c, l, l, h, n] in bf16
     assert fallback.total("forward") - kernel.total("forward") > chunk_products
+
+
+def test_lora_on_names_an_architecture_lacks_adapts_its_own_and_says_which():
+    """The catalogue's default targets (q_proj, v_proj) on Phi-3 (qkv_proj) and GPT-NeoX
+    (query_key_value): the trace adapts what a user of that architecture would, and says so."""
+    phi3 = dict(
+        model_type="phi3",
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        pad_token_id=0,
+    )
+    neox = dict(
+        model_type="gpt_neox",
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+    )
+    llama = dict(phi3, model_type="llama")
+    expected = {
+        "phi3": "LoRA on qkv_proj (its fused query-key-value projection): the model has no "
+        "q_proj, v_proj",
+        "gpt_neox": "LoRA on query_key_value (PEFT's default for this model type): the model "
+        "has no q_proj, v_proj",
+    }
+    for config in (phi3, neox, llama):
+        spec = StepSpec(config, peft_method="lora", target_modules=("q_proj", "v_proj"), steps=1)
+        found = trace_step(spec)
+        notes = [note for note in found.assumed if note.startswith("LoRA on")]
+        assert notes == ([expected[config["model_type"]]] if config is not llama else [])
+        assert found.inventory["trainable"] > 0

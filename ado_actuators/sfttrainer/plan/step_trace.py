@@ -201,7 +201,7 @@ def trace_step(
     fake = FakeTensorMode(allow_non_fake_inputs=True) if spec.fake else contextlib.nullcontext()
     with fake, _fake_parameters(), _cuda_dropout(), _mamba_kernels(tracker.assumed):
         torch.manual_seed(0)
-        model = build_model(spec)
+        model = build_model(spec, tracker.assumed)
         found = inventory(model)
         with _counting(tracker):
             _train(wrap(model) if wrap else model, spec, tracker)
@@ -267,8 +267,10 @@ def model_config(config: dict[str, Any]) -> Any:
     return AutoConfig.for_model(model_type, **values)
 
 
-def build_model(spec: StepSpec) -> Any:
-    """The model as fms-hf-tuning's sft_trainer and TRL's SFTTrainer leave it for training."""
+def build_model(spec: StepSpec, assumed: list[str] | None = None) -> Any:
+    """The model as fms-hf-tuning's sft_trainer and TRL's SFTTrainer leave it for training.
+    `assumed` collects what was assumed (LoRA's targets where the requested ones are not this
+    architecture's)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -282,7 +284,7 @@ def build_model(spec: StepSpec) -> Any:
     )
     model.config.use_cache = False
     if spec.peft_method != "none":
-        model = _with_peft(model, spec)
+        model = _with_peft(model, spec, [] if assumed is None else assumed)
     if spec.checkpointing:
         # transformers' Trainer, at the start of train()
         model.gradient_checkpointing_enable(
@@ -292,7 +294,7 @@ def build_model(spec: StepSpec) -> Any:
     return model
 
 
-def _with_peft(model: Any, spec: StepSpec) -> Any:
+def _with_peft(model: Any, spec: StepSpec, assumed: list[str]) -> Any:
     """TRL 0.19's SFTTrainer._prepare_peft_model: under reentrant checkpointing the embedding's
     output is made to require grad (_enable_gradient_checkpointing), then get_peft_model."""
     import peft
@@ -304,7 +306,7 @@ def _with_peft(model: Any, spec: StepSpec) -> Any:
             r=spec.lora_r,
             lora_alpha=spec.lora_alpha,
             lora_dropout=spec.lora_dropout,
-            target_modules=list(spec.target_modules) or None,
+            target_modules=lora_targets(model, spec.target_modules, assumed),
             task_type="CAUSAL_LM",
         )
     else:
@@ -316,6 +318,38 @@ def _with_peft(model: Any, spec: StepSpec) -> Any:
             prompt_tuning_init="RANDOM",
         )
     return peft.get_peft_model(model, config)
+
+
+FUSED_ATTENTION = ("qkv_proj", "query_key_value", "Wqkv", "c_attn")
+"""The fused query-key-value projections of architectures without q_proj and v_proj."""
+
+
+def lora_targets(model: Any, requested: tuple[str, ...], assumed: list[str]) -> Any:
+    """LoRA's target_modules for `model`: the requested names where the model has any of them
+    (PEFT adapts those), else what PEFT adapts by default for its model type, else its fused
+    query-key-value projection, else every linear but the head ("all-linear"). A run asked for
+    names an architecture does not have would stop at get_peft_model; the prediction answers
+    for the run a user would make, and says so."""
+    import torch
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+
+    names = {
+        name.rsplit(".", 1)[-1]
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear)
+    }
+    if not requested or names & set(requested):
+        return list(requested) or None
+    default = TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(model.config.model_type)
+    if default and names & set(default):
+        chosen, how = list(default), "PEFT's default for this model type"
+    elif fused := [name for name in FUSED_ATTENTION if name in names]:
+        chosen, how = fused, "its fused query-key-value projection"
+    else:
+        chosen, how = "all-linear", "every linear layer"
+    shown = ", ".join(chosen) if isinstance(chosen, list) else chosen
+    assumed.append(f"LoRA on {shown} ({how}): the model has no {', '.join(requested)}")
+    return chosen
 
 
 def _optimizer(model: Any) -> Any:
