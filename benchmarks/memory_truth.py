@@ -6,6 +6,7 @@ plan/activations.py for the architectures it counts, a trace of the model's own 
 
     python benchmarks/memory_truth.py            # the matrix, full size (minutes)
     python benchmarks/memory_truth.py --quick    # the slice make test runs (4 layers)
+    python benchmarks/memory_truth.py --record   # the matrix, kept in data/memory_truth.json
 
 How the truth is taken:
 - full size under FakeTensorMode: the model built from its config.json at full width and depth,
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import os
 import socket
 import statistics
@@ -436,6 +438,33 @@ def parts(row: Row) -> str:
     return "\n".join(lines)
 
 
+RECORD = Path(__file__).resolve().parent / "data" / "memory_truth.json"
+"""The last full run's rows (`--record`): tests/unit/test_memory_truth_record.py holds the
+formula to the predictions recorded beside the traces they were checked against."""
+
+
+def record(rows: list[Row]) -> list[dict[str, Any]]:
+    """Each row as JSON: its step (StepSpec's fields), shards, the traced parts of each phase
+    and the predicted ones."""
+    return [
+        {
+            "label": row.case.label(),
+            "name": row.case.name,
+            "spec": dataclasses.asdict(row.case.spec),
+            "shards": row.case.shards,
+            "source": row.prediction.source,
+            "traced": row.traced,
+            "predicted": row.prediction.phases,
+        }
+        for row in rows
+    ]
+
+
+def spec_of(recorded: dict[str, Any]) -> StepSpec:
+    fields = dict(recorded["spec"], target_modules=tuple(recorded["spec"]["target_modules"]))
+    return StepSpec(**fields)
+
+
 def main(argv: list[str]) -> int:
     warnings.filterwarnings("ignore")
     quick = "--quick" in argv
@@ -455,6 +484,9 @@ def main(argv: list[str]) -> int:
     for phase, (median, worst) in phase_errors(rows).items():
         print(f"  {phase:<15} total: median |error| {median:.2%}, worst {worst:.2%}")
     print(parts(found["worst"]))
+    if "--record" in argv:
+        RECORD.write_text(json.dumps(record(rows), indent=1) + "\n")
+        print(f"recorded in {RECORD}")
     return 0 if found["within_tolerance"] == found["configurations"] else 1
 
 
