@@ -355,3 +355,29 @@ def test_the_entitys_settings_are_what_is_bounded():
         target_modules=("q_proj", "v_proj"),
         quantized_bits=4,
     )
+
+
+def test_a_device_can_allocate_nvidia_smis_total_less_the_cuda_context():
+    """The predicted peak is compared with what a training process can allocate; the certain
+    bound keeps the datasheet's figure, an upper bound."""
+    import pydantic
+    import pytest
+
+    from ado_actuators.sfttrainer.metrics import gpu_memory
+
+    mib = 2**20
+    assert gpu_memory.allocatable_bytes("L40S") == 46068 * mib - 400 * mib
+    assert gpu_memory.allocatable_bytes("NVIDIA-L40S") == gpu_memory.allocatable_bytes("L40S")
+    assert device_memory_bytes("L40S") == 48 * 2**30
+    assert "46068MiB" in gpu_memory.allocatable_source("L40S")
+    # no nvidia-smi reading on record: the datasheet's figure, said so
+    assert gpu_memory.allocatable_bytes("NVIDIA-H200") == 141 * 2**30 - 400 * mib
+    assert gpu_memory.allocatable_source("NVIDIA-H200").startswith("no nvidia-smi total on record")
+    assert gpu_memory.allocatable_bytes("Acme-X1") is None
+    assert gpu_memory.allocatable_source(None) is None
+    for device in memory_table().values():
+        assert (device.total_mib is None) == (device.total_source is None)
+        if device.total_mib:
+            assert device.total_mib <= device.gib * 1024  # nvidia-smi never above the datasheet
+    with pytest.raises(pydantic.ValidationError, match="total_mib and total_source go together"):
+        gpu_memory.DeviceMemory(gib=1, source="x", total_mib=100)

@@ -84,7 +84,9 @@ def test_lora_of_405b_over_8_gpus_is_still_certain_oom_but_an_8b_fits(model_dir)
     assert not fits.certain_oom and fits.skipped is None and 55 < fits.bound.gib < 80
 
 
-def test_turned_off_unknown_gpu_unreadable_config_and_cpu_are_skipped_with_a_reason(model_dir):
+def test_turned_off_unknown_gpu_unreadable_config_and_cpu_are_skipped_with_a_reason(
+    model_dir, monkeypatch
+):
     big = model_dir(LLAMA_405B)
     off = check(values(), big, enabled=False)
     assert not off.certain_oom and "memory_bound_check: false" in off.skipped
@@ -93,8 +95,16 @@ def test_turned_off_unknown_gpu_unreadable_config_and_cpu_are_skipped_with_a_rea
     assert not unknown.certain_oom and "Acme-X1" in unknown.skipped
     missing = check(values(), "/nonexistent/model")
     assert not missing.certain_oom and "config.json" in missing.skipped and missing.bound is None
-    hybrid = check(values(), model_dir({"model_type": "granitemoehybrid", "name": "h"}))
-    assert not hybrid.certain_oom and "granitemoehybrid" in hybrid.skipped
+    # an architecture not counted by hand is traced (integration/test_traced_parts.py); where
+    # the trace cannot run, the reason says why
+    from ado_actuators.sfttrainer.plan import traced_parts
+
+    def untraceable(spec, directory):
+        raise traced_parts.TraceUnavailable(f"model_type {spec['config']['model_type']!r} unknown")
+
+    monkeypatch.setattr(traced_parts, "traced", untraceable)
+    hybrid = check(values(), model_dir({"model_type": "acme_lm", "name": "h"}))
+    assert not hybrid.certain_oom and "'acme_lm' unknown" in hybrid.skipped
     cpu = check(values(number_gpus=0, batch_size=1), big)
     assert not cpu.certain_oom and "CPU" in cpu.skipped
 
@@ -145,7 +155,8 @@ def test_every_row_carries_the_prediction_beside_the_bound_marked_as_predicted(m
     record = row.metadata["gpu_memory_prediction"]
     assert record["predicted"] is True and record["measured"] is False
     assert record["peak_phase"] in record["phases_gib"]
-    assert set(record["fitted"]) == {"activations", "recompute", "logits"}
+    assert record["parts_from"] == "formula"
+    assert record["moments"]["backward"] in record["moments_gib"]["backward"]
     cpu = check(values(number_gpus=0, batch_size=1), model_dir({**LLAMA_8B, "name": "c"}))
     assert (
         cpu.attach_bound_and_prediction(Measured(properties={})).metadata["gpu_memory_prediction"][
@@ -164,7 +175,11 @@ def test_a_predicted_oom_says_predicted_gives_both_numbers_and_how_to_measure_it
     assert invalid.metadata["gpu_memory_prediction"]["measured"] is False
     reason = invalid.reason
     assert reason.startswith("predicted GPU out of memory (a prediction, not a measurement)")
-    assert f"{found.prediction.gib:.2f} GiB" in reason and "has 80 GiB" in reason
+    assert f"{found.prediction.gib:.2f} GiB" in reason
+    # nvidia-smi's 81,920 MiB less the CUDA context's 400 MiB
+    assert "can allocate 79.61 GiB" in reason
+    record = invalid.metadata["gpu_memory_prediction"]
+    assert record["allocatable_gib"] == 79.609 and "81920MiB" in record["allocatable_source"]
     assert "skip_predicted_oom: false" in reason
     smaller = check(
         values(batch_size=1, model_max_length=512), model_dir({**LLAMA_8B, "name": "s"})
@@ -210,7 +225,8 @@ def test_reentrant_checkpointing_of_lora_over_fsdp_holds_the_input_gradients(mod
     entity = dict(number_gpus=2, batch_size=4, model_max_length=1024)
     held = check(values(**entity, gradient_checkpointing_use_reentrant=True), location, LORA)
     plain = check(values(**entity), location, LORA)
-    backward = held.prediction.phases["backward"]
-    # (32 layers - 1) x 2 sequences of 1,024 tokens x 4,096 x 2 bytes
-    assert backward["fsdp_held_input_gradients"] == 31 * 2048 * 4096 * 2
-    assert "fsdp_held_input_gradients" not in plain.prediction.phases["backward"]
+    last = {p.candidates["backward"]["last layer"] for p in (held.prediction, plain.prediction)}
+    # (32 layers - 1) x 2 sequences of 1,024 tokens x 4,096 x 2 bytes held, with every layer's
+    # input, the hook's leaf gradient and the recomputed output (reentrant)
+    held_bytes = 31 * 2048 * 4096 * 2
+    assert max(last) - min(last) >= held_bytes

@@ -3,21 +3,24 @@ by term against hand arithmetic."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from ado_actuators.sfttrainer.plan import logits_memory
+from ado_actuators.sfttrainer.plan import activations, logits_memory
 from ado_actuators.sfttrainer.plan.architecture import count_parameters
 from ado_actuators.sfttrainer.plan.logits_memory import LossCode, read_loss_code
 from ado_actuators.sfttrainer.plan.memory_bound import GIB, Training, memory_bound
 from ado_actuators.sfttrainer.plan.memory_peak import (
+    ALLOCATOR_HEADROOM,
     Dimensions,
-    Fitted,
     Workload,
-    activation_bytes,
     gathered_bytes,
+    head_bytes,
     held_input_gradient_bytes,
-    layer_activation_bytes,
+    layer_bytes,
     logits_bytes,
+    model_states,
     predict_peak,
 )
 
@@ -41,7 +44,6 @@ MISTRAL_7B = {
     "num_key_value_heads": 8,
     "tie_word_embeddings": False,
 }
-UNIT = Fitted(activations=1.0, recompute=1.0, logits=1.0)
 
 
 def full(number_gpus: int = 1) -> Training:
@@ -127,163 +129,6 @@ def test_a_version_reads_the_release_its_package_list_pins():
     assert logits_memory.loss_code_for("3.2.2", "falcon") is None
 
 
-def test_layer_activations_of_full_fine_tuning_with_flash_attention():
-    dims = Dimensions.of(TINY)
-    assert (dims.q_width, dims.kv_width, dims.intermediate) == (64, 32, 128)
-    work = Workload(per_device_batch=1, sequence_length=8)
-    # norms 2 x (fp32 input 4h + dtype output 2h) = 768; attention 2 x (2 x 64 + 2 x 32) = 384;
-    # MLP 2 x 4 x 128 = 1024
-    assert layer_activation_bytes(dims, full(), work, fitted=UNIT) == 768 + 384 + 1024
-    fused = Workload(per_device_batch=1, sequence_length=8, fast_rms_layernorm=True)
-    assert layer_activation_bytes(dims, full(), fused, fitted=UNIT) == 2 * 128 + 384 + 1024
-
-
-def test_without_flash_attention_each_layer_keeps_the_s_squared_probabilities():
-    dims = Dimensions.of(TINY)
-    flash = Workload(per_device_batch=1, sequence_length=8)
-    eager = Workload(per_device_batch=1, sequence_length=8, flash_attention=False)
-    extra = layer_activation_bytes(dims, full(), eager, fitted=UNIT) - layer_activation_bytes(
-        dims, full(), flash, fitted=UNIT
-    )
-    assert extra == 4 * 8 * (4 + 2)  # heads x s x (fp32 softmax + bf16 copy) per token
-
-
-def test_lora_keeps_no_input_of_a_frozen_linear_and_the_dropout_copy_of_an_adapted_one():
-    dims = Dimensions.of(TINY)
-    lora = Training(
-        peft_method="lora",
-        torch_dtype="bfloat16",
-        optim="adamw_torch",
-        number_gpus=1,
-        lora_r=8,
-        target_modules=("q_proj", "v_proj"),
-    )
-    work = Workload(per_device_batch=1, sequence_length=8)
-    # norms 2 x 4h = 512 (frozen weight: no dtype copy); attention 384; MLP 2 x 3 x 128 = 768;
-    # adapters 2 x ((2 + 1) x 64 + 2 x 8) = 416
-    assert (
-        layer_activation_bytes(dims, lora, work, ("q_proj", "v_proj"), UNIT)
-        == 512 + 384 + 768 + 416
-    )
-
-
-def test_checkpointing_keeps_every_layers_input_and_recomputes_one_layer():
-    dims = Dimensions.of(TINY)
-    work = Workload(per_device_batch=2, sequence_length=8)
-    per_layer = layer_activation_bytes(dims, full(), work, fitted=UNIT) * 16
-    parts = activation_bytes(dims, full(), work, fitted=Fitted(recompute=2.0, activations=1.0))
-    assert parts == {"checkpointed_inputs": 2 * 16 * 64 * 2, "recompute": 2 * per_layer}
-    off = Workload(per_device_batch=2, sequence_length=8, gradient_checkpointing=False)
-    assert activation_bytes(dims, full(), off, fitted=UNIT) == {"activations": 2 * per_layer}
-
-
-def test_logits_are_tokens_times_vocabulary_times_the_releases_bytes():
-    dims = Dimensions.of(TINY)
-    work = Workload(per_device_batch=2, sequence_length=8, loss=LossCode("loss", "logits"))
-    assert logits_bytes(dims, full(), work, UNIT) == 16 * 1000 * 14
-    pt = Training(peft_method="pt", torch_dtype="bfloat16", optim="adamw_torch", number_gpus=1)
-    assert logits_bytes(dims, pt, work, UNIT) == (16 + 2 * 8) * 1000 * 14  # 8 virtual tokens each
-    assert logits_bytes(dims, full(), Workload(per_device_batch=2, sequence_length=8), UNIT) == 0
-
-
-def test_fsdp_gathers_the_root_unit_and_two_prefetched_layers():
-    counts, dims = count_parameters(TINY), Dimensions.of(TINY)
-    four = full(number_gpus=4)
-    bound = memory_bound(counts, four)
-    root = counts.embedding + counts.lm_head + 64
-    layer = (counts.total - root) / 2
-    assert gathered_bytes(counts, dims, bound, four) == pytest.approx(
-        (root + 2 * layer) * 2 * 3 / 4
-    )
-    single = full()
-    assert gathered_bytes(counts, dims, memory_bound(counts, single), single) == 0
-
-
-def test_mistral_7b_full_fine_tuning_peaks_at_the_optimizer_step_at_batch_4_and_8():
-    """fms-acceleration's A100 runs: 67.46 GiB at batch 4 and at batch 8 (torch's peak), the
-    step's 10 bytes a parameter: bf16 weights, gradients, two AdamW states and one temporary."""
-    counts, dims = count_parameters(MISTRAL_7B), Dimensions.of(MISTRAL_7B)
-    training = full()
-    bound = memory_bound(counts, training)
-    for batch in (4, 8):
-        work = Workload(
-            per_device_batch=batch,
-            sequence_length=4096,
-            fused_loss="in_place",
-            loss=LossCode("loss", "logits"),
-        )
-        prediction = predict_peak(counts, dims, training, bound, work)
-        assert prediction.phase == "optimizer_step"
-        assert prediction.total == pytest.approx(10 * counts.total)
-        assert prediction.gib == pytest.approx(67.46, abs=0.05)
-
-
-def test_the_peak_is_the_largest_phase_not_their_sum():
-    counts, dims = count_parameters(MISTRAL_7B), Dimensions.of(MISTRAL_7B)
-    training = full()
-    bound = memory_bound(counts, training)
-    work = Workload(per_device_batch=32, sequence_length=4096, loss=LossCode("loss", "logits"))
-    prediction = predict_peak(counts, dims, training, bound, work, fitted=UNIT)
-    sums = {name: sum(parts.values()) for name, parts in prediction.phases.items()}
-    assert prediction.phase == "loss" and prediction.total == max(sums.values())
-    assert prediction.total < sum(sums.values())
-    # the logits and a recomputed layer are never counted together
-    assert "recompute" not in prediction.phases["loss"]
-    assert "logits_and_loss" not in prediction.phases["backward"]
-    assert prediction.as_metadata()["peak_phase"] == "loss"
-    assert prediction.as_metadata()["predicted_gib"] == round(prediction.total / GIB, 3)
-
-
-def test_accumulation_keeps_the_gradients_through_forward_and_backward():
-    counts, dims = count_parameters(TINY), Dimensions.of(TINY)
-    training = full()
-    bound = memory_bound(counts, training)
-    once = predict_peak(counts, dims, training, bound, Workload(1, 8))
-    accumulated = predict_peak(
-        counts, dims, training, bound, Workload(1, 8, gradient_accumulation_steps=4)
-    )
-    assert once.phases["loss"]["gradients"] == 0
-    assert accumulated.phases["loss"]["gradients"] == bound.parts["gradients"]
-
-
-def test_mixed_precision_under_fsdp_upcasts_the_trained_parameters_to_fp32():
-    counts, dims = count_parameters(MISTRAL_7B), Dimensions.of(MISTRAL_7B)
-    two = full(number_gpus=2)
-    bound = memory_bound(counts, two)
-    work = Workload(
-        4,
-        4096,
-        autocast=True,
-        fsdp_upcast=True,
-        fused_loss="in_place",
-        loss=LossCode("model", "logits"),
-    )
-    prediction = predict_peak(counts, dims, two, bound, work)
-    # fp32 weights, gradients, two states and one temporary over 2 devices: 10 bytes a parameter
-    assert prediction.phases["optimizer_step"]["weights"] == pytest.approx(
-        2 * bound.parts["weights"]
-    )
-    assert prediction.total == pytest.approx(10 * counts.total)
-
-
-def test_on_the_published_a100_runs_the_prediction_is_close_and_calls_no_run_that_ran_oom():
-    """benchmarks/memory_prediction.py (printed by benchmarks/memory_bound.py) with FITTED: the
-    figures docs/benchmarks/memory.md quotes, as floors a change must not fall below."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    try:
-        import memory_prediction
-    finally:
-        sys.path.pop(0)
-    found = memory_prediction.summary(memory_prediction.judge(memory_prediction.cases()))
-    assert found["runs_with_torch_peak"] > 200
-    assert found["median_abs_error"] <= 0.10
-    assert found["ran_predicted_out_of_memory"] == 0
-    assert found["out_of_memory_predicted"] >= 85  # the issue's recall goal, of 100 OOMs
-
-
 # ---- every field and key, exactly (what `make mutation` asks of this module) -----------------
 
 WIDE_HEADS = dict(TINY, head_dim=32)  # q width 4 x 32 = 128, wider than the hidden 64
@@ -297,6 +142,17 @@ SANTACODER_LIKE = {
 }
 
 
+def lora_over(number_gpus: int, backend: str = "FSDP", peft: str = "lora") -> Training:
+    return Training(
+        peft_method=peft,
+        torch_dtype="bfloat16",
+        optim="adamw_torch",
+        number_gpus=number_gpus,
+        target_modules=("q_proj",),
+        distributed_backend=backend,
+    )
+
+
 def test_dimensions_are_read_as_each_family_spells_them():
     assert Dimensions.of(TINY) == Dimensions("llama", 2, 64, 4, 64, 32, 128, 1000, 1)
     # head_dim given; no num_key_value_heads: as many as query heads
@@ -307,45 +163,36 @@ def test_dimensions_are_read_as_each_family_spells_them():
         == 2
     )
     # GPTBigCode: multi-query (one 16-wide key/value head), n_inner absent: 4 x hidden
+    # no rotary embedding, GPTBigCodeConfig's residual dropout, a bool causal mask buffer
     assert Dimensions.of(SANTACODER_LIKE) == Dimensions(
-        "gpt_bigcode", 3, 64, 4, 64, 16, 256, 500, 1
+        "gpt_bigcode",
+        3,
+        64,
+        4,
+        64,
+        16,
+        256,
+        500,
+        1,
+        rotary=False,
+        transformed_embedding=True,
+        residual_dropout=True,
+        buffers=128**2,
     )
+    assert not Dimensions.of(dict(SANTACODER_LIKE, resid_pdrop=0.0)).residual_dropout
+    assert Dimensions.of(dict(TINY, model_type="qwen3")).qk_norm
+    granite_moe = dict(
+        TINY, model_type="granitemoeshared", num_local_experts=4, shared_intermediate_size=32
+    )
+    moe = Dimensions.of(granite_moe)
+    assert (moe.transformed_embedding, moe.experts, moe.shared_intermediate) == (True, 4, 32)
     multi_head = dict(SANTACODER_LIKE, multi_query=False, n_inner=100)
-    assert Dimensions.of(multi_head) == Dimensions("gpt_bigcode", 3, 64, 4, 64, 64, 100, 500, 1)
+    assert Dimensions.of(multi_head) == dataclasses.replace(
+        Dimensions.of(SANTACODER_LIKE), kv_width=64, intermediate=100
+    )
     # a head's width is the whole part of hidden / heads
     assert Dimensions.of(dict(SANTACODER_LIKE, n_embd=66)).kv_width == 16
     assert Dimensions.of(dict(TINY, hidden_size=66)).q_width == 64
-
-
-def test_gpt_bigcode_layers_keep_their_layernorm_inputs_and_gelu_tensors():
-    dims = Dimensions.of(SANTACODER_LIKE)
-    work = Workload(per_device_batch=1, sequence_length=8)
-    # norms 2 x 2h = 256; attention 2 x (2 x 64 + 2 x 16) = 320; GELU 2 x 2 x 256 = 1024
-    assert layer_activation_bytes(dims, full(), work, fitted=UNIT) == 256 + 320 + 1024
-
-
-def test_experts_multiply_the_mlp_by_the_experts_each_token_visits():
-    dense = Dimensions.of(TINY)
-    moe = Dimensions.of(dict(TINY, model_type="mixtral", num_experts_per_tok=2))
-    work = Workload(per_device_batch=1, sequence_length=8)
-    assert (
-        layer_activation_bytes(moe, full(), work, fitted=UNIT)
-        - layer_activation_bytes(dense, full(), work, fitted=UNIT)
-        == 1024
-    )  # the MLP's 1024 once more
-
-
-def test_an_adapters_input_is_the_hidden_state_but_for_o_proj_and_down_proj():
-    dims = Dimensions.of(WIDE_HEADS)  # o_proj reads 128, down_proj 128 (the MLP), others 64
-    lora = Training(
-        peft_method="lora", torch_dtype="bfloat16", optim="adamw_torch", number_gpus=1, lora_r=8
-    )
-    work = Workload(per_device_batch=1, sequence_length=8)
-    base = layer_activation_bytes(dims, lora, work, (), UNIT)
-    for name, inputs in (("q_proj", 64), ("o_proj", 128), ("down_proj", 128), ("c_attn", 64)):
-        assert (
-            layer_activation_bytes(dims, lora, work, (name,), UNIT) - base == 3 * inputs + 2 * 8
-        ), name
 
 
 def test_fsdp_gathers_nothing_without_fsdp_or_shards_and_exactly_this_with_them():
@@ -365,166 +212,26 @@ def test_fsdp_gathers_nothing_without_fsdp_or_shards_and_exactly_this_with_them(
     root = counts.embedding + counts.lm_head + 64
     assert counts.lm_head == counts.embedding == 64000
     layer = counts.total - root  # the one layer
-    assert (
-        gathered_bytes(counts, dims, memory_bound(counts, two), two) == (root + 2 * layer) * 2 / 2
-    )
-
-
-def test_every_phase_holds_exactly_its_parts():
-    counts, dims = count_parameters(TINY), Dimensions.of(TINY)
-    training = full()
-    bound = memory_bound(counts, training)
-    weights, gradients, state = (
-        bound.parts[k] for k in ("weights", "gradients", "optimizer_state")
-    )
-    work = Workload(
-        per_device_batch=2,
-        sequence_length=8,
-        loss=LossCode("loss", "labels"),
-        gradient_accumulation_steps=2,
-    )
-    fitted = Fitted(activations=1.0, recompute=3.0, logits=0.5)
-    prediction = predict_peak(counts, dims, training, bound, work, fitted=fitted)
-    per_layer = (768 + 384 + 1024) * 16
-    during = {
-        "weights": weights,
-        "optimizer_state": state,
-        "gradients": gradients,
-        "fsdp_gathered": 0.0,
-    }
-    assert prediction.phases == {
-        "loss": {
-            **during,
-            "checkpointed_inputs": 2 * 16 * 64 * 2,
-            "logits_and_loss": 0.5 * 16 * 1000 * 12,
-        },
-        "backward": {
-            **during,
-            "checkpointed_inputs": 2 * 16 * 64 * 2,
-            "recompute": 3.0 * per_layer,
-        },
-        "optimizer_step": {
-            "weights": weights,
-            "optimizer_state": state,
-            "gradients": gradients,
-            "optimizer_temporaries": state / 2,
-        },
-    }
-    assert prediction.fitted == fitted and prediction.notes == ()
-    metadata = prediction.as_metadata()
-    assert metadata["phases_gib"]["optimizer_step"]["optimizer_temporaries"] == round(
-        state / 2 / GIB, 3
-    )
-    assert metadata["phases_gib"]["loss"]["logits_and_loss"] == round(96000 / GIB, 3)
-    assert metadata["fitted"] == {"activations": 1.0, "recompute": 3.0, "logits": 0.5}
-
-
-def test_the_metadata_rounds_each_part_to_the_mebibyte_and_keeps_the_notes():
-    counts, dims = count_parameters(MISTRAL_7B), Dimensions.of(MISTRAL_7B)
-    training = full()
-    bound = memory_bound(counts, training)
-    prediction = predict_peak(counts, dims, training, bound, Workload(4, 4096))
-    metadata = prediction.as_metadata()
-    step = metadata["phases_gib"]["optimizer_step"]
-    assert step["weights"] == round(bound.parts["weights"] / GIB, 3) == 13.489
-    assert metadata["notes"] == [
-        "logits not counted: the transformers release's loss is not on record"
-    ]
-    assert metadata["peak_phase"] == "optimizer_step" and metadata["predicted_gib"] == 67.444
-
-
-def test_without_checkpointing_there_is_no_backward_phase_and_no_state_no_temporary():
-    counts, dims = count_parameters(TINY), Dimensions.of(TINY)
-    sgd = Training(peft_method="none", torch_dtype="bfloat16", optim="sgd", number_gpus=1)
-    prediction = predict_peak(
-        counts,
-        dims,
-        sgd,
-        memory_bound(counts, sgd),
-        Workload(1, 8, gradient_checkpointing=False),
-        fitted=UNIT,
-    )
-    assert set(prediction.phases) == {"loss", "optimizer_step"}
-    assert prediction.phases["optimizer_step"]["optimizer_temporaries"] == 0.0
-    assert prediction.phases["loss"]["activations"] == 2 * (768 + 384 + 1024) * 8
-    assert prediction.notes == (
-        "optimizer state of sgd not counted",
-        "logits not counted: the transformers release's loss is not on record",
-    )
-
-
-def test_two_accumulated_micro_batches_keep_the_gradients_and_a_chunked_loss_needs_no_record():
-    counts, dims = count_parameters(TINY), Dimensions.of(TINY)
-    training = full()
-    bound = memory_bound(counts, training)
-    two = predict_peak(
-        counts,
-        dims,
-        training,
-        bound,
-        Workload(1, 8, gradient_accumulation_steps=2, fused_loss="chunked"),
-    )
-    assert two.phases["loss"]["gradients"] == bound.parts["gradients"] and two.notes == ()
-
-
-def test_the_fp32_upcast_needs_fsdp_over_several_devices_and_unquantized_weights():
-    counts, dims = count_parameters(TINY), Dimensions.of(TINY)
-    upcast = Workload(1, 8, autocast=True, fsdp_upcast=True)
-    one = full()
-    single = predict_peak(counts, dims, one, memory_bound(counts, one), upcast)
-    assert single.phases["optimizer_step"]["weights"] == memory_bound(counts, one).parts["weights"]
-    quantized = Training(
-        peft_method="lora",
-        torch_dtype="bfloat16",
-        optim="adamw_torch",
-        number_gpus=2,
-        quantized_bits=4,
-    )
-    bound = memory_bound(counts, quantized)
-    assert (
-        predict_peak(counts, dims, quantized, bound, upcast).phases["optimizer_step"]["weights"]
-        == (bound.parts["weights"])
-    )
-    two = full(number_gpus=2)
-    sharded = predict_peak(counts, dims, two, memory_bound(counts, two), upcast)
-    assert sharded.notes[-1] == "FSDP under mixed precision: trainable parameters upcast to fp32"
-    # LoRA: the adapters are units of their own; the layers' frozen weights stay bf16
-    lora = Training(
-        peft_method="lora",
-        torch_dtype="bfloat16",
-        optim="adamw_torch",
-        number_gpus=2,
-        target_modules=("q_proj",),
-    )
-    bound = memory_bound(counts, lora)
-    step = predict_peak(counts, dims, lora, bound, upcast).phases["optimizer_step"]
-    assert step["weights"] == bound.parts["weights"]
-    assert step["gradients"] == 2 * bound.parts["gradients"] > 0
-    assert step["optimizer_state"] == 2 * bound.parts["optimizer_state"] > 0
-
-
-def lora_over(number_gpus: int, backend: str = "FSDP", peft: str = "lora") -> Training:
-    return Training(
-        peft_method=peft,
-        torch_dtype="bfloat16",
-        optim="adamw_torch",
-        number_gpus=number_gpus,
-        target_modules=("q_proj",),
-        distributed_backend=backend,
-    )
+    # gathered whole, beside the device's own shard
+    assert gathered_bytes(counts, dims, memory_bound(counts, two), two) == (root + 2 * layer) * 2
+    lora = lora_over(2)  # the next unit FSDP prefetches is an adapter: one layer at a time
+    assert gathered_bytes(counts, dims, memory_bound(counts, lora), lora) == (root + layer) * 2
+    one = lora_over(1)
+    assert gathered_bytes(counts, dims, memory_bound(counts, one), one) == 0
 
 
 def test_fsdp_over_frozen_layers_holds_every_layers_input_gradient_under_reentrant_checkpointing():
     counts, dims = count_parameters(TINY), Dimensions.of(TINY)
-    reentrant = Workload(per_device_batch=2, sequence_length=8, reentrant_checkpointing=True)
+    # transformers before 4.52 checkpoints each layer from the model's forward
+    reentrant = Workload(2, 8, reentrant_checkpointing=True, checkpointed_by_model=True)
     two = lora_over(2)
     # (2 layers - 1) x 16 tokens x hidden 64 x 2 bytes
     assert held_input_gradient_bytes(dims, two, memory_bound(counts, two), reentrant) == 2048
-    pt = lora_over(2, peft="pt")
-    assert held_input_gradient_bytes(dims, pt, memory_bound(counts, pt), reentrant) == 2048
+    pt = lora_over(2, peft="pt")  # over the virtual tokens too: 2 x (8 + 8) tokens
+    assert held_input_gradient_bytes(dims, pt, memory_bound(counts, pt), reentrant) == 4096
     prediction = predict_peak(counts, dims, two, memory_bound(counts, two), reentrant)
     assert prediction.phases["backward"]["fsdp_held_input_gradients"] == 2048
-    assert "fsdp_held_input_gradients" not in prediction.phases["loss"]
+    assert "fsdp_held_input_gradients" not in prediction.phases["forward"]
     # none of it: the layers train (full), one device, DDP, no checkpointing, non-reentrant
     for training, work in [
         (full(number_gpus=2), reentrant),
@@ -532,23 +239,12 @@ def test_fsdp_over_frozen_layers_holds_every_layers_input_gradient_under_reentra
         (lora_over(2, "DDP"), reentrant),
         (two, Workload(2, 8, gradient_checkpointing=False, reentrant_checkpointing=True)),
         (two, Workload(2, 8)),
+        # a layer that checkpoints itself (4.52 on) recomputes inside its unit: nothing held
+        (two, dataclasses.replace(reentrant, checkpointed_by_model=False)),
     ]:
         assert held_input_gradient_bytes(dims, training, memory_bound(counts, training), work) == 0
         phases = predict_peak(counts, dims, training, memory_bound(counts, training), work).phases
         assert "fsdp_held_input_gradients" not in phases.get("backward", {})
-
-
-def test_logits_under_autocast_and_by_default():
-    dims = Dimensions.of(TINY)
-    code = LossCode("none", "logits")
-    assert code.bytes_per_logit(2) == 6  # no autocast unless asked
-    work = Workload(per_device_batch=1, sequence_length=8, loss=code, autocast=True)
-    assert logits_bytes(dims, full(), work, UNIT) == 8 * 1000 * 12
-    assert logits_bytes(dims, full(), work, Fitted(logits=2.0)) == 2 * 8 * 1000 * 12
-    with pytest.raises(AssertionError):
-        LossCode("bf16", "logits")
-    with pytest.raises(AssertionError):
-        LossCode("loss", "both")
 
 
 def test_the_release_reader_names_what_it_could_not_find():
@@ -585,3 +281,291 @@ def test_a_release_or_family_not_on_record_has_no_loss_code():
     assert logits_memory.loss_code("0.0.1", "llama") is None
     assert logits_memory.loss_code("4.45.2", "falcon") is None
     assert logits_memory.transformers_release("3.2.2") == "4.55.4"
+
+
+def test_on_the_published_a100_runs_the_prediction_is_close_and_calls_no_run_that_ran_oom():
+    """benchmarks/memory_prediction.py (printed by benchmarks/memory_bound.py) with FITTED: the
+    figures docs/benchmarks/memory.md quotes, as floors a change must not fall below."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import memory_prediction
+    finally:
+        sys.path.pop(0)
+    rows = memory_prediction.judge(memory_prediction.cases())
+    found = memory_prediction.summary(rows)
+    assert found["runs_with_torch_peak"] > 200
+    assert found["median_abs_error"] <= 0.03
+    assert found["ran_predicted_out_of_memory"] == 0
+    assert found["out_of_memory_predicted"] >= 85  # the issue's recall goal, of 100 OOMs
+    # the one constant fitted on these runs is the shipped one, and each family judged with it
+    # refitted on the others meets the same goals
+    assert round(memory_prediction.fit_headroom(rows), 3) == ALLOCATOR_HEADROOM
+    left_out = memory_prediction.left_out_summary(rows)
+    assert left_out["median_abs_error"] <= 0.03
+    assert left_out["ran_predicted_out_of_memory"] == 0
+    assert left_out["out_of_memory_predicted"] >= 85
+
+
+@pytest.mark.parametrize(
+    ("code", "autocast", "copy", "inside", "returned", "backward", "kept"),
+    [
+        # 4.49+: bf16 logits, fp32 upcast, log_softmax: 10 inside; after the model returns the
+        # logits and the kept log_softmax (6), with TRL's copy of them 8; backward 3 x 4
+        (LossCode("loss", "labels"), False, False, 10, 6, 12, 4),
+        (LossCode("loss", "labels"), False, True, 10, 8, 12, 4),
+        # under autocast accelerate's fp32 conversion of the logits (2 + 4 + 4), and TRL's
+        # copy of the converted logits (4 + 4 + 4)
+        (LossCode("loss", "labels"), True, False, 10, 10, 12, 4),
+        (LossCode("loss", "labels"), True, True, 10, 12, 12, 4),
+        # GPTBigCode before 4.48.3, all bf16: the copy shifted, under autocast nll's fp32 copy
+        (LossCode("none", "logits"), False, False, 6, 4, 6, 2),
+        (LossCode("none", "logits"), True, False, 10, 12, 6, 6),
+    ],
+)
+def test_the_logits_inside_the_model_after_it_returns_and_in_backward(
+    code, autocast, copy, inside, returned, backward, kept
+):
+    assert code.inside_bytes(2, None, autocast) == inside
+    assert code.returned_bytes(2, None, autocast, copy) == returned
+    assert code.backward_bytes(2, None, autocast) == backward
+    assert code.kept_bytes(2, None, autocast) == kept
+    assert code.forward_bytes(2, None, autocast, copy) == max(inside, returned)
+    for fused in ("in_place", "chunked"):
+        assert code.kept_bytes(2, fused, autocast) == 0
+        assert code.returned_bytes(2, fused, autocast, copy) == 0
+    assert code.backward_bytes(2, "chunked") == code.inside_bytes(2, "chunked") == 0
+
+
+def test_trl_copies_the_logits_from_0_14_on():
+    assert logits_memory.copies_logits("2.1.2") is False  # trl 0.11.4
+    assert logits_memory.copies_logits("2.6.0") is True  # trl 0.14.0
+    assert logits_memory.copies_logits("3.2.2") is True
+    assert logits_memory.pinned_release("3.2.2", "trl") == "0.19.1"
+    assert logits_memory.pinned_release("3.2.2", "no-such-package") is None
+
+
+LORA_QV = Training(
+    peft_method="lora",
+    torch_dtype="bfloat16",
+    optim="adamw_torch",
+    number_gpus=1,
+    lora_r=8,
+    target_modules=("q_proj", "v_proj"),
+)
+
+
+def test_layer_bytes_are_the_activations_terms_for_the_devices_batch():
+    dims = Dimensions.of(TINY)
+    work = Workload(per_device_batch=2, sequence_length=8)
+    block = activations.Block(
+        64, 64, 32, 4, 128, 2, "lora", "flash_attention_2", ("q_proj", "v_proj")
+    )
+    layer = layer_bytes(dims, LORA_QV, work, ("q_proj", "v_proj"))
+    assert layer["other"] == activations.layer_saved(block, 8) * 16
+    assert layer["first"] == activations.layer_saved(block, 8, True, False) * 16
+    assert layer["backward"] == activations.layer_backward(block) * 16
+    assert layer["input"] == 2 * 64 * 16
+    assert layer["rotary"] == 2 * 8 * 16 * 2  # cos and sin, (1, 8, 16) bf16
+    assert layer["embedded"] == layer["embedded_gradient"] == 0
+    reentrant = Workload(per_device_batch=2, sequence_length=8, reentrant_checkpointing=True)
+    hooked = layer_bytes(dims, LORA_QV, reentrant, ("q_proj", "v_proj"))
+    assert hooked["first"] == layer["other"]  # the hook: the first layer's input needs a gradient
+    assert hooked["backward"] == layer["backward"] + 2 * 64 * 16  # the recomputed output
+    assert hooked["embedded"] == 0 and hooked["embedded_gradient"] == 2 * 64 * 16
+    pt = Training(peft_method="pt", torch_dtype="bfloat16", optim="adamw_torch", number_gpus=1)
+    prompt = layer_bytes(dims, pt, reentrant)
+    assert prompt["input"] == 2 * 64 * 2 * 16  # 8 + 8 virtual tokens per sequence
+    assert prompt["embedded"] == 2 * 64 * 16  # the real tokens' embeddings, a leaf
+    granite = Dimensions.of(dict(TINY, model_type="granite"))
+    assert layer_bytes(granite, LORA_QV, reentrant, ("q_proj",))["embedded"] == 2 * 64 * 16
+
+
+def test_the_head_keeps_the_final_norms_input_and_when_trained_the_lm_heads():
+    dims = Dimensions.of(TINY)
+    work = Workload(per_device_batch=2, sequence_length=8)
+    assert head_bytes(dims, LORA_QV, work) == (4 * 64 + 4 + 8) * 16
+    assert head_bytes(dims, full(), work) == (4 * 64 + 4 + 8 + 2 * 2 * 64 + 8) * 16
+    fused = Workload(per_device_batch=2, sequence_length=8, fast_rms_layernorm=True)
+    assert head_bytes(dims, LORA_QV, fused) == (2 * 64 + 4 + 8) * 16
+    bigcode = Dimensions.of(SANTACODER_LIKE)
+    assert head_bytes(bigcode, LORA_QV, work) == (2 * 64 + 4 + 8) * 16
+    assert head_bytes(bigcode, full(), work) == (2 * 64 + 4 + 8 + 64 + 2 * 64 + 16) * 16
+
+
+def test_logits_bytes_scale_the_releases_bytes_by_tokens_and_vocabulary():
+    dims = Dimensions.of(TINY)
+    work = Workload(per_device_batch=2, sequence_length=8, loss=LossCode("loss", "labels"))
+    assert logits_bytes(dims, full(), work) == {
+        "inside": 16 * 1000 * 10,
+        "returned": 16 * 1000 * 6,
+        "backward": 16 * 1000 * 12,
+        "kept": 16 * 1000 * 4,
+    }
+    pt = Training(peft_method="pt", torch_dtype="bfloat16", optim="adamw_torch", number_gpus=1)
+    assert logits_bytes(dims, pt, work)["inside"] == 32 * 1000 * 10  # the virtual tokens too
+    assert set(logits_bytes(dims, full(), Workload(2, 8)).values()) == {0.0}
+
+
+def test_peft_adapters_and_their_state_are_fp32_and_fsdp_upcasts_trained_flat_parameters():
+    counts = count_parameters(TINY)
+    bound = memory_bound(counts, LORA_QV)
+    states, notes = model_states(counts, LORA_QV, bound, Workload(1, 8))
+    adapters = bound.parts["gradients"] / 2  # the bound's bf16 adapters: parameters
+    assert states["gradients"] == 4 * adapters
+    assert states["weights"] == bound.parts["weights"] + 2 * adapters
+    assert states["optimizer_state"] == 8 * adapters
+    assert states["optimizer_temporaries"] == 4 * adapters and notes == []
+    one = full()
+    full_states, _ = model_states(counts, one, memory_bound(counts, one), Workload(1, 8), 100)
+    bf16 = memory_bound(counts, one).parts
+    assert full_states["weights"] == bf16["weights"] + 100  # the buffers
+    assert full_states["optimizer_temporaries"] == bf16["optimizer_state"] / 2 * (
+        1 - counts.norms / counts.total
+    )
+    two = full(number_gpus=2)
+    upcast = Workload(1, 8, autocast=True, fsdp_upcast=True)
+    sharded, notes = model_states(counts, two, memory_bound(counts, two), upcast)
+    assert sharded["weights"] == 2 * memory_bound(counts, two).parts["weights"]
+    assert notes == ["FSDP under mixed precision: trainable parameters upcast to fp32"]
+
+
+def test_checkpointed_peaks_are_the_largest_moment_of_each_phase():
+    counts, dims = count_parameters(TINY), Dimensions.of(TINY)
+    bound = memory_bound(counts, LORA_QV)
+    work = Workload(per_device_batch=2, sequence_length=8, loss=LossCode("loss", "labels"))
+    prediction = predict_peak(counts, dims, LORA_QV, bound, work, ("q_proj", "v_proj"))
+    layer = layer_bytes(dims, LORA_QV, work, ("q_proj", "v_proj"))
+    states, _ = model_states(counts, LORA_QV, bound, work)
+    rest = {"weights": states["weights"], "optimizer_state": states["optimizer_state"]}
+    base = {**rest, "gradients": 0.0, "fsdp_gathered": 0.0}
+    inputs = 2 * layer["input"] + layer["rotary"]
+    head = head_bytes(dims, LORA_QV, work)
+    assert prediction.phases["forward"] == {
+        **base,
+        "activations": inputs + head + layer["input"],  # and the final norm's output, held
+        "logits": 16 * 1000 * 10,
+    }
+    assert prediction.moments == {
+        "forward": "loss",
+        "backward": "loss",
+        "optimizer_step": "foreach AdamW",
+    }
+    assert prediction.phases["backward"] == {
+        **base,
+        "activations": inputs + head,
+        "logits": 16 * 1000 * 4,
+        "logits_gradients": 16 * 1000 * 8,
+    }
+    assert prediction.phases["optimizer_step"] == {
+        "weights": states["weights"],
+        "gradients": states["gradients"],
+        "optimizer_state": states["optimizer_state"],
+        "optimizer_temporaries": states["optimizer_temporaries"],
+    }
+    assert prediction.source == "formula" and prediction.notes == ()
+    # without the logits, over more tokens, the recomputed layer is the backward's peak
+    long = Workload(per_device_batch=8, sequence_length=64, fused_loss="chunked")
+    unlogged = predict_peak(counts, dims, LORA_QV, bound, long, ("q_proj", "v_proj"))
+    layer = layer_bytes(dims, LORA_QV, long, ("q_proj", "v_proj"))
+    assert unlogged.moments["backward"] == "first layer"
+    assert unlogged.phases["backward"] == {
+        **base,
+        "activations": 2 * layer["input"] + layer["rotary"],
+        "recompute": layer["other"],
+        "backward_transients": layer["backward"],
+    }
+
+
+def test_without_checkpointing_every_layer_keeps_its_tensors():
+    counts, dims = count_parameters(TINY), Dimensions.of(TINY)
+    bound = memory_bound(counts, LORA_QV)
+    work = Workload(per_device_batch=2, sequence_length=8, gradient_checkpointing=False)
+    prediction = predict_peak(counts, dims, LORA_QV, bound, work, ("q_proj", "v_proj"))
+    layer = layer_bytes(dims, LORA_QV, work, ("q_proj", "v_proj"))
+    kept = layer["first"] + layer["other"] + layer["rotary"]
+    assert prediction.moments["backward"] == "first layer"
+    assert prediction.phases["backward"]["activations"] == kept
+    assert prediction.phases["backward"]["backward_transients"] == layer["backward"]
+    assert "recompute" not in prediction.phases["backward"]
+    assert prediction.notes == (
+        "logits not counted: the transformers release's loss is not on record",
+    )
+
+
+def test_full_fine_tuning_grows_its_gradients_through_backward():
+    counts, dims = count_parameters(TINY), Dimensions.of(TINY)
+    one = full()
+    bound = memory_bound(counts, one)
+    work = Workload(per_device_batch=1, sequence_length=8, fused_loss="chunked")
+    prediction = predict_peak(counts, dims, one, bound, work)
+    gradients = bound.parts["gradients"]
+    per_parameter = gradients / counts.total
+    assert counts.lm_head == 0  # tied: the embedding's gradient comes with the LM head's
+    layer_params = (counts.total - counts.embedding - 64) / 2
+    mlp_down = 64 * 128
+    assert prediction.moments["backward"] == "last layer"
+    assert prediction.phases["backward"]["gradients"] == pytest.approx(
+        gradients - per_parameter * (layer_params - mlp_down)
+    )
+    accumulating = Workload(1, 8, fused_loss="chunked", gradient_accumulation_steps=2)
+    accumulated = predict_peak(counts, dims, one, bound, accumulating)
+    assert accumulated.phases["forward"]["gradients"] == gradients
+    assert accumulated.phases["backward"]["gradients"] == gradients
+    untied = dict(TINY, tie_word_embeddings=False)
+    counts = count_parameters(untied)
+    bound = memory_bound(counts, one)
+    prediction = predict_peak(counts, Dimensions.of(untied), one, bound, work)
+    layer_params = (counts.total - 2 * counts.embedding - 64) / 2
+    later = layer_params - mlp_down + counts.embedding
+    assert prediction.phases["backward"]["gradients"] == pytest.approx(
+        bound.parts["gradients"] * (1 - later / counts.total)
+    )
+
+
+def test_the_metadata_names_each_phases_moment_and_where_the_parts_came_from():
+    counts, dims = count_parameters(MISTRAL_7B), Dimensions.of(MISTRAL_7B)
+    training = full()
+    bound = memory_bound(counts, training)
+    prediction = predict_peak(counts, dims, training, bound, Workload(4, 4096))
+    metadata = prediction.as_metadata()
+    step = metadata["phases_gib"]["optimizer_step"]
+    assert step["weights"] == round(bound.parts["weights"] / GIB, 3) == 13.489
+    assert metadata["peak_phase"] == "optimizer_step" and metadata["parts_from"] == "formula"
+    assert metadata["predicted_gib"] == round(prediction.total / GIB, 3)
+    assert metadata["moments"]["optimizer_step"] == "foreach AdamW"
+    assert metadata["notes"] == [
+        "logits not counted: the transformers release's loss is not on record"
+    ]
+
+
+def test_mistral_7b_full_fine_tuning_peaks_at_the_optimizer_step_at_batch_4_and_8():
+    """fms-acceleration's A100 runs: 67.46 GiB at batch 4 and at batch 8 (torch's peak): the
+    step's bf16 weights, gradients, two AdamW states and one temporary."""
+    counts, dims = count_parameters(MISTRAL_7B), Dimensions.of(MISTRAL_7B)
+    training = full()
+    bound = memory_bound(counts, training)
+    for batch in (4, 8):
+        work = Workload(batch, 4096, fused_loss="in_place", loss=LossCode("loss", "logits"))
+        prediction = predict_peak(counts, dims, training, bound, work)
+        assert prediction.phase == "optimizer_step"
+        assert prediction.gib == pytest.approx(67.46, abs=0.05)
+
+
+def test_how_a_release_checkpoints_its_layers_is_read_from_its_source():
+    layer = "class LlamaDecoderLayer(GradientCheckpointingLayer):\n    pass\n"
+    model = "        outputs = self._gradient_checkpointing_func(decoder_layer.__call__, h)\n"
+    plain = "class GPTBigCodeBlock(nn.Module):\n    pass\n"
+    assert logits_memory.read_checkpointing(layer) == "layer"
+    assert logits_memory.read_checkpointing(model) == "model"
+    assert logits_memory.read_checkpointing(plain) == "none"
+    assert logits_memory.checkpointing("4.45.2", "llama") == "model"
+    assert logits_memory.checkpointing("4.55.4", "llama") == "layer"
+    # transformers 4.55's GPTBigCode: gradient_checkpointing_enable() changes nothing
+    assert logits_memory.checkpointing("4.55.4", "gpt_bigcode") == "none"
+    assert not logits_memory.checkpoints("4.55.4", "gpt_bigcode")
+    assert logits_memory.checkpoints("4.52.4", "gpt_bigcode")
+    assert logits_memory.checkpointing("0.0.1", "llama") == "layer"  # not on record
+    assert logits_memory.checkpointing_for("3.2.2", "gpt_bigcode") == "none"

@@ -68,8 +68,13 @@ def read_release(wheel: Path) -> dict[str, dict[str, str]]:
         for model_type, folder in logits_memory.FAMILY_MODULES.items():
             path = f"transformers/models/{folder}/modeling_{folder}.py"
             if path in names:
-                code = logits_memory.read_loss_code(archive.read(path).decode(), loss)
-                read[model_type] = {"upcast": code.upcast, "shifts": code.shifts}
+                source = archive.read(path).decode()
+                code = logits_memory.read_loss_code(source, loss)
+                read[model_type] = {
+                    "upcast": code.upcast,
+                    "shifts": code.shifts,
+                    "checkpoints": logits_memory.read_checkpointing(source),
+                }
         return read
 
 
@@ -108,7 +113,10 @@ def write(directory: Path) -> None:
         "# release's own source (models/<family>/modeling_<family>.py, loss/loss_utils.py) by\n"
         "# logits_memory.read_loss_code. Written by tests/unit/test_transformers_releases.py\n"
         "# --write; the same test checks it against the wheels. upcast: where the logits become\n"
-        "# fp32 (model | loss | none); shifts: what the loss shifts (logits: a copy | labels).\n"
+        "# fp32 (model | loss | none); shifts: what the loss shifts (logits: a copy | labels);\n"
+        "# checkpoints: how the family's layers are checkpointed (layer: by the layer itself;\n"
+        "# model: by the model's forward around each layer; none: not at all;\n"
+        "# logits_memory.read_checkpointing).\n"
     )
     body = {"pinned_by": {r: pins[r] for r in sorted(pins)}, "releases": releases}
     RECORD.write_text(header + yaml.safe_dump(body, sort_keys=True, default_flow_style=None))

@@ -178,3 +178,17 @@ def test_an_unreadable_config_names_its_file(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ModelConfigUnavailable, match=f"^cannot read {tmp_path / 'config.json'}: "):
         read_model_config(str(tmp_path), None)
+
+
+def test_a_catalogue_model_found_nowhere_reads_its_shipped_shape_in_its_weights_format(tmp_path):
+    """read_model_config passes the model's name and weights format to the shapes shipped with
+    the package (catalog/model_shapes.yaml): a GPTQ checkpoint gets its quantization."""
+    missing = str(tmp_path / "nowhere")
+    vanilla = read_model_config(missing, None, model_name="granite-20b-v2")
+    assert vanilla["model_type"] == "gpt_bigcode" and "quantization_config" not in vanilla
+    gptq = read_model_config(
+        missing, None, model_name="granite-20b-v2", weights_format="GPTQ-Quantized"
+    )
+    assert gptq["quantization_config"] == {"quant_method": "gptq", "bits": 4}
+    with pytest.raises(ModelConfigUnavailable):
+        read_model_config(missing, None)

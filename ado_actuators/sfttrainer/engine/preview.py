@@ -28,6 +28,7 @@ from ado_actuators.sfttrainer.plan.memory_check import (
     MemoryAssessment,
     fewest_gpus,
     judge,
+    traces_directory,
 )
 from ado_actuators.sfttrainer.plan.speed_check import SpeedPrediction, predict_speed
 
@@ -164,11 +165,14 @@ def _memory_verdict(memory: MemoryAssessment) -> tuple[str, str]:
     return "fits", f"peak in the {memory.prediction.phase} phase"
 
 
-def _assess(values: Any, definition: ExperimentDefinition, found: FoundConfig) -> MemoryAssessment:
+def _assess(
+    values: Any, definition: ExperimentDefinition, found: FoundConfig, hf_home: str
+) -> MemoryAssessment:
     if values.number_gpus < 1:
         why = "number_gpus 0 trains on CPUs: no GPU memory to bound"
         return MemoryAssessment(skipped=why, prediction_skipped=why)
-    return judge(values, definition, found.config, enabled=True)
+    # an architecture the formula does not count is traced once per shape, kept under hf_home
+    return judge(values, definition, found.config, enabled=True, traces=traces_directory(hf_home))
 
 
 def _checkpoint_bytes(memory: MemoryAssessment) -> float | None:
@@ -220,7 +224,7 @@ def preview_entity(
         )
     except ModelConfigUnavailable as error:
         return dataclasses.replace(row, why=str(error), why_in_brief=error.brief)
-    memory = _assess(values, definition, found)
+    memory = _assess(values, definition, found, settings.hf_home)
     verdict, why = _memory_verdict(memory)
     fewest = None
     if verdict in ("certain OOM", "predicted OOM"):

@@ -1,7 +1,8 @@
-"""Memory of one device per gpu_model: the capacity the certain-OOM check compares a bound with.
+"""Memory of one device per gpu_model: the datasheet capacity the certain-OOM check compares a
+bound with, and what a training process can allocate, which the predicted peak is compared with.
 
 The figures and their sources are data (gpu_memory.yaml); a gpu_model not listed has no figure
-and the check is skipped (the measurement runs as it would without it).
+and the checks are skipped (the measurement runs as it would without them).
 """
 
 from __future__ import annotations
@@ -13,6 +14,13 @@ import pydantic
 from ado_actuators.sfttrainer.metrics import device_tables
 
 GIB = 2**30
+MIB = 2**20
+CUDA_CONTEXT_BYTES = 400 * MIB
+"""What the CUDA context of a training process takes of the device, outside torch's allocator:
+"around 400MB if CUDA >= 11.7 is used and lazy module loading enabled (default in PyTorch)"
+(pytorch/pytorch issue 109888, ptrblck); 287 MB measured for a bare tensor with lazy loading
+(pytorch/pytorch pull request 86509). Not visible to a CPU trace, not fitted: taken from those
+readings; the allocator headroom (plan/memory_peak.ALLOCATOR_HEADROOM) is fitted beside it."""
 
 
 class DeviceMemory(pydantic.BaseModel):
@@ -21,6 +29,14 @@ class DeviceMemory(pydantic.BaseModel):
     gib: float = pydantic.Field(gt=0)
     source: str
     aliases: tuple[str, ...] = ()
+    total_mib: float | None = pydantic.Field(default=None, gt=0)
+    total_source: str | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _total_has_a_source(self) -> DeviceMemory:
+        if (self.total_mib is None) != (self.total_source is None):
+            raise ValueError("total_mib and total_source go together")
+        return self
 
 
 @functools.cache
@@ -29,5 +45,27 @@ def memory_table() -> dict[str, DeviceMemory]:
 
 
 def device_memory_bytes(gpu_model: str | None) -> int | None:
+    """The datasheet capacity read as GiB: the certain bound's upper bound."""
     device = memory_table().get(gpu_model or "")
     return int(device.gib * GIB) if device else None
+
+
+def allocatable_bytes(gpu_model: str | None) -> int | None:
+    """What a training process can allocate: nvidia-smi's total less the CUDA context (the
+    datasheet capacity read as GiB where no nvidia-smi total is on record)."""
+    device = memory_table().get(gpu_model or "")
+    if device is None:
+        return None
+    total = device.total_mib * MIB if device.total_mib else device.gib * GIB
+    return int(total - CUDA_CONTEXT_BYTES)
+
+
+def allocatable_source(gpu_model: str | None) -> str | None:
+    """Where `allocatable_bytes`' total comes from."""
+    device = memory_table().get(gpu_model or "")
+    if device is None:
+        return None
+    return (
+        device.total_source
+        or f"no nvidia-smi total on record: the datasheet's {device.gib:g} GB read as GiB ({device.source})"
+    )

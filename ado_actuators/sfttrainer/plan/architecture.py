@@ -22,6 +22,9 @@ class UnsupportedArchitecture(ValueError):
 _LLAMA_LIKE = {"llama", "mistral", "granite", "qwen2", "qwen3"}
 _MOE = {"mixtral", "granitemoe", "granitemoeshared"}
 _SUPPORTED = _LLAMA_LIKE | _MOE | {"gpt_bigcode"}
+COUNTED = frozenset(_SUPPORTED)
+"""The model types counted by hand here and in plan/activations.py; any other is traced
+(plan/traced_parts.py)."""
 # transformers' own default where a config omits the key (MistralConfig/MixtralConfig: 8 kv
 # heads; the others: as many as query heads).
 _DEFAULT_KV_HEADS = {"mistral": 8, "mixtral": 8}

@@ -46,6 +46,88 @@ class LossCode:
     def __post_init__(self) -> None:
         assert self.upcast in ("model", "loss", "none") and self.shifts in ("logits", "labels")
 
+    def _widths(self, dtype_bytes: int) -> tuple[int, int, int, int]:
+        """(the model's logits, the loss's fp32 upcast, the width cross-entropy reads, the
+        shifted copy), bytes per [token, vocab] element."""
+        fp32 = 4
+        model = fp32 if self.upcast == "model" else dtype_bytes
+        upcast = fp32 if self.upcast == "loss" else 0
+        loss_width = fp32 if self.upcast != "none" else dtype_bytes
+        shifted = loss_width if self.shifts == "logits" else 0
+        return model, upcast, loss_width, shifted
+
+    def kept_bytes(
+        self, dtype_bytes: int, fused: str | None = None, autocast: bool = False
+    ) -> float:
+        """What the forward leaves for the loss's backward: cross-entropy's log_softmax output
+        (its input's width), joined under autocast by the fp32 copy nll_loss takes of a
+        low-precision one."""
+        if fused is not None:
+            return 0.0
+        _, _, loss_width, _ = self._widths(dtype_bytes)
+        return float(loss_width + (4 if autocast and self.upcast == "none" else 0))
+
+    def forward_bytes(
+        self,
+        dtype_bytes: int,
+        fused: str | None = None,
+        autocast: bool = False,
+        copy: bool = False,
+    ) -> float:
+        """Bytes per element alive at the forward's largest (the larger of `inside_bytes` and
+        `returned_bytes`)."""
+        return max(
+            self.inside_bytes(dtype_bytes, fused, autocast),
+            self.returned_bytes(dtype_bytes, fused, autocast, copy),
+        )
+
+    def inside_bytes(
+        self, dtype_bytes: int, fused: str | None = None, autocast: bool = False
+    ) -> float:
+        """Inside the model's forward: its logits, the loss's upcast and shifted copy beside
+        the log_softmax output."""
+        if fused == "chunked":
+            return 0.0
+        model, upcast, _, shifted = self._widths(dtype_bytes)
+        before = model + upcast + shifted
+        if fused == "in_place":
+            return float(before)
+        return float(before + self.kept_bytes(dtype_bytes, fused, autocast))
+
+    def returned_bytes(
+        self,
+        dtype_bytes: int,
+        fused: str | None = None,
+        autocast: bool = False,
+        copy: bool = False,
+    ) -> float:
+        """After the model returns: under mixed precision accelerate's fp32 conversion of the
+        logits beside them; with `copy` (TRL >= 0.14's token accuracy), a contiguous copy of
+        the returned logits beside them. Both beside the kept log_softmax."""
+        if fused is not None:
+            return 0.0
+        model, _, _, _ = self._widths(dtype_bytes)
+        saved = self.kept_bytes(dtype_bytes, fused, autocast)
+        returned = 4 if autocast else model
+        peaks = [model + saved]
+        if autocast:
+            peaks.append(model + saved + returned)
+        if copy:
+            peaks.append(returned + saved + returned)
+        return float(max(peaks))
+
+    def backward_bytes(
+        self, dtype_bytes: int, fused: str | None = None, autocast: bool = False
+    ) -> float:
+        """Bytes per element alive at the loss's backward: nll's gradient, the kept
+        log_softmax and its gradient, all of cross-entropy's input width."""
+        if fused == "chunked":
+            return 0.0
+        model, upcast, loss_width, shifted = self._widths(dtype_bytes)
+        if fused == "in_place":
+            return float(model + upcast + shifted)
+        return float(max(3 * loss_width, self.kept_bytes(dtype_bytes, fused, autocast)))
+
     def bytes_per_logit(
         self, dtype_bytes: int, fused: str | None = None, autocast: bool = False
     ) -> float:
@@ -60,23 +142,10 @@ class LossCode:
         `fused`: "in_place" (a kernel that writes the gradient into its input: no log_softmax
         tensors), "chunked" (a fused linear + cross-entropy that never holds the full logits).
         """
-        if fused == "chunked":
-            return 0.0
-        fp32 = 4
-        model = fp32 if self.upcast == "model" else dtype_bytes
-        upcast = fp32 if self.upcast == "loss" else 0
-        loss_width = fp32 if self.upcast != "none" else dtype_bytes
-        shifted = loss_width if self.shifts == "logits" else 0
-        before = model + upcast + shifted
-        if fused == "in_place":
-            return float(before)
-        saved = loss_width + (fp32 if autocast and self.upcast == "none" else 0)
-        peaks = [before + saved, 3 * loss_width]
-        if autocast:
-            # (where the model already upcasts nothing is converted, and this sum is then no
-            # larger than the forward's)
-            peaks.append(model + saved + fp32)
-        return float(max(peaks))
+        return max(
+            self.forward_bytes(dtype_bytes, fused, autocast),
+            self.backward_bytes(dtype_bytes, fused, autocast),
+        )
 
 
 def read_loss_code(modeling_source: str, loss_source: str | None) -> LossCode:
@@ -98,6 +167,24 @@ def read_loss_code(modeling_source: str, loss_source: str | None) -> LossCode:
         return LossCode(upcast=upcast, shifts=_shifted(loss))
     upcast = "model" if _upcasts_with_labels(forward) else "none"
     return LossCode(upcast=upcast, shifts=_shifted(forward))
+
+
+CHECKPOINTING = ("layer", "model", "none")
+
+
+def read_checkpointing(modeling_source: str) -> str:
+    """How the release's decoder layers are checkpointed: "layer", by the layer itself (a class
+    built on GradientCheckpointingLayer, 4.52 on: under FSDP the checkpoint runs inside the
+    layer's unit); "model", by the model's forward calling `self._gradient_checkpointing_func`
+    on each layer (before 4.52: under FSDP the unit runs inside the checkpoint, and reentrant
+    recomputation hands it a detached input); "none": not at all (transformers 4.55's
+    GPTBigCodeBlock is a plain nn.Module its model calls directly: gradient_checkpointing_enable()
+    sets a flag nothing reads, and every layer keeps its activations)."""
+    if re.search(r"^class \w+\([^)]*\bGradientCheckpointingLayer\b", modeling_source, re.M):
+        return "layer"
+    if "self._gradient_checkpointing_func(" in modeling_source:
+        return "model"
+    return "none"
 
 
 def _shifted(code: str) -> str:
@@ -145,19 +232,55 @@ def loss_code(transformers_version: str, model_type: str) -> LossCode | None:
     """What the release read, for a model family; None when the release or family is not in
     the record (the prediction then says so rather than guessing)."""
     family = _record()["releases"].get(transformers_version, {}).get(model_type)
-    return LossCode(**family) if family else None
+    return LossCode(upcast=family["upcast"], shifts=family["shifts"]) if family else None
+
+
+def checkpointing(transformers_version: str, model_type: str) -> str:
+    """How the release checkpoints a family's layers (read_checkpointing); "layer" where the
+    record does not say (the newest releases' way)."""
+    family = _record()["releases"].get(transformers_version, {}).get(model_type) or {}
+    return str(family.get("checkpoints", "layer"))
+
+
+def checkpoints(transformers_version: str, model_type: str) -> bool:
+    """Whether the release's layers of a family honour gradient checkpointing."""
+    return checkpointing(transformers_version, model_type) != "none"
+
+
+def pinned_release(fms_hf_tuning_version: str, package: str) -> str | None:
+    """The release of `package` the version's package list pins (plan/packages)."""
+    from ado_actuators.sfttrainer.plan.environments import read_package_list
+
+    for line in read_package_list(fms_hf_tuning_version):
+        if pinned := re.fullmatch(rf"{package}==([\w.]+)", line.strip()):
+            return pinned.group(1)
+    return None
 
 
 def transformers_release(fms_hf_tuning_version: str) -> str | None:
     """The transformers release the version's package list pins (plan/packages)."""
-    from ado_actuators.sfttrainer.plan.environments import read_package_list
+    return pinned_release(fms_hf_tuning_version, "transformers")
 
-    for line in read_package_list(fms_hf_tuning_version):
-        if pinned := re.fullmatch(r"transformers==([\w.]+)", line.strip()):
-            return pinned.group(1)
-    return None
+
+TRL_TOKEN_ACCURACY = (0, 14)
+"""TRL's SFTTrainer copies the logits (`outputs.logits[..., :-1, :].contiguous()`) to log its
+token accuracy from 0.14.0 on (huggingface/trl pull request 2597, merged 2025-01-21)."""
+
+
+def copies_logits(fms_hf_tuning_version: str) -> bool:
+    """Whether the TRL the version pins copies the logits in its compute_loss."""
+    release = pinned_release(fms_hf_tuning_version, "trl")
+    if release is None:
+        return False
+    parts = tuple(int(p) for p in re.findall(r"\d+", release)[:2])
+    return parts >= TRL_TOKEN_ACCURACY
 
 
 def loss_code_for(fms_hf_tuning_version: str, model_type: str) -> LossCode | None:
     """The LossCode of the release an fms-hf-tuning version trains with, for a model family."""
     return loss_code(transformers_release(fms_hf_tuning_version) or "", model_type)
+
+
+def checkpointing_for(fms_hf_tuning_version: str, model_type: str) -> str:
+    """How the release an fms-hf-tuning version trains with checkpoints a family's layers."""
+    return checkpointing(transformers_release(fms_hf_tuning_version) or "", model_type)

@@ -12,6 +12,7 @@ to, marked as a prediction.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
@@ -24,17 +25,28 @@ from ado_actuators.sfttrainer.contract.outcomes import (
     Measured,
     MeasurementOutcome,
 )
-from ado_actuators.sfttrainer.metrics.gpu_memory import GIB, device_memory_bytes
+from ado_actuators.sfttrainer.metrics.gpu_memory import (
+    GIB,
+    allocatable_bytes,
+    allocatable_source,
+    device_memory_bytes,
+)
+from ado_actuators.sfttrainer.plan import traced_parts
 from ado_actuators.sfttrainer.plan.architecture import (
+    COUNTED,
     ParameterCounts,
     UnsupportedArchitecture,
     count_parameters,
+    language_config,
     quantized_bits,
 )
 from ado_actuators.sfttrainer.plan.launch import batch_devices
-from ado_actuators.sfttrainer.plan.logits_memory import loss_code_for
+from ado_actuators.sfttrainer.plan.logits_memory import (
+    checkpointing_for,
+    copies_logits,
+    loss_code_for,
+)
 from ado_actuators.sfttrainer.plan.memory_bound import (
-    CUDA_CONTEXT_BYTES,
     GPTQ_MIN_BITS,
     MemoryBound,
     Training,
@@ -48,6 +60,7 @@ from ado_actuators.sfttrainer.plan.memory_peak import (
     Workload,
     predict_peak,
 )
+from ado_actuators.sfttrainer.plan.traced_parts import TraceUnavailable
 
 PROPERTY = "gpu_memory_lower_bound_gib"
 METADATA = "gpu_memory_bound"
@@ -68,19 +81,22 @@ class MemoryAssessment:
     counts: ParameterCounts | None = None
     dimensions: Dimensions | None = None
     trainable: int | None = None
+    allocatable: int | None = None
+    """What a training process can allocate on the device (nvidia-smi's total less the CUDA
+    context): the predicted peak is compared with it, the bound with `device_bytes`."""
 
     @property
     def predicted_need(self) -> float | None:
-        """Bytes of the device the prediction needs: the allocated peak, the allocator's
-        headroom over it, and the CUDA context."""
+        """Bytes the prediction needs of what the device can allocate: the allocated peak and
+        the allocator's headroom over it."""
         if self.prediction is None:
             return None
-        return self.prediction.total * (1 + ALLOCATOR_HEADROOM) + CUDA_CONTEXT_BYTES
+        return self.prediction.total * (1 + ALLOCATOR_HEADROOM)
 
     @property
     def predicted_oom(self) -> bool:
         need = self.predicted_need
-        return need is not None and self.device_bytes is not None and need > self.device_bytes
+        return need is not None and self.allocatable is not None and need > self.allocatable
 
     @property
     def certain_oom(self) -> bool:
@@ -129,20 +145,22 @@ class MemoryAssessment:
             "allocator_headroom": ALLOCATOR_HEADROOM,
             "needs_on_device_gib": round(self.predicted_need / GIB, 3),
         }
-        if self.device_bytes is not None:
-            data["device_memory_gib"] = round(self.device_bytes / GIB, 3)
+        if self.allocatable is not None:
+            data["allocatable_gib"] = round(self.allocatable / GIB, 3)
+            data["allocatable_source"] = allocatable_source(self.gpu_model)
         return data
 
     def predicted_invalid(self) -> Invalid:
         """skip_predicted_oom's answer: is_valid = 0 without launching, marked as predicted."""
-        assert self.prediction is not None and self.device_bytes is not None
+        assert self.prediction is not None and self.allocatable is not None
         need = self.predicted_need / GIB
         reason = (
             f"predicted GPU out of memory (a prediction, not a measurement): each device is "
             f"predicted to peak at {self.prediction.gib:.2f} GiB allocated in the "
-            f"{self.prediction.phase} phase, {need:.2f} GiB with the allocator's headroom and the "
-            f"CUDA context, but {self.gpu_model} has {self.device_bytes / GIB:g} GiB. Not "
-            f"launched: set the actuator parameter skip_predicted_oom: false to measure it anyway"
+            f"{self.prediction.phase} phase, {need:.2f} GiB with the allocator's headroom, but "
+            f"{self.gpu_model} can allocate {self.allocatable / GIB:.2f} GiB (its total less the "
+            f"CUDA context). Not launched: set the actuator parameter skip_predicted_oom: false "
+            f"to measure it anyway"
         )
         return Invalid(
             reason=reason,
@@ -176,19 +194,30 @@ def _workload(values: Any, definition: ExperimentDefinition, model_type: str) ->
     """What of the entity the activations and logits depend on (plan/memory_peak.py)."""
     kernels = values.fast_kernels or definition.fixed.get("fast_kernels") or []
     mixed = bool(values.bf16) or values.accelerate_config_mixed_precision != "no"
+    style = checkpointing_for(values.fms_hf_tuning_version, model_type)
+    honoured = style != "none"
     return Workload(
         per_device_batch=max(1, values.batch_size // batch_devices(values)),
         sequence_length=values.model_max_length,
-        gradient_checkpointing=bool(values.gradient_checkpointing),
+        gradient_checkpointing=bool(values.gradient_checkpointing) and honoured,
+        checkpointing_ignored=bool(values.gradient_checkpointing) and not honoured,
+        checkpointed_by_model=style == "model",
         reentrant_checkpointing=bool(values.gradient_checkpointing_use_reentrant),
-        flash_attention=bool(values.flash_attn),
+        # --use_flash_attn False leaves transformers' default: sdpa
+        attention="flash_attention_2" if values.flash_attn else "sdpa",
         gradient_accumulation_steps=values.gradient_accumulation_steps,
         loss=loss_code_for(values.fms_hf_tuning_version, model_type),
         fused_loss="in_place" if kernels[:1] == ["True"] else None,
         fast_rms_layernorm=kernels[1:2] == ["True"],
         autocast=mixed,
         fsdp_upcast=mixed and values.distributed_backend == "FSDP",
+        logits_copy=copies_logits(values.fms_hf_tuning_version),
     )
+
+
+def traces_directory(hf_home: str) -> Path:
+    """Where traced configurations are kept (plan/traced_parts.py)."""
+    return Path(hf_home) / traced_parts.TRACE_DIRECTORY
 
 
 def assess(
@@ -209,32 +238,38 @@ def assess(
     except ModelConfigUnavailable as error:
         why = f"no bound from the model's config.json: {error}"
         return MemoryAssessment(skipped=why, prediction_skipped=why)
-    return judge(values, definition, config, enabled=enabled)
+    return judge(values, definition, config, enabled=enabled, traces=traces_directory(hf_home))
 
 
 def judge(
-    values: Any, definition: ExperimentDefinition, config: dict[str, Any], *, enabled: bool
+    values: Any,
+    definition: ExperimentDefinition,
+    config: dict[str, Any],
+    *,
+    enabled: bool,
+    traces: Path | None = None,
 ) -> MemoryAssessment:
-    """assess() on a config.json already read."""
+    """assess() on a config.json already read. An architecture plan/architecture.py counts is
+    predicted by its formula (plan/memory_peak.py); any other, from a trace of its own code
+    (plan/traced_parts.py), kept under `traces`."""
     try:
-        counts = count_parameters(config)
         bits = quantized_bits(config)
-        dims = Dimensions.of(config)
-    except (UnsupportedArchitecture, KeyError, TypeError) as error:
+        if language_config(config).get("model_type") in COUNTED:
+            counts, dims, training, bound, prediction = _by_formula(
+                values, definition, config, bits
+            )
+        else:
+            counts, dims, training, bound, prediction = _by_trace(
+                values, definition, config, bits, traces
+            )
+    except (UnsupportedArchitecture, KeyError, TypeError, TraceUnavailable) as error:
         why = f"no bound from the model's config.json: {error}"
         return MemoryAssessment(skipped=why, prediction_skipped=why)
-    if bits is None and definition.weights_format == "GPTQ-Quantized":
-        bits = GPTQ_MIN_BITS
-    targets = catalog_data().target_modules(values.model_name)
-    training = Training.of(values, definition.peft_method, targets, bits)
-    bound = memory_bound(counts, training)
-    workload = _workload(values, definition, dims.model_type)
-    adapted = tuple(targets) if definition.peft_method == "lora" else ()
-    prediction = predict_peak(counts, dims, training, bound, workload, adapted)
     device = device_memory_bytes(values.gpu_model)
     found = MemoryAssessment(
         bound=bound,
         device_bytes=device,
+        allocatable=allocatable_bytes(values.gpu_model),
         gpu_model=values.gpu_model,
         prediction=prediction,
         counts=counts,
@@ -251,6 +286,53 @@ def judge(
     if not enabled:
         return dataclasses.replace(found, skipped="turned off (memory_bound_check: false)")
     return found
+
+
+def _training(values: Any, definition: ExperimentDefinition, bits: int | None) -> Training:
+    if bits is None and definition.weights_format == "GPTQ-Quantized":
+        bits = GPTQ_MIN_BITS
+    targets = catalog_data().target_modules(values.model_name)
+    return Training.of(values, definition.peft_method, targets, bits)
+
+
+def _by_formula(
+    values: Any, definition: ExperimentDefinition, config: dict[str, Any], bits: int | None
+) -> tuple:
+    counts = count_parameters(config)
+    dims = Dimensions.of(config)
+    training = _training(values, definition, bits)
+    bound = memory_bound(counts, training)
+    workload = _workload(values, definition, dims.model_type)
+    adapted = training.target_modules if definition.peft_method == "lora" else ()
+    prediction = predict_peak(counts, dims, training, bound, workload, adapted)
+    return counts, dims, training, bound, prediction
+
+
+def _by_trace(
+    values: Any,
+    definition: ExperimentDefinition,
+    config: dict[str, Any],
+    bits: int | None,
+    traces: Path | None,
+) -> tuple:
+    """An architecture the formula does not know: its parts from a trace of its own code (a
+    quantized checkpoint traced at the model's dtype, its block weights then as the bound
+    counts them)."""
+    training = _training(values, definition, bits)
+    model_type = str(language_config(config).get("model_type"))
+    workload = _workload(values, definition, model_type)
+    spec = traced_parts.request(config, training, workload, {"lora_alpha": values.lora_alpha})
+    found = traced_parts.traced(spec, traces)
+    counts = traced_parts.counts_of(found.inventory)
+    bound = memory_bound(counts, training)
+    plain = memory_bound(counts, dataclasses.replace(training, quantized_bits=None))
+    quantized = plain.parts["weights"] - bound.parts["weights"]
+    prediction = traced_parts.predict(found, training, bound, workload, quantized)
+    try:
+        dims = Dimensions.of(config)
+    except (KeyError, TypeError):
+        dims = None
+    return counts, dims, training, bound, prediction
 
 
 def fewest_gpus(
@@ -272,7 +354,7 @@ def fewest_gpus(
         trial = values.model_copy(
             update={"number_gpus": gpus, "batch_size": per_device * gpus, "number_nodes": 1}
         )
-        found = judge(trial, definition, config, enabled=True)
+        found = judge(trial, definition, config, enabled=True, traces=traces_directory(hf_home))
         if found.prediction is None or found.skipped:
             return None
         if not found.certain_oom and not found.predicted_oom:

@@ -4,16 +4,21 @@ Unlike the bound (memory_bound.py), this is an estimate of what torch's allocato
 (`torch.cuda.max_memory_allocated`), not a floor. A step has phases, and the peak is the
 largest phase, not their sum:
 
-- forward and backward: the model states at rest, FSDP's gathered units, the activations
-  autograd keeps (under gradient checkpointing: every layer's input, plus one layer recomputed),
-  and the logits and the loss at their peak;
-- the optimizer step: weights, gradients, optimizer state, and the temporaries torch's foreach
-  AdamW allocates (one state-sized copy: `_foreach_sqrt` of exp_avg_sq).
+- forward: the model states at rest, FSDP's gathered units, what every layer keeps for backward
+  (under gradient checkpointing: every layer's input), and the logits and the loss at their
+  largest;
+- backward: the largest of its moments: the loss's backward (the logits' gradients); the first
+  layer it reaches (under checkpointing, recomputed), with the MLP's gradients; the last layer
+  it reaches, with every gradient but the embedding's;
+- optimizer_step: weights, gradients, optimizer state, and the temporary torch's foreach AdamW
+  allocates (one state-sized `_foreach_sqrt` of exp_avg_sq, per parameter group).
 
-Every constant fitted to published runs is a field of `Fitted`, and FITTED holds the values
-fitted on all of fms-acceleration's A100 runs; `benchmarks/memory_bound.py` prints the
-prediction against fms-acceleration's A100 runs with those constants fitted on the other model
-families (leave one family out).
+Every tensor is counted from the code that allocates it (plan/activations.py; the logits per
+transformers release, plan/logits_memory.py), and checked against a trace of that code
+(benchmarks/memory_truth.py): no constant fitted to measurements sizes a tensor. What a CPU
+trace cannot show (the CUDA context, cuBLAS's workspaces, the caching allocator's headroom) is
+added when the prediction is compared with a device (plan/memory_check.py), fitted on public
+GPU runs (benchmarks/memory_prediction.py).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ado_actuators.sfttrainer.plan import activations
 from ado_actuators.sfttrainer.plan.architecture import ParameterCounts, language_config
 from ado_actuators.sfttrainer.plan.logits_memory import LossCode
 from ado_actuators.sfttrainer.plan.memory_bound import (
@@ -31,36 +37,22 @@ from ado_actuators.sfttrainer.plan.memory_bound import (
     Training,
 )
 
-
-@dataclasses.dataclass(frozen=True)
-class Fitted:
-    """The prediction's two fitted constants (benchmarks/memory_bound.py fits and judges them)."""
-
-    activations: float = 1.0
-    """Scale on the per-layer activations counted from the saved tensors (allocator rounding,
-    autograd's own buffers, tensors the count misses)."""
-    recompute: float = 2.0
-    """Layers' worth of activations alive while one checkpointed layer is recomputed and its
-    backward runs: the recomputed layer, and the gradients of its activations."""
-    logits: float = 1.0
-    """Scale on the logits and loss tensors counted from the release's loss code (the
-    cross-entropy kernels' own workspaces, copies the count misses)."""
-
-
-FITTED = Fitted(activations=0.8, recompute=2.0, logits=1.05)
-"""Fitted on every fms-acceleration A100 run with a torch peak (benchmarks/memory_bound.py:
-median |error| 1.1 % over 244 runs; each family judged with the others' fit: 0.7-6.9 %, except
-santacoder's LoRA, under by half)."""
-ALLOCATOR_HEADROOM = 0.05
-"""What the caching allocator reserves beyond the allocated peak (fragmentation, rounding), as
-a share of it, when the prediction is compared with a device: the largest a run that ran on the
-public A100 data allows is 6.6 %, so no run that ran is called out of memory."""
+ALLOCATOR_HEADROOM = 0.007
+"""What the caching allocator holds beyond the allocated peak (cached blocks, fragmentation,
+cuBLAS's workspaces), as a share of it, when the prediction is compared with a device: the
+least any run that ran on fms-acceleration's A100 tables held (nvidia-smi's peak less the CUDA
+context over torch's, 0.70 % for Llama-3-8B full fine-tuning at batch 4; 0.81 % with the Llama
+runs left out). Fitted by benchmarks/memory_prediction.fit_headroom."""
 
 FSDP_PREFETCHED_UNITS = 2
-"""FSDP's default BACKWARD_PRE prefetch gathers the next unit while the current one runs."""
-DROPOUT_MASK_BYTES = 1
-"""fms-hf-tuning's LoRA default lora_dropout 0.05: dropout keeps a copy of each adapted input
-and its mask, a byte per element."""
+"""FSDP's default BACKWARD_PRE prefetch gathers the next unit while the current one runs. Under
+LoRA the next unit is an adapter (PEFT's wrap policy makes each one a unit of its own): one
+decoder layer is gathered at a time (benchmarks/memory_truth.py's FSDP rows)."""
+ADAPTER_BYTES = 4
+"""PEFT (0.12 on, every pinned release) keeps LoRA and prompt-tuning weights in fp32
+(autocast_adapter_dtype): their gradients and AdamW state are fp32 too."""
+PHASES = ("forward", "backward", "optimizer_step")
+MOE_DISPATCH = {"mixtral": "mixtral", "granitemoe": "granitemoe", "granitemoeshared": "granitemoe"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +68,15 @@ class Dimensions:
     intermediate: int
     vocab: int
     experts_per_token: int = 1
+    qk_norm: bool = False
+    rotary: bool = True
+    transformed_embedding: bool = False
+    """The first layer's input is not the embedding's output: Granite multiplies it by
+    embedding_multiplier, GPTBigCode adds the position embeddings."""
+    experts: int = 1
+    shared_intermediate: int = 0
+    residual_dropout: bool = False  # GPTBigCode: resid_pdrop, embd_pdrop > 0
+    buffers: int = 0  # bytes of buffers beside the parameters
 
     @classmethod
     def of(cls, config: dict[str, Any]) -> Dimensions:
@@ -92,6 +93,13 @@ class Dimensions:
                 hidden // heads if config.get("multi_query", True) else hidden,
                 config.get("n_inner") or 4 * hidden,
                 config["vocab_size"],
+                rotary=False,
+                transformed_embedding=True,
+                # GPTBigCodeConfig's default is 0.1
+                residual_dropout=config.get("resid_pdrop", 0.1) > 0,
+                # the model's causal mask: a bool [positions, positions] buffer
+                buffers=(config.get("n_positions") or config.get("max_position_embeddings") or 0)
+                ** 2,
             )
         hidden, heads = config["hidden_size"], config["num_attention_heads"]
         head_dim = config.get("head_dim") or hidden // heads
@@ -106,6 +114,10 @@ class Dimensions:
             intermediate=config["intermediate_size"],
             vocab=config["vocab_size"],
             experts_per_token=config.get("num_experts_per_tok") or 1,
+            qk_norm=model_type == "qwen3",
+            transformed_embedding=model_type.startswith("granite"),
+            experts=config.get("num_local_experts") or 1,
+            shared_intermediate=config.get("shared_intermediate_size") or 0,
         )
 
 
@@ -117,17 +129,30 @@ class Workload:
     sequence_length: int
     gradient_checkpointing: bool = True
     reentrant_checkpointing: bool = False  # torch.utils.checkpoint's use_reentrant=True
-    flash_attention: bool = True
+    attention: str = "flash_attention_2"  # flash_attention_2 | sdpa | eager
     gradient_accumulation_steps: int = 1
     loss: LossCode | None = None
     fused_loss: str | None = None  # None | "in_place" | "chunked" (logits_memory.LossCode)
     fast_rms_layernorm: bool = False
     autocast: bool = False  # bf16/fp16 mixed precision: autocast, outputs converted to fp32
     fsdp_upcast: bool = False  # mixed precision under FSDP: accelerate upcasts to fp32
+    logits_copy: bool = False  # TRL >= 0.14 copies the logits for its token accuracy
+    lora_dropout: bool = True
+    checkpointing_ignored: bool = False  # asked for, but the release's layers do not honour it
+    checkpointed_by_model: bool = False
+    """The model's forward checkpoints each layer (transformers before 4.52): an FSDP unit then
+    runs inside the checkpoint (logits_memory.read_checkpointing's "model")."""
 
     @property
     def tokens(self) -> int:
         return self.per_device_batch * self.sequence_length
+
+    @property
+    def input_hook(self) -> bool:
+        """TRL's input-gradient hook (PEFT under reentrant checkpointing), installed from the
+        arguments: also where the release's layers then ignore checkpointing."""
+        asked = self.gradient_checkpointing or self.checkpointing_ignored
+        return asked and self.reentrant_checkpointing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +160,11 @@ class PeakPrediction:
     """Bytes per device in each phase, by part; the peak is the largest phase."""
 
     phases: dict[str, dict[str, float]]
-    fitted: Fitted = FITTED
+    moments: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Per phase, the moment its peak is at (e.g. backward: "loss")."""
+    candidates: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    """Per phase, every moment considered and its total (bytes)."""
+    source: str = "formula"  # formula (plan/activations.py) | trace (plan/traced_parts.py)
     notes: tuple[str, ...] = ()
 
     @property
@@ -158,90 +187,171 @@ class PeakPrediction:
                 name: {k: round(v / GIB, 3) for k, v in parts.items()}
                 for name, parts in self.phases.items()
             },
-            "fitted": dataclasses.asdict(self.fitted),
+            "moments": dict(self.moments),
+            "moments_gib": {
+                phase: {name: round(total / GIB, 3) for name, total in totals.items()}
+                for phase, totals in self.candidates.items()
+            },
+            "parts_from": self.source,
             "notes": list(self.notes),
         }
 
 
-def _norm_bytes(dims: Dimensions, trains_norms: bool, fused: bool) -> int:
-    """Per token, what one RMSNorm keeps for backward. Eager: the fp32 copy of its input (for
-    the variance's gradient) and, when its weight trains, the normalized input in the model's
-    dtype; a fused kernel keeps the input and a per-row scale."""
-    if fused or dims.model_type == "gpt_bigcode":  # LayerNorm's kernel keeps its input
-        return 2 * dims.hidden
-    return 4 * dims.hidden + (2 * dims.hidden if trains_norms else 0)
+def block_of(
+    dims: Dimensions, training: Training, workload: Workload, adapted: tuple[str, ...] = ()
+) -> activations.Block:
+    """A decoder layer as plan/activations.py counts it."""
+    return activations.Block(
+        hidden=dims.hidden,
+        q_width=dims.q_width,
+        kv_width=dims.kv_width,
+        heads=dims.heads,
+        intermediate=dims.intermediate,
+        width=DTYPE_BYTES[training.torch_dtype],
+        method=training.peft_method,
+        attention=workload.attention,
+        adapted=adapted if training.peft_method == "lora" else (),
+        lora_r=training.lora_r,
+        lora_dropout=workload.lora_dropout,
+        fused_norm=workload.fast_rms_layernorm,
+        experts_per_token=dims.experts_per_token,
+        autocast=workload.autocast,
+        qk_norm=dims.qk_norm,
+        moe=MOE_DISPATCH.get(dims.model_type) if dims.experts > 1 else None,
+        experts=dims.experts,
+        shared_intermediate=dims.shared_intermediate,
+        family="gpt_bigcode" if dims.model_type == "gpt_bigcode" else "llama",
+        residual_dropout=dims.residual_dropout,
+    )
 
 
-def layer_activation_bytes(
-    dims: Dimensions,
-    training: Training,
-    workload: Workload,
-    adapted: tuple[str, ...] = (),
-    fitted: Fitted = FITTED,
-) -> float:
-    """Bytes one decoder layer keeps for backward per token, without checkpointing.
+def model_length(training: Training, workload: Workload) -> int:
+    """The sequence the layers see: prompt tuning prepends its virtual tokens."""
+    virtual = PROMPT_TUNING_VIRTUAL_TOKENS if training.peft_method == "pt" else 0
+    return workload.sequence_length + virtual
 
-    Counted from the tensors autograd saves in a Llama-style block in the model's dtype: the two
-    norms, the attention's q, k, v and output (flash attention's saved tensors; the rotary
-    embedding's outputs are those q and k), and the MLP's gate, activation and up outputs (and
-    the product down_proj reads, when its weight trains). A frozen linear keeps nothing for its
-    weight's gradient; a LoRA-adapted one keeps the dropout copy of its input and its mask.
-    """
+
+def input_grads(training: Training, workload: Workload) -> bool:
+    """Whether the first layer's input needs a gradient: the embedding trains (full
+    fine-tuning), prompt tuning's virtual tokens are joined to it, or TRL installs the
+    input-gradient hook (PEFT under reentrant checkpointing)."""
+    return training.peft_method != "lora" or (
+        workload.gradient_checkpointing and workload.reentrant_checkpointing
+    )
+
+
+def layer_bytes(
+    dims: Dimensions, training: Training, workload: Workload, adapted: tuple[str, ...] = ()
+) -> dict[str, float]:
+    """Per layer, for the device's batch: what the first and any other layer keep, what a
+    layer's backward adds, and a checkpointed layer's input."""
+    block = block_of(dims, training, workload, adapted)
+    length = model_length(training, workload)
+    tokens = workload.per_device_batch * length
+    first = activations.layer_saved(block, length, True, input_grads(training, workload))
+    backward = activations.layer_backward(block)
+    hooked = training.peft_method != "none" and workload.input_hook
+    if workload.gradient_checkpointing and workload.reentrant_checkpointing:
+        backward += block.width * dims.hidden  # the recomputed output, held through backward
+    real = block.width * dims.hidden * workload.tokens
+    expert_weights = dims.experts * 2 * dims.intermediate * dims.hidden * block.width
+    return {
+        "first": first * tokens,
+        "other": activations.layer_saved(block, length) * tokens,
+        "backward": backward * tokens + activations.experts_backward(block, expert_weights),
+        "forward": activations.layer_forward(block, not workload.gradient_checkpointing) * tokens,
+        "recomputed": activations.layer_forward(block, True) * tokens,
+        "input": block.width * dims.hidden * tokens,
+        # rotary cos and sin, (1, s, head_dim) each, kept by every layer once
+        "rotary": 2 * length * (dims.q_width // max(1, dims.heads)) * block.width * dims.rotary,
+        # TRL's input-gradient hook makes the embedding's output a leaf that needs a gradient:
+        # autograd holds it through backward (prompt tuning joins the virtual tokens to it and
+        # Granite scales it, so it is not the first layer's input) and gives it a gradient at
+        # the end
+        "embedded": real
+        if hooked and (training.peft_method == "pt" or dims.transformed_embedding)
+        else 0.0,
+        "embedded_gradient": real if hooked else 0.0,
+    }
+
+
+def head_bytes(dims: Dimensions, training: Training, workload: Workload) -> float:
+    """What the final norm, the LM head and the loss's target keep for backward: the norm's
+    fp32 input (its output needs a gradient under every method), the LM head's input when it
+    trains, the token ids the embedding keeps when it trains, the int64 labels."""
     width = DTYPE_BYTES[training.torch_dtype]
     full = training.peft_method == "none"
-    h, q, kv, inter = dims.hidden, dims.q_width, dims.kv_width, dims.intermediate
-    norms = 2 * _norm_bytes(dims, full, workload.fast_rms_layernorm)
-    attention = width * (2 * q + 2 * kv)
-    if not workload.flash_attention:
-        # eager/math attention keeps the [heads, s, s] probabilities per sequence: fp32 from
-        # the softmax and the dtype copy the value matmul reads
-        attention += dims.heads * workload.sequence_length * (4 + width)
     if dims.model_type == "gpt_bigcode":
-        mlp = width * 2 * inter  # GELU's input and output
-    else:
-        mlp = width * (3 + (1 if full else 0)) * inter
-    mlp *= dims.experts_per_token
-    adapters = 0.0
-    if training.peft_method == "lora":
-        # every target reads the hidden state but these two
-        inputs = {"o_proj": q, "down_proj": inter}
-        per_input = width + DROPOUT_MASK_BYTES
-        adapters = sum(
-            per_input * inputs.get(name, h) + width * training.lora_r for name in adapted
-        )
-    return fitted.activations * (norms + attention + mlp + adapters)
+        # LayerNorm: its input, a mean and an rstd in the dtype; the embedding dropout's mask;
+        # the LM head's input and both embeddings' ids when they train
+        per_token = width * dims.hidden + 2 * width + 8
+        if dims.residual_dropout and input_grads(training, workload):
+            per_token += activations.MASK * dims.hidden  # kept when the embeddings need a gradient
+        per_token += width * dims.hidden + 16 if full else 0
+        return per_token * workload.per_device_batch * model_length(training, workload)
+    per_token = activations.FP32 * dims.hidden + activations.FP32 + 8
+    if workload.fast_rms_layernorm:
+        per_token = width * dims.hidden + activations.FP32 + 8
+    if full:
+        per_token += 2 * width * dims.hidden + 8
+    return per_token * workload.per_device_batch * model_length(training, workload)
 
 
-def activation_bytes(
-    dims: Dimensions,
-    training: Training,
-    workload: Workload,
-    adapted: tuple[str, ...] = (),
-    fitted: Fitted = FITTED,
-) -> dict[str, float]:
-    per_layer = layer_activation_bytes(dims, training, workload, adapted, fitted) * workload.tokens
-    if workload.gradient_checkpointing:
-        width = DTYPE_BYTES[training.torch_dtype]
-        inputs = dims.layers * workload.tokens * dims.hidden * width
-        return {"checkpointed_inputs": float(inputs), "recompute": fitted.recompute * per_layer}
-    return {"activations": dims.layers * per_layer}
-
-
-def logits_bytes(
-    dims: Dimensions, training: Training, workload: Workload, fitted: Fitted = FITTED
-) -> float:
-    """The logits and the loss at their peak: [tokens, vocab] times the release's bytes
-    (prompt tuning's virtual tokens ride along in every sequence)."""
+def logits_bytes(dims: Dimensions, training: Training, workload: Workload) -> dict[str, float]:
+    """The logits and the loss at their largest, forward and backward, and of the backward's
+    the part kept from the forward (the log-softmax): [tokens, vocab] times the release's
+    bytes (plan/logits_memory.py)."""
     if workload.loss is None:
-        return 0.0
-    tokens = workload.tokens
-    if training.peft_method == "pt":
-        tokens += workload.per_device_batch * PROMPT_TUNING_VIRTUAL_TOKENS
+        return dict.fromkeys(("inside", "returned", "backward", "kept"), 0.0)
+    elements = workload.per_device_batch * model_length(training, workload) * dims.vocab
     width = DTYPE_BYTES[training.torch_dtype]
-    per_logit = workload.loss.bytes_per_logit(
-        width, workload.fused_loss, autocast=workload.autocast
-    )
-    return fitted.logits * tokens * dims.vocab * per_logit
+    code, fused, autocast = workload.loss, workload.fused_loss, workload.autocast
+    return {
+        "inside": elements * code.inside_bytes(width, fused, autocast),
+        "returned": elements * code.returned_bytes(width, fused, autocast, workload.logits_copy),
+        "backward": elements * code.backward_bytes(width, fused, autocast),
+        "kept": elements * code.kept_bytes(width, fused, autocast),
+    }
+
+
+def model_states(
+    counts: ParameterCounts,
+    training: Training,
+    bound: MemoryBound,
+    workload: Workload,
+    buffers: int = 0,
+) -> tuple[dict[str, float], list[str]]:
+    """Weights, gradients, optimizer state and foreach AdamW's temporary on one device: the
+    bound's, with PEFT's fp32 adapters, and accelerate's fp32 upcast of FSDP's trainable flat
+    parameters under mixed precision."""
+    weights, gradients = bound.parts["weights"], bound.parts["gradients"]
+    state = bound.parts["optimizer_state"]
+    notes = []
+    width = DTYPE_BYTES[training.torch_dtype]
+    if training.peft_method != "none" and width < ADAPTER_BYTES:
+        # the bound counts the adapters in the model's dtype (its smaller reading)
+        scale = ADAPTER_BYTES / width
+        weights += (scale - 1) * gradients
+        gradients, state = gradients * scale, state * scale
+    if workload.fsdp_upcast and bound.shards > 1 and not training.quantized_bits:
+        # accelerate upcasts FSDP's flat parameters to fp32 under mixed precision when they
+        # train: gradients and AdamW's state (zeros_like) become fp32 too. Under PEFT the
+        # adapters are units of their own (peft's fsdp_auto_wrap_policy), already fp32.
+        if training.peft_method == "none":
+            scale = ADAPTER_BYTES / width
+            weights, gradients, state = weights * scale, gradients * scale, state * scale
+        notes.append("FSDP under mixed precision: trainable parameters upcast to fp32")
+    # foreach AdamW's `_foreach_sqrt(exp_avg_sq)`: one state tensor per parameter of a group,
+    # the decay group (every trainable parameter but norms and biases) the largest
+    norms = counts.norms / max(1, counts.total) if training.peft_method == "none" else 0.0
+    temporaries = state / 2 * (1 - norms)
+    parts = {
+        "weights": weights + buffers,
+        "gradients": gradients,
+        "optimizer_state": state,
+        "optimizer_temporaries": temporaries,
+    }
+    return parts, notes
 
 
 def held_input_gradient_bytes(
@@ -254,31 +364,51 @@ def held_input_gradient_bytes(
     the last layer's backward, every other layer's input gradient is alive beside the inputs
     already counted. Seen in fms-acceleration's A100 runs as ~0.93 GiB more per sample of 4,096
     tokens on 2 and 4 GPUs than on 1 for Mistral-7B LoRA, and not for full fine-tuning, whose
-    units train; benchmarks/fsdp_frozen_layers.py reproduces it on CPU."""
+    units train; benchmarks/fsdp_frozen_layers.py reproduces it on CPU. Only where the model's
+    forward checkpoints each layer (the unit inside the checkpoint): a layer that checkpoints
+    itself (transformers 4.52 on) recomputes inside its unit, whose hook then holds nothing
+    (benchmarks/memory_truth.py's FSDP rows)."""
     if not (
         training.distributed_backend == "FSDP"
         and bound.shards > 1
         and training.peft_method != "none"
         and workload.gradient_checkpointing
         and workload.reentrant_checkpointing
+        and workload.checkpointed_by_model
     ):
         return 0.0
     width = DTYPE_BYTES[training.torch_dtype]
-    return float((dims.layers - 1) * workload.tokens * dims.hidden * width)
+    tokens = workload.per_device_batch * model_length(training, workload)
+    return float((dims.layers - 1) * tokens * dims.hidden * width)
 
 
 def gathered_bytes(
     counts: ParameterCounts, dims: Dimensions, bound: MemoryBound, training: Training
 ) -> float:
     """FSDP's unsharded parameters during forward and backward: the root unit (embedding, LM
-    head, final norm: gathered for the whole step) and the prefetched decoder layers."""
-    if training.distributed_backend != "FSDP":  # one device's share is all of it: nothing gathered
-        return 0.0
+    head, final norm: gathered for the whole step) and the prefetched decoder layers, each
+    all-gathered whole into a buffer beside the device's own shard (benchmarks/memory_truth.py's
+    FSDP rows: the shard stays)."""
+    if training.distributed_backend != "FSDP" or bound.shards < 2:
+        return 0.0  # one device's share is all of it: nothing gathered
     width = DTYPE_BYTES[training.torch_dtype]
     root = counts.embedding + counts.lm_head + dims.hidden
     layer = (counts.total - root) / max(1, dims.layers)
-    unsharded = (root + FSDP_PREFETCHED_UNITS * layer) * width
-    return unsharded * (1 - 1 / bound.shards)
+    return (root + gathered_layers(training) * layer) * width
+
+
+def gathered_layers(training: Training) -> int:
+    """Decoder layers FSDP holds unsharded at once (FSDP_PREFETCHED_UNITS)."""
+    return 1 if training.peft_method == "lora" else FSDP_PREFETCHED_UNITS
+
+
+def head_gradients(counts: ParameterCounts, training: Training, bound: MemoryBound) -> float:
+    """Gradients allocated before the first layer's backward: the LM head's (the embedding's,
+    when tied) and the final norm's, under full fine-tuning."""
+    if training.peft_method != "none":
+        return 0.0
+    head = (counts.lm_head or counts.embedding) + counts.hidden_size
+    return bound.parts["gradients"] * head / max(1, counts.total)
 
 
 def predict_peak(
@@ -288,55 +418,171 @@ def predict_peak(
     bound: MemoryBound,
     workload: Workload,
     adapted: tuple[str, ...] = (),
-    fitted: Fitted = FITTED,
 ) -> PeakPrediction:
     """The peak of `workload` on one device; `bound` gives the model states as the certain-OOM
     bound counts them (the same sharding), without its CUDA context, which torch's peak does
     not include."""
-    weights, gradients = bound.parts["weights"], bound.parts["gradients"]
-    state = bound.parts["optimizer_state"]
-    notes = list(bound.notes)
+    states, upcast_notes = model_states(counts, training, bound, workload, dims.buffers)
+    notes = [*bound.notes, *upcast_notes]
     if workload.loss is None and workload.fused_loss != "chunked":
         notes.append("logits not counted: the transformers release's loss is not on record")
-    if workload.fsdp_upcast and bound.shards > 1 and not training.quantized_bits:
-        # accelerate upcasts FSDP's flat parameters to fp32 under mixed precision when they
-        # train: gradients and AdamW's state (zeros_like) become fp32 too. Under PEFT the
-        # adapters are units of their own (peft's fsdp_auto_wrap_policy, which the trainer
-        # installs), so the layers' frozen flat parameters stay in the model's dtype.
-        scale = 4 / DTYPE_BYTES[training.torch_dtype]
-        if training.peft_method == "none":
-            weights = weights * scale
-        gradients, state = gradients * scale, state * scale
-        notes.append("FSDP under mixed precision: trainable parameters upcast to fp32")
-    at_rest = {"weights": weights, "optimizer_state": state}
-    # Gradients are freed after each step (zero_grad sets them to None) and grow through the
-    # backward pass; with accumulation they stay from the first micro-batch on.
-    accumulating = gradients if workload.gradient_accumulation_steps > 1 else 0.0
-    during = {
-        **at_rest,
+    if workload.checkpointing_ignored:
+        notes.append(
+            "gradient checkpointing asked for, but this transformers release's layers of the "
+            "family ignore it (logits_memory.read_checkpointing): predicted without it"
+        )
+    accumulating = states["gradients"] if workload.gradient_accumulation_steps > 1 else 0.0
+    base = {
+        "weights": states["weights"],
+        "optimizer_state": states["optimizer_state"],
         "gradients": accumulating,
         "fsdp_gathered": gathered_bytes(counts, dims, bound, training),
     }
-    activations = activation_bytes(dims, training, workload, adapted, fitted)
-    recompute = activations.pop("recompute", None)
-    # The logits live from the LM head through the loss's backward, before any layer is
-    # recomputed; a recomputed layer lives after them. Never both at once.
-    phases = {
+    layer = layer_bytes(dims, training, workload, adapted)
+    kept = _kept(dims, workload, layer) + head_bytes(dims, training, workload)
+    logits = logits_bytes(dims, training, workload)
+    forwards = _forward_moments(dims, training, workload, layer, base, kept, logits)
+    largest = max(forwards, key=lambda name: sum(forwards[name].values()))
+    forward = forwards[largest]
+    moments = {
         "loss": {
-            **during,
-            **activations,
-            "logits_and_loss": logits_bytes(dims, training, workload, fitted),
-        }
+            **base,
+            "activations": kept,
+            "logits": logits["kept"],
+            "logits_gradients": logits["backward"] - logits["kept"],
+        },
+        **_layer_moments(counts, dims, training, bound, workload, layer, base, states),
     }
-    if recompute is not None:
-        phases["backward"] = {**during, **activations, "recompute": recompute}
+    moment = max(moments, key=lambda name: sum(moments[name].values()))
+    step = {k: states[k] for k in ("weights", "gradients", "optimizer_state")}
+    step["optimizer_temporaries"] = states["optimizer_temporaries"]
+    return PeakPrediction(
+        phases={"forward": forward, "backward": moments[moment], "optimizer_step": step},
+        moments={"forward": largest, "backward": moment, "optimizer_step": "foreach AdamW"},
+        candidates={
+            "forward": {name: sum(parts.values()) for name, parts in forwards.items()},
+            "backward": {name: sum(parts.values()) for name, parts in moments.items()},
+        },
+        notes=tuple(notes),
+    )
+
+
+def _forward_moments(
+    dims: Dimensions,
+    training: Training,
+    workload: Workload,
+    layer: dict[str, float],
+    base: dict[str, float],
+    kept: float,
+    logits: dict[str, float],
+) -> dict[str, dict[str, float]]:
+    """The forward's moments: the loss inside the model, the logits after it returned, and
+    the last layer's forward at its largest."""
+    # held through the loss: the final norm's output by the model's output (kept anyway as the
+    # LM head's input when that trains); under prompt tuning, the joined input embeddings by
+    # PEFT's forward
+    held = 0.0 if training.peft_method == "none" else layer["input"]
+    held += layer["input"] if training.peft_method == "pt" else 0.0
+    return {
+        "loss": {**base, "activations": kept + held, "logits": logits["inside"]},
+        # after the model returned (the final norm's output freed)
+        "returned logits": {**base, "activations": kept, "logits": logits["returned"]},
+        "last layer": {
+            **base,
+            "activations": _kept(dims, workload, layer),
+            "forward_transients": layer["forward"],
+        },
+    }
+
+
+def _kept(dims: Dimensions, workload: Workload, layer: dict[str, float]) -> float:
+    """What the layers keep through the forward: every layer's input under checkpointing,
+    everything each layer saves without."""
+    if workload.gradient_checkpointing:
+        return dims.layers * layer["input"] + layer["rotary"] + layer["embedded"]
+    return layer["first"] + (dims.layers - 1) * layer["other"] + layer["rotary"] + layer["embedded"]
+
+
+def _gradients_in_layers(
+    counts: ParameterCounts,
+    dims: Dimensions,
+    training: Training,
+    bound: MemoryBound,
+    base: dict[str, float],
+    states: dict[str, float],
+) -> tuple[float, float]:
+    """The gradients alive at the first layer's MLP backward beyond `base`'s (the LM head's
+    and, under full fine-tuning, that layer's down_proj's), and at the last layer's (all but
+    that layer's other weights' and, when untied, the embedding's)."""
+    full = training.peft_method == "none"
+    grown = head_gradients(counts, training, bound) * (not base["gradients"])
+    # down_proj's weight gradient, allocated before the product's gradients: whole under FSDP
+    # (a unit's gradients exist unsharded until its reduce-scatter)
+    unsharded = bound.shards if training.distributed_backend == "FSDP" else 1
+    down = states["gradients"] * dims.hidden * dims.intermediate / max(1, counts.total) * unsharded
+    if full and not base["gradients"]:
+        grown += down
+    every = states["gradients"]
+    if full:
+        root = counts.embedding + counts.lm_head + dims.hidden
+        layer_params = (counts.total - root) / max(1, dims.layers)
+        later = layer_params - dims.hidden * dims.intermediate * dims.experts_per_token
+        later += counts.embedding if counts.lm_head else 0
+        every -= states["gradients"] * later / max(1, counts.total)
+        every += down * (1 - 1 / unsharded)
+    return grown, every
+
+
+def _layer_moments(
+    counts: ParameterCounts,
+    dims: Dimensions,
+    training: Training,
+    bound: MemoryBound,
+    workload: Workload,
+    layer: dict[str, float],
+    base: dict[str, float],
+    states: dict[str, float],
+) -> dict[str, dict[str, float]]:
+    """The backward's moments in the layers: the first layer it reaches (the model's last)
+    and the last it reaches (the model's first), each at its MLP's backward."""
+    grown, every = _gradients_in_layers(counts, dims, training, bound, base, states)
+    top, bottom = ("first", "first") if dims.layers == 1 else ("other", "first")
+    if workload.gradient_checkpointing:
+        inputs = dims.layers * layer["input"]
         held = held_input_gradient_bytes(dims, training, bound, workload)
+        extra = layer["rotary"] + layer["embedded"]
+        top_kept = {"activations": inputs + extra, "recompute": layer[top]}
+        bottom_kept = {
+            "activations": (dims.layers if held else 1) * layer["input"] + extra,
+            "recompute": layer[bottom],
+        }
+        if layer["embedded_gradient"]:
+            bottom_kept["input_gradient"] = layer["embedded_gradient"]
         if held:
-            phases["backward"]["fsdp_held_input_gradients"] = held
-    # one state-sized temporary (of AdamW's two) in torch's foreach AdamW
-    phases["optimizer_step"] = {
-        **at_rest,
-        "gradients": gradients,
-        "optimizer_temporaries": state / 2,
+            bottom_kept["fsdp_held_input_gradients"] = held
+    else:
+        top_kept = {"activations": _kept(dims, workload, layer)}
+        bottom_kept = {"activations": layer[bottom] + layer["rotary"]}
+    transient = {"backward_transients": layer["backward"]}
+    moments = {
+        "first layer": {
+            **base,
+            "gradients": base["gradients"] + grown,
+            **top_kept,
+            **transient,
+        },
+        "last layer": {
+            **base,
+            "gradients": max(base["gradients"], every),
+            **bottom_kept,
+            **transient,
+        },
     }
-    return PeakPrediction(phases=phases, fitted=fitted, notes=tuple(notes))
+    if workload.gradient_checkpointing:
+        # recomputing the first layer it reaches, its output's gradient already there
+        moments["first layer, recomputed"] = {
+            **base,
+            **top_kept,
+            "forward_transients": layer["recomputed"] + layer["input"],
+        }
+    return moments

@@ -1,0 +1,372 @@
+"""What one decoder layer keeps for backward, and what its backward adds, per token: counted by
+hand from the tensors autograd saves in the blocks the hand-written counter knows (Llama-like:
+Llama, Mistral, Granite, Qwen2/3; their MoE kin: Mixtral, GraniteMoE; GPTBigCode). Pure.
+
+Every term is a tensor of transformers 4.55's code (and PEFT 0.19's LoRA, flash-attn 2's
+FlashAttnFunc, torch's autograd formulas) and is checked against a trace of that code
+(`benchmarks/memory_truth.py`, plan/step_trace.py): no term is scaled to fit a measurement.
+Widths: `w` bytes a model-dtype element, fp32 4, a dropout mask 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+FP32 = 4
+MASK = 1
+"""CUDA's dropout (native_dropout) keeps a one-byte mask per element for backward."""
+
+ATTENTION_INPUTS = {"o_proj": "q", "down_proj": "intermediate", "w2": "intermediate"}
+"""The linears that read something other than the hidden state (q: the attention's output)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """A decoder layer's shapes (from Dimensions) and how it trains."""
+
+    hidden: int
+    q_width: int
+    kv_width: int
+    heads: int
+    intermediate: int
+    width: int  # bytes of the model's dtype
+    method: str  # none | lora | pt
+    attention: str  # flash_attention_2 | sdpa | eager
+    adapted: tuple[str, ...] = ()
+    lora_r: int = 8
+    lora_dropout: bool = True
+    fused_norm: bool = False
+    experts_per_token: int = 1
+    qk_norm: bool = False  # Qwen3's q_norm and k_norm: an RMSNorm over each head of q and k
+    autocast: bool = False  # 16-bit mixed precision (accelerate's autocast)
+    moe: str | None = None  # "mixtral" | "granitemoe": how the experts are dispatched
+    experts: int = 1
+    shared_intermediate: int = 0  # GraniteMoeShared's always-on expert
+    family: str = "llama"  # llama (the Llama-like blocks) | gpt_bigcode
+    residual_dropout: bool = False  # GPTBigCode's resid_pdrop > 0
+
+    @property
+    def trains_weights(self) -> bool:
+        return self.method == "none"
+
+
+def norm_saved(block: Block, grad_in: bool) -> float:
+    """LlamaRMSNorm: pow and rsqrt keep the fp32 copy of the input and the per-token rsqrt;
+    `weight * x.to(dtype)` keeps x in the dtype when the weight trains. Nothing when neither
+    the input nor the weight needs a gradient (LoRA's first layer). A fused kernel (unsloth's
+    fast_rms_layernorm) keeps the input and the per-token inverse."""
+    if not (grad_in or block.trains_weights):
+        return 0.0
+    if block.fused_norm:
+        return block.width * block.hidden + FP32
+    return FP32 * block.hidden + FP32 + (block.width * block.hidden if block.trains_weights else 0)
+
+
+def attention_saved(block: Block, grads: tuple[bool, bool, bool], length: int) -> float:
+    """What attention keeps, per token, by implementation (q, k, v already rotated):
+
+    - flash-attn 2 (transformers hands it views): q, k, v, its output, softmax_lse (fp32 per
+      head) and a 16-byte rng_state per call;
+    - sdpa (flash or memory-efficient kernel): contiguous copies of q, k, v (transformers
+      calls .contiguous() on the rotated, transposed views), the output and the lse;
+    - eager: the GQA-expanded key and value (repeat_kv copies), the query, the fp32 softmax and
+      its dtype copy ([heads, s] per token), each kept by a matmul when the other factor needs a
+      gradient (`grads`: whether q, k, v need one).
+    """
+    w, q, kv = block.width, block.q_width, block.kv_width
+    if block.attention == "eager":
+        grad_q, grad_k, grad_v = grads
+        scores = block.heads * length
+        fp32_softmax = FP32 if w != FP32 else 0
+        return (
+            (w * q if grad_k else 0)  # q, for k's gradient
+            + (w * q if grad_q else 0)  # expanded k, for q's gradient
+            + (w * q if grad_q or grad_k else 0)  # expanded v, for the scores' gradient
+            + scores * ((w if grad_v else 0) + fp32_softmax)
+        )
+    lse = FP32 * block.heads
+    return w * (2 * q + 2 * kv) + lse
+
+
+def qk_norm_saved(block: Block, grads: tuple[bool, bool, bool]) -> float:
+    """Qwen3's per-head RMSNorm of q and of k, as `norm_saved` per head: the fp32 copy, an fp32
+    rsqrt per head, and the dtype copy when the weights train."""
+    if not block.qk_norm:
+        return 0.0
+    head_dim = block.q_width // max(1, block.heads)
+    total = 0.0
+    for width, grad in ((block.q_width, grads[0]), (block.kv_width, grads[1])):
+        if grad or block.trains_weights:
+            total += FP32 * width + FP32 * (width // head_dim)
+            total += block.width * width if block.trains_weights else 0
+    return total
+
+
+def linear_inputs_saved(block: Block) -> float:
+    """Inputs a trained linear keeps for its weight's gradient (full fine-tuning): q/k/v share
+    the norm's output, gate/up the next norm's, down_proj its product; o_proj reads the
+    attention's output, which flash-attn already keeps, and a contiguous copy of it otherwise."""
+    if not block.trains_weights:
+        return 0.0
+    w, h = block.width, block.hidden
+    o_proj = 0 if block.attention == "flash_attention_2" else w * block.q_width
+    mlp = 0 if block.moe else w * (h + block.intermediate)  # moe_saved counts the experts'
+    return w * h + o_proj + mlp
+
+
+def mlp_saved(block: Block) -> float:
+    """A gated MLP: SiLU keeps its input (gate's output), the product keeps both factors. Each
+    token's k experts do the same on their share (`moe_saved`)."""
+    if block.moe:
+        return moe_saved(block)
+    return 3 * block.width * block.intermediate
+
+
+def moe_saved(block: Block) -> float:
+    """A mixture of experts per token: for each of its k experts, the gated MLP's three
+    tensors, the expert's output and its product with the routing weight (the weight's
+    multiplication keeps one, the scatter back the other), the weight itself; and the router's:
+
+    - Mixtral (a loop over experts): the softmax over all experts (fp32), the top-k indices,
+      their sum and a copy of the top-k weights (fp32), each expert's token indices (int64);
+    - GraniteMoE (ParallelExperts, fused): the top-k indices, their fp32 softmax, and two
+      int64 orderings of the routed rows.
+
+    Under full fine-tuning each expert's linears keep their inputs too (the gathered hidden
+    state and the product), and the router its input. GraniteMoeShared's shared expert is one
+    gated MLP more."""
+    w, h, i, k = block.width, block.hidden, block.intermediate, block.experts_per_token
+    per_route = 3 * w * i + 2 * w * h + w
+    if block.moe == "mixtral":
+        router = FP32 * block.experts + 8 * k + FP32 + FP32 * k + 8 * k
+    else:
+        router = 8 * k + FP32 * k + 16 * k
+    trained = k * w * (h + i) + w * h if block.trains_weights else 0
+    shared = 3 * w * block.shared_intermediate
+    if shared and block.trains_weights:
+        shared += w * block.shared_intermediate  # its output linear's input
+    return k * per_route + router + trained + shared
+
+
+def adapter_input_width(block: Block, name: str) -> int:
+    which = ATTENTION_INPUTS.get(name)
+    if which == "q":
+        return block.q_width
+    if which == "intermediate":
+        return block.intermediate
+    return block.hidden
+
+
+def adapters_saved(block: Block, grad_in: dict[str, bool]) -> float:
+    """PEFT LoRA (fp32 adapters): the input cast to fp32 goes through dropout, whose output
+    lora_A keeps (fp32) and whose mask dropout keeps when the input needs a gradient; lora_B
+    keeps lora_A's fp32 output (r per token). Under 16-bit autocast lora_A and lora_B run in 16
+    bits: they keep autocast's 16-bit copies instead."""
+    if block.method != "lora":
+        return 0.0
+    kept = 2 if block.autocast else FP32
+    total = 0.0
+    for name in block.adapted:
+        width = adapter_input_width(block, name)
+        mask = MASK * width if (block.lora_dropout and grad_in.get(name, True)) else 0
+        copies = block.experts_per_token if name.startswith("w") else 1
+        total += copies * (kept * width + mask + kept * block.lora_r)
+    return total
+
+
+def layer_saved(block: Block, length: int, first: bool = False, input_grads: bool = True) -> float:
+    """Bytes one layer keeps for backward per token. `first`: the first layer, whose input
+    (the embedding's output) needs no gradient unless `input_grads` (full fine-tuning, prompt
+    tuning, or the input-gradient hook reentrant checkpointing installs under PEFT)."""
+    grad_in = input_grads or not first
+    if block.family == "gpt_bigcode":
+        return bigcode_saved(block, grad_in)
+    grads = tuple(
+        grad_in or block.trains_weights or name in block.adapted
+        for name in ("q_proj", "k_proj", "v_proj")
+    )
+    adapted_grads = dict.fromkeys(("q_proj", "k_proj", "v_proj"), grad_in)
+    return (
+        norm_saved(block, grad_in)
+        + norm_saved(block, True)
+        + attention_saved(block, grads, length)
+        + qk_norm_saved(block, grads)
+        + linear_inputs_saved(block)
+        + mlp_saved(block)
+        + adapters_saved(block, adapted_grads)
+    )
+
+
+def layer_backward(block: Block) -> float:
+    """What a layer's backward adds per token at its largest, beyond the tensors it kept: the
+    gradient arriving at its output, and, in the MLP's backward (the first it runs), the
+    gradient of the product (down_proj's input) with the gradients of both its factors. A
+    trained down_proj's kept input is freed by then (autograd frees a node's saved tensors
+    once it has run)."""
+    if block.family == "gpt_bigcode":
+        # GELU's backward: the gradient at c_proj's input beside GELU's input gradient
+        products = 2 - (1 if block.trains_weights else 0)
+        return block.width * block.hidden + products * block.width * block.intermediate
+    products = 3 - (1 if block.trains_weights else 0)
+    rows = 1.0
+    if block.moe == "mixtral":  # a loop: one expert's share of the routed rows at a time
+        rows = block.experts_per_token / max(1, block.experts)
+    elif block.moe:  # ParallelExperts: every expert's rows at once
+        rows = block.experts_per_token
+    freed = 0.0
+    if block.moe == "granitemoe":
+        # the k expert outputs and their weighting, kept for the weighting's and the
+        # scatter's backward, are freed before the product's gradients exist; so is the shared
+        # expert's (computed after the routed ones, its backward runs first)
+        freed = 2 * block.width * block.hidden * block.experts_per_token
+        freed += 3 * block.width * block.shared_intermediate
+    return block.width * block.hidden + rows * products * block.width * block.intermediate - freed
+
+
+def layer_forward(block: Block, keeping: bool) -> float:
+    """What a layer's forward holds per token at its largest. `keeping` (without
+    checkpointing): beyond everything the layer keeps, counted whole; otherwise (a checkpointed
+    layer's forward keeps nothing) all it holds then. The moment is the MLP's:
+
+    - a gated MLP: the residual and the MLP's input, gate's, up's and SiLU's outputs and their
+      product;
+    - GraniteMoE's ParallelExperts, joining the k experts' input_linear outputs: the gathered
+      rows, every expert's output and their join (2 x intermediate wide), before the SiLU, the
+      expert outputs and their weighting exist;
+    - Mixtral's loop: the output it scatters into, one expert's share at a time.
+    """
+    return max(_mlp_forward(block, keeping), adapter_forward(block, keeping))
+
+
+def _mlp_forward(block: Block, keeping: bool) -> float:
+    w, h, i, k = block.width, block.hidden, block.intermediate, block.experts_per_token
+    share = k / max(1, block.experts)
+    if block.family == "gpt_bigcode":  # c_fc's and GELU's outputs
+        return w * h if keeping else 2 * w * h + 2 * w * i
+    if block.moe == "granitemoe":
+        if keeping:
+            return 2 * w * h + k * w * (i - h) - w * k
+        return 2 * w * h + k * w * (h + 4 * i)
+    if block.moe == "mixtral":
+        return 3 * w * h + share * w * (h + (0 if keeping else 4 * i))
+    if keeping:
+        return w * h + (0 if block.trains_weights else w * (h + i))
+    return 2 * w * h + 4 * w * i
+
+
+ADAPTER_CONTEXT = {
+    # what else of the layer is alive, not kept, while an adapter runs (beyond its input):
+    # the residual, the norm's output (q/k/v: and the projections before it), the product
+    "q_proj": ("hidden",),
+    "k_proj": ("hidden", "q"),
+    "v_proj": ("hidden", "q", "kv"),
+    "c_attn": ("hidden",),
+    "o_proj": ("hidden",),
+    "gate_proj": ("hidden",),
+    "up_proj": ("hidden",),
+    "down_proj": ("hidden", "hidden"),
+}
+
+
+def adapter_forward(block: Block, keeping: bool = False) -> float:
+    """PEFT LoRA's forward holds, at `result + lora_B(lora_A(dropout(x))) * scaling`: the
+    base layer's result (dtype), lora_B's output and its scaled copy (fp32, or their sum) and
+    the input's fp32 cast (the local `x`), n in and o out wide: 4n + (8 + w) o per token; with
+    the layer's residual and its input when that is not kept (GPTBigCode's MLP c_proj reads
+    GELU's output). `keeping`: counted beyond everything the layer keeps, less what the layer
+    has not kept yet at that point (an attention adapter runs before the MLP's tensors)."""
+    if block.method != "lora":
+        return 0.0
+    w, h = block.width, block.hidden
+    widths = {"hidden": h, "q": block.q_width, "kv": block.kv_width}
+    largest = 0.0
+    for name, n, o in _adapted_shapes(block):
+        context = sum(widths[part] for part in ADAPTER_CONTEXT.get(name, ("hidden",)))
+        if n == block.intermediate and block.family == "gpt_bigcode":
+            context += n  # GELU's output, the adapter's input, kept by nobody
+        held = w * (h + context) + FP32 * n + (8 + w) * o
+        if keeping:
+            held -= _kept_after(block, name, n)
+        largest = max(largest, held)
+    return largest
+
+
+def _kept_after(block: Block, name: str, width: int) -> float:
+    """What the layer keeps after the adapter `name` (`width` in) has run."""
+    w, i = block.width, block.intermediate
+    mlp = mlp_saved(block) if block.family == "llama" else w * i
+    if name == "gate_proj":
+        return 2 * w * i  # SiLU's output and up_proj's
+    if name in ("up_proj", "down_proj", "c_fc") or width == i:
+        return 0.0
+    after = mlp + norm_saved(block, True)
+    if name in ("q_proj", "k_proj", "v_proj", "c_attn"):
+        after += attention_saved(block, (True, True, True), 1)
+    return after
+
+
+def _adapted_shapes(block: Block) -> list[tuple[str, int, int]]:
+    """(name, in, out) of each adapted linear of a layer."""
+    h, q, kv, i = block.hidden, block.q_width, block.kv_width, block.intermediate
+    shapes = {
+        "q_proj": [(h, q)],
+        "k_proj": [(h, kv)],
+        "v_proj": [(h, kv)],
+        "o_proj": [(q, h)],
+        "gate_proj": [(h, i)],
+        "up_proj": [(h, i)],
+        "down_proj": [(i, h)],
+        "c_attn": [(h, h + 2 * kv)],
+        "c_proj": [(h, h), (i, h)] if block.family == "gpt_bigcode" else [],
+        "c_fc": [(h, i)],
+    }
+    return [(name, n, o) for name in block.adapted for n, o in shapes.get(name, [])]
+
+
+def experts_backward(block: Block, expert_weights: float) -> float:
+    """GraniteMoE's ParallelExperts take each expert's weight as `weight[i]`: the backward of
+    that select is a zero-filled tensor of the whole [experts, out, in] weight, accumulated
+    into the gradient: under full fine-tuning, three weight-sized tensors at once (the
+    select's, the running sum and its next value). `expert_weights`: bytes of input_linear's
+    weight on the device."""
+    if block.moe != "granitemoe" or not block.trains_weights:
+        return 0.0
+    return 3 * expert_weights
+
+
+GELU_MLP_INPUTS = {"c_attn": "hidden", "c_proj": "both", "c_fc": "hidden"}
+"""GPTBigCode's linears; `c_proj` names both the attention's (hidden wide) and the MLP's
+(intermediate wide) output projection, and a LoRA target of that name adapts both."""
+
+
+def bigcode_saved(block: Block, grad_in: bool = True) -> float:
+    """A GPTBigCode layer (LayerNorms, fused multi-query c_attn, a GELU MLP, residual dropout)
+    per token: each LayerNorm keeps its input and a mean and rstd per token in the dtype; the
+    attention keeps c_attn's fused output (q, k and v are views of it) under flash-attn, its
+    output and softmax_lse; GELU keeps its input; each residual dropout keeps its mask; trained
+    linears keep their inputs (attention's c_proj reads the kept attention output)."""
+    w, h, i = block.width, block.hidden, block.intermediate
+    norm = w * h + 2 * w if (grad_in or block.trains_weights) else 0.0
+    attention = w * (h + 2 * block.kv_width) + w * h + FP32 * block.heads
+    if block.attention != "flash_attention_2":
+        attention += w * h  # contiguous copies of the views, then c_proj's contiguous input
+    trained = w * (2 * h + i) if block.trains_weights else 0.0  # c_attn's, c_fc's, c_proj's inputs
+    masks = 2 * MASK * h if block.residual_dropout else 0.0
+    adapters = 0.0
+    if block.method == "lora":
+        kept = 2 if block.autocast else FP32
+        for name, width in _bigcode_adapter_inputs(block):
+            # c_attn reads the first norm's output, which needs no gradient in LoRA's first layer
+            mask = MASK * width if (grad_in or name != "c_attn") else 0
+            adapters += kept * width + mask + kept * block.lora_r
+    return norm + (w * h + 2 * w) + attention + w * i + trained + masks + adapters
+
+
+def _bigcode_adapter_inputs(block: Block) -> list[tuple[str, int]]:
+    widths = []
+    for name in block.adapted:
+        if name == "c_proj":
+            widths += [(name, block.hidden), (name, block.intermediate)]
+        elif name in GELU_MLP_INPUTS:
+            widths.append((name, block.hidden))
+    return widths

@@ -1,0 +1,467 @@
+"""One training step of a model run through its own code, with the bytes of every live tensor
+counted: what `benchmarks/memory_truth.py` checks the predicted peak against, and where the
+parts of an architecture the hand-written counter does not know come from (plan/traced_parts.py).
+
+The step is the one fms-hf-tuning 3.x trains (tuning/sft_trainer.py -> TRL's SFTTrainer ->
+transformers' Trainer -> accelerate): the model built from its config.json in the training dtype
+with `use_cache=False`; PEFT's LoRA (fp32 adapters, PEFT's autocast_adapter_dtype) or prompt
+tuning; TRL's input-gradient hook before PEFT when checkpointing is reentrant, then
+transformers' gradient checkpointing; the forward with labels (transformers' own loss), TRL's
+token-accuracy copy of the logits, backward, gradient clipping, torch's AdamW (foreach, the
+Trainer's decay and no-decay groups), and `zero_grad(set_to_none=True)`.
+
+Every tensor an operator returns is counted by its storage until the storage is freed: a
+`TorchDispatchMode` sees each op, a weak reference to each storage sees it go. Each storage
+carries a part (weights, gradients, optimizer_state, forward, backward, optimizer_temporaries:
+where it was created, re-tagged when it becomes a gradient or optimizer state), and each phase
+(forward, backward, optimizer_step) keeps its peak with the parts at that moment. Under
+`FakeTensorMode` (`fake=True`) no tensor holds memory: the sizes are exact, the values absent,
+so a 70B model's step is counted on a laptop. torch, transformers and peft are imported inside
+the functions: importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+PARTS = ("weights", "gradients", "optimizer_state", "forward", "backward", "optimizer_temporaries")
+"""Where each counted storage was made (or what it became: gradients, optimizer state)."""
+PHASES = ("forward", "backward", "optimizer_step")
+ATTENTION = ("flash_attention_2", "sdpa", "eager")
+FLASH_EMULATED = "emulated_flash_attention_2"
+"""The name the flash-attn emulation is registered under (flash-attn itself needs CUDA)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSpec:
+    """What decides a step's tensors: the model, the method, the shapes, the code paths."""
+
+    config: dict[str, Any]
+    peft_method: str = "none"  # none | lora | pt
+    target_modules: tuple[str, ...] = ()
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.05
+    prompt_tokens: int = 8
+    torch_dtype: str = "bfloat16"
+    attention: str = "flash_attention_2"  # flash_attention_2 (emulated) | sdpa | eager
+    checkpointing: str | None = None  # None | "reentrant" | "non_reentrant"
+    mixed_precision: bool = False  # accelerate's bf16 autocast, outputs converted to fp32
+    batch: int = 1
+    length: int = 64
+    accumulation: int = 1
+    steps: int = 2
+    fake: bool = True
+
+    def __post_init__(self) -> None:
+        assert self.peft_method in ("none", "lora", "pt"), self.peft_method
+        assert self.attention in ATTENTION, self.attention
+        assert self.checkpointing in (None, "reentrant", "non_reentrant"), self.checkpointing
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTrace:
+    """Per phase, the live bytes by part at the phase's peak (the largest over the steps)."""
+
+    phases: dict[str, dict[str, int]]
+    events: tuple[tuple[int, ...], ...] = ()
+    """With `record=True`: after every op, (phase index, bytes of each of PARTS)."""
+    assumed: tuple[str, ...] = ()
+    """Values a fake tensor cannot give, assumed for the code's own checks (e.g. a padding mask
+    of ones: `mask.all()` is True; balanced routing)."""
+    rest: dict[str, int] = dataclasses.field(default_factory=dict)
+    """The parts alive after the last step (the weights and the optimizer state)."""
+    inventory: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The model's parameters as built (`inventory`)."""
+
+    def total(self, phase: str) -> int:
+        return sum(self.phases[phase].values())
+
+    @property
+    def peak(self) -> int:
+        return max(self.total(phase) for phase in self.phases)
+
+    @property
+    def peak_phase(self) -> str:
+        return max(self.phases, key=self.total)
+
+
+def _live_bytes_class() -> type:
+    """The counting dispatch mode (plan/live_bytes.py imports torch: imported here, lazily)."""
+    from ado_actuators.sfttrainer.plan.live_bytes import LiveBytes
+
+    return LiveBytes
+
+
+def _is_fake(tensor: Any) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(tensor, FakeTensor)
+
+
+_ACTIVE: list[Any] = []
+"""The tracker of the step being traced (the flash-attn emulation pauses it while it computes
+values flash-attn's kernel computes in place)."""
+
+
+@contextlib.contextmanager
+def _counting(tracker: Any) -> Iterator[Any]:
+    """The tracker on, and storage resizes (FSDP frees and refills its flat parameters by
+    resizing, which no dispatch sees) counted."""
+    import torch
+
+    original = torch.UntypedStorage.resize_
+
+    def resize_(storage: Any, size: int) -> Any:
+        result = original(storage, size)
+        tracker.resized(storage)
+        return result
+
+    torch.UntypedStorage.resize_ = resize_
+    _ACTIVE.append(tracker)
+    try:
+        with tracker:
+            yield tracker
+    finally:
+        _ACTIVE.pop()
+        torch.UntypedStorage.resize_ = original
+
+
+@contextlib.contextmanager
+def _fake_parameters() -> Iterator[None]:
+    """torch refuses to swap a fake parameter (`module.to`, which PEFT calls on each adapter)
+    while its fake mode's memo holds a weak reference to it; the memo entries go first."""
+    import torch
+
+    original = torch.utils.swap_tensors
+
+    def swap(first: Any, second: Any) -> Any:
+        for tensor in (first, second):
+            if _is_fake(tensor):
+                memo = tensor.fake_mode.fake_tensor_converter.meta_converter.tensor_memo
+                for key in [k for k, v in memo.items() if v is tensor]:
+                    del memo[key]
+        return original(first, second)
+
+    torch.utils.swap_tensors = swap
+    try:
+        yield
+    finally:
+        torch.utils.swap_tensors = original
+
+
+@contextlib.contextmanager
+def _cuda_dropout() -> Iterator[None]:
+    """Dropout as CUDA runs it: ATen's `dropout` takes `native_dropout` (a one-byte mask kept
+    for backward) on CUDA, and on CPU multiplies by a noise tensor of the input's dtype
+    (at::dropout, Dropout.cpp's is_fused_kernel_acceptable). LoRA's dropout keeps the mask."""
+    import torch
+
+    original = torch.nn.functional.dropout
+
+    def dropout(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
+        if training and 0 < p < 1 and not inplace and input.numel():
+            return torch.native_dropout(input, p, True)[0]
+        return original(input, p, training, inplace)
+
+    torch.nn.functional.dropout = dropout
+    try:
+        yield
+    finally:
+        torch.nn.functional.dropout = original
+
+
+@contextlib.contextmanager
+def _mamba_kernels(assumed: list[str]) -> Iterator[None]:
+    """Mamba-2 layers train through mamba_ssm's fused kernel on a GPU: its memory, emulated
+    (plan/mamba_emulation.py, imported here: it imports torch)."""
+    from ado_actuators.sfttrainer.plan import mamba_emulation
+
+    replaced = mamba_emulation.install(assumed)
+    try:
+        yield
+    finally:
+        mamba_emulation.uninstall(replaced)
+
+
+def trace_step(
+    spec: StepSpec, record: bool = False, wrap: Callable[[Any], Any] | None = None
+) -> StepTrace:
+    """Run `spec.steps` training steps of `spec` and count every live tensor (module docstring).
+    `wrap` turns the model into what the distributed plan trains (benchmarks/memory_truth.py
+    wraps it in FSDP on gloo ranks), counted from the wrapping on."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    tracker = _live_bytes_class()(record=record, fake=spec.fake)
+    fake = FakeTensorMode(allow_non_fake_inputs=True) if spec.fake else contextlib.nullcontext()
+    with fake, _fake_parameters(), _cuda_dropout(), _mamba_kernels(tracker.assumed):
+        torch.manual_seed(0)
+        model = build_model(spec, tracker.assumed)
+        found = inventory(model)
+        with _counting(tracker):
+            _train(wrap(model) if wrap else model, spec, tracker)
+    phases = {phase: tracker.peaks[phase][1] for phase in PHASES if phase in tracker.peaks}
+    return StepTrace(
+        phases=phases,
+        events=tuple(tracker.events),
+        assumed=tuple(sorted(set(tracker.assumed))),
+        rest=tracker.rest,
+        inventory=found,
+    )
+
+
+def inventory(model: Any) -> dict[str, Any]:
+    """The parameters of a built model, as plan/architecture.ParameterCounts counts them: the
+    input embeddings, an untied LM head, the norms, the decoder layers (the model's largest
+    ModuleList), and every nn.Linear by the name LoRA's target_modules match (its last path
+    component), with its shape and how often it occurs. Trainable: what the method trains."""
+    import torch
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    embedding = base.get_input_embeddings().weight
+    head = base.get_output_embeddings()
+    tied = head is None or head.weight is embedding
+    layers = max(
+        (m for m in base.modules() if isinstance(m, torch.nn.ModuleList)), key=len, default=[]
+    )
+    linears: dict[tuple[str, int, int], int] = {}
+    for name, module in base.named_modules():
+        if isinstance(module, torch.nn.Linear) and "lora_" not in name:
+            key = (name.rsplit(".", 1)[-1], module.in_features, module.out_features)
+            linears[key] = linears.get(key, 0) + 1
+    norms = sum(
+        p.numel()
+        for m in base.modules()
+        if "norm" in type(m).__name__.lower()
+        for p in m.parameters(recurse=False)
+    )
+    return {
+        "total": sum(p.numel() for n, p in base.named_parameters() if "lora_" not in n),
+        "embedding": embedding.numel(),
+        "lm_head": 0 if tied else head.weight.numel(),
+        "norms": norms,
+        "layers": len(layers),
+        "hidden": embedding.shape[-1],
+        "linears": [[n, i, o, c] for (n, i, o, c) in ((*k, v) for k, v in linears.items())],
+        "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "model_type": base.config.model_type,
+    }
+
+
+def model_config(config: dict[str, Any]) -> Any:
+    """transformers' config object for a parsed config.json (its language model's, for a
+    multimodal one: fms-hf-tuning trains the language model's weights the same way)."""
+    from transformers import AutoConfig
+
+    from ado_actuators.sfttrainer.plan.architecture import language_config
+
+    values = dict(language_config(config))
+    model_type = values.pop("model_type")
+    for key in ("architectures", "auto_map", "transformers_version", "_name_or_path"):
+        values.pop(key, None)
+    return AutoConfig.for_model(model_type, **values)
+
+
+def build_model(spec: StepSpec, assumed: list[str] | None = None) -> Any:
+    """The model as fms-hf-tuning's sft_trainer and TRL's SFTTrainer leave it for training.
+    `assumed` collects what was assumed (LoRA's targets where the requested ones are not this
+    architecture's)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    attention = FLASH_EMULATED if spec.attention == "flash_attention_2" else spec.attention
+    if attention == FLASH_EMULATED:
+        _register_flash_emulation()
+    model = AutoModelForCausalLM.from_config(
+        model_config(spec.config),
+        torch_dtype=getattr(torch, spec.torch_dtype),
+        attn_implementation=attention,
+    )
+    model.config.use_cache = False
+    if spec.peft_method != "none":
+        model = _with_peft(model, spec, [] if assumed is None else assumed)
+    if spec.checkpointing:
+        # transformers' Trainer, at the start of train()
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": spec.checkpointing == "reentrant"}
+        )
+    model.train()
+    return model
+
+
+def _with_peft(model: Any, spec: StepSpec, assumed: list[str]) -> Any:
+    """TRL 0.19's SFTTrainer._prepare_peft_model: under reentrant checkpointing the embedding's
+    output is made to require grad (_enable_gradient_checkpointing), then get_peft_model."""
+    import peft
+
+    if spec.checkpointing == "reentrant":
+        model.enable_input_require_grads()
+    if spec.peft_method == "lora":
+        config = peft.LoraConfig(
+            r=spec.lora_r,
+            lora_alpha=spec.lora_alpha,
+            lora_dropout=spec.lora_dropout,
+            target_modules=lora_targets(model, spec.target_modules, assumed),
+            task_type="CAUSAL_LM",
+        )
+    else:
+        # fms-hf-tuning initialises from a text (its tokenizer's ids); a random start holds
+        # the same tensors
+        config = peft.PromptTuningConfig(
+            task_type="CAUSAL_LM",
+            num_virtual_tokens=spec.prompt_tokens,
+            prompt_tuning_init="RANDOM",
+        )
+    return peft.get_peft_model(model, config)
+
+
+FUSED_ATTENTION = ("qkv_proj", "query_key_value", "Wqkv", "c_attn")
+"""The fused query-key-value projections of architectures without q_proj and v_proj."""
+
+
+def lora_targets(model: Any, requested: tuple[str, ...], assumed: list[str]) -> Any:
+    """LoRA's target_modules for `model`: the requested names where the model has any of them
+    (PEFT adapts those), else what PEFT adapts by default for its model type, else its fused
+    query-key-value projection, else every linear but the head ("all-linear"). A run asked for
+    names an architecture does not have would stop at get_peft_model; the prediction answers
+    for the run a user would make, and says so."""
+    import torch
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+
+    names = {
+        name.rsplit(".", 1)[-1]
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear)
+    }
+    if not requested or names & set(requested):
+        return list(requested) or None
+    default = TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(model.config.model_type)
+    if default and names & set(default):
+        chosen, how = list(default), "PEFT's default for this model type"
+    elif fused := [name for name in FUSED_ATTENTION if name in names]:
+        chosen, how = fused, "its fused query-key-value projection"
+    else:
+        chosen, how = "all-linear", "every linear layer"
+    shown = ", ".join(chosen) if isinstance(chosen, list) else chosen
+    assumed.append(f"LoRA on {shown} ({how}): the model has no {', '.join(requested)}")
+    return chosen
+
+
+def _optimizer(model: Any) -> Any:
+    """transformers' Trainer.create_optimizer for adamw_torch: a decay group and a no-decay
+    group (norms, biases), weight decay 0 (the experiments' constant), foreach as on CUDA."""
+    import torch
+    from transformers.trainer_pt_utils import get_parameter_names
+
+    patterns = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"]
+    decay = set(get_parameter_names(model, [torch.nn.LayerNorm], patterns))
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for n, p in named if n in decay], "weight_decay": 0.0},
+        {"params": [p for n, p in named if n not in decay], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=1e-5, betas=(0.9, 0.999), eps=1e-8, foreach=True)
+
+
+def _batch(spec: StepSpec, vocab: int) -> dict[str, Any]:
+    """What fms-hf-tuning's collator gives for samples longer than max_seq_length: full rows,
+    a mask of ones, labels (the prompt's positions -100), and the Trainer's token count."""
+    import torch
+
+    ids = torch.randint(0, vocab, (spec.batch, spec.length))
+    labels = ids.clone()
+    labels[:, : spec.length // 4] = -100
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "labels": labels,
+        "num_items_in_batch": labels.ne(-100).sum(),
+    }
+
+
+def _train(model: Any, spec: StepSpec, tracker: Any) -> None:
+    """transformers' Trainer inner loop (training_step, clip, step, zero_grad), counted."""
+    import torch
+
+    optimizer = _optimizer(model)
+    for tensor in (*model.parameters(), *model.buffers()):
+        tracker.count(tensor, "weights")
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    for parameter in trainable:
+        parameter.register_post_accumulate_grad_hook(lambda p: tracker.count(p.grad, "gradients"))
+    vocab = model.config.vocab_size
+    for _ in range(spec.steps):
+        for _ in range(spec.accumulation):
+            tracker.enter("forward")
+            loss = _forward(model, spec, vocab)
+            tracker.enter("backward")
+            loss.backward()
+            del loss
+        tracker.enter("optimizer_step", "optimizer_temporaries")
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0, foreach=True)
+        optimizer.step()
+        for state in optimizer.state.values():
+            for value in state.values():
+                if isinstance(value, torch.Tensor):
+                    tracker.count(value, "optimizer_state")
+        model.zero_grad(set_to_none=True)
+        tracker.enter("between_steps", "weights")
+    tracker.rest = dict(tracker.parts)  # while the optimizer (and its state) is alive
+
+
+def _forward(model: Any, spec: StepSpec, vocab: int) -> Any:
+    """Trainer.compute_loss and TRL 0.19.1 SFTTrainer.compute_loss: the model's own loss, then
+    the token count and token accuracy TRL logs (a contiguous copy of the logits, argmax)."""
+    import torch
+
+    inputs = _batch(spec, vocab)
+    autocast = (
+        torch.autocast("cpu", dtype=torch.bfloat16)
+        if spec.mixed_precision
+        else contextlib.nullcontext()
+    )
+    with autocast:
+        outputs = model(**inputs)
+    if spec.mixed_precision:
+        from accelerate.utils import convert_to_fp32
+
+        outputs = convert_to_fp32(outputs)  # accelerate's convert_outputs_to_fp32
+    loss, logits = outputs["loss"], outputs.logits
+    if spec.peft_method == "pt":
+        # the actuator's trainer drops the virtual tokens' logits (trainer/adapt.py)
+        logits = logits[:, logits.shape[1] - spec.length :, :]
+    # (TRL's .item() calls read values and allocate nothing: left out)
+    inputs["attention_mask"].sum()
+    shift_logits = logits[..., :-1, :].contiguous()
+    shift_labels = inputs["labels"][..., 1:].contiguous()
+    predictions = shift_logits.argmax(dim=-1)
+    mask = shift_labels != -100
+    correct = ((predictions == shift_labels) & mask).sum()
+    correct.sum() / mask.sum()
+    return loss
+
+
+@functools.cache
+def _register_flash_emulation() -> None:
+    """flash-attn 2's memory, emulated on CPU (plan/flash_emulation.py, imported lazily)."""
+    from ado_actuators.sfttrainer.plan import flash_emulation
+
+    flash_emulation.register(FLASH_EMULATED, _paused)
+
+
+@contextlib.contextmanager
+def _paused() -> Iterator[None]:
+    """What the emulation computes in place of flash-attn's kernel is not counted."""
+    if not _ACTIVE:
+        yield
+        return
+    _ACTIVE[-1].paused += 1
+    try:
+        yield
+    finally:
+        _ACTIVE[-1].paused -= 1

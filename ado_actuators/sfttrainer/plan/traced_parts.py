@@ -1,0 +1,281 @@
+"""The predicted peak of an architecture the hand-written counter does not know, from a trace of
+the model's own code (plan/step_trace.py): the model built from its config.json at full width
+and depth under FakeTensorMode (sizes, no memory), one training step at the device's batch and
+length through transformers, PEFT and torch's AdamW, every live tensor counted by phase and
+part. Exact for that code, with no extrapolation: each (configuration, batch, length) is traced
+once, in a subprocess of this Python (torch, transformers and peft are imported there, never
+here), and kept on disk under hf_home.
+
+What a single-device trace cannot hold is added as plan/memory_peak.py adds it: FSDP's sharding
+of the model states, its gathered units and the input gradients it holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib.metadata
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ado_actuators.sfttrainer.plan.architecture import LinearShape, ParameterCounts
+from ado_actuators.sfttrainer.plan.memory_bound import DTYPE_BYTES, MemoryBound, Training
+from ado_actuators.sfttrainer.plan.memory_peak import (
+    PeakPrediction,
+    Workload,
+    gathered_layers,
+)
+
+TRACE_DIRECTORY = Path("sfttrainer") / "memory-traces"
+"""Under hf_home: one JSON file per traced configuration."""
+TRACE_TIMEOUT_SECONDS = 900
+LIBRARIES = ("torch", "transformers", "peft")
+TRACING_CODE = ("step_trace.py", "live_bytes.py", "flash_emulation.py", "mamba_emulation.py")
+
+
+class TraceUnavailable(RuntimeError):
+    """The model's code could not be traced here; the message says why and what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TracedStep:
+    """One traced step: per phase, the live bytes by part at its peak; the parts after it."""
+
+    phases: dict[str, dict[str, int]]
+    rest: dict[str, int]
+    inventory: dict[str, Any]
+    assumed: tuple[str, ...]
+    versions: dict[str, str]
+
+
+@functools.cache
+def versions() -> dict[str, str]:
+    """The releases whose code is traced, read without importing them."""
+    found = {}
+    for library in LIBRARIES:
+        try:
+            found[library] = importlib.metadata.version(library)
+        except importlib.metadata.PackageNotFoundError:
+            found[library] = ""
+    return found
+
+
+@functools.cache
+def _code_digest() -> str:
+    here = Path(__file__).parent
+    return hashlib.sha256(b"".join((here / name).read_bytes() for name in TRACING_CODE)).hexdigest()
+
+
+def request(
+    config: dict[str, Any], training: Training, workload: Workload, values: dict[str, Any]
+) -> dict[str, Any]:
+    """The StepSpec (as JSON) of a measurement: `values` adds what only the entity says (LoRA's
+    alpha). A trace at the device's batch and length, a second micro-batch when accumulating
+    (its forward then runs beside the first's gradients)."""
+    checkpointing = None
+    if workload.gradient_checkpointing or workload.checkpointing_ignored:
+        checkpointing = "reentrant" if workload.reentrant_checkpointing else "non_reentrant"
+    return {
+        "config": config,
+        "peft_method": training.peft_method,
+        "target_modules": list(training.target_modules) if training.peft_method == "lora" else [],
+        "lora_r": training.lora_r,
+        "lora_alpha": int(values.get("lora_alpha", 16)),
+        "torch_dtype": training.torch_dtype,
+        "attention": workload.attention,
+        "checkpointing": checkpointing,
+        "mixed_precision": workload.autocast,
+        "batch": workload.per_device_batch,
+        "length": workload.sequence_length,
+        "accumulation": 2 if workload.gradient_accumulation_steps > 1 else 1,
+        "steps": 1,
+    }
+
+
+def key(spec: dict[str, Any]) -> str:
+    """What decides a trace: the request, the traced libraries' releases, the tracing code."""
+    text = json.dumps(
+        {"spec": spec, "versions": versions(), "code": _code_digest()}, sort_keys=True
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+_MEMORY: dict[str, TracedStep] = {}
+
+
+def traced(spec: dict[str, Any], directory: Path | None) -> TracedStep:
+    """The trace of `spec`: from this process's memory, the directory's file, or a trace run
+    now (a few seconds for a 7B model) and kept in both."""
+    name = key(spec)
+    if name in _MEMORY:
+        return _MEMORY[name]
+    path = directory / f"{name}.json" if directory is not None else None
+    if path is not None and path.is_file():
+        found = TracedStep(**json.loads(path.read_text()))
+    else:
+        found = _run(spec)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_suffix(".partial")
+            partial.write_text(json.dumps(dataclasses.asdict(found)))
+            partial.replace(path)
+    _MEMORY[name] = found
+    return found
+
+
+def _run(spec: dict[str, Any]) -> TracedStep:
+    """A subprocess of this Python traces the step (main() below) and prints it as JSON."""
+    missing = [library for library, version in versions().items() if not version]
+    if missing:
+        raise TraceUnavailable(
+            f"tracing the model's code needs {', '.join(missing)}: install this package's "
+            f"'fms' extra (pip install 'ado-sfttrainer[fms]')"
+        )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "ado_actuators.sfttrainer.plan.traced_parts"],
+            input=json.dumps(spec),
+            capture_output=True,
+            text=True,
+            timeout=TRACE_TIMEOUT_SECONDS,
+        )
+    except subprocess.TimeoutExpired:
+        raise TraceUnavailable(f"tracing took over {TRACE_TIMEOUT_SECONDS} s") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise TraceUnavailable(
+            f"transformers could not train the model from its config.json: {last}"
+        )
+    return TracedStep(**json.loads(done.stdout))
+
+
+def counts_of(inventory: dict[str, Any]) -> ParameterCounts:
+    """The traced model's parameters as the bound counts them (the layers' weights as
+    `attention`: the bound reads only the total and the linears)."""
+    layers = inventory["total"] - inventory["embedding"] - inventory["lm_head"]
+    layers -= inventory["norms"]
+    linears = tuple(LinearShape(n, i, o, c) for n, i, o, c in inventory["linears"])
+    return ParameterCounts(
+        model_type=inventory["model_type"],
+        hidden_size=inventory["hidden"],
+        embedding=inventory["embedding"],
+        attention=layers,
+        mlp=0,
+        norms=inventory["norms"],
+        lm_head=inventory["lm_head"],
+        quantizable=sum(i * o * c for _, i, o, c in inventory["linears"]),
+        linears=linears,
+    )
+
+
+TRACE_PARTS = {
+    "forward": "activations",
+    "backward": "backward_transients",
+    "weights": "weights",
+    "gradients": "gradients",
+    "optimizer_state": "optimizer_state",
+    "optimizer_temporaries": "optimizer_temporaries",
+}
+"""The trace's parts (plan/step_trace.PARTS) by the prediction's names."""
+
+
+def predict(
+    found: TracedStep,
+    training: Training,
+    bound: MemoryBound,
+    workload: Workload,
+    quantized: float = 0.0,
+) -> PeakPrediction:
+    """The traced step's phases on one device: the optimizer state at rest beside every
+    forward and backward after the first step; under FSDP the model states sharded, the root
+    unit and the prefetched layers gathered, and (frozen layer units, reentrant checkpointing)
+    every layer's input gradient held. `quantized`: the bytes a quantized checkpoint's block
+    weights save against the traced model's dtype."""
+    state = found.rest.get("optimizer_state", 0)
+    phases = {}
+    for phase, parts in found.phases.items():
+        named = {TRACE_PARTS[part]: float(size) for part, size in parts.items() if size}
+        if phase == "optimizer_step":  # the first step's state is made in this phase
+            named["optimizer_temporaries"] = named.get("optimizer_temporaries", 0.0) - state
+        named["optimizer_state"] = float(state)
+        named["weights"] = named.get("weights", 0.0) - quantized
+        phases[phase] = named
+    notes = [
+        f"parts from a trace of the model's own code (transformers {found.versions['transformers']}, "
+        f"torch {found.versions['torch']}, peft {found.versions['peft']}, FakeTensorMode)",
+        *(f"assumed: {what}" for what in found.assumed),
+    ]
+    if quantized:
+        notes.append(
+            f"traced at {training.torch_dtype}: the block weights at "
+            f"{training.quantized_bits} bits as the bound counts them (dequantization not traced)"
+        )
+    if bound.shards > 1 and training.distributed_backend == "FSDP":
+        phases = _sharded(found, training, bound, workload, phases)
+    return PeakPrediction(
+        phases=phases,
+        moments=dict.fromkeys(phases, "traced"),
+        source="trace",
+        notes=(*bound.notes, *notes),
+    )
+
+
+def _sharded(
+    found: TracedStep,
+    training: Training,
+    bound: MemoryBound,
+    workload: Workload,
+    phases: dict[str, dict[str, float]],
+) -> dict[str, dict[str, float]]:
+    """FSDP over `bound.shards` devices (memory_peak.gathered_bytes and
+    held_input_gradient_bytes, from the trace's parameters)."""
+    inventory, shards = found.inventory, bound.shards
+    width = DTYPE_BYTES[training.torch_dtype]
+    root = inventory["embedding"] + inventory["lm_head"] + inventory["hidden"]
+    layer = (inventory["total"] - root) / max(1, inventory["layers"])
+    gathered = (root + gathered_layers(training) * layer) * width
+    held = 0.0
+    frozen_units = training.peft_method != "none" and workload.checkpointed_by_model
+    if frozen_units and workload.gradient_checkpointing and workload.reentrant_checkpointing:
+        tokens = workload.per_device_batch * workload.sequence_length
+        held = (inventory["layers"] - 1) * tokens * inventory["hidden"] * width
+    states = ("weights", "gradients", "optimizer_state", "optimizer_temporaries")
+    sharded = {}
+    for phase, parts in phases.items():
+        parts = {k: v / shards if k in states else v for k, v in parts.items()}
+        if phase != "optimizer_step":
+            parts["fsdp_gathered"] = gathered
+        if phase == "backward" and held:
+            parts["fsdp_held_input_gradients"] = held
+        sharded[phase] = parts
+    return sharded
+
+
+def main() -> None:
+    """The subprocess: a StepSpec as JSON on stdin, the TracedStep as JSON on stdout."""
+    import logging
+    import warnings
+
+    from ado_actuators.sfttrainer.plan.step_trace import StepSpec, trace_step
+
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    spec = json.loads(sys.stdin.read())
+    spec["target_modules"] = tuple(spec["target_modules"])
+    trace = trace_step(StepSpec(**spec))
+    found = TracedStep(
+        phases=trace.phases,
+        rest=trace.rest,
+        inventory=trace.inventory,
+        assumed=trace.assumed,
+        versions=versions(),
+    )
+    print(json.dumps(dataclasses.asdict(found)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,494 @@
+"""The ground truth for the predicted peak: the training step itself, run through the same code
+the trainer runs, every live tensor counted (plan/step_trace.py), against the prediction the
+product makes for it (plan/memory_check.py's path: the formula of plan/memory_peak.py and
+plan/activations.py for the architectures it counts, a trace of the model's own code
+(plan/traced_parts.py) for the others).
+
+    python benchmarks/memory_truth.py            # the matrix, full size (minutes)
+    python benchmarks/memory_truth.py --quick    # the slice make test runs (4 layers)
+    python benchmarks/memory_truth.py --record   # the matrix, kept in data/memory_truth.json
+
+How the truth is taken:
+- full size under FakeTensorMode: the model built from its config.json at full width and depth,
+  its tensors fake (sizes, no memory, no arithmetic), two steps (the second holds the optimizer
+  state); transformers 4.55, PEFT 0.19, torch's foreach AdamW as this environment pins them;
+  flash-attn 2 emulated (its saved tensors and workspaces, plan/flash_emulation.py); routing
+  balanced (a fake tensor has no values);
+- fake against real: the same step with real tensors at a reduced width agrees to the byte
+  (printed first), so the fake sizes are the real ones;
+- FSDP: two gloo ranks on this CPU, real tensors at a reduced width, frozen (LoRA) and trained
+  (full) layer units, accelerate's settings (transformer-layer units, use_orig_params,
+  FULL_SHARD, BACKWARD_PRE); each rank's peak against the prediction for 2 devices.
+
+Each configuration prints the traced and predicted bytes of its three phases (forward, backward,
+optimizer step) and the peak's error; then the median and worst |error|, and the parts of the
+worst one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from memory_bound import load_configs
+
+from ado_actuators.sfttrainer.plan import traced_parts
+from ado_actuators.sfttrainer.plan.architecture import (
+    COUNTED,
+    count_parameters,
+    language_config,
+)
+from ado_actuators.sfttrainer.plan.logits_memory import checkpointing, loss_code
+from ado_actuators.sfttrainer.plan.memory_bound import Training, memory_bound
+from ado_actuators.sfttrainer.plan.memory_peak import (
+    Dimensions,
+    PeakPrediction,
+    Workload,
+    predict_peak,
+)
+from ado_actuators.sfttrainer.plan.step_trace import PHASES, StepSpec, trace_step
+
+RELEASE = "4.55.4"
+"""The transformers release this environment trains with (fms-hf-tuning 3.2.2's)."""
+TOLERANCE = 0.05
+GIB = 2**30
+
+FAMILIES = {
+    # the catalogue's families (catalog/models.yaml) and their LoRA targets (experiments.yaml)
+    "mistralai/Mistral-7B-v0.1": ("q_proj", "v_proj"),
+    "meta-llama/Meta-Llama-3-8B": ("q_proj", "k_proj"),
+    "ibm-granite/granite-3.1-8b-instruct": ("q_proj", "v_proj"),
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": ("q_proj", "v_proj"),
+    "ibm-granite/granite-3.0-3b-a800m-instruct": ("q_proj", "v_proj"),
+    "bigcode/gpt_bigcode-santacoder": ("c_attn", "c_proj"),
+    "Qwen/Qwen2.5-7B": ("q_proj", "v_proj"),
+    # architectures the hand-written counter does not know: traced
+    "google/gemma-2-9b": ("q_proj", "v_proj"),
+    "microsoft/Phi-3-mini-4k-instruct": ("qkv_proj",),
+    "ibm-ai-platform/Bamba-9B": ("q_proj", "v_proj"),
+    "ibm-granite/granite-4.0-h-small": ("q_proj", "v_proj"),
+}
+METHODS = ("none", "lora", "pt")
+CHECKPOINTING = (None, "reentrant", "non_reentrant")
+SIZES = ((1, 1024), (4, 1024), (1, 4096), (4, 4096))
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    spec: StepSpec
+    shards: int = 1
+
+    def label(self) -> str:
+        s = self.spec
+        method = s.peft_method if s.peft_method != "lora" else "lora:" + "+".join(s.target_modules)
+        ckpt = {None: "off", "reentrant": "reentrant", "non_reentrant": "non-reentr"}
+        fsdp = f" FSDPx{self.shards}" if self.shards > 1 else ""
+        return (
+            f"{self.name.split('/')[-1][:22]:22} {method[:16]:16} {ckpt[s.checkpointing]:10} "
+            f"{s.attention[:5]:5} b{s.batch} s{s.length}{fsdp}"
+        )
+
+
+def matrix(layers: int | None = None) -> list[Case]:
+    """A sampled design: every family with every method, every checkpointing mode and every
+    size over the design (Latin-square rotation), attention flash-attn 2 (the actuator's
+    default) with sdpa and eager on a few."""
+    configs = load_configs()
+    cases = []
+    for index, (name, targets) in enumerate(FAMILIES.items()):
+        config = dict(configs[name])
+        config.pop("quantization_config", None)
+        if layers:
+            config = _depth(config, layers)
+        for offset, method in enumerate(METHODS):
+            ckpt = CHECKPOINTING[(index + offset) % 3]
+            batch, length = SIZES[(index + 2 * offset) % 4]
+            attention = "flash_attention_2"
+            if method == "none" and index % 3 == 1:
+                attention = "sdpa"
+            spec = StepSpec(
+                config,
+                peft_method=method,
+                target_modules=targets if method == "lora" else (),
+                lora_r=8,
+                lora_alpha=16,
+                attention=attention,
+                checkpointing=ckpt,
+                batch=batch,
+                length=length,
+            )
+            cases.append(Case(name, spec))
+    return cases + _crossings(configs, layers)
+
+
+def _crossings(configs: dict[str, dict], layers: int | None) -> list[Case]:
+    """The crossings that matter: LoRA at both sizes under all three checkpointing modes on
+    Mistral-7B, eager attention, and LoRA on every linear."""
+    mistral = dict(configs["mistralai/Mistral-7B-v0.1"])
+    if layers:
+        mistral = _depth(mistral, layers)
+    cases = []
+    for ckpt, (batch, length) in itertools.product(CHECKPOINTING, ((2, 2048), (8, 4096))):
+        spec = StepSpec(
+            mistral, "lora", ("q_proj", "v_proj"), checkpointing=ckpt, batch=batch, length=length
+        )
+        cases.append(Case("mistralai/Mistral-7B-v0.1", spec))
+    for method in ("lora", "pt"):
+        spec = StepSpec(
+            mistral,
+            method,
+            ("q_proj", "v_proj") if method == "lora" else (),
+            attention="eager",
+            batch=1,
+            length=1024,
+        )
+        cases.append(Case("mistralai/Mistral-7B-v0.1", spec))
+    every = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    for ckpt in (None, "non_reentrant"):
+        spec = StepSpec(mistral, "lora", every, checkpointing=ckpt, batch=2, length=2048)
+        cases.append(Case("mistralai/Mistral-7B-v0.1", spec))
+    return cases
+
+
+def _depth(config: dict[str, Any], layers: int) -> dict[str, Any]:
+    """The same model with `layers` layers (hybrids keep their kinds' order)."""
+    config = dict(config)
+    for key in ("num_hidden_layers", "n_layer"):
+        if key in config:
+            config[key] = layers
+    if "layer_types" in config:
+        kinds = config["layer_types"]
+        chosen = [kinds[i * len(kinds) // layers] for i in range(layers)]
+        if "attention" in kinds and "attention" not in chosen:
+            chosen[layers // 2] = "attention"
+        config["layer_types"] = chosen
+    if "attn_layer_indices" in config:
+        config["attn_layer_indices"] = [layers // 2]
+    return config
+
+
+def training_of(spec: StepSpec, shards: int = 1) -> Training:
+    return Training(
+        peft_method=spec.peft_method,
+        torch_dtype=spec.torch_dtype,
+        optim="adamw_torch",
+        number_gpus=shards,
+        lora_r=spec.lora_r,
+        target_modules=spec.target_modules,
+    )
+
+
+def workload_of(spec: StepSpec, model_type: str) -> Workload:
+    """What plan/memory_check._workload builds for the same entity under fms-hf-tuning 3.2.2."""
+    asked = spec.checkpointing is not None
+    style = checkpointing(RELEASE, model_type)
+    honoured = style != "none"
+    return Workload(
+        per_device_batch=spec.batch,
+        sequence_length=spec.length,
+        gradient_checkpointing=asked and honoured,
+        checkpointing_ignored=asked and not honoured,
+        checkpointed_by_model=style == "model",
+        reentrant_checkpointing=spec.checkpointing == "reentrant",
+        attention=spec.attention,
+        gradient_accumulation_steps=spec.accumulation,
+        loss=loss_code(RELEASE, model_type),
+        autocast=spec.mixed_precision,
+        logits_copy=True,
+        lora_dropout=spec.lora_dropout > 0,
+    )
+
+
+def predicted(spec: StepSpec, shards: int = 1) -> PeakPrediction:
+    """The product's prediction for the step: by formula where plan/architecture.py counts the
+    model, else from a trace of its code (plan/traced_parts.py, run as the product runs it)."""
+    model_type = str(language_config(spec.config).get("model_type"))
+    training = training_of(spec, shards)
+    workload = workload_of(spec, model_type)
+    if model_type in COUNTED:
+        counts = count_parameters(spec.config)
+        bound = memory_bound(counts, training)
+        adapted = spec.target_modules if spec.peft_method == "lora" else ()
+        return predict_peak(counts, Dimensions.of(spec.config), training, bound, workload, adapted)
+    values = {"lora_alpha": spec.lora_alpha}
+    found = traced_parts.traced(traced_parts.request(spec.config, training, workload, values), None)
+    bound = memory_bound(traced_parts.counts_of(found.inventory), training)
+    return traced_parts.predict(found, training, bound, workload)
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    case: Case
+    traced: dict[str, dict[str, int]]
+    prediction: PeakPrediction
+    seconds: float
+
+    def total(self, phase: str) -> float:
+        return sum(self.traced[phase].values())
+
+    @property
+    def peak(self) -> float:
+        return max(self.total(phase) for phase in self.traced)
+
+    @property
+    def error(self) -> float:
+        return self.prediction.total / self.peak - 1
+
+
+def run(case: Case) -> Row:
+    start = time.monotonic()
+    trace = trace_step(case.spec)
+    return Row(case, trace.phases, predicted(case.spec), time.monotonic() - start)
+
+
+SMALL = {
+    "model_type": "llama",
+    "vocab_size": 2048,
+    "hidden_size": 256,
+    "intermediate_size": 704,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "tie_word_embeddings": False,
+}
+"""A Llama at a reduced width: real tensors on this CPU (fake against real, FSDP)."""
+
+
+def fake_against_real() -> list[tuple[str, dict[str, int], dict[str, int]]]:
+    """The same step traced with fake and with real tensors: (what, fake totals, real)."""
+    found = []
+    for method, ckpt, attention in (
+        ("none", None, "flash_attention_2"),
+        ("lora", "reentrant", "sdpa"),
+        ("pt", "non_reentrant", "eager"),
+    ):
+        targets = ("q_proj", "v_proj") if method == "lora" else ()
+        spec = StepSpec(
+            SMALL, method, targets, attention=attention, checkpointing=ckpt, batch=2, length=128
+        )
+        totals = []
+        for fake in (True, False):
+            trace = trace_step(dataclasses.replace(spec, fake=fake))
+            totals.append({phase: trace.total(phase) for phase in PHASES})
+        found.append((f"{method} {ckpt or 'off'} {attention}", *totals))
+    return found
+
+
+FSDP_CASES = (
+    ("none", None),
+    ("none", "reentrant"),
+    ("lora", "reentrant"),
+    ("lora", "non_reentrant"),
+    ("pt", "reentrant"),
+)
+
+
+LAYERED = dict(SMALL, vocab_size=512, hidden_size=512, intermediate_size=1408, num_hidden_layers=8)
+"""A Llama whose layers, not its logits, decide the peak: FSDP's terms show."""
+
+
+def fsdp_rows(batch: int = 2, length: int = 512) -> list[Row]:
+    """Two gloo ranks train the small Llama under FSDP as accelerate wraps it; each case's
+    row is rank 0's trace (both ranks' peaks are printed)."""
+    import json
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    rows = []
+    for method, ckpt in FSDP_CASES:
+        targets = ("q_proj", "v_proj") if method == "lora" else ()
+        spec = StepSpec(
+            LAYERED, method, targets, checkpointing=ckpt, batch=batch, length=length, fake=False
+        )
+        with tempfile.TemporaryDirectory() as directory:
+            start = time.monotonic()
+            port = _free_port()
+            mp.start_processes(
+                _rank, (spec, directory, port), nprocs=2, join=True, start_method="spawn"
+            )
+            ranks = [json.loads(Path(directory, f"{r}.json").read_text()) for r in range(2)]
+        case = Case("small llama (h 512, 8 layers)", spec, shards=2)
+        row = Row(case, ranks[0], predicted(spec, shards=2), time.monotonic() - start)
+        rows.append(
+            dataclasses.replace(
+                row, traced=max(ranks, key=lambda r: max(sum(p.values()) for p in r.values()))
+            )
+        )
+    return rows
+
+
+def _rank(rank: int, spec: StepSpec, directory: str, port: int) -> None:
+    import json
+
+    import torch.distributed as dist
+
+    warnings.filterwarnings("ignore")
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        trace = trace_step(spec, wrap=_fsdp)
+        Path(directory, f"{rank}.json").write_text(json.dumps(trace.phases))
+    finally:
+        dist.destroy_process_group()
+
+
+def _fsdp(model: Any) -> Any:
+    """accelerate's FSDP as the actuator configures it (plan/accelerate.py): FULL_SHARD,
+    BACKWARD_PRE, use_orig_params; the decoder layers as units, or, under PEFT, PEFT's own
+    policy (the adapters units of their own) as transformers' Trainer installs it."""
+    import functools
+
+    import torch
+    from torch.distributed.fsdp import BackwardPrefetch, FullyShardedDataParallel, ShardingStrategy
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    if hasattr(model, "peft_config"):
+        from peft.utils.other import fsdp_auto_wrap_policy
+
+        policy = fsdp_auto_wrap_policy(model)
+    else:
+        names = set(model._no_split_modules)
+        layers = {type(m) for m in model.modules() if type(m).__name__ in names}
+        policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=layers)
+    return FullyShardedDataParallel(
+        model,
+        auto_wrap_policy=policy,
+        sharding_strategy=ShardingStrategy.FULL_SHARD,
+        backward_prefetch=BackwardPrefetch.BACKWARD_PRE,
+        use_orig_params=True,
+        device_id=torch.device("cpu"),
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def summary(rows: list[Row]) -> dict[str, Any]:
+    errors = [abs(r.error) for r in rows]
+    worst = max(rows, key=lambda r: abs(r.error))
+    return {
+        "configurations": len(rows),
+        "within_tolerance": sum(e <= TOLERANCE for e in errors),
+        "median_abs_error": statistics.median(errors),
+        "worst": worst,
+    }
+
+
+def phase_errors(rows: list[Row]) -> dict[str, tuple[float, float]]:
+    """Each phase's median and worst |error| (its total, predicted against traced) over the
+    rows: the peak is one phase, the others are reported too."""
+    found = {}
+    for phase in PHASES:
+        errors = [
+            abs(sum(r.prediction.phases.get(phase, {}).values()) / r.total(phase) - 1)
+            for r in rows
+            if r.total(phase)
+        ]
+        found[phase] = (statistics.median(errors), max(errors))
+    return found
+
+
+def _gib(value: float) -> str:
+    return f"{value / GIB:7.2f}"
+
+
+def report(rows: list[Row]) -> str:
+    lines = [
+        f"{'configuration':<66} {'from':5} {'fwd':>15} {'bwd':>15} {'step':>15} {'peak':>7} {'error':>7}",
+        f"{'':<66} {'':5} {'trace / pred':>15} {'trace / pred':>15} {'trace / pred':>15}",
+    ]
+    for row in rows:
+        cells = []
+        for phase in PHASES:
+            predicted_total = sum(row.prediction.phases.get(phase, {}).values())
+            cells.append(f"{_gib(row.total(phase))}/{_gib(predicted_total).strip():>7}")
+        lines.append(
+            f"{row.case.label():<66} {row.prediction.source[:5]:5} {' '.join(cells)} "
+            f"{_gib(row.peak)} {row.error:+7.2%}"
+        )
+    return "\n".join(lines)
+
+
+def parts(row: Row) -> str:
+    """The worst configuration, part by part: the trace's parts at each phase's peak beside
+    the prediction's (the trace names a tensor by where it was made)."""
+    lines = [f"parts of {row.case.label()} (MiB), prediction's moments {row.prediction.moments}"]
+    for phase in PHASES:
+        traced = ", ".join(f"{k} {v / 2**20:.1f}" for k, v in row.traced[phase].items() if v)
+        mine = ", ".join(
+            f"{k} {v / 2**20:.1f}" for k, v in row.prediction.phases[phase].items() if v
+        )
+        lines.append(f"  {phase:<15} trace: {traced}\n  {'':<15} pred:  {mine}")
+    return "\n".join(lines)
+
+
+RECORD = Path(__file__).resolve().parent / "data" / "memory_truth.json"
+"""The last full run's rows (`--record`): tests/unit/test_memory_truth_record.py holds the
+formula to the predictions recorded beside the traces they were checked against."""
+
+
+def record(rows: list[Row]) -> list[dict[str, Any]]:
+    """Each row as JSON: its step (StepSpec's fields), shards, the traced parts of each phase
+    and the predicted ones."""
+    return [
+        {
+            "label": row.case.label(),
+            "name": row.case.name,
+            "spec": dataclasses.asdict(row.case.spec),
+            "shards": row.case.shards,
+            "source": row.prediction.source,
+            "traced": row.traced,
+            "predicted": row.prediction.phases,
+        }
+        for row in rows
+    ]
+
+
+def spec_of(recorded: dict[str, Any]) -> StepSpec:
+    fields = dict(recorded["spec"], target_modules=tuple(recorded["spec"]["target_modules"]))
+    return StepSpec(**fields)
+
+
+def main(argv: list[str]) -> int:
+    warnings.filterwarnings("ignore")
+    quick = "--quick" in argv
+    print("fake against real tensors (the small Llama, total bytes per phase):")
+    for what, fake, real in fake_against_real():
+        print(f"  {what:<32} fake {fake}  real {real}  {'equal' if fake == real else 'DIFFER'}")
+    rows = [run(case) for case in matrix(layers=4 if quick else None)]
+    if not quick:
+        rows += fsdp_rows()
+    print(report(rows))
+    found = summary(rows)
+    print(
+        f"\n{found['configurations']} configurations, {found['within_tolerance']} within "
+        f"±{TOLERANCE:.0%} of the traced peak, median |error| {found['median_abs_error']:.2%}, "
+        f"worst {found['worst'].error:+.2%}: {found['worst'].case.label()}"
+    )
+    for phase, (median, worst) in phase_errors(rows).items():
+        print(f"  {phase:<15} total: median |error| {median:.2%}, worst {worst:.2%}")
+    print(parts(found["worst"]))
+    if "--record" in argv:
+        RECORD.write_text(json.dumps(record(rows), indent=1) + "\n")
+        print(f"recorded in {RECORD}")
+    return 0 if found["within_tolerance"] == found["configurations"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,187 @@
+"""What a decoder layer keeps and adds (plan/activations.py), term by term against hand
+arithmetic: per token, h 64, 4 heads of 16 (q 64), 2 kv heads (kv 32), MLP 128, bf16 (w 2).
+benchmarks/memory_truth.py checks the same terms against traces of the models' own code."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from ado_actuators.sfttrainer.plan import activations as A
+
+FULL = A.Block(
+    hidden=64,
+    q_width=64,
+    kv_width=32,
+    heads=4,
+    intermediate=128,
+    width=2,
+    method="none",
+    attention="flash_attention_2",
+)
+LORA = dataclasses.replace(FULL, method="lora", adapted=("q_proj", "v_proj"), lora_r=8)
+PT = dataclasses.replace(FULL, method="pt")
+
+
+def test_an_rmsnorm_keeps_its_fp32_input_its_rsqrt_and_when_it_trains_its_dtype_copy():
+    assert A.norm_saved(FULL, True) == 4 * 64 + 4 + 2 * 64
+    assert A.norm_saved(LORA, True) == 4 * 64 + 4
+    assert A.norm_saved(LORA, False) == 0  # LoRA's first layer: nothing needs a gradient
+    assert A.norm_saved(FULL, False) == 4 * 64 + 4 + 2 * 64  # its weight still trains
+    fused = dataclasses.replace(LORA, fused_norm=True)
+    assert A.norm_saved(fused, True) == 2 * 64 + 4
+
+
+def test_attention_keeps_what_each_implementation_saves():
+    grads = (True, True, True)
+    # flash: q, k, v, output (2 x (2 x 64 + 2 x 32)) and softmax_lse (4 heads x fp32)
+    assert A.attention_saved(FULL, grads, 16) == 2 * (2 * 64 + 2 * 32) + 4 * 4
+    assert A.attention_saved(dataclasses.replace(FULL, attention="sdpa"), grads, 16) == 400
+    eager = dataclasses.replace(FULL, attention="eager")
+    # q, expanded k, expanded v (3 x 2 x 64), scores fp32 and bf16 (4 heads x 16 x (4 + 2))
+    assert A.attention_saved(eager, grads, 16) == 3 * 128 + 4 * 16 * 6
+    # q needs no gradient: the expanded k is not kept; v none: the bf16 scores are not
+    assert A.attention_saved(eager, (False, True, False), 16) == 2 * 128 + 4 * 16 * 4
+    assert A.attention_saved(eager, (False, False, False), 16) == 4 * 16 * 4
+    fp32 = dataclasses.replace(eager, width=4)  # the fp32 softmax is the dtype's
+    assert A.attention_saved(fp32, grads, 16) == 3 * 256 + 4 * 16 * 4
+
+
+def test_qwen3_normalises_q_and_k_per_head():
+    qk = dataclasses.replace(LORA, qk_norm=True)
+    # fp32 q (4 x 64) and k (4 x 32), an fp32 rsqrt per head (4 q heads, 2 kv heads)
+    assert A.qk_norm_saved(qk, (True, True, True)) == 4 * 64 + 4 * 4 + 4 * 32 + 4 * 2
+    assert A.qk_norm_saved(qk, (False, True, True)) == 4 * 32 + 4 * 2
+    full = dataclasses.replace(FULL, qk_norm=True)  # and the dtype copies
+    assert A.qk_norm_saved(full, (False, False, False)) == 6 * 64 + 16 + 6 * 32 + 8
+    assert A.qk_norm_saved(LORA, (True, True, True)) == 0
+
+
+def test_trained_linears_keep_their_inputs_once_per_shared_input():
+    # q/k/v's input (2 x 64), gate/up's (2 x 64) and down's (2 x 128); o_proj reads the output
+    # flash-attn keeps
+    assert A.linear_inputs_saved(FULL) == 2 * 64 + 2 * (64 + 128)
+    sdpa = dataclasses.replace(FULL, attention="sdpa")
+    assert A.linear_inputs_saved(sdpa) == A.linear_inputs_saved(FULL) + 2 * 64
+    assert A.linear_inputs_saved(LORA) == 0
+    moe = dataclasses.replace(FULL, moe="mixtral", experts=4, experts_per_token=2)
+    assert A.linear_inputs_saved(moe) == 2 * 64  # the experts' inputs are moe_saved's
+
+
+def test_a_gated_mlp_keeps_three_intermediate_tensors():
+    assert A.mlp_saved(LORA) == 3 * 2 * 128
+    assert A.mlp_saved(FULL) == 3 * 2 * 128
+
+
+def test_experts_keep_the_mlp_per_routed_token_and_the_routers_tensors():
+    mixtral = dataclasses.replace(LORA, moe="mixtral", experts=4, experts_per_token=2)
+    per_route = 3 * 2 * 128 + 2 * 2 * 64 + 2
+    router = 4 * 4 + 8 * 2 + 4 + 4 * 2 + 8 * 2
+    assert A.moe_saved(mixtral) == 2 * per_route + router
+    granite = dataclasses.replace(mixtral, moe="granitemoe")
+    assert A.moe_saved(granite) == 2 * per_route + 8 * 2 + 4 * 2 + 16 * 2
+    shared = dataclasses.replace(granite, shared_intermediate=32)
+    assert A.moe_saved(shared) == A.moe_saved(granite) + 3 * 2 * 32
+    full = dataclasses.replace(shared, method="none", adapted=())
+    trained = 2 * 2 * (64 + 128) + 2 * 64 + 2 * 32
+    assert A.moe_saved(full) == A.moe_saved(shared) + trained
+    assert A.mlp_saved(mixtral) == A.moe_saved(mixtral)
+
+
+def test_a_lora_adapter_keeps_its_fp32_dropout_output_its_mask_and_lora_as_output():
+    # q_proj and v_proj read the hidden state: (4 + 1) x 64 + 4 x 8 each
+    assert A.adapters_saved(LORA, {}) == 2 * (5 * 64 + 32)
+    assert A.adapters_saved(LORA, {"q_proj": False}) == 2 * (5 * 64 + 32) - 64
+    no_dropout = dataclasses.replace(LORA, lora_dropout=False)
+    assert A.adapters_saved(no_dropout, {}) == 2 * (4 * 64 + 32)
+    autocast = dataclasses.replace(LORA, autocast=True)  # 16-bit copies under autocast
+    assert A.adapters_saved(autocast, {}) == 2 * (3 * 64 + 16)
+    wide = dataclasses.replace(LORA, q_width=96, adapted=("o_proj", "down_proj", "w2"))
+    assert [A.adapter_input_width(wide, n) for n in ("o_proj", "down_proj", "w2", "x")] == [
+        96,
+        128,
+        128,
+        64,
+    ]
+    experts = dataclasses.replace(LORA, adapted=("w1",), experts_per_token=3)
+    assert A.adapters_saved(experts, {}) == 3 * (5 * 64 + 32)
+    assert A.adapters_saved(FULL, {}) == 0
+
+
+def test_a_layer_keeps_the_sum_of_its_parts_and_the_first_lora_layer_less():
+    # norms 2 x 388, attention 400, the trained inputs 512, the MLP 768
+    assert A.layer_saved(FULL, 16) == 776 + 400 + 512 + 768
+    # LoRA's first layer: its first norm keeps nothing, q/v's adapters no mask
+    first = A.layer_saved(LORA, 16, first=True, input_grads=False)
+    assert A.layer_saved(LORA, 16) - first == A.norm_saved(LORA, True) + 2 * 64
+    assert A.layer_saved(LORA, 16, first=True, input_grads=True) == A.layer_saved(LORA, 16)
+    assert A.layer_saved(PT, 16, first=True, input_grads=True) == 2 * 260 + 400 + 768
+
+
+def test_a_layers_backward_adds_its_output_gradient_and_the_mlps_three_gradients():
+    assert A.layer_backward(LORA) == 2 * 64 + 3 * 2 * 128
+    assert A.layer_backward(FULL) == 2 * 64 + 2 * 2 * 128  # down_proj's kept input is freed
+    mixtral = dataclasses.replace(LORA, moe="mixtral", experts=4, experts_per_token=2)
+    assert A.layer_backward(mixtral) == 2 * 64 + 0.5 * 3 * 2 * 128
+    granite = dataclasses.replace(mixtral, moe="granitemoe", shared_intermediate=32)
+    assert A.layer_backward(granite) == 2 * 64 + 2 * 3 * 2 * 128 - 2 * 2 * 64 * 2 - 3 * 2 * 32
+    bigcode = dataclasses.replace(LORA, family="gpt_bigcode")
+    assert A.layer_backward(bigcode) == 2 * 64 + 2 * 2 * 128
+    assert A.layer_backward(dataclasses.replace(bigcode, method="none")) == 2 * 64 + 2 * 128
+
+
+def test_a_layers_forward_at_its_largest():
+    assert A.layer_forward(FULL, keeping=True) == 2 * 64
+    assert A.layer_forward(PT, keeping=True) == 2 * 64 + 2 * (64 + 128)
+    assert A.layer_forward(PT, keeping=False) == 2 * 2 * 64 + 4 * 2 * 128
+    granite = dataclasses.replace(PT, moe="granitemoe", experts=4, experts_per_token=2)
+    assert A.layer_forward(granite, keeping=False) == 2 * 2 * 64 + 2 * 2 * (64 + 4 * 128)
+    assert A.layer_forward(granite, keeping=True) == 2 * 2 * 64 + 2 * 2 * (128 - 64) - 2 * 2
+    mixtral = dataclasses.replace(granite, moe="mixtral")
+    assert A.layer_forward(mixtral, keeping=True) == 3 * 2 * 64 + 0.5 * 2 * 64
+    assert A.layer_forward(mixtral, keeping=False) == 3 * 2 * 64 + 0.5 * 2 * (64 + 4 * 128)
+    bigcode = dataclasses.replace(PT, family="gpt_bigcode")
+    assert A.layer_forward(bigcode, keeping=True) == 2 * 64
+    assert A.layer_forward(bigcode, keeping=False) == 2 * 2 * 64 + 2 * 2 * 128
+
+
+def test_an_adapters_forward_holds_its_fp32_input_and_its_outputs():
+    # v_proj (64 -> 32): the residual and the norm's output beside q's and k's projections
+    # (2 x (64 + 64 + 64 + 32)), the fp32 input (4 x 64), (8 + 2) x 32 out
+    v_only = dataclasses.replace(LORA, adapted=("v_proj",))
+    assert A.adapter_forward(v_only) == 2 * (64 + 64 + 64 + 32) + 4 * 64 + 10 * 32
+    down = dataclasses.replace(LORA, adapted=("down_proj",))
+    assert A.adapter_forward(down) == 2 * (64 + 128) + 4 * 128 + 10 * 64
+    assert A.adapter_forward(FULL) == 0
+    bigcode = dataclasses.replace(LORA, family="gpt_bigcode", adapted=("c_proj",))
+    # the MLP's c_proj (128 -> 64) reads GELU's output, which nobody keeps
+    assert A.adapter_forward(bigcode) == 2 * (64 + 64 + 128) + 4 * 128 + 10 * 64
+    assert A.layer_forward(down, keeping=True) == A.adapter_forward(down)
+
+
+def test_parallel_experts_accumulate_their_weight_gradient_through_whole_tensors():
+    granite = dataclasses.replace(FULL, moe="granitemoe", experts=4, experts_per_token=2)
+    assert A.experts_backward(granite, 1000.0) == 3000.0
+    assert A.experts_backward(dataclasses.replace(granite, method="lora"), 1000.0) == 0
+    assert A.experts_backward(dataclasses.replace(granite, moe="mixtral"), 1000.0) == 0
+
+
+@pytest.mark.parametrize("attention", ["flash_attention_2", "sdpa"])
+def test_a_gpt_bigcode_layer(attention):
+    full = dataclasses.replace(
+        FULL, family="gpt_bigcode", residual_dropout=True, attention=attention
+    )
+    # two LayerNorms (2 x (2 x 64 + 2 x 2)), c_attn's fused output 2 x (64 + 64), the output and
+    # lse (2 x 64 + 16), GELU's input (2 x 128), the trained inputs 2 x (2 x 64 + 128), the two
+    # residual dropouts' masks
+    flash = 2 * 132 + 256 + 128 + 16 + 256 + 512 + 128
+    expected = flash + (2 * 64 if attention == "sdpa" else 0)
+    assert A.bigcode_saved(full) == expected
+    assert A.layer_saved(full, 16) == expected
+    lora = dataclasses.replace(full, method="lora", adapted=("c_attn", "c_proj"))
+    # c_attn's and attention c_proj's (5 x 64 + 32 each), the MLP c_proj's (5 x 128 + 32)
+    adapters = 2 * (5 * 64 + 32) + (5 * 128 + 32)
+    assert A.bigcode_saved(lora) == expected - 512 + adapters
+    # the first layer: nothing needs c_attn's input gradient, no mask there, no first norm
+    assert A.bigcode_saved(lora) - A.bigcode_saved(lora, grad_in=False) == 132 + 64

@@ -1,0 +1,148 @@
+"""The trace path's arithmetic (plan/traced_parts.py) on a traced step made by hand: the state
+at rest, FSDP's sharding, gathered units and held input gradients, the request and its key."""
+
+from __future__ import annotations
+
+import pytest
+
+from ado_actuators.sfttrainer.plan import traced_parts as T
+from ado_actuators.sfttrainer.plan.memory_bound import Training, memory_bound
+from ado_actuators.sfttrainer.plan.memory_peak import Workload
+
+INVENTORY = {
+    "total": 1000,
+    "embedding": 200,
+    "lm_head": 0,
+    "norms": 10,
+    "layers": 4,
+    "hidden": 8,
+    "linears": [["q_proj", 8, 8, 4], ["v_proj", 8, 4, 4]],
+    "trainable": 0,
+    "model_type": "acme",
+}
+STEP = T.TracedStep(
+    phases={
+        "forward": {"weights": 2000, "gradients": 0, "forward": 500, "backward": 0},
+        "backward": {"weights": 2000, "forward": 300, "backward": 400, "gradients": 16},
+        "optimizer_step": {"weights": 2000, "gradients": 16, "optimizer_temporaries": 48},
+    },
+    rest={"weights": 2000, "optimizer_state": 32},
+    inventory=INVENTORY,
+    assumed=("routing: every expert an equal share of the tokens",),
+    versions={"torch": "2", "transformers": "4", "peft": "0"},
+)
+
+
+def lora(gpus: int = 1) -> Training:
+    return Training("lora", "bfloat16", "adamw_torch", gpus, target_modules=("q_proj",), lora_r=2)
+
+
+def test_counts_from_the_traced_model_feed_the_bound():
+    counts = T.counts_of(INVENTORY)
+    assert counts.total == 1000 and counts.embedding == 200 and counts.lm_head == 0
+    assert counts.attention == 790 and counts.norms == 10
+    assert counts.quantizable == 8 * 8 * 4 + 8 * 4 * 4
+    bound = memory_bound(counts, lora())
+    assert bound.parts["gradients"] == 2 * (8 + 8) * 4 * 2  # r x (in + out), 4 q_proj, bf16
+
+
+def test_every_forward_and_backward_after_the_first_step_holds_the_optimizer_state():
+    one = lora()
+    prediction = T.predict(STEP, one, memory_bound(T.counts_of(INVENTORY), one), Workload(2, 8))
+    assert prediction.phases["forward"] == {
+        "weights": 2000,
+        "activations": 500,
+        "optimizer_state": 32,
+    }
+    assert prediction.phases["backward"]["optimizer_state"] == 32
+    # the first step's state is made in its optimizer phase: counted as state, not temporaries
+    assert prediction.phases["optimizer_step"] == {
+        "weights": 2000,
+        "gradients": 16,
+        "optimizer_temporaries": 16,
+        "optimizer_state": 32,
+    }
+    assert prediction.source == "trace" and prediction.moments["backward"] == "traced"
+    assert prediction.notes[-1] == "assumed: routing: every expert an equal share of the tokens"
+    assert prediction.notes[-2].startswith("parts from a trace of the model's own code")
+
+
+def test_a_quantized_checkpoint_counts_its_block_weights_at_their_bits():
+    """Traced at the model's dtype; the bound's quantized weights replace the traced ones."""
+    four = Training(
+        "lora",
+        "bfloat16",
+        "adamw_torch",
+        1,
+        target_modules=("q_proj",),
+        lora_r=2,
+        quantized_bits=4,
+    )
+    counts = T.counts_of(INVENTORY)
+    plain = memory_bound(counts, lora())
+    quantized = memory_bound(counts, four)
+    saved = plain.parts["weights"] - quantized.parts["weights"]
+    assert saved == counts.quantizable * (2 - 0.5)
+    prediction = T.predict(STEP, four, quantized, Workload(2, 8), saved)
+    for phase in ("forward", "backward", "optimizer_step"):
+        assert prediction.phases[phase]["weights"] == 2000 - saved
+    assert "at 4 bits as the bound counts them" in prediction.notes[-1]
+    # unquantized: nothing subtracted, no note
+    assert T.predict(STEP, lora(), plain, Workload(2, 8)).phases["forward"]["weights"] == 2000
+
+
+def test_fsdp_shards_the_states_gathers_the_root_and_a_layer_and_holds_input_gradients():
+    two = lora(2)
+    bound = memory_bound(T.counts_of(INVENTORY), two)
+    reentrant = Workload(2, 8, reentrant_checkpointing=True, checkpointed_by_model=True)
+    prediction = T.predict(STEP, two, bound, reentrant)
+    root = 200 + 0 + 8
+    layer = (1000 - root) / 4
+    gathered = (root + 1 * layer) * 2  # whole, one layer at a time under LoRA
+    assert prediction.phases["forward"] == {
+        "weights": 1000,
+        "activations": 500,
+        "optimizer_state": 16,
+        "fsdp_gathered": gathered,
+    }
+    # (4 layers - 1) x 16 tokens x 8 x bf16
+    assert prediction.phases["backward"]["fsdp_held_input_gradients"] == 3 * 16 * 8 * 2
+    assert "fsdp_gathered" not in prediction.phases["optimizer_step"]
+    plain = T.predict(STEP, two, bound, Workload(2, 8))
+    assert "fsdp_held_input_gradients" not in plain.phases["backward"]
+    inside = T.predict(STEP, two, bound, Workload(2, 8, reentrant_checkpointing=True))
+    assert "fsdp_held_input_gradients" not in inside.phases["backward"]
+
+
+def test_the_request_is_the_devices_step_and_its_key_changes_with_it():
+    training = lora()
+    workload = Workload(2, 8, reentrant_checkpointing=True, gradient_accumulation_steps=4)
+    spec = T.request({"model_type": "acme"}, training, workload, {"lora_alpha": 32})
+    assert spec == {
+        "config": {"model_type": "acme"},
+        "peft_method": "lora",
+        "target_modules": ["q_proj"],
+        "lora_r": 2,
+        "lora_alpha": 32,
+        "torch_dtype": "bfloat16",
+        "attention": "flash_attention_2",
+        "checkpointing": "reentrant",
+        "mixed_precision": False,
+        "batch": 2,
+        "length": 8,
+        "accumulation": 2,  # the second micro-batch runs beside the first's gradients
+        "steps": 1,
+    }
+    off = T.request({}, training, Workload(2, 8, gradient_checkpointing=False), {})
+    assert off["checkpointing"] is None and off["accumulation"] == 1 and off["lora_alpha"] == 16
+    ignored = Workload(2, 8, gradient_checkpointing=False, checkpointing_ignored=True)
+    assert T.request({}, training, ignored, {})["checkpointing"] == "non_reentrant"
+    full = Training("none", "bfloat16", "adamw_torch", 1, target_modules=("q_proj",))
+    assert T.request({}, full, workload, {})["target_modules"] == []
+    assert T.key(spec) != T.key({**spec, "batch": 4}) and len(T.key(spec)) == 24
+
+
+def test_a_trace_needs_the_libraries_and_says_which(monkeypatch):
+    monkeypatch.setattr(T, "versions", lambda: {"torch": "", "transformers": "4", "peft": ""})
+    with pytest.raises(T.TraceUnavailable, match=r"needs torch, peft: install .*\[fms\]"):
+        T._run({})
