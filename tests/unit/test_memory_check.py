@@ -95,7 +95,7 @@ def test_turned_off_unknown_gpu_unreadable_config_and_cpu_are_skipped_with_a_rea
     assert not unknown.certain_oom and "Acme-X1" in unknown.skipped
     missing = check(values(), "/nonexistent/model")
     assert not missing.certain_oom and "config.json" in missing.skipped and missing.bound is None
-    # an architecture not counted by hand is traced (integration/test_traced_parts.py); where
+    # an architecture not counted by hand is traced (integration/test_traced_parts_kept.py); where
     # the trace cannot run, the reason says why
     from ado_actuators.sfttrainer.plan import traced_parts
 
