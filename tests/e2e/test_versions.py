@@ -208,18 +208,6 @@ def test_a_release_of_every_api_generation_trains_full_fine_tuning(setup, traine
     assert_exact_tokens(setup, results, {4: len(GENERATIONS)}, trainer_tools)
 
 
-def test_lora_and_prompt_tuning_train_on_the_releases_that_could_not(setup, trainer_tools):
-    versions = ["2.4.0", "2.8.2"]
-    experiments = ("finetune_lora_benchmark-v1.0.0", "finetune_pt_benchmark-v1.0.0")
-    rows, trace = measure_space(
-        setup, "peft", None, [2], versions=versions, experiments=experiments
-    )
-    assert len(rows) == 4 and all(float(r["is_valid"]) == 1 for r in rows), trace[-3000:]
-    results = traced_results(trace)
-    assert sorted(m["versions"]["fms-hf-tuning"] for m in results) == sorted(versions * 2)
-    assert_exact_tokens(setup, results, {4: 4}, trainer_tools)
-
-
 def assert_exact_tokens(setup, results: list[dict], entries: dict[int, int], trainer_tools) -> None:
     """Every entry trained (2 steps of batch_size entries) counted as the spec counts them:
     `entries` maps the entries trained to how many measurements trained that many."""

@@ -46,13 +46,21 @@ def test_the_prediction_is_within_5_percent_of_the_traced_peak(row):
     assert abs(found.error) <= memory_truth.TOLERANCE, memory_truth.parts(found)
 
 
-def test_the_fake_trace_is_the_real_one():
+@pytest.mark.parametrize(
+    ("method", "modules", "attention", "checkpointing"),
+    [
+        ("lora", ("q_proj", "v_proj"), "sdpa", "reentrant"),
+        # flash-attn 2 emulated (plan/flash_emulation.py): real tensors take its values path
+        ("none", (), "flash_attention_2", None),
+    ],
+)
+def test_the_fake_trace_is_the_real_one(method, modules, attention, checkpointing):
     spec = StepSpec(
         memory_truth.SMALL,
-        "lora",
-        ("q_proj", "v_proj"),
-        attention="sdpa",
-        checkpointing="reentrant",
+        method,
+        modules,
+        attention=attention,
+        checkpointing=checkpointing,
         batch=2,
         length=64,
     )

@@ -268,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
             measurement.run(fms_argv)
             report.outcome = RankOutcome.OK
         except BaseException as exc:  # SystemExit from argparse and Terminated included
+            # The launcher's SIGTERM often follows a peer's failure while this rank is still
+            # describing its own (a collective with the dead peer failed): raised here, it
+            # would leave the report an error without its reason. The rank is ending anyway.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
             report.outcome, report.failure = classify(exc)
             failure = report.failure
             log.error(
