@@ -34,7 +34,13 @@ TRACE_DIRECTORY = Path("sfttrainer") / "memory-traces"
 """Under hf_home: one JSON file per traced configuration."""
 TRACE_TIMEOUT_SECONDS = 900
 LIBRARIES = ("torch", "transformers", "peft")
-TRACING_CODE = ("step_trace.py", "live_bytes.py", "flash_emulation.py", "mamba_emulation.py")
+TRACING_CODE = (
+    "step_trace.py",
+    "live_bytes.py",
+    "flash_emulation.py",
+    "mamba_emulation.py",
+    "layer_extrapolation.py",
+)
 
 
 class TraceUnavailable(RuntimeError):
@@ -50,6 +56,9 @@ class TracedStep:
     inventory: dict[str, Any]
     assumed: tuple[str, ...]
     versions: dict[str, str]
+    depth: str = ""
+    """How deep the traced model was (plan/layer_extrapolation.py: shallow copies, extrapolated
+    per layer, or the full depth)."""
 
 
 @functools.cache
@@ -208,6 +217,7 @@ def predict(
         f"parts from a trace of the model's own code (transformers {found.versions['transformers']}, "
         f"torch {found.versions['torch']}, peft {found.versions['peft']}, FakeTensorMode)",
         *(f"assumed: {what}" for what in found.assumed),
+        *([found.depth] if found.depth else []),
     ]
     if quantized:
         notes.append(
@@ -260,19 +270,21 @@ def main() -> None:
     import logging
     import warnings
 
-    from ado_actuators.sfttrainer.plan.step_trace import StepSpec, trace_step
+    from ado_actuators.sfttrainer.plan.layer_extrapolation import trace as trace_of
+    from ado_actuators.sfttrainer.plan.step_trace import StepSpec
 
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     spec = json.loads(sys.stdin.read())
     spec["target_modules"] = tuple(spec["target_modules"])
-    trace = trace_step(StepSpec(**spec))
+    trace, depth = trace_of(StepSpec(**spec))
     found = TracedStep(
         phases=trace.phases,
         rest=trace.rest,
         inventory=trace.inventory,
         assumed=trace.assumed,
         versions=versions(),
+        depth=depth,
     )
     print(json.dumps(dataclasses.asdict(found)))
 
