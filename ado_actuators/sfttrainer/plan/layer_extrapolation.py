@@ -169,6 +169,11 @@ def trace(spec: StepSpec) -> tuple[StepTrace, str]:
         trace_step(dataclasses.replace(spec, config=shallow.config_of(indices)))
         for indices in shallow.copies
     ]
+    if not _peak_keeps_its_moment(traces):
+        return trace_step(spec), (
+            "traced at full depth: per layer, its gradients and its activations are close, so "
+            "the backward's peak may move between the backward's start and end with depth"
+        )
     weights = shallow.weights
 
     def extrapolated(pick: Any) -> dict[str, int]:
@@ -198,6 +203,28 @@ def trace(spec: StepSpec) -> tuple[StepTrace, str]:
         f"traced at reduced depth (copies of {sizes} of its {shallow.layers} layers, keeping "
         f"the first and last), extrapolated per layer of each kind"
     )
+
+
+def _peak_keeps_its_moment(traces: list[StepTrace]) -> bool:
+    """Whether the backward's peak grows, per layer of each kind, at least as fast as the
+    other moments it could be at: its start (every layer's activations held, as at the
+    forward's end) and its end (every layer's gradients made, as in the optimizer step but its
+    temporaries). Each moment is affine in the layers; the peak is their largest, so an
+    extrapolated peak is the full model's only when no other moment overtakes it with depth."""
+
+    def total(trace: StepTrace, phase: str, but: str = "") -> int:
+        return sum(v for k, v in trace.phases.get(phase, {}).items() if k != but)
+
+    base, *copies = traces
+    for copy in copies:
+        peak = total(copy, "backward") - total(base, "backward")
+        start = total(copy, "forward") - total(base, "forward")
+        end = total(copy, "optimizer_step", "optimizer_temporaries") - total(
+            base, "optimizer_step", "optimizer_temporaries"
+        )
+        if peak < max(start, end):
+            return False
+    return True
 
 
 def _inventory(traces: list[StepTrace], weights: tuple[int, ...], layers: int, extrapolated: Any):
