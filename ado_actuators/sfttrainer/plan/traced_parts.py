@@ -1,10 +1,11 @@
 """The predicted peak of an architecture the hand-written counter does not know, from a trace of
 the model's own code (plan/step_trace.py): the model built from its config.json at full width
-and depth under FakeTensorMode (sizes, no memory), one training step at the device's batch and
-length through transformers, PEFT and torch's AdamW, every live tensor counted by phase and
-part. Exact for that code, with no extrapolation: each (configuration, batch, length) is traced
-once, in a subprocess of this Python (torch, transformers and peft are imported there, never
-here), and kept on disk under hf_home.
+under FakeTensorMode (sizes, no memory), one training step at the device's batch and length
+through transformers, PEFT and torch's AdamW, every live tensor counted by phase and part. Exact
+for that code: a deep model is traced on shallow copies and extrapolated per layer of each kind
+where that gives its full depth's bytes (plan/layer_extrapolation.py), else at full depth. Each
+(configuration, batch, length) is traced once, in a subprocess of this Python (torch,
+transformers and peft are imported there, never here), and kept on disk under hf_home.
 
 What a single-device trace cannot hold is added as plan/memory_peak.py adds it: FSDP's sharding
 of the model states, its gathered units and the input gradients it holds.
