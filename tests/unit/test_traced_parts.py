@@ -3,6 +3,8 @@ at rest, FSDP's sharding, gathered units and held input gradients, the request a
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from ado_actuators.sfttrainer.plan import traced_parts as T
@@ -65,6 +67,14 @@ def test_every_forward_and_backward_after_the_first_step_holds_the_optimizer_sta
     assert prediction.source == "trace" and prediction.moments["backward"] == "traced"
     assert prediction.notes[-1] == "assumed: routing: every expert an equal share of the tokens"
     assert prediction.notes[-2].startswith("parts from a trace of the model's own code")
+
+
+def test_the_notes_say_how_deep_the_model_was_traced():
+    how = "traced at reduced depth (copies of 4, 5, 5 of its 40 layers), extrapolated per layer"
+    step = dataclasses.replace(STEP, depth=how)
+    one = lora()
+    prediction = T.predict(step, one, memory_bound(T.counts_of(INVENTORY), one), Workload(2, 8))
+    assert prediction.notes[-1] == how
 
 
 def test_a_quantized_checkpoint_counts_its_block_weights_at_their_bits():

@@ -1,10 +1,11 @@
 """The predicted peak of an architecture the hand-written counter does not know, from a trace of
 the model's own code (plan/step_trace.py): the model built from its config.json at full width
-and depth under FakeTensorMode (sizes, no memory), one training step at the device's batch and
-length through transformers, PEFT and torch's AdamW, every live tensor counted by phase and
-part. Exact for that code, with no extrapolation: each (configuration, batch, length) is traced
-once, in a subprocess of this Python (torch, transformers and peft are imported there, never
-here), and kept on disk under hf_home.
+under FakeTensorMode (sizes, no memory), one training step at the device's batch and length
+through transformers, PEFT and torch's AdamW, every live tensor counted by phase and part. Exact
+for that code: a deep model is traced on shallow copies and extrapolated per layer of each kind
+where that gives its full depth's bytes (plan/layer_extrapolation.py), else at full depth. Each
+(configuration, batch, length) is traced once, in a subprocess of this Python (torch,
+transformers and peft are imported there, never here), and kept on disk under hf_home.
 
 What a single-device trace cannot hold is added as plan/memory_peak.py adds it: FSDP's sharding
 of the model states, its gathered units and the input gradients it holds.
@@ -34,7 +35,13 @@ TRACE_DIRECTORY = Path("sfttrainer") / "memory-traces"
 """Under hf_home: one JSON file per traced configuration."""
 TRACE_TIMEOUT_SECONDS = 900
 LIBRARIES = ("torch", "transformers", "peft")
-TRACING_CODE = ("step_trace.py", "live_bytes.py", "flash_emulation.py", "mamba_emulation.py")
+TRACING_CODE = (
+    "step_trace.py",
+    "live_bytes.py",
+    "flash_emulation.py",
+    "mamba_emulation.py",
+    "layer_extrapolation.py",
+)
 
 
 class TraceUnavailable(RuntimeError):
@@ -50,6 +57,9 @@ class TracedStep:
     inventory: dict[str, Any]
     assumed: tuple[str, ...]
     versions: dict[str, str]
+    depth: str = ""
+    """How deep the traced model was (plan/layer_extrapolation.py: shallow copies, extrapolated
+    per layer, or the full depth)."""
 
 
 @functools.cache
@@ -208,6 +218,7 @@ def predict(
         f"parts from a trace of the model's own code (transformers {found.versions['transformers']}, "
         f"torch {found.versions['torch']}, peft {found.versions['peft']}, FakeTensorMode)",
         *(f"assumed: {what}" for what in found.assumed),
+        *([found.depth] if found.depth else []),
     ]
     if quantized:
         notes.append(
@@ -260,19 +271,21 @@ def main() -> None:
     import logging
     import warnings
 
-    from ado_actuators.sfttrainer.plan.step_trace import StepSpec, trace_step
+    from ado_actuators.sfttrainer.plan.layer_extrapolation import trace as trace_of
+    from ado_actuators.sfttrainer.plan.step_trace import StepSpec
 
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     spec = json.loads(sys.stdin.read())
     spec["target_modules"] = tuple(spec["target_modules"])
-    trace = trace_step(StepSpec(**spec))
+    trace, depth = trace_of(StepSpec(**spec))
     found = TracedStep(
         phases=trace.phases,
         rest=trace.rest,
         inventory=trace.inventory,
         assumed=trace.assumed,
         versions=versions(),
+        depth=depth,
     )
     print(json.dumps(dataclasses.asdict(found)))
 
