@@ -94,6 +94,14 @@ def snapshot(hf_home: Path, repo_id: str) -> Path:
     return repo / "snapshots" / (repo / "refs" / "main").read_text()
 
 
+def fetched(hf_home: Path, name: str) -> bool:
+    """`name` of org/flaky is in its snapshot (no snapshot yet: not fetched)."""
+    try:
+        return (snapshot(hf_home, "org/flaky") / name).is_file()
+    except FileNotFoundError:
+        return False
+
+
 @pytest.mark.slow  # five CLI runs and a model load: the heaviest test of this file
 def test_fetch_report_rerun_cached_and_load_offline(tmp_path, hub, tiny_model_dir):
     hf_home = tmp_path / "hf_home"
@@ -218,7 +226,11 @@ def test_killed_download_is_never_reported_cached(tmp_path, hub):
     )
     try:
         deadline = time.monotonic() + 300  # a guard against a hang, not a speed claim
-        while not any(kind == "STALLED" for kind, _ in hub.requests):
+        # the weights' file stalls for ever; the config.json fetched beside it (another of
+        # huggingface_hub's threads) completes, but only after its own while under load
+        while not (
+            any(kind == "STALLED" for kind, _ in hub.requests) and fetched(hf_home, "config.json")
+        ):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
         proc.terminate()
