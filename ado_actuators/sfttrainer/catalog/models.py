@@ -7,7 +7,9 @@ from importlib import resources
 
 import yaml
 
-WEIGHTS_FORMATS = ("Vanilla", "GPTQ-Quantized")
+VANILLA = "Vanilla"
+"""The weights_format of every experiment but GPTQ-LoRA: the checkpoint as published."""
+WEIGHTS_FORMATS = (VANILLA, "GPTQ-Quantized")
 """Inner keys of a model_map entry. The spec also spells the second one `QPTQ-Quantized`."""
 WEIGHTS_FORMAT_ALIASES = {"QPTQ-Quantized": "GPTQ-Quantized"}
 
