@@ -109,6 +109,15 @@ def test_every_entity_gets_a_verdict_and_the_space_its_cost(files, tmp_path):
     # FSDP over more GPUs at the same per-device batch shards the states until they fit; the
     # logits per device stay, so one more GPU is not enough
     assert int(eight["predicted_fewest_gpus"]) > 2
+    # the verdict's two figures: the need (the peak and the allocator's headroom) against
+    # what CUDA can allocate, nvidia-smi's 81,920 MiB less the 400 MiB context (not the 80 GiB
+    # of the datasheet, which the certain bound uses)
+    assert float(eight["allocatable_gib"]) == round((81920 - 400) / 1024, 3) == 79.609
+    assert float(eight["device_memory_gib"]) == 80
+    need = float(eight["predicted_need_gib"])
+    assert float(eight["predicted_gpu_memory_gib"]) < need
+    assert f"{need:.1f}/79.6" in result.output
+    assert "over what CUDA can allocate on the device" in " ".join(result.output.split())
     text = " ".join(result.output.split())
     assert "4 configurations: 1 certain OOM, 2 invalid, 1 predicted OOM." in text
     assert "the 1 that would launch" in text
