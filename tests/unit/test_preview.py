@@ -170,6 +170,26 @@ def test_bad_input_is_one_line_naming_it(files, edit, needles):
     one_line_error(invoke(space, "--actuator-config", ac), *needles)
 
 
+@pytest.mark.parametrize(
+    ("document", "needles"),
+    [
+        # bare settings, as a user may write them: read as none, they would be ignored silently
+        ({"hf_home": "/data/hf"}, ("has no parameters: mapping", "found hf_home", "parameters:")),
+        (["hf_home"], ("is not a mapping", "actuatorIdentifier: SFTTrainer")),
+        ({"parameters": "hf_home"}, ("parameters: not a mapping",)),
+        ({"parameters": {"hf_hom": "/x"}}, ("parameters: ", "hf_hom (did you mean hf_home?)")),
+        ({"parameters": {"stall_timeout_seconds": "x"}}, ("parameters.stall_timeout_seconds",)),
+    ],
+)
+def test_an_actuator_configuration_not_shaped_as_ado_reads_it_is_named(
+    files, tmp_path, document, needles
+):
+    space, _ = files
+    ac = tmp_path / "flat.yaml"
+    ac.write_text(yaml.safe_dump(document))
+    one_line_error(invoke(space, "--actuator-config", ac), "--actuator-config", *needles)
+
+
 def test_a_missing_file_is_named(files, tmp_path):
     space, ac = files
     one_line_error(
