@@ -50,6 +50,44 @@ class Block:
         return self.method == "none"
 
 
+@dataclasses.dataclass(frozen=True)
+class Needs:
+    """Which of a layer's tensors need a gradient. Autograd records an operation, and keeps
+    what its backward reads, only when one of its inputs needs a gradient: every layer but the
+    first gets its input's, so everything in it does; in LoRA's first layer (the embedding
+    frozen) only what an adapter's output reaches does."""
+
+    hidden: bool  # the layer's input and the first norm's output
+    qkv: tuple[bool, bool, bool]  # the projections' outputs (GPTBigCode: c_attn's, all three)
+    attention: bool  # the attention's output, o_proj's input (GPTBigCode: c_proj's)
+    mlp: bool  # the residual after the attention and the second norm's output
+    gate: bool  # gate_proj's output (GPTBigCode: c_fc's)
+    up: bool  # up_proj's output (GPTBigCode: c_fc's)
+    product: bool  # down_proj's input (GPTBigCode: GELU's output, the MLP c_proj's)
+
+
+LAYER_LINEARS = {
+    # the linears whose output is each of Needs' tensors: q, k, v, the attention's output
+    # projection, then the MLP's gate and up
+    "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj"),
+    "gpt_bigcode": ("c_attn", "c_attn", "c_attn", "c_proj", "c_fc", "c_fc"),
+}
+
+
+def needs(block: Block, grad_in: bool) -> Needs:
+    """What needs a gradient in a layer whose input needs one or not (`grad_in`): what the
+    input reaches, and what an adapter's output (its lora_B trains) reaches. A trained
+    weight's output always needs one. Mixtral's experts (w1, w2, w3) are counted as needing
+    theirs (moe_saved keeps the whole MLP)."""
+    every = grad_in or block.trains_weights
+    adapted = set(block.adapted)  # LoRA's alone
+    q, k, v, out, gate, up = (name in adapted for name in LAYER_LINEARS[block.family])
+    qkv = (every or q, every or k, every or v)
+    attention = any(qkv)
+    mlp = attention or out
+    return Needs(every, qkv, attention, mlp, mlp or gate, mlp or up, mlp or gate or up)
+
+
 def norm_saved(block: Block, grad_in: bool) -> float:
     """LlamaRMSNorm: pow and rsqrt keep the fp32 copy of the input and the per-token rsqrt;
     `weight * x.to(dtype)` keeps x in the dtype when the weight trains. Nothing when neither
@@ -71,9 +109,12 @@ def attention_saved(block: Block, grads: tuple[bool, bool, bool], length: int) -
       calls .contiguous() on the rotated, transposed views), the output and the lse;
     - eager: the GQA-expanded key and value (repeat_kv copies), the query, the fp32 softmax and
       its dtype copy ([heads, s] per token), each kept by a matmul when the other factor needs a
-      gradient (`grads`: whether q, k, v need one).
+      gradient (`grads`: whether q, k, v need one);
+    - none of them when neither q, k nor v needs a gradient.
     """
     w, q, kv = block.width, block.q_width, block.kv_width
+    if not any(grads):  # LoRA's first layer with no adapter before it: nothing recorded
+        return 0.0
     if block.attention == "eager":
         grad_q, grad_k, grad_v = grads
         scores = block.heads * length
@@ -114,12 +155,14 @@ def linear_inputs_saved(block: Block) -> float:
     return w * h + o_proj + mlp
 
 
-def mlp_saved(block: Block) -> float:
-    """A gated MLP: SiLU keeps its input (gate's output), the product keeps both factors. Each
-    token's k experts do the same on their share (`moe_saved`)."""
+def mlp_saved(block: Block, gate: bool = True, up: bool = True) -> float:
+    """A gated MLP: SiLU keeps its input (gate's output) when gate's output needs a gradient;
+    the product keeps up's output for SiLU's gradient and SiLU's output for up's (`gate`, `up`:
+    whether gate's and up's outputs need one). Each token's k experts do the same on their
+    share (`moe_saved`, counted whole)."""
     if block.moe:
         return moe_saved(block)
-    return 3 * block.width * block.intermediate
+    return block.width * block.intermediate * (2 * gate + up)
 
 
 def moe_saved(block: Block) -> float:
@@ -157,6 +200,17 @@ def adapter_input_width(block: Block, name: str) -> int:
     return block.hidden
 
 
+def adapter_input_needs(found: Needs) -> dict[str, bool]:
+    """Whether each adapted linear's input needs a gradient (its dropout then keeps a mask)."""
+    hidden, mlp = found.hidden, found.mlp
+    return {
+        **dict.fromkeys(("q_proj", "k_proj", "v_proj"), hidden),
+        "o_proj": found.attention,
+        **dict.fromkeys(("gate_proj", "up_proj", "w1", "w3"), mlp),
+        **dict.fromkeys(("down_proj", "w2"), found.product),
+    }
+
+
 def adapters_saved(block: Block, grad_in: dict[str, bool]) -> float:
     """PEFT LoRA (fp32 adapters): the input cast to fp32 goes through dropout, whose output
     lora_A keeps (fp32) and whose mask dropout keeps when the input needs a gradient; lora_B
@@ -177,23 +231,19 @@ def adapters_saved(block: Block, grad_in: dict[str, bool]) -> float:
 def layer_saved(block: Block, length: int, first: bool = False, input_grads: bool = True) -> float:
     """Bytes one layer keeps for backward per token. `first`: the first layer, whose input
     (the embedding's output) needs no gradient unless `input_grads` (full fine-tuning, prompt
-    tuning, or the input-gradient hook reentrant checkpointing installs under PEFT)."""
-    grad_in = input_grads or not first
+    tuning, or the input-gradient hook reentrant checkpointing installs under PEFT): then
+    it keeps only what its adapters' outputs reach (`needs`)."""
+    found = needs(block, input_grads or not first)
     if block.family == "gpt_bigcode":
-        return bigcode_saved(block, grad_in)
-    grads = tuple(
-        grad_in or block.trains_weights or name in block.adapted
-        for name in ("q_proj", "k_proj", "v_proj")
-    )
-    adapted_grads = dict.fromkeys(("q_proj", "k_proj", "v_proj"), grad_in)
+        return bigcode_saved(block, found)
     return (
-        norm_saved(block, grad_in)
-        + norm_saved(block, True)
-        + attention_saved(block, grads, length)
-        + qk_norm_saved(block, grads)
+        norm_saved(block, found.hidden)
+        + norm_saved(block, found.mlp)
+        + attention_saved(block, found.qkv, length)
+        + qk_norm_saved(block, found.qkv)
         + linear_inputs_saved(block)
-        + mlp_saved(block)
-        + adapters_saved(block, adapted_grads)
+        + mlp_saved(block, found.gate, found.up)
+        + adapters_saved(block, adapter_input_needs(found))
     )
 
 
@@ -339,39 +389,46 @@ def experts_backward(block: Block, expert_weights: float) -> float:
     return 3 * expert_weights
 
 
-GELU_MLP_INPUTS = {"c_attn": "hidden", "c_proj": "both", "c_fc": "hidden"}
-"""GPTBigCode's linears; `c_proj` names both the attention's (hidden wide) and the MLP's
-(intermediate wide) output projection, and a LoRA target of that name adapts both."""
-
-
-def bigcode_saved(block: Block, grad_in: bool = True) -> float:
+def bigcode_saved(block: Block, found: Needs | None = None) -> float:
     """A GPTBigCode layer (LayerNorms, fused multi-query c_attn, a GELU MLP, residual dropout)
-    per token: each LayerNorm keeps its input and a mean and rstd per token in the dtype; the
+    per token, each tensor kept only when what reads it needs a gradient (`found`; by default
+    everything): each LayerNorm keeps its input and a mean and rstd per token in the dtype; the
     attention keeps c_attn's fused output (q, k and v are views of it) under flash-attn, its
     output and softmax_lse; GELU keeps its input; each residual dropout keeps its mask; trained
-    linears keep their inputs (attention's c_proj reads the kept attention output)."""
+    linears keep their inputs (attention's c_proj reads the kept attention output); an
+    adapter's dropout keeps its mask when the adapter's input needs a gradient."""
+    found = found or needs(block, True)
     w, h, i = block.width, block.hidden, block.intermediate
-    norm = w * h + 2 * w if (grad_in or block.trains_weights) else 0.0
+    norm = w * h + 2 * w
     attention = w * (h + 2 * block.kv_width) + w * h + FP32 * block.heads
     if block.attention != "flash_attention_2":
         attention += w * h  # contiguous copies of the views, then c_proj's contiguous input
     trained = w * (2 * h + i) if block.trains_weights else 0.0  # c_attn's, c_fc's, c_proj's inputs
-    masks = 2 * MASK * h if block.residual_dropout else 0.0
+    mask = MASK * h if block.residual_dropout else 0.0
+    inputs_need = (found.hidden, found.attention, found.mlp, found.product)
     adapters = 0.0
     if block.method == "lora":
         kept = 2 if block.autocast else FP32
-        for name, width in _bigcode_adapter_inputs(block):
-            # c_attn reads the first norm's output, which needs no gradient in LoRA's first layer
-            mask = MASK * width if (grad_in or name != "c_attn") else 0
-            adapters += kept * width + mask + kept * block.lora_r
-    return norm + (w * h + 2 * w) + attention + w * i + trained + masks + adapters
+        for width, grad in _bigcode_adapter_inputs(block, inputs_need):
+            adapters += kept * width + MASK * width * grad + kept * block.lora_r
+    return (
+        norm * found.hidden
+        + attention * found.attention
+        + (norm + mask) * found.mlp  # the mask after c_proj, the second LayerNorm
+        + (w * i + mask) * found.product
+        + trained
+        + adapters
+    )
 
 
-def _bigcode_adapter_inputs(block: Block) -> list[tuple[str, int]]:
-    widths = []
-    for name in block.adapted:
-        if name == "c_proj":
-            widths += [(name, block.hidden), (name, block.intermediate)]
-        elif name in GELU_MLP_INPUTS:
-            widths.append((name, block.hidden))
-    return widths
+def _bigcode_adapter_inputs(
+    block: Block, inputs_need: tuple[bool, bool, bool, bool]
+) -> list[tuple[int, bool]]:
+    """(input width, whether the input needs a gradient) of each adapted linear: c_attn reads
+    the first norm's output, the attention's c_proj its output, c_fc the second norm's, the
+    MLP's c_proj GELU's output (`inputs_need`, in that order). `c_proj` names both output
+    projections, and a LoRA target of that name adapts both."""
+    first, attention, mlp, product = inputs_need
+    h, i = block.hidden, block.intermediate
+    widths = {"c_attn": [(h, first)], "c_proj": [(h, attention), (i, product)], "c_fc": [(h, mlp)]}
+    return [pair for name in block.adapted for pair in widths.get(name, [])]
