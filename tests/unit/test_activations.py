@@ -155,8 +155,9 @@ def test_an_adapters_forward_holds_its_fp32_input_and_its_outputs():
     # (2 x (64 + 64 + 64 + 32)), the fp32 input (4 x 64), (8 + 2) x 32 out
     v_only = dataclasses.replace(LORA, adapted=("v_proj",))
     assert A.adapter_forward(v_only) == 2 * (64 + 64 + 64 + 32) + 4 * 64 + 10 * 32
+    # down_proj (128 -> 64): the residual, the MLP's input and the product it reads
     down = dataclasses.replace(LORA, adapted=("down_proj",))
-    assert A.adapter_forward(down) == 2 * (64 + 128) + 4 * 128 + 10 * 64
+    assert A.adapter_forward(down) == 2 * (64 + 64 + 128) + 4 * 128 + 10 * 64
     assert A.adapter_forward(FULL) == 0
     bigcode = dataclasses.replace(LORA, family="gpt_bigcode", adapted=("c_proj",))
     # the MLP's c_proj (128 -> 64) reads GELU's output, which nobody keeps
@@ -208,10 +209,12 @@ largest even beyond everything the layer keeps (MLP 16: mlp_saved 3 x 2 x 16 = 9
         ("k_proj", 2 * 192 + 256 + 10 * 32 - (260 + 96 + 400)),
         ("v_proj", 2 * 224 + 256 + 10 * 32 - (260 + 96 + 400)),
         ("o_proj", 2 * 128 + 4 * 64 + 10 * 64 - (260 + 96)),
-        # gate_proj: SiLU's output and up_proj's are kept after it; nothing after up/down
-        ("gate_proj", 2 * 128 + 256 + 10 * 16 - 2 * 2 * 16),
-        ("up_proj", 2 * 128 + 256 + 10 * 16),
-        ("down_proj", 2 * (64 + 128) + 4 * 16 + 10 * 64),
+        # kept after gate_proj: its own output (a cast of the sum, made after it), SiLU's and
+        # up_proj's; after up_proj its own output; nothing after down_proj (which holds the
+        # residual, the MLP's input and the product beside its own)
+        ("gate_proj", 2 * 128 + 256 + 10 * 16 - 3 * 2 * 16),
+        ("up_proj", 2 * 128 + 256 + 10 * 16 - 2 * 16),
+        ("down_proj", 2 * (64 + 64 + 16) + 4 * 16 + 10 * 64),
     ],
 )
 def test_an_adapters_forward_beyond_what_the_layer_keeps_less_what_it_keeps_later(name, held):
@@ -242,12 +245,18 @@ def test_a_gpt_bigcode_adapters_forward_beyond_what_the_layer_keeps():
     # kept later: GELU's input (2 x 16), the second LayerNorm's (2 x 64 + 2 x 2), the attention
     assert A.adapter_forward(c_attn, keeping=True) == 2 * 128 + 256 + 1280 - (32 + 132 + 400)
     c_fc = dataclasses.replace(bigcode, adapted=("c_fc",))
-    assert A.adapter_forward(c_fc, keeping=True) == 2 * 128 + 256 + 10 * 16  # nothing later
+    # kept later: its own output (GELU's input), and with residual dropout the MLP's mask
+    assert A.adapter_forward(c_fc, keeping=True) == 2 * 128 + 256 + 10 * 16 - 2 * 16
+    masked = dataclasses.replace(c_fc, residual_dropout=True)
+    assert A.adapter_forward(masked, keeping=True) == 2 * 128 + 256 + 10 * 16 - 2 * 16 - 64
     # c_proj adapts the attention's (kept later: the MLP's) and the MLP's (GELU's output beside)
     c_proj = dataclasses.replace(bigcode, adapted=("c_proj",))
     attention_c_proj = 2 * 128 + 256 + 640 - (32 + 132)
     mlp_c_proj = 2 * (64 + 64 + 16) + 4 * 16 + 640
     assert A.adapter_forward(c_proj, keeping=True) == max(attention_c_proj, mlp_c_proj)
+    # a wider MLP: the MLP's c_proj is the largest, less the residual mask kept after it
+    wide = dataclasses.replace(c_proj, intermediate=128, residual_dropout=True)
+    assert A.adapter_forward(wide, keeping=True) == 2 * (64 + 64 + 128) + 4 * 128 + 640 - 64
 
 
 def test_a_layer_other_than_the_first_always_needs_its_input_gradient():

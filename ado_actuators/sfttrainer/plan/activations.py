@@ -306,7 +306,8 @@ def _mlp_forward(block: Block, keeping: bool) -> float:
 
 ADAPTER_CONTEXT = {
     # what else of the layer is alive, not kept, while an adapter runs (beyond its input):
-    # the residual, the norm's output (q/k/v: and the projections before it), the product
+    # the residual, the norm's output (q/k/v: and the projections before it; down_proj: and
+    # the product it reads)
     "q_proj": ("hidden",),
     "k_proj": ("hidden", "q"),
     "v_proj": ("hidden", "q", "kv"),
@@ -314,7 +315,7 @@ ADAPTER_CONTEXT = {
     "o_proj": ("hidden",),
     "gate_proj": ("hidden",),
     "up_proj": ("hidden",),
-    "down_proj": ("hidden", "hidden"),
+    "down_proj": ("hidden", "intermediate"),
 }
 
 
@@ -328,7 +329,12 @@ def adapter_forward(block: Block, keeping: bool = False) -> float:
     if block.method != "lora":
         return 0.0
     w, h = block.width, block.hidden
-    widths = {"hidden": h, "q": block.q_width, "kv": block.kv_width}
+    widths = {
+        "hidden": h,
+        "q": block.q_width,
+        "kv": block.kv_width,
+        "intermediate": block.intermediate,
+    }
     largest = 0.0
     for name, n, o in _adapted_shapes(block):
         context = sum(widths[part] for part in ADAPTER_CONTEXT.get(name, ("hidden",)))
@@ -342,15 +348,21 @@ def adapter_forward(block: Block, keeping: bool = False) -> float:
 
 
 def _kept_after(block: Block, name: str, width: int) -> float:
-    """What the layer keeps after the adapter `name` (`width` in) has run: the MLP's tensors
-    and the second norm's (GPTBigCode's LayerNorm: its input, a mean and an rstd); after q, k,
-    v or c_attn also the attention's. Eager attention's scores ([heads, s] per token) are left
-    out: the length is not known here, and leaving them out can only over-count the adapter."""
+    """What the layer keeps after the adapter `name` (`width` in) has run, its own output
+    among it (the cast of the sum, made after the moment counted): the MLP's tensors and the
+    second norm's (GPTBigCode's LayerNorm: its input, a mean and an rstd); after q, k, v or
+    c_attn also the attention's. Eager attention's scores ([heads, s] per token) are left out:
+    the length is not known here, and leaving them out can only over-count the adapter."""
     w, i = block.width, block.intermediate
+    mask = MASK * block.hidden if block.residual_dropout else 0.0
     if name == "gate_proj":
-        return 2 * w * i  # SiLU's output and up_proj's
-    if name in ("up_proj", "c_fc") or width == i:  # i wide: down_proj, the MLP's c_proj
-        return 0.0
+        return 3 * w * i  # its own output (a cast of the sum, made after it), SiLU's, up's
+    if name == "up_proj":
+        return w * i  # its own output
+    if name == "c_fc":
+        return w * i + mask  # its own output (GELU's input), the MLP's residual mask
+    if width == i:  # down_proj, the MLP's c_proj: the MLP's residual mask
+        return mask
     if block.family == "llama":
         after = mlp_saved(block) + norm_saved(block, True)
     else:
