@@ -8,6 +8,7 @@ plan/activations.py for the architectures it counts, a trace of the model's own 
     python benchmarks/memory_truth.py --quick    # the slice make test runs (4 layers)
     python benchmarks/memory_truth.py --record   # the matrix, kept in data/memory_truth.json
     python benchmarks/memory_truth.py --append-mixed  # only the bf16-mixed rows, added to it
+    python benchmarks/memory_truth.py --append-mlp    # only the MLP-adapter rows, added to it
 
 How the truth is taken:
 - full size under FakeTensorMode: the model built from its config.json at full width and depth,
@@ -83,6 +84,7 @@ FAMILIES = {
 METHODS = ("none", "lora", "pt")
 CHECKPOINTING = (None, "reentrant", "non_reentrant")
 SIZES = ((1, 1024), (4, 1024), (1, 4096), (4, 4096))
+EVERY_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +134,7 @@ def matrix(layers: int | None = None) -> list[Case]:
                 length=length,
             )
             cases.append(Case(name, spec))
-    return cases + _crossings(configs, layers) + mixed_precision(layers)
+    return cases + _crossings(configs, layers) + mixed_precision(layers) + mlp_adapters(layers)
 
 
 def _crossings(configs: dict[str, dict], layers: int | None) -> list[Case]:
@@ -157,9 +159,8 @@ def _crossings(configs: dict[str, dict], layers: int | None) -> list[Case]:
             length=1024,
         )
         cases.append(Case("mistralai/Mistral-7B-v0.1", spec))
-    every = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     for ckpt in (None, "non_reentrant"):
-        spec = StepSpec(mistral, "lora", every, checkpointing=ckpt, batch=2, length=2048)
+        spec = StepSpec(mistral, "lora", EVERY_LINEAR, checkpointing=ckpt, batch=2, length=2048)
         cases.append(Case("mistralai/Mistral-7B-v0.1", spec))
     return cases
 
@@ -196,6 +197,44 @@ def mixed_precision(layers: int | None = None) -> list[Case]:
             mixed_precision=True,
         )
         cases.append(Case(name, spec))
+    return cases
+
+
+MLP_ADAPTERS = (
+    ("mistralai/Mistral-7B-v0.1", ("gate_proj", "up_proj", "down_proj"), None, 2, 2048),
+    ("mistralai/Mistral-7B-v0.1", ("gate_proj",), "non_reentrant", 4, 4096),
+    ("meta-llama/Meta-Llama-3-8B", ("up_proj", "down_proj"), None, 1, 4096),
+    ("meta-llama/Meta-Llama-3-8B", EVERY_LINEAR, "reentrant", 2, 2048),
+    ("ibm-granite/granite-3.1-8b-instruct", ("down_proj",), None, 1, 1024),
+    ("Qwen/Qwen2.5-7B", ("o_proj", "up_proj"), None, 2, 1024),
+    ("bigcode/gpt_bigcode-santacoder", ("c_fc",), None, 4, 1024),
+    ("bigcode/gpt_bigcode-santacoder", ("c_fc", "c_proj"), None, 1, 4096),
+    ("bigcode/gpt_bigcode-santacoder", ("c_attn", "c_proj", "c_fc"), None, 4, 1024),
+)
+"""LoRA on the MLP's linears alone (and on every linear): in the first layer, whose input
+needs no gradient, only what an adapter's output reaches is kept (plan/activations.py's
+`needs`), and an MLP adapter's forward is the layer's largest. (model, targets, checkpointing,
+batch, length); GPTBigCode's layers ignore checkpointing in transformers 4.55."""
+
+
+def mlp_adapters(layers: int | None = None) -> list[Case]:
+    """The MLP_ADAPTERS configurations, then the same on models whose layers, not their
+    logits, decide the peak (LAYERED and its GPTBigCode kin: the last layer's forward is the
+    peak, an MLP adapter's its largest moment). `--append-mlp` adds them to an older record."""
+    configs = load_configs()
+    cases = []
+    for name, targets, ckpt, batch, length in MLP_ADAPTERS:
+        config = dict(configs[name])
+        if layers:
+            config = _depth(config, layers)
+        spec = StepSpec(config, "lora", targets, checkpointing=ckpt, batch=batch, length=length)
+        cases.append(Case(name, spec))
+    for name, config, targets in (
+        ("small llama (h 512, 8 layers)", LAYERED, ("gate_proj",)),
+        ("small llama (h 512, 8 layers)", LAYERED, ("down_proj",)),
+        ("small gpt_bigcode (h 512, 8 layers)", LAYERED_BIGCODE, ("c_fc",)),
+    ):
+        cases.append(Case(name, StepSpec(dict(config), "lora", targets, batch=2, length=512)))
     return cases
 
 
@@ -334,6 +373,17 @@ FSDP_CASES = (
 
 LAYERED = dict(SMALL, vocab_size=512, hidden_size=512, intermediate_size=1408, num_hidden_layers=8)
 """A Llama whose layers, not its logits, decide the peak: FSDP's terms show."""
+LAYERED_BIGCODE = {
+    "model_type": "gpt_bigcode",
+    "vocab_size": 512,
+    "n_embd": 512,
+    "n_inner": 1408,
+    "n_layer": 8,
+    "n_head": 4,
+    "n_positions": 1024,
+    "multi_query": True,
+}
+"""LAYERED's GPTBigCode kin (multi-query attention, resid_pdrop's default 0.1)."""
 
 
 def fsdp_rows(batch: int = 2, length: int = 512) -> list[Row]:
@@ -518,11 +568,13 @@ def main(argv: list[str]) -> int:
     print("fake against real tensors (the small Llama, total bytes per phase):")
     for what, fake, real in fake_against_real():
         print(f"  {what:<32} fake {fake}  real {real}  {'equal' if fake == real else 'DIFFER'}")
-    if "--append-mixed" in argv:
-        rows = [run(case) for case in mixed_precision()]
+    appending = {"--append-mixed": mixed_precision, "--append-mlp": mlp_adapters}
+    chosen = [cases for flag, cases in appending.items() if flag in argv]
+    if chosen:
+        rows = [run(case) for cases in chosen for case in cases()]
     else:
         rows = [run(case) for case in matrix(layers=4 if quick else None)]
-    if not quick and "--append-mixed" not in argv:
+    if not quick and not chosen:
         rows += fsdp_rows()
     print(report(rows))
     found = summary(rows)
@@ -537,7 +589,7 @@ def main(argv: list[str]) -> int:
     if "--record" in argv:
         RECORD.write_text(json.dumps(record(rows), indent=1) + "\n")
         print(f"recorded in {RECORD}")
-    if "--append-mixed" in argv:
+    if chosen:
         print(f"{append(rows)} added to {RECORD}")
     return 0 if found["within_tolerance"] == found["configurations"] else 1
 
