@@ -44,6 +44,9 @@ def test_attention_keeps_what_each_implementation_saves():
     # q needs no gradient: the expanded k is not kept; v none: the bf16 scores are not
     assert A.attention_saved(eager, (False, True, False), 16) == 2 * 128 + 4 * 16 * 4
     assert A.attention_saved(eager, (False, True, True), 16) == 2 * 128 + 4 * 16 * 6
+    # only v needs one (LoRA on v alone, the first layer): the scores' 16-bit copy for v's
+    # gradient, neither the fp32 softmax (the scores need none) nor q, k or v
+    assert A.attention_saved(eager, (False, False, True), 16) == 4 * 16 * 2
     # nothing needs a gradient (LoRA's first layer, no adapter on q, k or v): nothing recorded
     for attention in ("eager", "sdpa", "flash_attention_2"):
         none = dataclasses.replace(FULL, attention=attention)
@@ -382,6 +385,10 @@ def test_loras_first_layer_keeps_only_what_its_adapters_reach(adapted, kept):
 
 def test_a_gpt_bigcode_first_layer_keeps_only_what_its_adapters_reach():
     bigcode = dataclasses.replace(LORA, family="gpt_bigcode", residual_dropout=True)
+    # no adapter of its own (a name GPTBigCode lacks): the first layer keeps nothing, as a
+    # Llama's first layer without adapters does
+    assert A.layer_saved(dataclasses.replace(bigcode, adapted=("q_proj",)), 16, True, False) == 0
+    assert A.layer_saved(dataclasses.replace(LORA, adapted=()), 16, True, False) == 0
     c_fc = dataclasses.replace(bigcode, adapted=("c_fc",))
     # GELU's input and the MLP's residual mask (2 x 128 + 64), c_fc's adapter (4 x 64 + 32)
     assert A.layer_saved(c_fc, 16, True, False) == 2 * 128 + 64 + 4 * 64 + 32

@@ -118,7 +118,8 @@ def attention_saved(block: Block, grads: tuple[bool, bool, bool], length: int) -
     if block.attention == "eager":
         grad_q, grad_k, grad_v = grads
         scores = block.heads * length
-        fp32_softmax = FP32 if w != FP32 else 0
+        # the softmax keeps its fp32 output when the scores need a gradient (q's or k's)
+        fp32_softmax = FP32 if w != FP32 and (grad_q or grad_k) else 0
         return (
             (w * q if grad_k else 0)  # q, for k's gradient
             + (w * q if grad_q else 0)  # expanded k, for q's gradient
