@@ -7,6 +7,7 @@ plan/activations.py for the architectures it counts, a trace of the model's own 
     python benchmarks/memory_truth.py            # the matrix, full size (minutes)
     python benchmarks/memory_truth.py --quick    # the slice make test runs (4 layers)
     python benchmarks/memory_truth.py --record   # the matrix, kept in data/memory_truth.json
+    python benchmarks/memory_truth.py --append   # only branch_cases(), added to the record
 
 How the truth is taken:
 - full size under FakeTensorMode: the model built from its config.json at full width and depth,
@@ -330,6 +331,41 @@ def fsdp_rows(batch: int = 2, length: int = 512) -> list[Row]:
     return rows
 
 
+def branch_cases() -> list[Case]:
+    """Small models (fake tensors, seconds each) that reach branches of the formula the matrix
+    does not: a one-layer model (its first layer is also its last), a tied LM head trained
+    with a vocabulary small enough that a layer's backward is the peak, a LoRA rank and
+    dropout off the defaults, Qwen3's q/k norms, GraniteMoE's shared MLP with two experts, a
+    one-expert MoE (still its experts' code), mixed precision's 16-bit adapter inputs and fp32
+    logits, an attention adapter's forward outgrowing a narrow MLP's."""
+    qv = ("q_proj", "v_proj")
+    one = dict(LAYERED, num_hidden_layers=1)
+    moe = dict(LAYERED, num_hidden_layers=4, intermediate_size=512, num_experts_per_tok=1)
+    shared = dict(moe, model_type="granitemoeshared", shared_intermediate_size=1024)
+    cases = [
+        ("llama, 1 layer", StepSpec(one, checkpointing="reentrant")),
+        ("llama, 1 layer", StepSpec(one, "lora", qv, checkpointing="reentrant")),
+        ("llama, 1 layer", StepSpec(one, "lora", qv, checkpointing="non_reentrant")),
+        ("llama, r16, dropout 0", StepSpec(LAYERED, "lora", qv, lora_r=16, lora_dropout=0.0)),
+        ("llama, tied, vocab 64", StepSpec(dict(LAYERED, tie_word_embeddings=True, vocab_size=64))),
+        ("qwen3 (h 512)", StepSpec(dict(LAYERED, model_type="qwen3", head_dim=128), "lora", qv)),
+        ("granitemoeshared 2 exp", StepSpec(dict(shared, num_local_experts=2), "lora", qv)),
+        (
+            "granitemoe, 1 expert",
+            StepSpec(dict(moe, model_type="granitemoe", num_local_experts=1), "lora", qv),
+        ),
+        (
+            "llama vocab 16k, mixed",
+            StepSpec(dict(LAYERED, vocab_size=16384), "lora", qv, mixed_precision=True),
+        ),
+        (
+            "llama, MLP 128, vocab 64",
+            StepSpec(dict(LAYERED, intermediate_size=128, vocab_size=64), "lora", ("o_proj",)),
+        ),
+    ]
+    return [Case(name, dataclasses.replace(spec, batch=2, length=512)) for name, spec in cases]
+
+
 def _rank(rank: int, spec: StepSpec, directory: str, port: int) -> None:
     import json
 
@@ -468,6 +504,8 @@ def spec_of(recorded: dict[str, Any]) -> StepSpec:
 def main(argv: list[str]) -> int:
     warnings.filterwarnings("ignore")
     quick = "--quick" in argv
+    if "--append" in argv:
+        return append(branch_cases())
     print("fake against real tensors (the small Llama, total bytes per phase):")
     for what, fake, real in fake_against_real():
         print(f"  {what:<32} fake {fake}  real {real}  {'equal' if fake == real else 'DIFFER'}")
@@ -488,6 +526,20 @@ def main(argv: list[str]) -> int:
         RECORD.write_text(json.dumps(record(rows), indent=1) + "\n")
         print(f"recorded in {RECORD}")
     return 0 if found["within_tolerance"] == found["configurations"] else 1
+
+
+def append(cases: list[Case]) -> int:
+    """Trace `cases` and add those not yet on record to the record (entries are added, never
+    rewritten, so each branch's row stays what it was checked against)."""
+    recorded = json.loads(RECORD.read_text())
+    known = {row["label"] for row in recorded}
+    rows = [run(case) for case in cases if case.label() not in known]
+    print(report(rows) if rows else "every case is on record already")
+    if not rows:
+        return 0
+    RECORD.write_text(json.dumps(recorded + record(rows), indent=1) + "\n")
+    print(f"{len(rows)} added to {RECORD}")
+    return 0 if all(abs(row.error) <= TOLERANCE for row in rows) else 1
 
 
 if __name__ == "__main__":
