@@ -108,7 +108,15 @@ def environments_dir(tmp_path_factory) -> Path:
     every test (environments are keyed by their packages, so a second measurement reuses the
     first's). SFTTRAINER_TEST_ENVIRONMENTS keeps them between sessions (CI caches)."""
     kept = os.environ.get("SFTTRAINER_TEST_ENVIRONMENTS")
-    return Path(kept) if kept else tmp_path_factory.mktemp("environments")
+    if kept:
+        return Path(kept)
+    # Under xdist each worker has a base directory of its own: their common parent shares the
+    # environments between workers too, as one node's measurements share them (the actuator
+    # builds each one under a file lock: a second worker waits for the first's build).
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "environments"
+    shared.mkdir(exist_ok=True)
+    return shared
 
 
 # ---- running the trainer for real -----------------------------------------------------------

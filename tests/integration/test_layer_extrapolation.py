@@ -14,6 +14,15 @@ from ado_actuators.sfttrainer.plan.step_trace import StepSpec, trace_step
 
 pytestmark = pytest.mark.slow  # about 30 s of CPU: a dozen traces of a 12-layer model
 
+# the Mamba-2 mixer both hybrids below use: narrow, as a test needs
+MAMBA = {
+    "mamba_n_heads": 4,
+    "mamba_d_head": 32,
+    "mamba_d_state": 16,
+    "mamba_n_groups": 1,
+    "mamba_expand": 2,
+    "mamba_d_conv": 4,
+}
 KINDS = ["mamba"] * 3 + ["attention"] + ["mamba"] * 5 + ["attention"] + ["mamba"] * 2
 HYBRID = {
     "model_type": "granitemoehybrid",
@@ -27,12 +36,7 @@ HYBRID = {
     "intermediate_size": 32,
     "shared_intermediate_size": 64,
     "layer_types": KINDS,
-    "mamba_n_heads": 4,
-    "mamba_d_head": 32,
-    "mamba_d_state": 16,
-    "mamba_n_groups": 1,
-    "mamba_expand": 2,
-    "mamba_d_conv": 4,
+    **MAMBA,
     "tie_word_embeddings": True,
 }
 
@@ -84,12 +88,7 @@ def test_layers_the_config_does_not_list_per_layer_are_traced_at_full_depth():
         "num_attention_heads": 4,
         "num_key_value_heads": 2,
         "attn_layer_indices": [5],
-        "mamba_n_heads": 4,
-        "mamba_d_head": 32,
-        "mamba_d_state": 16,
-        "mamba_n_groups": 1,
-        "mamba_expand": 2,
-        "mamba_d_conv": 4,
+        **MAMBA,
     }
     found = layer_extrapolation.plan(StepSpec(bamba))
     assert isinstance(found, str) and "full depth" in found

@@ -185,3 +185,106 @@ def test_a_gpt_bigcode_layer(attention):
     assert A.bigcode_saved(lora) == expected - 512 + adapters
     # the first layer: nothing needs c_attn's input gradient, no mask there, no first norm
     assert A.bigcode_saved(lora) - A.bigcode_saved(lora, grad_in=False) == 132 + 64
+
+
+NARROW = dataclasses.replace(LORA, intermediate=16)
+"""An MLP narrower than the hidden state: an adapter's forward, not the MLP's, is the layer's
+largest even beyond everything the layer keeps (MLP 16: mlp_saved 3 x 2 x 16 = 96)."""
+
+
+@pytest.mark.parametrize(
+    ("name", "held"),
+    [
+        # 2 x (residual + norm output [+ q, kv before it]) + 4 x 64 fp32 input + 10 x out, less
+        # the second norm (4 x 64 + 4) and the MLP (96) the layer keeps later, and after q/k/v
+        # the attention's q, k, v, output and lse (2 x (2 x 64 + 2 x 32) + 4 x 4)
+        ("q_proj", 2 * 128 + 256 + 10 * 64 - (260 + 96 + 400)),
+        ("k_proj", 2 * 192 + 256 + 10 * 32 - (260 + 96 + 400)),
+        ("v_proj", 2 * 224 + 256 + 10 * 32 - (260 + 96 + 400)),
+        ("o_proj", 2 * 128 + 4 * 64 + 10 * 64 - (260 + 96)),
+        # gate_proj: SiLU's output and up_proj's are kept after it; nothing after up/down
+        ("gate_proj", 2 * 128 + 256 + 10 * 16 - 2 * 2 * 16),
+        ("up_proj", 2 * 128 + 256 + 10 * 16),
+        ("down_proj", 2 * (64 + 128) + 4 * 16 + 10 * 64),
+    ],
+)
+def test_an_adapters_forward_beyond_what_the_layer_keeps_less_what_it_keeps_later(name, held):
+    block = dataclasses.replace(NARROW, adapted=(name,))
+    assert A.adapter_forward(block, keeping=True) == held
+    # the layer's largest: this or the MLP's (2 x 64 + 2 x (64 + 16))
+    assert A.layer_forward(block, keeping=True) == max(held, 2 * 64 + 2 * 80)
+
+
+def test_eager_attention_is_kept_after_q_k_v_without_its_scores():
+    eager = dataclasses.replace(NARROW, attention="eager", adapted=("q_proj",))
+    # q, the expanded k and v (3 x 2 x 64); the scores' [heads, s] depend on the length
+    assert A.adapter_forward(eager, keeping=True) == 2 * 128 + 256 + 640 - (260 + 96 + 384)
+
+
+def test_targets_a_layer_does_not_have_hold_nothing_in_its_forward():
+    q_only = dataclasses.replace(NARROW, adapted=("q_proj",))
+    foreign = dataclasses.replace(NARROW, adapted=("q_proj", "c_proj", "lm_head"))
+    assert A.adapter_forward(foreign) == A.adapter_forward(q_only)
+    assert A.adapter_forward(foreign, keeping=True) == A.adapter_forward(q_only, keeping=True)
+    assert A.adapter_forward(dataclasses.replace(NARROW, adapted=())) == 0
+
+
+def test_a_gpt_bigcode_adapters_forward_beyond_what_the_layer_keeps():
+    bigcode = dataclasses.replace(NARROW, family="gpt_bigcode")
+    c_attn = dataclasses.replace(bigcode, adapted=("c_attn",))
+    # c_attn (64 -> 64 + 2 x 32): the residual and the norm's output, 4 x 64 in, 10 x 128 out;
+    # kept later: GELU's input (2 x 16), the second LayerNorm's (2 x 64 + 2 x 2), the attention
+    assert A.adapter_forward(c_attn, keeping=True) == 2 * 128 + 256 + 1280 - (32 + 132 + 400)
+    c_fc = dataclasses.replace(bigcode, adapted=("c_fc",))
+    assert A.adapter_forward(c_fc, keeping=True) == 2 * 128 + 256 + 10 * 16  # nothing later
+    # c_proj adapts the attention's (kept later: the MLP's) and the MLP's (GELU's output beside)
+    c_proj = dataclasses.replace(bigcode, adapted=("c_proj",))
+    attention_c_proj = 2 * 128 + 256 + 640 - (32 + 132)
+    mlp_c_proj = 2 * (64 + 64 + 16) + 4 * 16 + 640
+    assert A.adapter_forward(c_proj, keeping=True) == max(attention_c_proj, mlp_c_proj)
+
+
+def test_a_layer_other_than_the_first_always_needs_its_input_gradient():
+    # input_grads is about the first layer's input alone; the default layer is not the first
+    assert A.layer_saved(LORA, 16, input_grads=False) == A.layer_saved(LORA, 16)
+    # and the first's input needs one unless told otherwise
+    assert A.layer_saved(LORA, 16, first=True) == A.layer_saved(LORA, 16)
+    assert A.layer_saved(LORA, 16, first=True) > A.layer_saved(LORA, 16, True, False)
+
+
+def test_a_qwen3_layer_keeps_its_q_and_k_norms_for_what_needs_a_gradient():
+    qk = dataclasses.replace(LORA, qk_norm=True, adapted=("q_proj", "k_proj"))
+    # the first layer under LoRA on q and k: q and k need gradients, v not (k's norm counts)
+    first = A.layer_saved(qk, 16, first=True, input_grads=False)
+    plain = dataclasses.replace(qk, qk_norm=False)
+    assert first - A.layer_saved(plain, 16, True, False) == 4 * 64 + 4 * 4 + 4 * 32 + 4 * 2
+    assert A.qk_norm_saved(qk, (True, True, False)) == 4 * 64 + 4 * 4 + 4 * 32 + 4 * 2
+    # a single head: one rsqrt per token for q and one for k
+    one_head = dataclasses.replace(qk, heads=1, kv_width=64)
+    assert A.qk_norm_saved(one_head, (True, True, True)) == 4 * 64 + 4 + 4 * 64 + 4
+
+
+def test_eager_attention_keeps_q_for_ks_gradient_in_loras_first_layer():
+    # LoRA on q and k: in the first layer q and k need gradients (their adapters), v not
+    eager = dataclasses.replace(LORA, attention="eager", adapted=("q_proj", "k_proj"))
+    first = A.layer_saved(eager, 16, first=True, input_grads=False)
+    attention = A.attention_saved(eager, (True, True, False), 16)
+    assert attention == 3 * 128 + 4 * 16 * 4
+    adapters = 2 * (4 * 64 + 32)  # no masks: the norm's output needs no gradient
+    assert first == A.norm_saved(eager, True) + attention + 768 + adapters
+
+
+def test_experts_copy_only_their_own_adapters():
+    # Mixtral's experts (w1, w2, w3) run once per routed token; q_proj's adapter once
+    mixtral = dataclasses.replace(LORA, moe="mixtral", experts=4, experts_per_token=2)
+    assert A.adapters_saved(mixtral, {}) == A.adapters_saved(LORA, {})
+
+
+def test_a_gpt_bigcode_layer_without_residual_dropout_keeps_no_masks():
+    with_masks = dataclasses.replace(FULL, family="gpt_bigcode", residual_dropout=True)
+    without = dataclasses.replace(with_masks, residual_dropout=False)
+    assert A.bigcode_saved(with_masks) - A.bigcode_saved(without) == 2 * 64
+    lora = dataclasses.replace(without, method="lora", adapted=("c_attn", "c_proj"))
+    autocast = dataclasses.replace(lora, autocast=True)
+    # the adapters keep autocast's 16-bit copies: (4 - 2) x (64 + 64 + 128) in, (4 - 2) x 8 out
+    assert A.bigcode_saved(lora) - A.bigcode_saved(autocast) == 2 * 256 + 3 * 2 * 8

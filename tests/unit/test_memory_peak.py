@@ -74,7 +74,40 @@ def full(number_gpus: int = 1) -> Training:
     ],
 )
 def test_bytes_per_logit_by_release(code, fused, autocast, expected):
-    assert code.bytes_per_logit(2, fused, autocast=autocast) == expected
+    at_its_largest = max(
+        code.inside_bytes(2, fused, autocast),
+        code.returned_bytes(2, fused, autocast, False),
+        code.backward_bytes(2, fused),
+    )
+    assert at_its_largest == expected
+
+
+def test_an_in_place_loss_holds_in_backward_what_cross_entropy_started_with():
+    """fms-acceleration's fused loss (fast_kernels) writes cross-entropy's gradient into its
+    input: the backward holds the model's logits, the loss's upcast and its shifted copy, and
+    no log_softmax; the forward the same three (the kernel keeps no [token, vocab] output)."""
+    # transformers 4.48.1 (fms-hf-tuning 2.6.0): bf16 logits, the loss's fp32 upcast and its
+    # shifted fp32 copy, 2 + 4 + 4, what the release's own code does (the record, checked
+    # against its wheel by test_transformers_releases.py)
+    code = logits_memory.loss_code("4.48.1", "mistral")
+    assert code == LossCode("loss", "logits")
+    for autocast in (False, True):
+        assert code.backward_bytes(2, "in_place") == 10
+        assert code.inside_bytes(2, "in_place", autocast) == 10
+        assert code.kept_bytes(2, "in_place", autocast) == 0
+    # 4.45.2: the model's fp32 logits and the shifted fp32 copy; 4.55.4: the bf16 logits and
+    # the loss's upcast (the labels shift)
+    assert logits_memory.loss_code("4.45.2", "mistral").backward_bytes(2, "in_place") == 8
+    assert logits_memory.loss_code("4.55.4", "mistral").backward_bytes(2, "in_place") == 6
+    # without the kernel the backward holds three of cross-entropy's input width instead
+    assert code.backward_bytes(2, None) == 12
+
+
+@pytest.mark.parametrize(("upcast", "shifts"), [("fp32", "labels"), ("loss", "label")])
+def test_a_misspelt_loss_code_is_refused_rather_than_read_as_the_smaller_reading(upcast, shifts):
+    # read as given, "fp32" would be no upcast and "label" no shifted copy: bytes left out
+    with pytest.raises(AssertionError):
+        LossCode(upcast, shifts)
 
 
 LOSS_446 = """
@@ -330,18 +363,22 @@ def test_the_logits_inside_the_model_after_it_returns_and_in_backward(
 ):
     assert code.inside_bytes(2, None, autocast) == inside
     assert code.returned_bytes(2, None, autocast, copy) == returned
-    assert code.backward_bytes(2, None, autocast) == backward
+    assert code.backward_bytes(2, None) == backward
     assert code.kept_bytes(2, None, autocast) == kept
-    assert code.forward_bytes(2, None, autocast, copy) == max(inside, returned)
     for fused in ("in_place", "chunked"):
         assert code.kept_bytes(2, fused, autocast) == 0
         assert code.returned_bytes(2, fused, autocast, copy) == 0
-    assert code.backward_bytes(2, "chunked") == code.inside_bytes(2, "chunked") == 0
+    assert code.backward_bytes(2, "chunked") == code.inside_bytes(2, "chunked", autocast) == 0
 
 
-def test_trl_copies_the_logits_from_0_14_on():
+def test_trl_copies_the_logits_from_0_15_on():
+    """What each release's SFTTrainer.compute_loss does (test_transformers_releases.py reads
+    it from the wheels): 0.14.0 has no compute_loss, 0.15.0 copies the shifted logits."""
+    assert logits_memory.trl_copies_logits("0.14.0") is False
+    assert logits_memory.trl_copies_logits("0.15.0") is True
     assert logits_memory.copies_logits("2.1.2") is False  # trl 0.11.4
-    assert logits_memory.copies_logits("2.6.0") is True  # trl 0.14.0
+    assert logits_memory.copies_logits("2.6.0") is False  # trl 0.14.0
+    assert logits_memory.copies_logits("2.8.2") is True  # trl 0.17.0
     assert logits_memory.copies_logits("3.2.2") is True
     assert logits_memory.pinned_release("3.2.2", "trl") == "0.19.1"
     assert logits_memory.pinned_release("3.2.2", "no-such-package") is None

@@ -109,6 +109,15 @@ def test_every_entity_gets_a_verdict_and_the_space_its_cost(files, tmp_path):
     # FSDP over more GPUs at the same per-device batch shards the states until they fit; the
     # logits per device stay, so one more GPU is not enough
     assert int(eight["predicted_fewest_gpus"]) > 2
+    # the verdict's two figures: the need (the peak and the allocator's headroom) against
+    # what CUDA can allocate, nvidia-smi's 81,920 MiB less the 400 MiB context (not the 80 GiB
+    # of the datasheet, which the certain bound uses)
+    assert float(eight["allocatable_gib"]) == round((81920 - 400) / 1024, 3) == 79.609
+    assert float(eight["device_memory_gib"]) == 80
+    need = float(eight["predicted_need_gib"])
+    assert float(eight["predicted_gpu_memory_gib"]) < need
+    assert f"{need:.1f}/79.6" in result.output
+    assert "over what CUDA can allocate on the device" in " ".join(result.output.split())
     text = " ".join(result.output.split())
     assert "4 configurations: 1 certain OOM, 2 invalid, 1 predicted OOM." in text
     assert "the 1 that would launch" in text
@@ -159,6 +168,26 @@ def test_bad_input_is_one_line_naming_it(files, edit, needles):
     edit(document)
     space.write_text(yaml.safe_dump(document))
     one_line_error(invoke(space, "--actuator-config", ac), *needles)
+
+
+@pytest.mark.parametrize(
+    ("document", "needles"),
+    [
+        # bare settings, as a user may write them: read as none, they would be ignored silently
+        ({"hf_home": "/data/hf"}, ("has no parameters: mapping", "found hf_home", "parameters:")),
+        (["hf_home"], ("is not a mapping", "actuatorIdentifier: SFTTrainer")),
+        ({"parameters": "hf_home"}, ("parameters: not a mapping",)),
+        ({"parameters": {"hf_hom": "/x"}}, ("parameters: ", "hf_hom (did you mean hf_home?)")),
+        ({"parameters": {"stall_timeout_seconds": "x"}}, ("parameters.stall_timeout_seconds",)),
+    ],
+)
+def test_an_actuator_configuration_not_shaped_as_ado_reads_it_is_named(
+    files, tmp_path, document, needles
+):
+    space, _ = files
+    ac = tmp_path / "flat.yaml"
+    ac.write_text(yaml.safe_dump(document))
+    one_line_error(invoke(space, "--actuator-config", ac), "--actuator-config", *needles)
 
 
 def test_a_missing_file_is_named(files, tmp_path):

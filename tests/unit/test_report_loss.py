@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import math
+from pathlib import Path
 
 import pytest
 from cli_checks import one_line_error
@@ -236,6 +237,18 @@ def gate_run(tmp_path, new, old, checks="slower,loss"):
 OLD = {4: (1000.0, 2, 2.5), 8: (1000.0, 2, 2.5)}
 
 
+def loss_gate_with(tmp_path, side: str, changes: dict[str, str], new_speed: float = 1000.0):
+    """`--fail-on loss` over one batch measured alike in both spaces but for `changes` made to
+    the `side` ("new" or "old") space's row, and `new_speed` here."""
+    new_csv, old_csv = spaces(tmp_path, {4: (new_speed, 2, 2.5)}, {4: (1000.0, 2, 2.5)})
+    edited = new_csv if side == "new" else old_csv
+    rows = list(csv.DictReader(open(edited)))  # noqa: SIM115 - read whole at once
+    rows[0] |= changes
+    write_csv(Path(edited), rows)
+    args = [new_csv, "--compare", old_csv, "-o", str(tmp_path / "o"), "--fail-on", "loss"]
+    return CliRunner().invoke(app, args)
+
+
 def test_a_configuration_slower_beyond_both_intervals_fails_the_gate(tmp_path):
     # 900 ± 2 % is [882, 918], 1000 ± 2 % is [980, 1020]: apart
     result = gate_run(tmp_path, {4: (900.0, 2, 2.5), 8: (1000.0, 2, 2.5)}, OLD)
@@ -276,12 +289,7 @@ def test_a_first_step_loss_apart_fails_the_loss_check_only(tmp_path):
 
 
 def test_a_loss_not_finite_here_fails_the_gate_even_when_faster(tmp_path):
-    new_csv, old_csv = spaces(tmp_path, {4: (2000.0, 2, 2.5)}, {4: (1000.0, 2, 2.5)})
-    rows = list(csv.DictReader(open(new_csv)))  # noqa: SIM115 - read whole at once
-    rows[0]["train_loss_finite"] = "0"
-    write_csv(tmp_path / "new.csv", rows)
-    args = [new_csv, "--compare", old_csv, "-o", str(tmp_path / "o"), "--fail-on", "loss"]
-    result = CliRunner().invoke(app, args)
+    result = loss_gate_with(tmp_path, "new", {"train_loss_finite": "0"}, new_speed=2000.0)
     assert result.exit_code == 1, result.output
     assert "2.00× faster" in result.stdout and "loss not finite here" in result.stdout
 
@@ -289,23 +297,13 @@ def test_a_loss_not_finite_here_fails_the_gate_even_when_faster(tmp_path):
 def test_a_loss_that_rose_here_only_is_shown_but_does_not_fail_the_gate(tmp_path):
     """The rise rule flags a steady loss by chance (up to 2.5 % of windows): over a space, a gate
     failing on it would fail releases that changed nothing."""
-    new_csv, old_csv = spaces(tmp_path, {4: (1000.0, 2, 2.5)}, {4: (1000.0, 2, 2.5)})
-    rows = list(csv.DictReader(open(new_csv)))  # noqa: SIM115 - read whole at once
-    rows[0]["train_loss_rose"] = "1"
-    write_csv(tmp_path / "new.csv", rows)
-    args = [new_csv, "--compare", old_csv, "-o", str(tmp_path / "o"), "--fail-on", "loss"]
-    result = CliRunner().invoke(app, args)
+    result = loss_gate_with(tmp_path, "new", {"train_loss_rose": "1"})
     assert result.exit_code == 0, result.output
     assert "loss rose here" in result.stdout  # shown, not failed
 
 
 def test_a_loss_that_failed_only_in_the_old_space_passes_the_gate(tmp_path):
-    new_csv, old_csv = spaces(tmp_path, {4: (1000.0, 2, 2.5)}, {4: (1000.0, 2, 2.5)})
-    rows = list(csv.DictReader(open(old_csv)))  # noqa: SIM115 - read whole at once
-    rows[0]["train_loss_finite"] = "0"
-    write_csv(tmp_path / "old.csv", rows)
-    args = [new_csv, "--compare", old_csv, "-o", str(tmp_path / "o"), "--fail-on", "loss"]
-    result = CliRunner().invoke(app, args)
+    result = loss_gate_with(tmp_path, "old", {"train_loss_finite": "0"})
     assert result.exit_code == 0, result.output
     assert "loss not finite there" in result.stdout  # shown, but no regression
 

@@ -1,7 +1,9 @@
 """The logits' memory of every transformers release an offered fms-hf-tuning version pins, read
 from the release itself: its wheel, fetched once from the package registry, through the same
 `read_loss_code` the record was written with. Fails when plan/packages/transformers-loss.yaml
-and the releases disagree, or when a version pins a release the record lacks.
+and the releases disagree, or when a version pins a release the record lacks. The same for
+TRL's copy of the logits (logits_memory.trl_copies_logits): each pinned TRL release's
+SFTTrainer, read from its wheel.
 
     python tests/unit/test_transformers_releases.py --write DIR   # rewrite the record from
                                                                    # the wheels in DIR
@@ -10,10 +12,12 @@ and the releases disagree, or when a version pins a release the record lacks.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
+from importlib.metadata import distribution
 from pathlib import Path
 
 import pytest
@@ -34,8 +38,8 @@ def pinned_releases() -> dict[str, list[str]]:
     return pins
 
 
-def fetch(release: str, directory: Path) -> Path:
-    wheel = directory / f"transformers-{release}-py3-none-any.whl"
+def fetch(release: str, directory: Path, package: str = "transformers") -> Path:
+    wheel = directory / f"{package}-{release}-py3-none-any.whl"
     if not wheel.is_file():
         subprocess.run(
             [
@@ -47,7 +51,7 @@ def fetch(release: str, directory: Path) -> Path:
                 "--no-deps",
                 "--only-binary",
                 ":all:",
-                f"transformers=={release}",
+                f"{package}=={release}",
                 "-d",
                 str(directory),
             ],
@@ -102,6 +106,56 @@ def test_every_pinned_release_is_in_the_record():
     record = yaml.safe_load(RECORD.read_text())["releases"]
     assert set(pinned_releases()) == set(record)
     assert logits_memory.loss_code("4.45.2", "llama") == logits_memory.LossCode("model", "logits")
+
+
+SFT_TRAINER = "trl/trainer/sft_trainer.py"
+TRL_BOUNDARY = ("0.14.0", "0.15.0")
+"""The last release without TRL's copy of the logits and the first with it
+(logits_memory.TRL_TOKEN_ACCURACY): read from their wheels beside the pinned ones."""
+
+
+def sft_copies_logits(source: str) -> bool:
+    """Whether SFTTrainer's own compute_loss slices the returned logits one position short and
+    makes them contiguous (a [tokens, vocab] copy while the loss's saved tensors live)."""
+    found = re.search(r"^    def compute_loss\(.*?(?=^    def |^class |\Z)", source, re.S | re.M)
+    return bool(found) and ".logits[..., :-1, :].contiguous()" in found.group(0)
+
+
+def pinned_trl() -> dict[str, list[str]]:
+    """TRL release -> the fms-hf-tuning versions whose package list pins it."""
+    pins: dict[str, list[str]] = {}
+    for version in FMS_HF_TUNING_VERSIONS:
+        if release := logits_memory.pinned_release(version, "trl"):
+            pins.setdefault(release, []).append(version)
+    return pins
+
+
+@pytest.mark.slow
+def test_trl_copies_the_logits_where_its_release_does(tmp_path_factory):
+    kept = os.environ.get("SFTTRAINER_TEST_ENVIRONMENTS")
+    directory = Path(kept) / "releases" if kept else tmp_path_factory.mktemp("trl")
+    directory.mkdir(parents=True, exist_ok=True)
+    pins = pinned_trl()
+    for release in sorted(set(pins) | set(TRL_BOUNDARY)):
+        with zipfile.ZipFile(fetch(release, directory, "trl")) as archive:
+            copies = sft_copies_logits(archive.read(SFT_TRAINER).decode())
+        assert logits_memory.trl_copies_logits(release) is copies, release
+        for version in pins.get(release, []):
+            assert logits_memory.copies_logits(version) is copies, version
+    assert [logits_memory.trl_copies_logits(r) for r in TRL_BOUNDARY] == [False, True]
+
+
+def test_the_installed_trl_copies_the_logits_as_its_source_says():
+    """The fast half: the TRL this environment installs (fms-hf-tuning 3.2.2's pin), its
+    sft_trainer.py read where it lies, not imported."""
+    installed = distribution("trl")
+    assert logits_memory.pinned_release("3.2.2", "trl") == installed.version
+    source = Path(str(installed.locate_file(SFT_TRAINER))).read_text()
+    assert sft_copies_logits(source)
+    assert logits_memory.trl_copies_logits(installed.version)
+    assert logits_memory.copies_logits("3.2.2")
+    # the reader itself: SFTTrainer before 0.15 had no compute_loss of its own
+    assert not sft_copies_logits(source.replace("    def compute_loss(", "    def other_loss("))
 
 
 def write(directory: Path) -> None:

@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from ado_actuators.sfttrainer.catalog.models import VANILLA
+
 DIRECTORY = "model directory"
 CACHE = "hf_home cache"
 SHIPPED = "shipped shape"
@@ -63,7 +65,7 @@ def shipped_shapes() -> dict[str, dict[str, Any]]:
     return {name: entry for name, entry in raw.items() if not name.startswith("_")}
 
 
-def shipped_shape(model_name: str, weights_format: str = "Vanilla") -> FoundConfig | None:
+def shipped_shape(model_name: str, weights_format: str = VANILLA) -> FoundConfig | None:
     """The shipped fields of `model_name` in `weights_format` (a format's own fields over the
     model's), None where none are shipped. An internal checkpoint's shape, estimated from public
     facts, says so in its source."""
@@ -150,7 +152,7 @@ def find_model_config(
     hf_home: str | None,
     *,
     model_name: str | None = None,
-    weights_format: str = "Vanilla",
+    weights_format: str = VANILLA,
     hub: bool = False,
 ) -> FoundConfig:
     """The model's config.json from the first place that has it (the module's docstring)."""

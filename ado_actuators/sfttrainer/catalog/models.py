@@ -7,9 +7,12 @@ from importlib import resources
 
 import yaml
 
-WEIGHTS_FORMATS = ("Vanilla", "GPTQ-Quantized")
+VANILLA = "Vanilla"
+"""The weights_format of every experiment but GPTQ-LoRA: the checkpoint as published."""
+GPTQ_QUANTIZED = "GPTQ-Quantized"
+WEIGHTS_FORMATS = (VANILLA, GPTQ_QUANTIZED)
 """Inner keys of a model_map entry. The spec also spells the second one `QPTQ-Quantized`."""
-WEIGHTS_FORMAT_ALIASES = {"QPTQ-Quantized": "GPTQ-Quantized"}
+WEIGHTS_FORMAT_ALIASES = {"QPTQ-Quantized": GPTQ_QUANTIZED}
 
 ModelMap = dict[str, dict[str, str]]
 

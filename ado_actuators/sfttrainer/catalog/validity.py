@@ -8,6 +8,7 @@ from ado_actuators.sfttrainer.catalog.model_shapes import (
     ModelConfigUnavailable,
     find_model_config,
 )
+from ado_actuators.sfttrainer.catalog.models import VANILLA
 
 __all__ = [
     "ModelConfigUnavailable",
@@ -56,7 +57,7 @@ def read_model_config(
     hf_home: str | None,
     *,
     model_name: str | None = None,
-    weights_format: str = "Vanilla",
+    weights_format: str = VANILLA,
 ) -> dict[str, Any]:
     """The model's config.json (catalog/model_shapes.py: its directory, hf_home's cache, then
     the shipped shapes); no weights, and no hub."""

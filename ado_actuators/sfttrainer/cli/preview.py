@@ -110,15 +110,32 @@ def _settings(actuator_config: Path | None) -> Any:
 
     parameters: dict[str, Any] = {}
     if actuator_config is not None:
-        document = _load_yaml(actuator_config, "--actuator-config")
-        parameters = (document or {}).get("parameters") or {} if isinstance(document, dict) else {}
+        document = _load_yaml(actuator_config, "--actuator-config") or {}
+        parameters = _parameters_of(document, actuator_config)
     try:
         return MeasurementSettings.model_validate(parameters)
     except pydantic.ValidationError as error:
         first = error.errors()[0]
+        where = ".".join(["parameters", *map(str, first["loc"])])
+        raise UsageError(f"--actuator-config {where}: {first['msg']}") from None
+
+
+def _parameters_of(document: Any, path: Path) -> dict[str, Any]:
+    """An actuator configuration's `parameters` (the file `ado create actuatorconfiguration`
+    reads). A file of bare settings would otherwise be read as no settings at all."""
+    shape = "actuatorIdentifier: SFTTrainer, then parameters: {hf_home: ..., model_map: ...}"
+    if not isinstance(document, dict):
+        raise UsageError(f"--actuator-config {str(path)!r} is not a mapping; expected {shape}")
+    parameters = document.get("parameters")
+    if parameters is None and set(document) - {"actuatorIdentifier", "metadata"}:
+        found = ", ".join(sorted(set(document) - {"actuatorIdentifier", "metadata"}))
         raise UsageError(
-            f"--actuator-config parameters.{'.'.join(map(str, first['loc']))}: {first['msg']}"
-        ) from None
+            f"--actuator-config {str(path)!r} has no parameters: mapping (found {found} at the "
+            f"top level); expected {shape}"
+        )
+    if parameters is not None and not isinstance(parameters, dict):
+        raise UsageError(f"--actuator-config parameters: not a mapping; expected {shape}")
+    return parameters or {}
 
 
 def _rows(space: Path, actuator_config: Path | None):

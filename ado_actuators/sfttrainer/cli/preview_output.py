@@ -25,7 +25,9 @@ PREDICTED_COLUMNS = (
     "shape_where",
     "gpu_memory_lower_bound_gib",
     "predicted_gpu_memory_gib",
+    "predicted_need_gib",
     "device_memory_gib",
+    "allocatable_gib",
     "predicted_fewest_gpus",
     "predicted_tokens_per_second_per_gpu",
     "predicted_step_seconds",
@@ -51,11 +53,18 @@ def _number(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+MEMORY_NOTE = (
+    "pred GiB/dev: the predicted peak with the allocator's headroom, over what CUDA can "
+    "allocate on the device (nvidia-smi's total less the CUDA context)"
+)
+
+
 def _memory(row: PreviewRow) -> str:
-    if row.predicted_gib is None:
+    """The two figures the predicted verdict compares (plan/memory_check.py)."""
+    if row.need_gib is None:
         return "-"
-    device = f"{row.device_gib:.0f}" if row.device_gib else "?"
-    return f"{row.predicted_gib:.1f}/{device}"
+    device = f"{row.allocatable_gib:.1f}" if row.allocatable_gib else "?"
+    return f"{row.need_gib:.1f}/{device}"
 
 
 def _speed(row: PreviewRow) -> str:
@@ -134,7 +143,7 @@ def _shape_lines(rows: list[PreviewRow]) -> list[str]:
 
 
 def _note_lines(rows: list[PreviewRow]) -> list[str]:
-    lines = []
+    lines = [MEMORY_NOTE] if any(row.need_gib is not None for row in rows) else []
     notes = dict.fromkeys(note for row in rows for note in row.speed_notes)
     if any(SCALED in _speed(r) for r in rows):
         lines.append(f"{SCALED} scaled from the A100 fit by datasheet peak FLOP/s and bandwidths")
@@ -168,7 +177,9 @@ def csv_row(row: PreviewRow) -> dict[str, Any]:
         "shape_where": row.shape_where,
         "gpu_memory_lower_bound_gib": _round(row.bound_gib, 3),
         "predicted_gpu_memory_gib": _round(row.predicted_gib, 3),
+        "predicted_need_gib": _round(row.need_gib, 3),
         "device_memory_gib": _round(row.device_gib, 3),
+        "allocatable_gib": _round(row.allocatable_gib, 3),
         "predicted_fewest_gpus": row.fewest_gpus,
         "predicted_tokens_per_second_per_gpu": _round(row.tokens_per_second_per_gpu, 1),
         "predicted_step_seconds": _round(row.step_seconds, 4),

@@ -55,6 +55,8 @@ class PreviewRow:
     bound_gib: float | None = None
     predicted_gib: float | None = None
     device_gib: float | None = None
+    need_gib: float | None = None  # the predicted peak and the allocator's headroom over it
+    allocatable_gib: float | None = None  # what CUDA can allocate: the predicted verdict's limit
     fewest_gpus: int | None = None
     tokens_per_second_per_gpu: float | None = None
     step_seconds: float | None = None
@@ -238,6 +240,8 @@ def preview_entity(
         bound_gib=memory.bound.gib if memory.bound else None,
         predicted_gib=memory.prediction.gib if memory.prediction else None,
         device_gib=memory.device_bytes / GIB if memory.device_bytes else None,
+        need_gib=memory.predicted_need / GIB if memory.predicted_need else None,
+        allocatable_gib=memory.allocatable / GIB if memory.allocatable else None,
         fewest_gpus=fewest,
     )
     speed = predict_speed(values, definition, found.config)

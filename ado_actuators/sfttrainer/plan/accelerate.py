@@ -64,7 +64,9 @@ def accelerate_config(
                 values.accelerate_config_fsdp_transformer_layer_cls_to_wrap
             )
         if use_cpu:
-            # With these on, FSDP on CPU fails with "no available devices" (see README).
+            # With these on, FSDP ranks on CPU (gloo) fail with "no available devices": both
+            # are GPU loading paths (tests/integration/test_measure.py launches the FSDP config
+            # on CPU).
             fsdp["fsdp_cpu_ram_efficient_loading"] = False
             fsdp["fsdp_sync_module_states"] = False
         config |= {"distributed_type": "FSDP", "fsdp_config": fsdp}

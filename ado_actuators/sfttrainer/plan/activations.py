@@ -210,7 +210,7 @@ def layer_backward(block: Block) -> float:
     products = 3 - (1 if block.trains_weights else 0)
     rows = 1.0
     if block.moe == "mixtral":  # a loop: one expert's share of the routed rows at a time
-        rows = block.experts_per_token / max(1, block.experts)
+        rows = block.experts_per_token / block.experts
     elif block.moe:  # ParallelExperts: every expert's rows at once
         rows = block.experts_per_token
     freed = 0.0
@@ -240,7 +240,7 @@ def layer_forward(block: Block, keeping: bool) -> float:
 
 def _mlp_forward(block: Block, keeping: bool) -> float:
     w, h, i, k = block.width, block.hidden, block.intermediate, block.experts_per_token
-    share = k / max(1, block.experts)
+    share = k / block.experts  # Block.moe is set only with two experts or more
     if block.family == "gpt_bigcode":  # c_fc's and GELU's outputs
         return w * h if keeping else 2 * w * h + 2 * w * i
     if block.moe == "granitemoe":
@@ -292,16 +292,21 @@ def adapter_forward(block: Block, keeping: bool = False) -> float:
 
 
 def _kept_after(block: Block, name: str, width: int) -> float:
-    """What the layer keeps after the adapter `name` (`width` in) has run."""
+    """What the layer keeps after the adapter `name` (`width` in) has run: the MLP's tensors
+    and the second norm's (GPTBigCode's LayerNorm: its input, a mean and an rstd); after q, k,
+    v or c_attn also the attention's. Eager attention's scores ([heads, s] per token) are left
+    out: the length is not known here, and leaving them out can only over-count the adapter."""
     w, i = block.width, block.intermediate
-    mlp = mlp_saved(block) if block.family == "llama" else w * i
     if name == "gate_proj":
         return 2 * w * i  # SiLU's output and up_proj's
-    if name in ("up_proj", "down_proj", "c_fc") or width == i:
+    if name in ("up_proj", "c_fc") or width == i:  # i wide: down_proj, the MLP's c_proj
         return 0.0
-    after = mlp + norm_saved(block, True)
+    if block.family == "llama":
+        after = mlp_saved(block) + norm_saved(block, True)
+    else:
+        after = w * i + w * block.hidden + 2 * w  # GELU's input, the second LayerNorm's
     if name in ("q_proj", "k_proj", "v_proj", "c_attn"):
-        after += attention_saved(block, (True, True, True), 1)
+        after += attention_saved(block, (True,) * 3, 0)  # q, k and v need gradients
     return after
 
 

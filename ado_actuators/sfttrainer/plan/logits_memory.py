@@ -19,6 +19,7 @@ from importlib import resources
 from typing import Any
 
 import yaml
+from packaging.version import Version
 
 FAMILY_MODULES = {
     "llama": "llama",
@@ -38,12 +39,19 @@ RECORD = "transformers-loss.yaml"
 
 @dataclasses.dataclass(frozen=True)
 class LossCode:
-    """What a release's causal-LM loss does to the logits (read from its source)."""
+    """What a release's causal-LM loss does to the logits (read from its source).
+
+    Each method gives bytes per [token, vocab] element at one moment of the step, for the
+    model's dtype width `dtype_bytes`; `autocast`: under 16-bit mixed precision; `fused`: None,
+    "in_place" (a kernel that writes the gradient into its input: no log_softmax tensors) or
+    "chunked" (a fused linear + cross-entropy that never holds the full logits)."""
 
     upcast: str  # "model": the model returns fp32 logits; "loss": the loss upcasts; "none"
     shifts: str  # "logits": a shifted contiguous copy of the logits; "labels": no copy
 
     def __post_init__(self) -> None:
+        # _widths reads any other upcast as "none" and any other shift as "labels": a misspelt
+        # record would pass for the smaller reading
         assert self.upcast in ("model", "loss", "none") and self.shifts in ("logits", "labels")
 
     def _widths(self, dtype_bytes: int) -> tuple[int, int, int, int]:
@@ -56,58 +64,39 @@ class LossCode:
         shifted = loss_width if self.shifts == "logits" else 0
         return model, upcast, loss_width, shifted
 
-    def kept_bytes(
-        self, dtype_bytes: int, fused: str | None = None, autocast: bool = False
-    ) -> float:
-        """What the forward leaves for the loss's backward: cross-entropy's log_softmax output
-        (its input's width), joined under autocast by the fp32 copy nll_loss takes of a
-        low-precision one."""
-        if fused is not None:
-            return 0.0
-        _, _, loss_width, _ = self._widths(dtype_bytes)
-        return float(loss_width + (4 if autocast and self.upcast == "none" else 0))
+    def _before(self, dtype_bytes: int) -> int:
+        """What exists when cross-entropy starts: the model's logits (dtype, or fp32 when
+        upcast in the model, the dtype copy then freed), the loss's upcast, the shifted copy."""
+        model, upcast, _, shifted = self._widths(dtype_bytes)
+        return model + upcast + shifted
 
-    def forward_bytes(
-        self,
-        dtype_bytes: int,
-        fused: str | None = None,
-        autocast: bool = False,
-        copy: bool = False,
-    ) -> float:
-        """Bytes per element alive at the forward's largest (the larger of `inside_bytes` and
-        `returned_bytes`)."""
-        return max(
-            self.inside_bytes(dtype_bytes, fused, autocast),
-            self.returned_bytes(dtype_bytes, fused, autocast, copy),
-        )
+    def _saved(self, dtype_bytes: int, autocast: bool) -> int:
+        """What cross-entropy keeps for backward: its log_softmax output (its input's width),
+        joined under autocast by the fp32 copy nll_loss takes of a low-precision one."""
+        loss_width = self._widths(dtype_bytes)[2]
+        return loss_width + (4 if autocast and self.upcast == "none" else 0)
 
-    def inside_bytes(
-        self, dtype_bytes: int, fused: str | None = None, autocast: bool = False
-    ) -> float:
-        """Inside the model's forward: its logits, the loss's upcast and shifted copy beside
-        the log_softmax output."""
+    def kept_bytes(self, dtype_bytes: int, fused: str | None, autocast: bool) -> float:
+        """What the forward leaves for the loss's backward; a fused loss keeps no [token,
+        vocab] tensor."""
+        return 0.0 if fused is not None else float(self._saved(dtype_bytes, autocast))
+
+    def inside_bytes(self, dtype_bytes: int, fused: str | None, autocast: bool) -> float:
+        """Inside the model's forward: what cross-entropy starts with, beside what it keeps."""
         if fused == "chunked":
             return 0.0
-        model, upcast, _, shifted = self._widths(dtype_bytes)
-        before = model + upcast + shifted
-        if fused == "in_place":
-            return float(before)
-        return float(before + self.kept_bytes(dtype_bytes, fused, autocast))
+        return float(self._before(dtype_bytes) + self.kept_bytes(dtype_bytes, fused, autocast))
 
     def returned_bytes(
-        self,
-        dtype_bytes: int,
-        fused: str | None = None,
-        autocast: bool = False,
-        copy: bool = False,
+        self, dtype_bytes: int, fused: str | None, autocast: bool, copy: bool
     ) -> float:
         """After the model returns: under mixed precision accelerate's fp32 conversion of the
-        logits beside them; with `copy` (TRL >= 0.14's token accuracy), a contiguous copy of
-        the returned logits beside them. Both beside the kept log_softmax."""
+        logits beside them; with `copy` (TRL's token accuracy, `trl_copies_logits`), a
+        contiguous copy of the returned logits beside them. Both beside the kept log_softmax."""
         if fused is not None:
             return 0.0
-        model, _, _, _ = self._widths(dtype_bytes)
-        saved = self.kept_bytes(dtype_bytes, fused, autocast)
+        model = self._widths(dtype_bytes)[0]
+        saved = self._saved(dtype_bytes, autocast)
         returned = 4 if autocast else model
         peaks = [model + saved]
         if autocast:
@@ -116,36 +105,16 @@ class LossCode:
             peaks.append(returned + saved + returned)
         return float(max(peaks))
 
-    def backward_bytes(
-        self, dtype_bytes: int, fused: str | None = None, autocast: bool = False
-    ) -> float:
-        """Bytes per element alive at the loss's backward: nll's gradient, the kept
-        log_softmax and its gradient, all of cross-entropy's input width."""
+    def backward_bytes(self, dtype_bytes: int, fused: str | None) -> float:
+        """At the loss's backward: nll's gradient, the kept log_softmax and its gradient, all of
+        cross-entropy's input width. Under autocast a 16-bit log_softmax and nll's fp32 copy
+        of it (`_saved`: 2 + 4) are no more than these three (3 x 2). An in-place kernel writes
+        the gradient into what cross-entropy started with."""
         if fused == "chunked":
             return 0.0
-        model, upcast, loss_width, shifted = self._widths(dtype_bytes)
         if fused == "in_place":
-            return float(model + upcast + shifted)
-        return float(max(3 * loss_width, self.kept_bytes(dtype_bytes, fused, autocast)))
-
-    def bytes_per_logit(
-        self, dtype_bytes: int, fused: str | None = None, autocast: bool = False
-    ) -> float:
-        """Bytes per [token, vocab] element alive at the loss's peak, forward or backward.
-
-        Before cross-entropy: the model's logits (dtype, or fp32 when upcast in the model, the
-        dtype copy then freed), the loss's fp32 upcast, and the shifted copy. Cross-entropy
-        keeps its log_softmax output (its input's width) for backward; under autocast a
-        low-precision one is joined by the fp32 copy nll_loss takes. Backward then holds that,
-        the nll grad and log_softmax's grad: three of that width. Under mixed precision
-        accelerate converts the returned logits to fp32 while the saved tensors live.
-        `fused`: "in_place" (a kernel that writes the gradient into its input: no log_softmax
-        tensors), "chunked" (a fused linear + cross-entropy that never holds the full logits).
-        """
-        return max(
-            self.forward_bytes(dtype_bytes, fused, autocast),
-            self.backward_bytes(dtype_bytes, fused, autocast),
-        )
+            return float(self._before(dtype_bytes))
+        return float(3 * self._widths(dtype_bytes)[2])
 
 
 def read_loss_code(modeling_source: str, loss_source: str | None) -> LossCode:
@@ -228,14 +197,14 @@ def _record() -> dict[str, Any]:
     return yaml.safe_load(text)
 
 
-def loss_code(transformers_version: str, model_type: str) -> LossCode | None:
+def loss_code(transformers_version: str | None, model_type: str) -> LossCode | None:
     """What the release read, for a model family; None when the release or family is not in
-    the record (the prediction then says so rather than guessing)."""
+    the record, or no release is named (the prediction then says so rather than guessing)."""
     family = _record()["releases"].get(transformers_version, {}).get(model_type)
     return LossCode(upcast=family["upcast"], shifts=family["shifts"]) if family else None
 
 
-def checkpointing(transformers_version: str, model_type: str) -> str:
+def checkpointing(transformers_version: str | None, model_type: str) -> str:
     """How the release checkpoints a family's layers (read_checkpointing); "layer" where the
     record does not say (the newest releases' way)."""
     family = _record()["releases"].get(transformers_version, {}).get(model_type) or {}
@@ -262,25 +231,29 @@ def transformers_release(fms_hf_tuning_version: str) -> str | None:
     return pinned_release(fms_hf_tuning_version, "transformers")
 
 
-TRL_TOKEN_ACCURACY = (0, 14)
-"""TRL's SFTTrainer copies the logits (`outputs.logits[..., :-1, :].contiguous()`) to log its
-token accuracy from 0.14.0 on (huggingface/trl pull request 2597, merged 2025-01-21)."""
+TRL_TOKEN_ACCURACY = Version("0.15.0")
+"""TRL's SFTTrainer copies the logits (`outputs.logits[..., :-1, :].contiguous()`) in its
+compute_loss to log its token accuracy from 0.15.0 on (trl v0.15.0, trl/trainer/sft_trainer.py;
+0.14.0's SFTTrainer has no compute_loss). tests/unit/test_transformers_releases.py reads it
+from the wheel of every release a version pins and of these two."""
+
+
+def trl_copies_logits(trl_release: str) -> bool:
+    """Whether a TRL release's SFTTrainer copies the returned logits in its compute_loss."""
+    return Version(trl_release) >= TRL_TOKEN_ACCURACY
 
 
 def copies_logits(fms_hf_tuning_version: str) -> bool:
     """Whether the TRL the version pins copies the logits in its compute_loss."""
     release = pinned_release(fms_hf_tuning_version, "trl")
-    if release is None:
-        return False
-    parts = tuple(int(p) for p in re.findall(r"\d+", release)[:2])
-    return parts >= TRL_TOKEN_ACCURACY
+    return release is not None and trl_copies_logits(release)
 
 
 def loss_code_for(fms_hf_tuning_version: str, model_type: str) -> LossCode | None:
     """The LossCode of the release an fms-hf-tuning version trains with, for a model family."""
-    return loss_code(transformers_release(fms_hf_tuning_version) or "", model_type)
+    return loss_code(transformers_release(fms_hf_tuning_version), model_type)
 
 
 def checkpointing_for(fms_hf_tuning_version: str, model_type: str) -> str:
     """How the release an fms-hf-tuning version trains with checkpoints a family's layers."""
-    return checkpointing(transformers_release(fms_hf_tuning_version) or "", model_type)
+    return checkpointing(transformers_release(fms_hf_tuning_version), model_type)

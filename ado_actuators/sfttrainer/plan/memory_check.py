@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
+from ado_actuators.sfttrainer.catalog.models import GPTQ_QUANTIZED
 from ado_actuators.sfttrainer.catalog.validity import ModelConfigUnavailable, read_model_config
 from ado_actuators.sfttrainer.contract.outcomes import (
     ANSWERED_BY,
@@ -289,7 +290,7 @@ def judge(
 
 
 def _training(values: Any, definition: ExperimentDefinition, bits: int | None) -> Training:
-    if bits is None and definition.weights_format == "GPTQ-Quantized":
+    if bits is None and definition.weights_format == GPTQ_QUANTIZED:
         bits = GPTQ_MIN_BITS
     targets = catalog_data().target_modules(values.model_name)
     return Training.of(values, definition.peft_method, targets, bits)

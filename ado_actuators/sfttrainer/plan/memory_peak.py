@@ -137,7 +137,7 @@ class Workload:
     fast_rms_layernorm: bool = False
     autocast: bool = False  # bf16/fp16 mixed precision: autocast, outputs converted to fp32
     fsdp_upcast: bool = False  # mixed precision under FSDP: accelerate upcasts to fp32
-    logits_copy: bool = False  # TRL >= 0.14 copies the logits for its token accuracy
+    logits_copy: bool = False  # TRL >= 0.15 copies the logits for its token accuracy
     lora_dropout: bool = True
     checkpointing_ignored: bool = False  # asked for, but the release's layers do not honour it
     checkpointed_by_model: bool = False
@@ -313,7 +313,7 @@ def logits_bytes(dims: Dimensions, training: Training, workload: Workload) -> di
     return {
         "inside": elements * code.inside_bytes(width, fused, autocast),
         "returned": elements * code.returned_bytes(width, fused, autocast, workload.logits_copy),
-        "backward": elements * code.backward_bytes(width, fused, autocast),
+        "backward": elements * code.backward_bytes(width, fused),
         "kept": elements * code.kept_bytes(width, fused, autocast),
     }
 

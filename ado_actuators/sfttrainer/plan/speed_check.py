@@ -13,6 +13,7 @@ from typing import Any
 
 from ado_actuators.sfttrainer.catalog.datasets import get_shape
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
+from ado_actuators.sfttrainer.catalog.models import GPTQ_QUANTIZED
 from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, MeasurementOutcome
 from ado_actuators.sfttrainer.metrics.gpu_peaks import peak_table
 from ado_actuators.sfttrainer.plan.architecture import (
@@ -76,7 +77,7 @@ def _quantization(config: dict[str, Any], weights_format: str) -> str | None:
     method = str(quant.get("quant_method") or "").lower() if isinstance(quant, dict) else ""
     if method == "bitsandbytes" or quant.get("load_in_4bit") or quant.get("load_in_8bit"):
         return "bnb"
-    if method or weights_format == "GPTQ-Quantized":
+    if method or weights_format == GPTQ_QUANTIZED:
         return "gptq"
     return None
 
