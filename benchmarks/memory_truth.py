@@ -8,6 +8,7 @@ plan/activations.py for the architectures it counts, a trace of the model's own 
     python benchmarks/memory_truth.py --quick    # the slice make test runs (4 layers)
     python benchmarks/memory_truth.py --record   # the matrix, kept in data/memory_truth.json
     python benchmarks/memory_truth.py --append-mixed  # only the bf16-mixed rows, added to it
+    python benchmarks/memory_truth.py --append   # only branch_cases(), added to the record
     python benchmarks/memory_truth.py --append-mlp    # only the MLP-adapter rows, added to it
 
 How the truth is taken:
@@ -417,6 +418,41 @@ def fsdp_rows(batch: int = 2, length: int = 512) -> list[Row]:
     return rows
 
 
+def branch_cases() -> list[Case]:
+    """Small models (fake tensors, seconds each) that reach branches of the formula the matrix
+    does not: a one-layer model (its first layer is also its last), a tied LM head trained
+    with a vocabulary small enough that a layer's backward is the peak, a LoRA rank and
+    dropout off the defaults, Qwen3's q/k norms, GraniteMoE's shared MLP with two experts, a
+    one-expert MoE (still its experts' code), mixed precision's 16-bit adapter inputs and fp32
+    logits, an attention adapter's forward outgrowing a narrow MLP's."""
+    qv = ("q_proj", "v_proj")
+    one = dict(LAYERED, num_hidden_layers=1)
+    moe = dict(LAYERED, num_hidden_layers=4, intermediate_size=512, num_experts_per_tok=1)
+    shared = dict(moe, model_type="granitemoeshared", shared_intermediate_size=1024)
+    cases = [
+        ("llama, 1 layer", StepSpec(one, checkpointing="reentrant")),
+        ("llama, 1 layer", StepSpec(one, "lora", qv, checkpointing="reentrant")),
+        ("llama, 1 layer", StepSpec(one, "lora", qv, checkpointing="non_reentrant")),
+        ("llama, r16, dropout 0", StepSpec(LAYERED, "lora", qv, lora_r=16, lora_dropout=0.0)),
+        ("llama, tied, vocab 64", StepSpec(dict(LAYERED, tie_word_embeddings=True, vocab_size=64))),
+        ("qwen3 (h 512)", StepSpec(dict(LAYERED, model_type="qwen3", head_dim=128), "lora", qv)),
+        ("granitemoeshared 2 exp", StepSpec(dict(shared, num_local_experts=2), "lora", qv)),
+        (
+            "granitemoe, 1 expert",
+            StepSpec(dict(moe, model_type="granitemoe", num_local_experts=1), "lora", qv),
+        ),
+        (
+            "llama vocab 16k, mixed",
+            StepSpec(dict(LAYERED, vocab_size=16384), "lora", qv, mixed_precision=True),
+        ),
+        (
+            "llama, MLP 128, vocab 64",
+            StepSpec(dict(LAYERED, intermediate_size=128, vocab_size=64), "lora", ("o_proj",)),
+        ),
+    ]
+    return [Case(name, dataclasses.replace(spec, batch=2, length=512)) for name, spec in cases]
+
+
 def _rank(rank: int, spec: StepSpec, directory: str, port: int) -> None:
     import json
 
@@ -568,14 +604,18 @@ def main(argv: list[str]) -> int:
     print("fake against real tensors (the small Llama, total bytes per phase):")
     for what, fake, real in fake_against_real():
         print(f"  {what:<32} fake {fake}  real {real}  {'equal' if fake == real else 'DIFFER'}")
-    appending = {"--append-mixed": mixed_precision, "--append-mlp": mlp_adapters}
+    appending = {
+        "--append-mixed": mixed_precision,
+        "--append": branch_cases,
+        "--append-mlp": mlp_adapters,
+    }
     chosen = [cases for flag, cases in appending.items() if flag in argv]
     if chosen:
         rows = [run(case) for cases in chosen for case in cases()]
     else:
         rows = [run(case) for case in matrix(layers=4 if quick else None)]
     if not quick and not chosen:
-        rows += fsdp_rows()
+        rows += [run(case) for case in branch_cases()] + fsdp_rows()
     print(report(rows))
     found = summary(rows)
     print(

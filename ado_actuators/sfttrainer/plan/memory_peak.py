@@ -97,8 +97,9 @@ class Dimensions:
                 transformed_embedding=True,
                 # GPTBigCodeConfig's default is 0.1
                 residual_dropout=config.get("resid_pdrop", 0.1) > 0,
-                # the model's causal mask: a bool [positions, positions] buffer
-                buffers=(config.get("n_positions") or config.get("max_position_embeddings") or 0)
+                # the model's causal mask: a bool [positions, positions] buffer (n_positions,
+                # also spelled max_position_embeddings; GPTBigCodeConfig's default is 1024)
+                buffers=(config.get("n_positions") or config.get("max_position_embeddings") or 1024)
                 ** 2,
             )
         hidden, heads = config["hidden_size"], config["num_attention_heads"]
@@ -217,7 +218,10 @@ def block_of(
         experts_per_token=dims.experts_per_token,
         autocast=workload.autocast,
         qk_norm=dims.qk_norm,
-        moe=MOE_DISPATCH.get(dims.model_type) if dims.experts > 1 else None,
+        # the family's code dispatches to its experts however many it has: a one-expert
+        # Mixtral or GraniteMoE still runs its router and experts (benchmarks/memory_truth.py's
+        # one-expert row), not a dense MLP
+        moe=MOE_DISPATCH.get(dims.model_type),
         experts=dims.experts,
         shared_intermediate=dims.shared_intermediate,
         family="gpt_bigcode" if dims.model_type == "gpt_bigcode" else "llama",
@@ -266,12 +270,12 @@ def layer_bytes(
         "rotary": 2 * length * (dims.q_width // max(1, dims.heads)) * block.width * dims.rotary,
         # TRL's input-gradient hook makes the embedding's output a leaf that needs a gradient:
         # autograd holds it through backward (prompt tuning joins the virtual tokens to it and
-        # Granite scales it, so it is not the first layer's input) and gives it a gradient at
-        # the end
+        # Granite scales it, so it is not the first layer's input). Its gradient comes only
+        # when the first layer's backward has ended, its recomputed tensors freed: never at a
+        # layer's peak (the one- and two-layer rows of benchmarks/memory_truth.py)
         "embedded": real
         if hooked and (training.peft_method == "pt" or dims.transformed_embedding)
         else 0.0,
-        "embedded_gradient": real if hooked else 0.0,
     }
 
 
@@ -333,10 +337,12 @@ def model_states(
         scale = ADAPTER_BYTES / width
         weights += (scale - 1) * gradients
         gradients, state = gradients * scale, state * scale
-    if workload.fsdp_upcast and bound.shards > 1 and not training.quantized_bits:
+    if workload.fsdp_upcast and training.number_gpus > 1 and not training.quantized_bits:
         # accelerate upcasts FSDP's flat parameters to fp32 under mixed precision when they
         # train: gradients and AdamW's state (zeros_like) become fp32 too. Under PEFT the
-        # adapters are units of their own (peft's fsdp_auto_wrap_policy), already fp32.
+        # adapters are units of their own (peft's fsdp_auto_wrap_policy), already fp32. FSDP
+        # runs wherever accelerate launches more than one rank, sharded or not (NO_SHARD,
+        # HYBRID_SHARD with a GPU a node); one GPU's trainer runs alone (plan/launch.py).
         if training.peft_method == "none":
             scale = ADAPTER_BYTES / width
             weights, gradients, state = weights * scale, gradients * scale, state * scale
@@ -411,6 +417,36 @@ def head_gradients(counts: ParameterCounts, training: Training, bound: MemoryBou
     return bound.parts["gradients"] * head / max(1, counts.total)
 
 
+def _final_norm_moment(
+    counts: ParameterCounts,
+    dims: Dimensions,
+    training: Training,
+    bound: MemoryBound,
+    workload: Workload,
+    layer: dict[str, float],
+    base: dict[str, float],
+) -> dict[str, dict[str, float]]:
+    """The final RMSNorm's backward, before any layer's: everything the layers keep, the
+    norm's fp32 input, and its backward's five fp32 hidden-wide tensors at once (the cast's
+    gradient, the products with rsqrt and with the input, pow's gradient and their sum; traced,
+    benchmarks/memory_truth.py's small rows). Above the first layer's backward when that
+    layer's MLP is narrow or LoRA leaves its MLP alone. LayerNorm (GPTBigCode) and the fused
+    kernel run other backwards: not counted."""
+    if dims.model_type == "gpt_bigcode" or workload.fast_rms_layernorm:
+        return {}
+    tokens = workload.per_device_batch * model_length(training, workload)
+    kept = _kept(dims, workload, layer) + activations.FP32 * dims.hidden * tokens
+    return {
+        "final norm": {
+            **base,
+            # the LM head's, unless accumulation's are all there already
+            "gradients": base["gradients"] or head_gradients(counts, training, bound),
+            "activations": kept,
+            "backward_transients": 5 * activations.FP32 * dims.hidden * tokens,
+        }
+    }
+
+
 def predict_peak(
     counts: ParameterCounts,
     dims: Dimensions,
@@ -452,6 +488,7 @@ def predict_peak(
             "logits_gradients": logits["backward"] - logits["kept"],
         },
         **_layer_moments(counts, dims, training, bound, workload, layer, base, states),
+        **_final_norm_moment(counts, dims, training, bound, workload, layer, base),
     }
     moment = max(moments, key=lambda name: sum(moments[name].values()))
     step = {k: states[k] for k in ("weights", "gradients", "optimizer_state")}
@@ -556,8 +593,6 @@ def _layer_moments(
             "activations": (dims.layers if held else 1) * layer["input"] + extra,
             "recompute": layer[bottom],
         }
-        if layer["embedded_gradient"]:
-            bottom_kept["input_gradient"] = layer["embedded_gradient"]
         if held:
             bottom_kept["fsdp_held_input_gradients"] = held
     else:
