@@ -819,3 +819,43 @@ def test_the_final_norms_backward_holds_five_fp32_hidden_states_beside_every_kep
         bigcode_counts, bigcode, lora, memory_bound(bigcode_counts, lora), work, ("c_attn",)
     )
     assert "final norm" not in found.candidates["backward"]
+
+
+def test_the_first_layer_backward_reaches_holds_the_head_and_its_down_proj_gradients():
+    """Full fine-tuning, no checkpointing: at the MLP backward of the first layer the backward
+    reaches (the model's last), the head's gradients (the LM head's, tied: the embedding's,
+    1000 x 64, and the final norm's 64) and that layer's down_proj weight gradient (64 x 128)
+    exist beside every kept tensor. Under DDP
+    with expert parallel the down_proj gradient is the device's share, never gathered whole."""
+    counts, dims = count_parameters(TINY), Dimensions.of(TINY)
+    work = Workload(1, 8, gradient_checkpointing=False, fused_loss="chunked")
+    layer = layer_bytes(dims, full(), work)
+    kept = layer["first"] + layer["other"] + layer["rotary"]
+
+    def first_layer(training: Training) -> float:
+        found = predict_peak(counts, dims, training, memory_bound(counts, training), work)
+        at_rest = found.phases["optimizer_step"]
+        rest = at_rest["weights"] + at_rest["optimizer_state"] + kept + layer["backward"]
+        return found.candidates["backward"]["first layer"] - rest
+
+    per_parameter = 2  # bf16 gradients on one device
+    grown = per_parameter * (1000 * 64 + 64 + 64 * 128)
+    assert first_layer(full()) == pytest.approx(grown)
+    expert = dataclasses.replace(full(), number_gpus=4, distributed_backend="DDP", fast_moe=2)
+    assert first_layer(expert) == pytest.approx(grown / 4)
+
+
+def test_without_checkpointing_a_wide_mlps_backward_peaks_at_the_first_layer_it_reaches():
+    """An MLP 16 times the width: its backward's three intermediate-wide gradients outgrow the
+    final norm's five fp32 hidden states, so the backward peaks in the model's last layer,
+    every layer's kept tensors beside it."""
+    wide = dict(TINY, intermediate_size=1024)
+    counts, dims = count_parameters(wide), Dimensions.of(wide)
+    bound = memory_bound(counts, LORA_QV)
+    work = Workload(per_device_batch=2, sequence_length=8, gradient_checkpointing=False)
+    prediction = predict_peak(counts, dims, LORA_QV, bound, work, ("q_proj", "v_proj"))
+    layer = layer_bytes(dims, LORA_QV, work, ("q_proj", "v_proj"))
+    assert prediction.moments["backward"] == "first layer"
+    backward = prediction.phases["backward"]
+    assert backward["activations"] == layer["first"] + layer["other"] + layer["rotary"]
+    assert backward["backward_transients"] == layer["backward"]
