@@ -7,9 +7,7 @@ plan/activations.py for the architectures it counts, a trace of the model's own 
     python benchmarks/memory_truth.py            # the matrix, full size (minutes)
     python benchmarks/memory_truth.py --quick    # the slice make test runs (4 layers)
     python benchmarks/memory_truth.py --record   # the matrix, kept in data/memory_truth.json
-    python benchmarks/memory_truth.py --append-mixed  # only the bf16-mixed rows, added to it
-    python benchmarks/memory_truth.py --append   # only branch_cases(), added to the record
-    python benchmarks/memory_truth.py --append-mlp    # only the MLP-adapter rows, added to it
+    python benchmarks/memory_truth.py --append   # only the configurations the record lacks
 
 How the truth is taken:
 - full size under FakeTensorMode: the model built from its config.json at full width and depth,
@@ -113,10 +111,8 @@ def matrix(layers: int | None = None) -> list[Case]:
     configs = load_configs()
     cases = []
     for index, (name, targets) in enumerate(FAMILIES.items()):
-        config = dict(configs[name])
+        config = _sized(configs[name], layers)
         config.pop("quantization_config", None)
-        if layers:
-            config = _depth(config, layers)
         for offset, method in enumerate(METHODS):
             ckpt = CHECKPOINTING[(index + offset) % 3]
             batch, length = SIZES[(index + 2 * offset) % 4]
@@ -141,9 +137,7 @@ def matrix(layers: int | None = None) -> list[Case]:
 def _crossings(configs: dict[str, dict], layers: int | None) -> list[Case]:
     """The crossings that matter: LoRA at both sizes under all three checkpointing modes on
     Mistral-7B, eager attention, and LoRA on every linear."""
-    mistral = dict(configs["mistralai/Mistral-7B-v0.1"])
-    if layers:
-        mistral = _depth(mistral, layers)
+    mistral = _sized(configs["mistralai/Mistral-7B-v0.1"], layers)
     cases = []
     for ckpt, (batch, length) in itertools.product(CHECKPOINTING, ((2, 2048), (8, 4096))):
         spec = StepSpec(
@@ -179,13 +173,11 @@ Mistral, Llama, GPTBigCode; the model does: GraniteMoE), under each method."""
 
 
 def mixed_precision(layers: int | None = None) -> list[Case]:
-    """The MIXED configurations (`--append-mixed` adds them to an older record)."""
+    """The MIXED configurations."""
     configs = load_configs()
     cases = []
     for name, method, ckpt, batch, length in MIXED:
-        config = dict(configs[name])
-        if layers:
-            config = _depth(config, layers)
+        config = _sized(configs[name], layers)
         spec = StepSpec(
             config,
             method,
@@ -221,13 +213,11 @@ batch, length); GPTBigCode's layers ignore checkpointing in transformers 4.55.""
 def mlp_adapters(layers: int | None = None) -> list[Case]:
     """The MLP_ADAPTERS configurations, then the same on models whose layers, not their
     logits, decide the peak (LAYERED and its GPTBigCode kin: the last layer's forward is the
-    peak, an MLP adapter's its largest moment). `--append-mlp` adds them to an older record."""
+    peak, an MLP adapter's its largest moment)."""
     configs = load_configs()
     cases = []
     for name, targets, ckpt, batch, length in MLP_ADAPTERS:
-        config = dict(configs[name])
-        if layers:
-            config = _depth(config, layers)
+        config = _sized(configs[name], layers)
         spec = StepSpec(config, "lora", targets, checkpointing=ckpt, batch=batch, length=length)
         cases.append(Case(name, spec))
     for name, config, targets in (
@@ -237,6 +227,11 @@ def mlp_adapters(layers: int | None = None) -> list[Case]:
     ):
         cases.append(Case(name, StepSpec(dict(config), "lora", targets, batch=2, length=512)))
     return cases
+
+
+def _sized(config: dict[str, Any], layers: int | None) -> dict[str, Any]:
+    """A copy of `config`, at `layers` layers where given (the --quick slice)."""
+    return _depth(config, layers) if layers else dict(config)
 
 
 def _depth(config: dict[str, Any], layers: int) -> dict[str, Any]:
@@ -593,6 +588,13 @@ def append(rows: list[Row]) -> int:
     return len(added)
 
 
+def unrecorded() -> list[Case]:
+    """The configurations of a full run (the FSDP rows aside) whose labels the record lacks:
+    what `--append` traces after cases are added to the matrix or to branch_cases()."""
+    known = {entry["label"] for entry in json.loads(RECORD.read_text())}
+    return [case for case in matrix() + branch_cases() if case.label() not in known]
+
+
 def spec_of(recorded: dict[str, Any]) -> StepSpec:
     fields = dict(recorded["spec"], target_modules=tuple(recorded["spec"]["target_modules"]))
     return StepSpec(**fields)
@@ -604,14 +606,9 @@ def main(argv: list[str]) -> int:
     print("fake against real tensors (the small Llama, total bytes per phase):")
     for what, fake, real in fake_against_real():
         print(f"  {what:<32} fake {fake}  real {real}  {'equal' if fake == real else 'DIFFER'}")
-    appending = {
-        "--append-mixed": mixed_precision,
-        "--append": branch_cases,
-        "--append-mlp": mlp_adapters,
-    }
-    chosen = [cases for flag, cases in appending.items() if flag in argv]
+    chosen = "--append" in argv
     if chosen:
-        rows = [run(case) for cases in chosen for case in cases()]
+        rows = [run(case) for case in unrecorded()]
     else:
         rows = [run(case) for case in matrix(layers=4 if quick else None)]
     if not quick and not chosen:
