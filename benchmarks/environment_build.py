@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from ado_actuators.sfttrainer.execute import environment
-from ado_actuators.sfttrainer.plan import environments as plan
+from ado_actuators.sfttrainer.plan.launch import environments as plan
 
 
 def _spec(version: str) -> plan.EnvironmentSpec:

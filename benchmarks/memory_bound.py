@@ -1,4 +1,4 @@
-"""The memory lower bound (plan/memory_bound.py) against published A100-80GB fine-tuning runs.
+"""The memory lower bound (plan/memory/bound.py) against published A100-80GB fine-tuning runs.
 
 For every configuration of fms-acceleration's reference tables (benchmarks/data/, sources
 cited there) this computes the bound the certain-OOM check would compute and compares it with
@@ -25,8 +25,8 @@ from pathlib import Path
 import yaml
 
 from ado_actuators.sfttrainer.metrics.gpu_memory import GIB, device_memory_bytes
-from ado_actuators.sfttrainer.plan.architecture import count_parameters, quantized_bits
-from ado_actuators.sfttrainer.plan.memory_bound import MemoryBound, Training, memory_bound
+from ado_actuators.sfttrainer.plan.memory.bound import MemoryBound, Training, memory_bound
+from ado_actuators.sfttrainer.plan.model.architecture import count_parameters, quantized_bits
 
 DATA = Path(__file__).resolve().parent / "data"
 GPU_MODEL = "NVIDIA-A100-SXM4-80GB"

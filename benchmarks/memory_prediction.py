@@ -1,4 +1,4 @@
-"""The predicted peak (plan/memory_peak.py) against fms-acceleration's published A100-80GB runs.
+"""The predicted peak (plan/memory/peak.py) against fms-acceleration's published A100-80GB runs.
 
 How each run was trained, per table (fms-acceleration at the data's commit, cited in
 benchmarks/data/fms_acceleration_a100_80gb.csv): yahma/alpaca-cleaned packed into full
@@ -24,16 +24,16 @@ from ado_actuators.sfttrainer.metrics.gpu_memory import (
     GIB,
     allocatable_bytes,
 )
-from ado_actuators.sfttrainer.plan.architecture import count_parameters
-from ado_actuators.sfttrainer.plan.logits_memory import checkpointing, loss_code
-from ado_actuators.sfttrainer.plan.memory_bound import Training
-from ado_actuators.sfttrainer.plan.memory_peak import (
+from ado_actuators.sfttrainer.plan.memory.bound import Training
+from ado_actuators.sfttrainer.plan.memory.logits import checkpointing, loss_code
+from ado_actuators.sfttrainer.plan.memory.peak import (
     ALLOCATOR_HEADROOM,
     Dimensions,
     PeakPrediction,
     Workload,
     predict_peak,
 )
+from ado_actuators.sfttrainer.plan.model.architecture import count_parameters
 
 TRANSFORMERS = {
     "a100_80gb": "4.48.1",
@@ -144,7 +144,7 @@ def median_error(rows: list[Judged]) -> float:
 
 
 def device_need(judged: Judged, headroom: float = ALLOCATOR_HEADROOM) -> float:
-    """What the product compares with the device (plan/memory_check.py): the allocated peak
+    """What the product compares with the device (plan/memory/verdict.py): the allocated peak
     and the allocator's headroom over it (the device's allocatable memory already leaves the
     CUDA context out)."""
     return judged.predicted * (1 + headroom)
@@ -233,7 +233,7 @@ def main() -> dict[str, float]:
     rows = judge(cases())
     print(report(rows))
     print(
-        "\nGiB per device; pred = the predicted peak (plan/memory_peak.py: every tensor counted, "
+        "\nGiB per device; pred = the predicted peak (plan/memory/peak.py: every tensor counted, "
         "no constant fitted to runs), torch = rank 0's max_memory_allocated, nvidia = "
         "nvidia-smi's peak; error against torch; OOM predicted when pred x "
         f"{1 + ALLOCATOR_HEADROOM:g} exceeds what the device can allocate "

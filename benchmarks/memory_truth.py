@@ -1,8 +1,8 @@
 """The ground truth for the predicted peak: the training step itself, run through the same code
-the trainer runs, every live tensor counted (plan/step_trace.py), against the prediction the
-product makes for it (plan/memory_check.py's path: the formula of plan/memory_peak.py and
-plan/activations.py for the architectures it counts, a trace of the model's own code
-(plan/traced_parts.py) for the others).
+the trainer runs, every live tensor counted (plan/memory/trace/step.py), against the prediction the
+product makes for it (plan/memory/verdict.py's path: the formula of plan/memory/peak.py and
+plan/memory/activations.py for the architectures it counts, a trace of the model's own code
+(plan/memory/traced.py) for the others).
 
     python benchmarks/memory_truth.py            # the matrix, full size (minutes)
     python benchmarks/memory_truth.py --quick    # the slice make test runs (4 layers)
@@ -13,7 +13,7 @@ How the truth is taken:
 - full size under FakeTensorMode: the model built from its config.json at full width and depth,
   its tensors fake (sizes, no memory, no arithmetic), two steps (the second holds the optimizer
   state); transformers 4.55, PEFT 0.19, torch's foreach AdamW as this environment pins them;
-  flash-attn 2 emulated (its saved tensors and workspaces, plan/flash_emulation.py); routing
+  flash-attn 2 emulated (its saved tensors and workspaces, plan/memory/trace/flash_emulation.py); routing
   balanced (a fake tensor has no values);
 - fake against real: the same step with real tensors at a reduced width agrees to the byte
   (printed first), so the fake sizes are the real ones;
@@ -44,21 +44,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from memory_bound import load_configs
 
-from ado_actuators.sfttrainer.plan import traced_parts
-from ado_actuators.sfttrainer.plan.architecture import (
-    COUNTED,
-    count_parameters,
-    language_config,
-)
-from ado_actuators.sfttrainer.plan.logits_memory import checkpointing, loss_code
-from ado_actuators.sfttrainer.plan.memory_bound import Training, memory_bound
-from ado_actuators.sfttrainer.plan.memory_peak import (
+from ado_actuators.sfttrainer.plan.memory import traced as traced_parts
+from ado_actuators.sfttrainer.plan.memory.bound import Training, memory_bound
+from ado_actuators.sfttrainer.plan.memory.logits import checkpointing, loss_code
+from ado_actuators.sfttrainer.plan.memory.peak import (
     Dimensions,
     PeakPrediction,
     Workload,
     predict_peak,
 )
-from ado_actuators.sfttrainer.plan.step_trace import PHASES, StepSpec, trace_step
+from ado_actuators.sfttrainer.plan.memory.trace.step import PHASES, StepSpec, trace_step
+from ado_actuators.sfttrainer.plan.model.architecture import (
+    COUNTED,
+    count_parameters,
+    language_config,
+)
 
 RELEASE = "4.55.4"
 """The transformers release this environment trains with (fms-hf-tuning 3.2.2's)."""
@@ -205,7 +205,7 @@ MLP_ADAPTERS = (
     ("bigcode/gpt_bigcode-santacoder", ("c_attn", "c_proj", "c_fc"), None, 4, 1024),
 )
 """LoRA on the MLP's linears alone (and on every linear): in the first layer, whose input
-needs no gradient, only what an adapter's output reaches is kept (plan/activations.py's
+needs no gradient, only what an adapter's output reaches is kept (plan/memory/activations.py's
 `needs`), and an MLP adapter's forward is the layer's largest. (model, targets, checkpointing,
 batch, length); GPTBigCode's layers ignore checkpointing in transformers 4.55."""
 
@@ -284,8 +284,8 @@ def workload_of(spec: StepSpec, model_type: str) -> Workload:
 
 
 def predicted(spec: StepSpec, shards: int = 1) -> PeakPrediction:
-    """The product's prediction for the step: by formula where plan/architecture.py counts the
-    model, else from a trace of its code (plan/traced_parts.py, run as the product runs it)."""
+    """The product's prediction for the step: by formula where plan/model/architecture.py counts the
+    model, else from a trace of its code (plan/memory/traced.py, run as the product runs it)."""
     model_type = str(language_config(spec.config).get("model_type"))
     training = training_of(spec, shards)
     workload = workload_of(spec, model_type)
@@ -464,7 +464,7 @@ def _rank(rank: int, spec: StepSpec, directory: str, port: int) -> None:
 
 
 def _fsdp(model: Any) -> Any:
-    """accelerate's FSDP as the actuator configures it (plan/accelerate.py): FULL_SHARD,
+    """accelerate's FSDP as the actuator configures it (plan/launch/accelerate.py): FULL_SHARD,
     BACKWARD_PRE, use_orig_params; the decoder layers as units, or, under PEFT, PEFT's own
     policy (the adapters units of their own) as transformers' Trainer installs it."""
     import functools

@@ -32,7 +32,7 @@ from tiny_model import build_tiny_model
 from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.execute import workspace
-from ado_actuators.sfttrainer.plan.launch import TRAINER_MODULE, PlanInputs, plan_launch
+from ado_actuators.sfttrainer.plan.launch.launch_plan import TRAINER_MODULE, PlanInputs, plan_launch
 
 DATASET_ID = "news-chars-512-entries-4096"
 EXPERIMENTS = ("finetune_full_benchmark-v1.0.0", "finetune_lora_benchmark-v1.0.0")

@@ -1,4 +1,4 @@
-"""The predicted step time (plan/step_time.py) against fms-acceleration's published A100-80GB
+"""The predicted step time (plan/speed/step_time.py) against fms-acceleration's published A100-80GB
 throughput: fits the constants of `Fitted`, and prints the error with each model family left out
 of the fit (leave one family out), the figure that says how well the predictor does on models it
 was not fitted on.
@@ -37,9 +37,9 @@ from memory_bound import load_configs
 from scipy.optimize import least_squares
 from scipy.stats import spearmanr
 
-from ado_actuators.sfttrainer.plan.memory_bound import Training
-from ado_actuators.sfttrainer.plan.speed_check import device_of, model_shape
-from ado_actuators.sfttrainer.plan.step_time import (
+from ado_actuators.sfttrainer.plan.memory.bound import Training
+from ado_actuators.sfttrainer.plan.speed.prediction import device_of, model_shape
+from ado_actuators.sfttrainer.plan.speed.step_time import (
     FITTED,
     REFERENCE,
     Device,

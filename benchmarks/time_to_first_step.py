@@ -4,7 +4,7 @@
                                                       [--repeats 2]
 
 A `max_steps: 3` measurement hands the trainer only the entries three steps consume
-(`plan/launch.py`); a `stop_after_seconds` measurement hands it the whole dataset, and the
+(`plan/launch/launch_plan.py`); a `stop_after_seconds` measurement hands it the whole dataset, and the
 trainer tokenises entries as training reaches them (`trainer/lazy_dataset.py`). Before that,
 a time-bounded run tokenised the whole dataset first (what the reference implementation did
 for every run). Both runs use the same tiny model on the CPU, alternating, `--repeats` times;
@@ -29,7 +29,7 @@ from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.contract.trainer_io import RankReport
 from ado_actuators.sfttrainer.execute import workspace
 from ado_actuators.sfttrainer.execute.process import run_process
-from ado_actuators.sfttrainer.plan.launch import PlanInputs, plan_launch
+from ado_actuators.sfttrainer.plan.launch.launch_plan import PlanInputs, plan_launch
 
 DATASET_ID = "news-tokens-16384plus-entries-4096"
 

@@ -196,7 +196,7 @@ class TrainerRun:
 def accelerate_ddp_config(path: Path, processes: int) -> Path:
     """The actuator's DDP config for `processes` ranks on CPU (see notes/environment.md)."""
     from ado_actuators.sfttrainer.catalog.entity import entity_values
-    from ado_actuators.sfttrainer.plan.accelerate import accelerate_config
+    from ado_actuators.sfttrainer.plan.launch.accelerate import accelerate_config
 
     values = entity_values(
         {

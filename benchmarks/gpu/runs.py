@@ -27,7 +27,7 @@ from ado_actuators.sfttrainer.execute.classify import launch_outcome
 from ado_actuators.sfttrainer.execute.environment import installed_fms_hf_tuning
 from ado_actuators.sfttrainer.execute.node import NodeRun
 from ado_actuators.sfttrainer.execute.process import run_process
-from ado_actuators.sfttrainer.plan.launch import TRAINER_MODULE, PlanInputs, plan_launch
+from ado_actuators.sfttrainer.plan.launch.launch_plan import TRAINER_MODULE, PlanInputs, plan_launch
 
 HERE = Path(__file__).resolve().parent
 DEMO = HERE.parents[1] / "examples" / "local-cpu"

@@ -20,7 +20,7 @@ from ado_actuators.sfttrainer.contract.outcomes import Failed, Measured
 from ado_actuators.sfttrainer.contract.trainer_io import RankReport
 from ado_actuators.sfttrainer.engine.measurement import measure
 from ado_actuators.sfttrainer.execute import install
-from ado_actuators.sfttrainer.plan.environments import list_path
+from ado_actuators.sfttrainer.plan.launch.environments import list_path
 
 DATASET = "news-chars-512-entries-4096"
 MAX_SEQ = 128

@@ -1,4 +1,4 @@
-"""A deep model traced at reduced depth and extrapolated per layer (plan/layer_extrapolation.py)
+"""A deep model traced at reduced depth and extrapolated per layer (plan/memory/trace/layer_extrapolation.py)
 gives the full-depth trace to the byte: every part of every phase, the parts at rest and the
 parameter counts. A 12-layer narrow hybrid (Mamba-2 and attention layers, experts) under each
 method and checkpointing mode; where the backward's peak could move with depth, a config whose
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from ado_actuators.sfttrainer.plan import layer_extrapolation
-from ado_actuators.sfttrainer.plan.step_trace import StepSpec, trace_step
+from ado_actuators.sfttrainer.plan.memory.trace import layer_extrapolation
+from ado_actuators.sfttrainer.plan.memory.trace.step import StepSpec, trace_step
 
 pytestmark = pytest.mark.slow  # about 30 s of CPU: a dozen traces of a 12-layer model
 

@@ -18,7 +18,7 @@ from ado_actuators.sfttrainer.cli.generate_dataset_text import generate
 from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured
 from ado_actuators.sfttrainer.engine.measurement import measure
 from ado_actuators.sfttrainer.execute.environment import installed_fms_hf_tuning
-from ado_actuators.sfttrainer.plan.memory_check import PROPERTY
+from ado_actuators.sfttrainer.plan.memory.verdict import PROPERTY
 
 pytestmark = pytest.mark.slow
 DATASET = "news-chars-512-entries-4096"

@@ -1,7 +1,7 @@
 """A slice of the truth matrix (benchmarks/memory_truth.py): the predicted peak against the
 training step itself, traced through transformers, PEFT and torch at full width (4 layers),
 within 5 % for every family the formula counts; and the fake trace equal to the real one.
-A change to plan/activations.py or plan/memory_peak.py that breaks exactness fails here."""
+A change to plan/memory/activations.py or plan/memory/peak.py that breaks exactness fails here."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import memory_truth
 
-from ado_actuators.sfttrainer.plan.step_trace import PHASES, StepSpec, trace_step
+from ado_actuators.sfttrainer.plan.memory.trace.step import PHASES, StepSpec, trace_step
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +50,7 @@ def test_the_prediction_is_within_5_percent_of_the_traced_peak(row):
     ("method", "modules", "attention", "checkpointing"),
     [
         ("lora", ("q_proj", "v_proj"), "sdpa", "reentrant"),
-        # flash-attn 2 emulated (plan/flash_emulation.py): real tensors take its values path
+        # flash-attn 2 emulated (plan/memory/trace/flash_emulation.py): real tensors take its values path
         ("none", (), "flash_attention_2", None),
     ],
 )

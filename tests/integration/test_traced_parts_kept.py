@@ -1,6 +1,6 @@
 """An architecture the hand-written counter does not know gets its verdict from a trace of its
 own code: transformers builds it from config.json, a subprocess trains one step under
-FakeTensorMode, and the parts are kept under hf_home (plan/traced_parts.py)."""
+FakeTensorMode, and the parts are kept under hf_home (plan/memory/traced.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 
 from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
-from ado_actuators.sfttrainer.plan import traced_parts
-from ado_actuators.sfttrainer.plan.memory_check import assess, traces_directory
-from ado_actuators.sfttrainer.plan.step_trace import StepSpec, trace_step
+from ado_actuators.sfttrainer.plan.memory import traced as traced_parts
+from ado_actuators.sfttrainer.plan.memory.trace.step import StepSpec, trace_step
+from ado_actuators.sfttrainer.plan.memory.verdict import assess, traces_directory
 
 pytestmark = pytest.mark.slow
 
@@ -129,10 +129,10 @@ BAMBA = dict(
 
 def test_mamba_layers_train_as_the_fused_kernel_allocates_not_as_the_torch_fallback(monkeypatch):
     """transformers' torch fallback holds [batch, chunks, chunk, chunk, heads, state] products a
-    GPU run never makes; the trace takes the kernel's path (plan/mamba_emulation.py), saying so."""
+    GPU run never makes; the trace takes the kernel's path (plan/memory/trace/mamba_emulation.py), saying so."""
     from transformers.models.bamba import modeling_bamba
 
-    from ado_actuators.sfttrainer.plan import mamba_emulation
+    from ado_actuators.sfttrainer.plan.memory.trace import mamba_emulation
 
     spec = StepSpec(BAMBA, batch=2, length=256, steps=1)
     kernel = trace_step(spec)

@@ -1,4 +1,4 @@
-"""What a decoder layer keeps and adds (plan/activations.py), term by term against hand
+"""What a decoder layer keeps and adds (plan/memory/activations.py), term by term against hand
 arithmetic: per token, h 64, 4 heads of 16 (q 64), 2 kv heads (kv 32), MLP 128, bf16 (w 2).
 benchmarks/memory_truth.py checks the same terms against traces of the models' own code."""
 
@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from ado_actuators.sfttrainer.plan import activations as A
+from ado_actuators.sfttrainer.plan.memory import activations as A
 
 FULL = A.Block(
     hidden=64,

@@ -160,7 +160,7 @@ def test_what_ray_cannot_tell_reads_as_an_autoscaler_that_may_add_anything(monke
 def test_ray_is_asked_about_its_autoscaler_only_for_what_the_alive_nodes_cannot_hold(monkeypatch):
     from ado_actuators.sfttrainer.contract.outcomes import Failed
     from ado_actuators.sfttrainer.execute import capacity, cluster
-    from ado_actuators.sfttrainer.plan.launch import ResourceRequest
+    from ado_actuators.sfttrainer.plan.launch.launch_plan import ResourceRequest
 
     asked = []
     monkeypatch.setattr(cluster, "held_by_callers", dict)

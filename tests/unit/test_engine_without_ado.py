@@ -49,7 +49,7 @@ SCRIPT = textwrap.dedent(
     from ado_actuators.sfttrainer.catalog.experiments import catalog_data
     from ado_actuators.sfttrainer.engine.measurement import measure
     from ado_actuators.sfttrainer.contract.outcomes import Failed
-    from ado_actuators.sfttrainer.plan.launch import PlanInputs, plan_launch
+    from ado_actuators.sfttrainer.plan.launch.launch_plan import PlanInputs, plan_launch
     from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
 
     root = Path(tempfile.mkdtemp())

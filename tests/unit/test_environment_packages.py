@@ -7,7 +7,7 @@ from packaging.specifiers import SpecifierSet
 
 from ado_actuators.sfttrainer.catalog.entity import FMS_HF_TUNING_VERSIONS, entity_values
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
-from ado_actuators.sfttrainer.plan import environments as env
+from ado_actuators.sfttrainer.plan.launch import environments as env
 
 GPU_PACKAGES = (
     "flash-attn",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ado_actuators.sfttrainer.catalog.entity import FMS_HF_TUNING_VERSIONS
-from ado_actuators.sfttrainer.plan import environments as plan
+from ado_actuators.sfttrainer.plan.launch import environments as plan
 from ado_actuators.sfttrainer.trainer import fms_api
 
 

@@ -25,7 +25,7 @@ from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured
 from ado_actuators.sfttrainer.engine import measurement
 from ado_actuators.sfttrainer.execute.environment import installed_fms_hf_tuning
 from ado_actuators.sfttrainer.execute.node import Rendezvous, plan_node
-from ado_actuators.sfttrainer.plan.launch import PlanError
+from ado_actuators.sfttrainer.plan.launch.launch_plan import PlanError
 
 FUZZ = settings(
     # 100 keeps the fast suite fast; raise it to hunt: SFTTRAINER_FUZZ_EXAMPLES=2000

@@ -103,7 +103,7 @@ def test_a_refused_node_fails_the_row_naming_the_processes(monkeypatch, tmp_path
     from ado_actuators.sfttrainer.execute.cluster import _outcome
     from ado_actuators.sfttrainer.execute.environment import EnvironmentRequest
     from ado_actuators.sfttrainer.execute.node import NodeRequest, NodeRun
-    from ado_actuators.sfttrainer.plan.launch import MeasurementInputs
+    from ado_actuators.sfttrainer.plan.launch.launch_plan import MeasurementInputs
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     values = entity_values(

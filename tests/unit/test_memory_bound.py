@@ -10,16 +10,16 @@ import pytest
 
 from ado_actuators.sfttrainer.catalog.entity import GPU_MODELS
 from ado_actuators.sfttrainer.metrics.gpu_memory import device_memory_bytes, memory_table
-from ado_actuators.sfttrainer.plan.architecture import (
-    UnsupportedArchitecture,
-    count_parameters,
-    quantized_bits,
-)
-from ado_actuators.sfttrainer.plan.memory_bound import (
+from ado_actuators.sfttrainer.plan.memory.bound import (
     CUDA_CONTEXT_BYTES,
     GIB,
     Training,
     memory_bound,
+)
+from ado_actuators.sfttrainer.plan.model.architecture import (
+    UnsupportedArchitecture,
+    count_parameters,
+    quantized_bits,
 )
 
 # config.json fields as published on the hub for each model

@@ -10,7 +10,7 @@ from ado_actuators.sfttrainer.actuator.results import to_result
 from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.contract.outcomes import Failed, Measured
-from ado_actuators.sfttrainer.plan.memory_check import PROPERTY, assess
+from ado_actuators.sfttrainer.plan.memory.verdict import PROPERTY, assess
 
 LLAMA_405B = dict(
     model_type="llama",
@@ -97,10 +97,10 @@ def test_turned_off_unknown_gpu_unreadable_config_and_cpu_are_skipped_with_a_rea
     assert not missing.certain_oom and "config.json" in missing.skipped and missing.bound is None
     # an architecture not counted by hand is traced (integration/test_traced_parts_kept.py); where
     # the trace cannot run, the reason says why
-    from ado_actuators.sfttrainer.plan import traced_parts
+    from ado_actuators.sfttrainer.plan.memory import traced as traced_parts
 
     def untraceable(spec, directory):
-        raise traced_parts.TraceUnavailable(f"model_type {spec['config']['model_type']!r} unknown")
+        raise traced_parts.TraceUnavailable(f"model_type {spec.config['model_type']!r} unknown")
 
     monkeypatch.setattr(traced_parts, "traced", untraceable)
     hybrid = check(values(), model_dir({"model_type": "acme_lm", "name": "h"}))
@@ -147,7 +147,7 @@ def test_gptq_weights_without_a_width_in_config_count_at_the_narrowest_gptq_widt
 
 
 def test_every_row_carries_the_prediction_beside_the_bound_marked_as_predicted(model_dir):
-    from ado_actuators.sfttrainer.plan.memory_check import PREDICTED_PROPERTY
+    from ado_actuators.sfttrainer.plan.memory.verdict import PREDICTED_PROPERTY
 
     found = check(values(), model_dir(LLAMA_8B))
     row = found.attach_bound_and_prediction(Measured(properties={"is_valid": 1}))

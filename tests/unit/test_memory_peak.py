@@ -1,4 +1,4 @@
-"""The predicted peak (plan/memory_peak.py) and the logits' bytes (plan/logits_memory.py), term
+"""The predicted peak (plan/memory/peak.py) and the logits' bytes (plan/memory/logits.py), term
 by term against hand arithmetic."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 
-from ado_actuators.sfttrainer.plan import activations, logits_memory
-from ado_actuators.sfttrainer.plan.architecture import count_parameters
-from ado_actuators.sfttrainer.plan.logits_memory import LossCode, read_loss_code
-from ado_actuators.sfttrainer.plan.memory_bound import GIB, Training, memory_bound
-from ado_actuators.sfttrainer.plan.memory_peak import (
+from ado_actuators.sfttrainer.plan.memory import activations
+from ado_actuators.sfttrainer.plan.memory import logits as logits_memory
+from ado_actuators.sfttrainer.plan.memory.bound import GIB, Training, memory_bound
+from ado_actuators.sfttrainer.plan.memory.logits import LossCode, read_loss_code
+from ado_actuators.sfttrainer.plan.memory.peak import (
     ALLOCATOR_HEADROOM,
     Dimensions,
     Workload,
@@ -23,6 +23,7 @@ from ado_actuators.sfttrainer.plan.memory_peak import (
     model_states,
     predict_peak,
 )
+from ado_actuators.sfttrainer.plan.model.architecture import count_parameters
 
 # A Llama with round numbers: h 64, 4 heads of 16, 2 kv heads, MLP 128, 2 layers, vocab 1000.
 TINY = {
@@ -693,7 +694,7 @@ def test_fsdp_upcasts_gradients_and_state_with_the_weights_wherever_it_runs():
         for part in ("weights", "gradients", "optimizer_state"):
             assert states[part] == 2 * bound.parts[part], (training, part)
         assert notes == ["FSDP under mixed precision: trainable parameters upcast to fp32"]
-    # one GPU: the trainer runs alone, without accelerate's launcher (plan/launch.py): no FSDP
+    # one GPU: the trainer runs alone, without accelerate's launcher (plan/launch/launch_plan.py): no FSDP
     # unit wraps the model, nothing is upcast
     one = full()
     bound = memory_bound(counts, one)

@@ -1,7 +1,7 @@
 """The formula holds to what the trace of the training step showed: benchmarks/memory_truth.py
 --record keeps each configuration's traced parts beside the prediction it was checked against
 (benchmarks/data/memory_truth.json). Every recorded prediction is within 5 % of its traced
-peak, and the formula (plan/memory_peak.py, plan/activations.py) still gives it part by part:
+peak, and the formula (plan/memory/peak.py, plan/memory/activations.py) still gives it part by part:
 a change to the formula is a change to this record, made by running the matrix again."""
 
 from __future__ import annotations

@@ -129,7 +129,10 @@ def test_an_estimated_shape_says_so_and_why():
 
 
 def test_every_shipped_shape_is_counted_but_the_architectures_the_counter_lacks():
-    from ado_actuators.sfttrainer.plan.architecture import UnsupportedArchitecture, count_parameters
+    from ado_actuators.sfttrainer.plan.model.architecture import (
+        UnsupportedArchitecture,
+        count_parameters,
+    )
 
     uncounted = set()
     for name in shipped_shapes():
@@ -140,7 +143,7 @@ def test_every_shipped_shape_is_counted_but_the_architectures_the_counter_lacks(
             assert count_parameters(shape.config).total > 0, name
         except UnsupportedArchitecture:
             uncounted.add(shape.config["model_type"])
-    # Granite 4.0's Mamba hybrids and the tiny Bloom test model: plan/architecture.py's to add
+    # Granite 4.0's Mamba hybrids and the tiny Bloom test model: plan/model/architecture.py's to add
     assert uncounted == {"granitemoehybrid", "bloom"}
 
 
@@ -156,7 +159,7 @@ def test_every_shipped_shape_is_counted_but_the_architectures_the_counter_lacks(
     ],
 )
 def test_shipped_shapes_count_the_published_parameter_totals(name, billions):
-    from ado_actuators.sfttrainer.plan.architecture import count_parameters
+    from ado_actuators.sfttrainer.plan.model.architecture import count_parameters
 
     total = count_parameters(shipped_shape(name).config).total
     assert total / 1e9 == pytest.approx(billions, rel=0.01)
@@ -188,7 +191,7 @@ ADO_COUNTS = {
 def test_shipped_shapes_count_the_catalogue_checkpoints_exactly(name, count):
     """Exact where ADO counted the checkpoint: a wrong width, depth or vocabulary would show.
     (ADO's llama3.1-405b is the July 2024 release, with 16 KV heads; the hub's has 8.)"""
-    from ado_actuators.sfttrainer.plan.architecture import count_parameters
+    from ado_actuators.sfttrainer.plan.model.architecture import count_parameters
 
     config = shipped_shape(name).config
     counts = count_parameters(config)
@@ -207,7 +210,7 @@ def test_shipped_shapes_count_the_catalogue_checkpoints_exactly(name, count):
     ],
 )
 def test_shipped_shapes_count_the_size_their_names_publish(name, billions):
-    from ado_actuators.sfttrainer.plan.architecture import count_parameters
+    from ado_actuators.sfttrainer.plan.model.architecture import count_parameters
 
     total = count_parameters(shipped_shape(name).config).total
     assert total / 1e9 == pytest.approx(billions, rel=0.01)

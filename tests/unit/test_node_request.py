@@ -11,7 +11,7 @@ from ado_actuators.sfttrainer.catalog.entity import EntityValues, entity_values
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.execute.environment import EnvironmentRequest
 from ado_actuators.sfttrainer.execute.node import NodeRequest
-from ado_actuators.sfttrainer.plan.launch import MeasurementInputs, PlanInputs
+from ado_actuators.sfttrainer.plan.launch.launch_plan import MeasurementInputs, PlanInputs
 
 
 def request(tmp_path, **inputs) -> NodeRequest:

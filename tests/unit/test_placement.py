@@ -6,7 +6,7 @@ from ado_actuators.sfttrainer.execute.cluster import (
     task_resources,
     unplaceable_reason,
 )
-from ado_actuators.sfttrainer.plan.launch import ResourceRequest
+from ado_actuators.sfttrainer.plan.launch.launch_plan import ResourceRequest
 
 CPU_NODE = {"Alive": True, "Resources": {"CPU": 2.0, "memory": 1e9, "node:10.0.0.1": 1.0}}
 GPU_NODE = {"Alive": True, "Resources": {"CPU": 64.0, "GPU": 8.0, "NVIDIA-A100-SXM4-80GB": 8.0}}

@@ -8,7 +8,12 @@ import pytest
 from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.contract.trainer_io import JOB_FLAG
-from ado_actuators.sfttrainer.plan.launch import PlanError, PlanInputs, plan_launch, plan_resources
+from ado_actuators.sfttrainer.plan.launch.launch_plan import (
+    PlanError,
+    PlanInputs,
+    plan_launch,
+    plan_resources,
+)
 
 
 def inputs(

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from test_plan import inputs, option
 
-from ado_actuators.sfttrainer.plan.launch import PlanError, plan_launch, plan_resources
+from ado_actuators.sfttrainer.plan.launch.launch_plan import PlanError, plan_launch, plan_resources
 from ado_actuators.sfttrainer.trainer.stopping import WARMUP_60S_STABLE_120S_OR_10_STEPS
 
 COMMON_ENV = {

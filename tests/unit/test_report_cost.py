@@ -15,7 +15,7 @@ from ado_actuators.sfttrainer.contract.outcomes import (
     OOM_DOMINANCE,
     PREDICTED_OOM,
 )
-from ado_actuators.sfttrainer.plan.environments import vision_problem
+from ado_actuators.sfttrainer.plan.launch.environments import vision_problem
 from ado_actuators.sfttrainer.report.cost import Cost, Hours, cost, cost_lines, rule_of
 from ado_actuators.sfttrainer.report.table import space_table
 

@@ -11,7 +11,7 @@ from ado_actuators.sfttrainer.execute.reservations import (
     holders_text,
     reserved_cpus,
 )
-from ado_actuators.sfttrainer.plan.launch import ResourceRequest, plan_resources
+from ado_actuators.sfttrainer.plan.launch.launch_plan import ResourceRequest, plan_resources
 
 
 def node(node_id: str, cpus: float, **custom: float) -> dict:

@@ -3,7 +3,7 @@
 The expected values are copied verbatim from the spec (sfttrainer-actuator-guide.md,
 finetune_full_benchmark: the FSDP and DDP `accelerate_config.yml` and the command line),
 with its ${placeholders} filled in here, never read from the product's catalog: a constant
-mistyped in experiments.yaml or plan/accelerate.py must fail this test.
+mistyped in experiments.yaml or plan/launch/accelerate.py must fail this test.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import yaml
 
 from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
-from ado_actuators.sfttrainer.plan.launch import PlanInputs, plan_launch
+from ado_actuators.sfttrainer.plan.launch.launch_plan import PlanInputs, plan_launch
 
 SPEC_FSDP = """
 compute_environment: LOCAL_MACHINE

@@ -1,11 +1,11 @@
-"""The predicted step time's arithmetic, part by part, by hand (plan/step_time.py), and the
-glue from an entity and a config.json to it (plan/speed_check.py)."""
+"""The predicted step time's arithmetic, part by part, by hand (plan/speed/step_time.py), and the
+glue from an entity and a config.json to it (plan/speed/prediction.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ado_actuators.sfttrainer.plan.step_time import (
+from ado_actuators.sfttrainer.plan.speed.step_time import (
     INTER_NODE_GBPS,
     OPTIMIZER_BYTES,
     REFERENCE,
@@ -159,7 +159,7 @@ def test_another_device_scales_by_its_datasheet_and_says_so():
 def test_the_speed_check_reads_the_entity_and_config_json():
     from ado_actuators.sfttrainer.catalog.entity import entity_values
     from ado_actuators.sfttrainer.catalog.experiments import catalog_data
-    from ado_actuators.sfttrainer.plan.speed_check import PREDICTED_PROPERTY, predict_speed
+    from ado_actuators.sfttrainer.plan.speed.prediction import PREDICTED_PROPERTY, predict_speed
 
     config = {
         "model_type": "llama",
@@ -219,7 +219,7 @@ TINY_HYBRID = {
 
 def test_an_architecture_the_counter_lacks_is_counted_on_the_meta_device():
     pytest.importorskip("transformers")
-    from ado_actuators.sfttrainer.plan.meta_shape import meta_counts
+    from ado_actuators.sfttrainer.plan.model.meta_shape import meta_counts
 
     counts = meta_counts(TINY_HYBRID)
     assert (counts.layers, counts.attention_layers, counts.hidden) == (2, 1, 64)
@@ -235,7 +235,7 @@ def test_a_hybrid_gets_a_step_time_that_says_how_it_was_counted():
     pytest.importorskip("transformers")
     from ado_actuators.sfttrainer.catalog.entity import entity_values
     from ado_actuators.sfttrainer.catalog.experiments import catalog_data
-    from ado_actuators.sfttrainer.plan.speed_check import META_NOTE, predict_speed
+    from ado_actuators.sfttrainer.plan.speed.prediction import META_NOTE, predict_speed
 
     values = entity_values(
         {
@@ -257,9 +257,9 @@ def test_a_hybrid_gets_a_step_time_that_says_how_it_was_counted():
 def test_the_meta_count_agrees_with_the_counter_where_both_count(name):
     pytest.importorskip("transformers")
     from ado_actuators.sfttrainer.catalog.model_shapes import shipped_shape
-    from ado_actuators.sfttrainer.plan.memory_bound import Training
-    from ado_actuators.sfttrainer.plan.meta_shape import meta_counts
-    from ado_actuators.sfttrainer.plan.speed_check import model_shape
+    from ado_actuators.sfttrainer.plan.memory.bound import Training
+    from ado_actuators.sfttrainer.plan.model.meta_shape import meta_counts
+    from ado_actuators.sfttrainer.plan.speed.prediction import model_shape
 
     config = shipped_shape(name).config
     counted = model_shape(config, Training("none", "bfloat16", "adamw_torch", 1), "Vanilla")
@@ -272,7 +272,7 @@ def test_the_meta_count_agrees_with_the_counter_where_both_count(name):
 def test_gptq_lora_runs_the_fused_kernels_its_experiment_passes():
     from ado_actuators.sfttrainer.catalog.entity import entity_values
     from ado_actuators.sfttrainer.catalog.experiments import catalog_data
-    from ado_actuators.sfttrainer.plan.speed_check import run_of
+    from ado_actuators.sfttrainer.plan.speed.prediction import run_of
 
     values = entity_values(
         {

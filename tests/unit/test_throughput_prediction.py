@@ -30,7 +30,7 @@ def test_leave_one_family_out_meets_the_goals(bench):
 
 
 def test_the_shipped_constants_are_the_fit_on_every_run(bench):
-    from ado_actuators.sfttrainer.plan.step_time import FITTED
+    from ado_actuators.sfttrainer.plan.speed.step_time import FITTED
 
     fitted = bench.fit(bench.load())
     for field in dataclasses.fields(FITTED):

@@ -1,4 +1,4 @@
-"""The trace path's arithmetic (plan/traced_parts.py) on a traced step made by hand: the state
+"""The trace path's arithmetic (plan/memory/traced.py) on a traced step made by hand: the state
 at rest, FSDP's sharding, gathered units and held input gradients, the request and its key."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ import dataclasses
 
 import pytest
 
-from ado_actuators.sfttrainer.plan import traced_parts as T
-from ado_actuators.sfttrainer.plan.memory_bound import Training, memory_bound
-from ado_actuators.sfttrainer.plan.memory_peak import Workload
+from ado_actuators.sfttrainer.contract.memory_trace import StepSpec, TracedStep
+from ado_actuators.sfttrainer.plan.memory import traced as T
+from ado_actuators.sfttrainer.plan.memory.bound import Training, memory_bound
+from ado_actuators.sfttrainer.plan.memory.peak import Workload
 
 INVENTORY = {
     "total": 1000,
@@ -22,7 +23,7 @@ INVENTORY = {
     "trainable": 0,
     "model_type": "acme",
 }
-STEP = T.TracedStep(
+STEP = TracedStep(
     phases={
         "forward": {"weights": 2000, "gradients": 0, "forward": 500, "backward": 0},
         "backward": {"weights": 2000, "forward": 300, "backward": 400, "gradients": 16},
@@ -128,31 +129,32 @@ def test_the_request_is_the_devices_step_and_its_key_changes_with_it():
     training = lora()
     workload = Workload(2, 8, reentrant_checkpointing=True, gradient_accumulation_steps=4)
     spec = T.request({"model_type": "acme"}, training, workload, {"lora_alpha": 32})
-    assert spec == {
-        "config": {"model_type": "acme"},
-        "peft_method": "lora",
-        "target_modules": ["q_proj"],
-        "lora_r": 2,
-        "lora_alpha": 32,
-        "torch_dtype": "bfloat16",
-        "attention": "flash_attention_2",
-        "checkpointing": "reentrant",
-        "mixed_precision": False,
-        "batch": 2,
-        "length": 8,
-        "accumulation": 2,  # the second micro-batch runs beside the first's gradients
-        "steps": 1,
-    }
+    assert spec == StepSpec(
+        config={"model_type": "acme"},
+        peft_method="lora",
+        target_modules=("q_proj",),
+        lora_r=2,
+        lora_alpha=32,
+        torch_dtype="bfloat16",
+        attention="flash_attention_2",
+        checkpointing="reentrant",
+        mixed_precision=False,
+        batch=2,
+        length=8,
+        accumulation=2,  # the second micro-batch runs beside the first's gradients
+        steps=1,
+    )
     off = T.request({}, training, Workload(2, 8, gradient_checkpointing=False), {})
-    assert off["checkpointing"] is None and off["accumulation"] == 1 and off["lora_alpha"] == 16
+    assert off.checkpointing is None and off.accumulation == 1 and off.lora_alpha == 16
     ignored = Workload(2, 8, gradient_checkpointing=False, checkpointing_ignored=True)
-    assert T.request({}, training, ignored, {})["checkpointing"] == "non_reentrant"
+    assert T.request({}, training, ignored, {}).checkpointing == "non_reentrant"
     full = Training("none", "bfloat16", "adamw_torch", 1, target_modules=("q_proj",))
-    assert T.request({}, full, workload, {})["target_modules"] == []
-    assert T.key(spec) != T.key({**spec, "batch": 4}) and len(T.key(spec)) == 24
+    assert T.request({}, full, workload, {}).target_modules == ()
+    other = dataclasses.replace(spec, batch=4)
+    assert T.key(spec) != T.key(other) and len(T.key(spec)) == 24
 
 
 def test_a_trace_needs_the_libraries_and_says_which(monkeypatch):
     monkeypatch.setattr(T, "versions", lambda: {"torch": "", "transformers": "4", "peft": ""})
     with pytest.raises(T.TraceUnavailable, match=r"needs torch, peft: install .*\[fms\]"):
-        T._run({})
+        T._run(StepSpec({}))

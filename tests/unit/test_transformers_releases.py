@@ -24,9 +24,9 @@ import pytest
 import yaml
 
 from ado_actuators.sfttrainer.catalog.entity import FMS_HF_TUNING_VERSIONS
-from ado_actuators.sfttrainer.plan import logits_memory
+from ado_actuators.sfttrainer.plan.memory import logits as logits_memory
 
-RECORD = Path(logits_memory.__file__).parent / "packages" / logits_memory.RECORD
+RECORD = Path(logits_memory.__file__).parent.parent / "packages" / logits_memory.RECORD
 
 
 def pinned_releases() -> dict[str, list[str]]:
@@ -162,7 +162,7 @@ def write(directory: Path) -> None:
     releases = {r: read_release(fetch(r, directory)) for r in sorted(pinned_releases())}
     pins = pinned_releases()
     header = (
-        "# Read by plan/logits_memory.py. What each transformers release pinned by an offered\n"
+        "# Read by plan/memory/logits.py. What each transformers release pinned by an offered\n"
         "# fms-hf-tuning version does to the logits of a causal LM's loss, read from the\n"
         "# release's own source (models/<family>/modeling_<family>.py, loss/loss_utils.py) by\n"
         "# logits_memory.read_loss_code. Written by tests/unit/test_transformers_releases.py\n"

@@ -10,7 +10,7 @@ from test_plan import inputs, option
 from ado_actuators.sfttrainer.contract.trainer_io import JOB_FLAG, TrainerJob
 from ado_actuators.sfttrainer.contract.workspace import ReportDirectory, Workspace
 from ado_actuators.sfttrainer.execute import workspace as executor
-from ado_actuators.sfttrainer.plan.launch import plan_launch
+from ado_actuators.sfttrainer.plan.launch.launch_plan import plan_launch
 
 
 def test_the_layout_names_each_file_once():

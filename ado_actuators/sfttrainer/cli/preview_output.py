@@ -60,7 +60,7 @@ MEMORY_NOTE = (
 
 
 def _memory(row: PreviewRow) -> str:
-    """The two figures the predicted verdict compares (plan/memory_check.py)."""
+    """The two figures the predicted verdict compares (plan/memory/verdict.py)."""
     if row.need_gib is None:
         return "-"
     device = f"{row.allocatable_gib:.1f}" if row.allocatable_gib else "?"

@@ -77,9 +77,9 @@ here, the lowest layer, because its producers (engine/, plan/, ledger/) and its 
 CONFIGURATION_RULE = "configuration_rule"
 """A rule the configuration breaks (catalog/validity.py, plan/environments.vision_problem)."""
 CERTAIN_OOM = "certain_oom"
-"""The memory lower bound exceeds the device (plan/memory_check.py)."""
+"""The memory lower bound exceeds the device (plan/memory/verdict.py)."""
 PREDICTED_OOM = "prediction"
-"""The predicted peak exceeds the device, with skip_predicted_oom (plan/memory_check.py)."""
+"""The predicted peak exceeds the device, with skip_predicted_oom (plan/memory/verdict.py)."""
 OOM_DOMINANCE = "oom_dominance"
 """A measured OOM of a configuration no larger (ledger/neighbours.py)."""
 ANSWERED_WITHOUT_LAUNCHING = (CONFIGURATION_RULE, CERTAIN_OOM, PREDICTED_OOM, OOM_DOMINANCE)

@@ -36,14 +36,14 @@ from ado_actuators.sfttrainer.execute.cluster import measure_on_cluster
 from ado_actuators.sfttrainer.execute.environment import EnvironmentRequest
 from ado_actuators.sfttrainer.execute.node import NodeRequest
 from ado_actuators.sfttrainer.ledger.neighbours import neighbours
-from ado_actuators.sfttrainer.plan.environments import vision_problem
-from ado_actuators.sfttrainer.plan.launch import (
+from ado_actuators.sfttrainer.plan.launch.environments import vision_problem
+from ado_actuators.sfttrainer.plan.launch.launch_plan import (
     MeasurementInputs,
     ResourceRequest,
     plan_resources,
 )
-from ado_actuators.sfttrainer.plan.memory_check import MemoryAssessment, assess
-from ado_actuators.sfttrainer.plan.speed_check import SpeedPrediction, predict_speed
+from ado_actuators.sfttrainer.plan.memory.verdict import MemoryAssessment, assess
+from ado_actuators.sfttrainer.plan.speed.prediction import SpeedPrediction, predict_speed
 
 log = logging.getLogger(__name__)
 

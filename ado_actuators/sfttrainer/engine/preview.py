@@ -24,13 +24,13 @@ from ado_actuators.sfttrainer.engine.bill import TrainingTime, start_seconds, tr
 from ado_actuators.sfttrainer.engine.measurement import resolve
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
 from ado_actuators.sfttrainer.metrics.gpu_memory import GIB
-from ado_actuators.sfttrainer.plan.memory_check import (
+from ado_actuators.sfttrainer.plan.memory.verdict import (
     MemoryAssessment,
     fewest_gpus,
     judge,
     traces_directory,
 )
-from ado_actuators.sfttrainer.plan.speed_check import SpeedPrediction, predict_speed
+from ado_actuators.sfttrainer.plan.speed.prediction import SpeedPrediction, predict_speed
 
 LAUNCHED = ("fits", "unknown", "predicted OOM")
 """Verdicts launched under the default settings (skip_predicted_oom false)."""

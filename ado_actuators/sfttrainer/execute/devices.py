@@ -1,4 +1,4 @@
-"""Which CUDA devices this node's part of a measurement may use, as plan/launch.py pins them."""
+"""Which CUDA devices this node's part of a measurement may use, as plan/launch/launch_plan.py pins them."""
 
 from __future__ import annotations
 

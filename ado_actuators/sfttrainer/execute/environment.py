@@ -1,7 +1,7 @@
 """The Python a measurement trains with, on the node that trains: built, cached, checked.
 
 The installed fms-hf-tuning needs nothing: the worker's own interpreter. Any other version gets
-a virtual environment built from its package list (plan/environments.py) with uv: created with
+a virtual environment built from its package list (plan/launch/environments.py) with uv: created with
 the worker's site-packages behind its own (so the worker's torch, this package and its
 dependencies stay importable), the list installed --no-deps, the libraries the trainer imports
 probed, then published atomically under a name that hashes everything it depends on. Builds run
@@ -31,7 +31,7 @@ from packaging.utils import canonicalize_name
 
 from ado_actuators.sfttrainer.contract.outcomes import Failed
 from ado_actuators.sfttrainer.execute import install
-from ado_actuators.sfttrainer.plan import environments as plan
+from ado_actuators.sfttrainer.plan.launch import environments as plan
 from ado_actuators.sfttrainer.trainer import fms_api
 
 READY = "sfttrainer-environment.json"

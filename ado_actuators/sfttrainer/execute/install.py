@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ado_actuators.sfttrainer.plan import environments as plan
+from ado_actuators.sfttrainer.plan.launch import environments as plan
 
 ERROR_LINES = 15
 FAILED_BUILD = re.compile(r"Failed to build `([^`]+)`")

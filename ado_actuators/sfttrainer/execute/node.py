@@ -18,7 +18,7 @@ from ado_actuators.sfttrainer.execute.devices import visible_devices
 from ado_actuators.sfttrainer.execute.interruptible import interruptible
 from ado_actuators.sfttrainer.execute.process import ProcessResult, log_tail, run_process
 from ado_actuators.sfttrainer.host import hf_cache
-from ado_actuators.sfttrainer.plan.launch import (
+from ado_actuators.sfttrainer.plan.launch.launch_plan import (
     LaunchPlan,
     MeasurementInputs,
     PlanError,

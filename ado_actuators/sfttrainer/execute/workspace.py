@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from ado_actuators.sfttrainer.contract.entries import MalformedDataset, write_first_entries
-from ado_actuators.sfttrainer.plan.launch import LaunchPlan
+from ado_actuators.sfttrainer.plan.launch.launch_plan import LaunchPlan
 
 __all__ = ["MalformedDataset", "free_port", "prepare", "unwritable", "write_first_entries"]
 

@@ -1,5 +1,5 @@
 """Dense bf16/fp16 peak TFLOP/s per gpu_model, the denominator of model_flops_utilization, and
-the memory and interconnect bandwidths the predicted step time (plan/step_time.py) scales by.
+the memory and interconnect bandwidths the predicted step time (plan/speed/step_time.py) scales by.
 
 The figures and their sources are data (gpu_peaks.yaml); a gpu_model not listed has no
 utilisation figure (the property is omitted), CPUs included.

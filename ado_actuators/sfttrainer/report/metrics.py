@@ -25,7 +25,7 @@ METRICS: tuple[Metric, ...] = (
         "dataset tokens/s",
         required=True,
     ),
-    # The prediction beside the measurement (plan/step_time.py), as for memory below.
+    # The prediction beside the measurement (plan/speed/step_time.py), as for memory below.
     Metric(
         "dataset_tokens_per_second_per_gpu",
         "dataset tokens/s per GPU: measured —, predicted - -",

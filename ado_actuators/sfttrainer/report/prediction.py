@@ -1,6 +1,6 @@
 """How well the throughput predictor did on a measured space: each valid configuration's
 predicted dataset tokens/s per GPU (the row's `dataset_tokens_per_second_per_gpu_predicted`,
-plan/step_time.py) against the measured one."""
+plan/speed/step_time.py) against the measured one."""
 
 from __future__ import annotations
 

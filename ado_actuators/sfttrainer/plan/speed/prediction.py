@@ -1,5 +1,5 @@
 """The predicted step time and throughput of one measurement before launch: the entity and the
-model's config.json turned into plan/step_time.py's shape, run and device.
+model's config.json turned into plan/speed/step_time.py's shape, run and device.
 
 Every figure here is a prediction: rows carry it as `dataset_tokens_per_second_per_gpu_predicted`
 beside the measured `dataset_tokens_per_second_per_gpu`, with its parts and notes in the
@@ -16,26 +16,26 @@ from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, c
 from ado_actuators.sfttrainer.catalog.models import GPTQ_QUANTIZED
 from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, MeasurementOutcome
 from ado_actuators.sfttrainer.metrics.gpu_peaks import peak_table
-from ado_actuators.sfttrainer.plan.architecture import (
+from ado_actuators.sfttrainer.plan.launch.launch_plan import batch_devices
+from ado_actuators.sfttrainer.plan.memory.bound import (
+    DTYPE_BYTES,
+    PROMPT_TUNING_VIRTUAL_TOKENS,
+    Training,
+    trainable_parameters,
+)
+from ado_actuators.sfttrainer.plan.model.architecture import (
     ParameterCounts,
     UnsupportedArchitecture,
     count_parameters,
     language_config,
     quantized_bits,
 )
-from ado_actuators.sfttrainer.plan.launch import batch_devices
-from ado_actuators.sfttrainer.plan.memory_bound import (
-    DTYPE_BYTES,
-    PROMPT_TUNING_VIRTUAL_TOKENS,
-    Training,
-    trainable_parameters,
-)
-from ado_actuators.sfttrainer.plan.meta_shape import (
+from ado_actuators.sfttrainer.plan.model.meta_shape import (
     MetaCounts,
     MetaCountUnavailable,
     meta_counts,
 )
-from ado_actuators.sfttrainer.plan.step_time import (
+from ado_actuators.sfttrainer.plan.speed.step_time import (
     INTER_NODE_GBPS,
     REFERENCE,
     Device,
@@ -130,8 +130,8 @@ def _meta_shape(
 
 
 def model_shape(config: dict[str, Any], training: Training, weights_format: str) -> ModelShape:
-    """From plan/architecture.py's counts, or, for an architecture it does not count, from
-    transformers' model on the meta device (plan/meta_shape.py). Raises
+    """From plan/model/architecture.py's counts, or, for an architecture it does not count, from
+    transformers' model on the meta device (plan/model/meta_shape.py). Raises
     UnsupportedArchitecture, MetaCountUnavailable (or KeyError/TypeError) where neither can."""
     quantization = _quantization(config, weights_format)
     try:

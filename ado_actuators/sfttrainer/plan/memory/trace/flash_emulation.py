@@ -1,4 +1,4 @@
-"""flash-attn 2's memory on CPU, for plan/step_trace.py: flash-attn needs CUDA, and its memory
+"""flash-attn 2's memory on CPU, for plan/memory/trace/step.py: flash-attn needs CUDA, and its memory
 is its contract. transformers 4.55's flash_attention_forward hands it q, k, v as (batch, seq,
 heads, dim) views (casting fp32 ones to the linears' dtype, its fa_peft_integration_check);
 flash_attn_interface.FlashAttnFunc saves q, k, v, its output, softmax_lse (fp32, batch x heads

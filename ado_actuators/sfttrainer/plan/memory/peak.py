@@ -13,11 +13,11 @@ largest phase, not their sum:
 - optimizer_step: weights, gradients, optimizer state, and the temporary torch's foreach AdamW
   allocates (one state-sized `_foreach_sqrt` of exp_avg_sq, per parameter group).
 
-Every tensor is counted from the code that allocates it (plan/activations.py; the logits per
-transformers release, plan/logits_memory.py), and checked against a trace of that code
+Every tensor is counted from the code that allocates it (plan/memory/activations.py; the logits per
+transformers release, plan/memory/logits.py), and checked against a trace of that code
 (benchmarks/memory_truth.py): no constant fitted to measurements sizes a tensor. What a CPU
 trace cannot show (the CUDA context, cuBLAS's workspaces, the caching allocator's headroom) is
-added when the prediction is compared with a device (plan/memory_check.py), fitted on public
+added when the prediction is compared with a device (plan/memory/verdict.py), fitted on public
 GPU runs (benchmarks/memory_prediction.py).
 """
 
@@ -26,16 +26,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ado_actuators.sfttrainer.plan import activations
-from ado_actuators.sfttrainer.plan.architecture import ParameterCounts, language_config
-from ado_actuators.sfttrainer.plan.logits_memory import LossCode
-from ado_actuators.sfttrainer.plan.memory_bound import (
+from ado_actuators.sfttrainer.plan.memory import activations
+from ado_actuators.sfttrainer.plan.memory.bound import (
     DTYPE_BYTES,
     GIB,
     PROMPT_TUNING_VIRTUAL_TOKENS,
     MemoryBound,
     Training,
 )
+from ado_actuators.sfttrainer.plan.memory.logits import LossCode
+from ado_actuators.sfttrainer.plan.model.architecture import ParameterCounts, language_config
 
 ALLOCATOR_HEADROOM = 0.007
 """What the caching allocator holds beyond the allocated peak (cached blocks, fragmentation,
@@ -165,7 +165,7 @@ class PeakPrediction:
     """Per phase, the moment its peak is at (e.g. backward: "loss")."""
     candidates: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
     """Per phase, every moment considered and its total (bytes)."""
-    source: str = "formula"  # formula (plan/activations.py) | trace (plan/traced_parts.py)
+    source: str = "formula"  # formula (plan/memory/activations.py) | trace (plan/memory/traced.py)
     notes: tuple[str, ...] = ()
 
     @property
@@ -201,7 +201,7 @@ class PeakPrediction:
 def block_of(
     dims: Dimensions, training: Training, workload: Workload, adapted: tuple[str, ...] = ()
 ) -> activations.Block:
-    """A decoder layer as plan/activations.py counts it."""
+    """A decoder layer as plan/memory/activations.py counts it."""
     return activations.Block(
         hidden=dims.hidden,
         q_width=dims.q_width,
@@ -304,7 +304,7 @@ def head_bytes(dims: Dimensions, training: Training, workload: Workload) -> floa
 def logits_bytes(dims: Dimensions, training: Training, workload: Workload) -> dict[str, float]:
     """The logits and the loss at their largest, forward and backward, and of the backward's
     the part kept from the forward (the log-softmax): [tokens, vocab] times the release's
-    bytes (plan/logits_memory.py)."""
+    bytes (plan/memory/logits.py)."""
     if workload.loss is None:
         return dict.fromkeys(("inside", "returned", "backward", "kept"), 0.0)
     elements = workload.per_device_batch * model_length(training, workload) * dims.vocab
@@ -342,7 +342,7 @@ def model_states(
         # train: gradients and AdamW's state (zeros_like) become fp32 too. Under PEFT the
         # adapters are units of their own (peft's fsdp_auto_wrap_policy), already fp32. FSDP
         # runs wherever accelerate launches more than one rank, sharded or not (NO_SHARD,
-        # HYBRID_SHARD with a GPU a node); one GPU's trainer runs alone (plan/launch.py).
+        # HYBRID_SHARD with a GPU a node); one GPU's trainer runs alone (plan/launch/launch_plan.py).
         if training.peft_method == "none":
             scale = ADAPTER_BYTES / width
             weights, gradients, state = weights * scale, gradients * scale, state * scale

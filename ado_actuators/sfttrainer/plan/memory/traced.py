@@ -1,19 +1,18 @@
 """The predicted peak of an architecture the hand-written counter does not know, from a trace of
-the model's own code (plan/step_trace.py): the model built from its config.json at full width
+the model's own code (plan/memory/trace/step.py): the model built from its config.json at full width
 under FakeTensorMode (sizes, no memory), one training step at the device's batch and length
 through transformers, PEFT and torch's AdamW, every live tensor counted by phase and part. Exact
 for that code: a deep model is traced on shallow copies and extrapolated per layer of each kind
-where that gives its full depth's bytes (plan/layer_extrapolation.py), else at full depth. Each
+where that gives its full depth's bytes (plan/memory/trace/layer_extrapolation.py), else at full depth. Each
 (configuration, batch, length) is traced once, in a subprocess of this Python (torch,
 transformers and peft are imported there, never here), and kept on disk under hf_home.
 
-What a single-device trace cannot hold is added as plan/memory_peak.py adds it: FSDP's sharding
+What a single-device trace cannot hold is added as plan/memory/peak.py adds it: FSDP's sharding
 of the model states, its gathered units and the input gradients it holds.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import importlib.metadata
@@ -23,43 +22,26 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ado_actuators.sfttrainer.plan.architecture import LinearShape, ParameterCounts
-from ado_actuators.sfttrainer.plan.memory_bound import DTYPE_BYTES, MemoryBound, Training
-from ado_actuators.sfttrainer.plan.memory_peak import (
+from ado_actuators.sfttrainer.contract import memory_trace
+from ado_actuators.sfttrainer.contract.memory_trace import Checkpointing, StepSpec, TracedStep
+from ado_actuators.sfttrainer.plan.memory.bound import DTYPE_BYTES, MemoryBound, Training
+from ado_actuators.sfttrainer.plan.memory.peak import (
     PeakPrediction,
     Workload,
     gathered_layers,
 )
+from ado_actuators.sfttrainer.plan.model.architecture import LinearShape, ParameterCounts
 
 TRACE_DIRECTORY = Path("sfttrainer") / "memory-traces"
 """Under hf_home: one JSON file per traced configuration."""
 TRACE_TIMEOUT_SECONDS = 900
 LIBRARIES = ("torch", "transformers", "peft")
-TRACING_CODE = (
-    "step_trace.py",
-    "live_bytes.py",
-    "flash_emulation.py",
-    "mamba_emulation.py",
-    "layer_extrapolation.py",
-)
+TRACE_PACKAGE = "ado_actuators.sfttrainer.plan.memory.trace"
+"""The tracing code: run as the subprocess (its __main__), and every file of it is in the key."""
 
 
 class TraceUnavailable(RuntimeError):
     """The model's code could not be traced here; the message says why and what to do."""
-
-
-@dataclasses.dataclass(frozen=True)
-class TracedStep:
-    """One traced step: per phase, the live bytes by part at its peak; the parts after it."""
-
-    phases: dict[str, dict[str, int]]
-    rest: dict[str, int]
-    inventory: dict[str, Any]
-    assumed: tuple[str, ...]
-    versions: dict[str, str]
-    depth: str = ""
-    """How deep the traced model was (plan/layer_extrapolation.py: shallow copies, extrapolated
-    per layer, or the full depth)."""
 
 
 @functools.cache
@@ -76,40 +58,47 @@ def versions() -> dict[str, str]:
 
 @functools.cache
 def _code_digest() -> str:
-    here = Path(__file__).parent
-    return hashlib.sha256(b"".join((here / name).read_bytes() for name in TRACING_CODE)).hexdigest()
+    """Every file of the trace package and the boundary's own module, whatever they are called:
+    a file added, moved or changed there traces anew."""
+    package = Path(__file__).parent / "trace"
+    files = [*sorted(package.rglob("*.py")), Path(memory_trace.__file__)]
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.relative_to(package.parent.parent.parent).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def request(
     config: dict[str, Any], training: Training, workload: Workload, values: dict[str, Any]
-) -> dict[str, Any]:
-    """The StepSpec (as JSON) of a measurement: `values` adds what only the entity says (LoRA's
-    alpha). A trace at the device's batch and length, a second micro-batch when accumulating
-    (its forward then runs beside the first's gradients)."""
-    checkpointing = None
+) -> StepSpec:
+    """The StepSpec of a measurement: `values` adds what only the entity says (LoRA's alpha).
+    A trace at the device's batch and length, a second micro-batch when accumulating (its
+    forward then runs beside the first's gradients)."""
+    checkpointing: Checkpointing | None = None
     if workload.gradient_checkpointing or workload.checkpointing_ignored:
         checkpointing = "reentrant" if workload.reentrant_checkpointing else "non_reentrant"
-    return {
-        "config": config,
-        "peft_method": training.peft_method,
-        "target_modules": list(training.target_modules) if training.peft_method == "lora" else [],
-        "lora_r": training.lora_r,
-        "lora_alpha": int(values.get("lora_alpha", 16)),
-        "torch_dtype": training.torch_dtype,
-        "attention": workload.attention,
-        "checkpointing": checkpointing,
-        "mixed_precision": workload.autocast,
-        "batch": workload.per_device_batch,
-        "length": workload.sequence_length,
-        "accumulation": 2 if workload.gradient_accumulation_steps > 1 else 1,
-        "steps": 1,
-    }
+    return StepSpec(
+        config=config,
+        peft_method=training.peft_method,
+        target_modules=training.target_modules if training.peft_method == "lora" else (),
+        lora_r=training.lora_r,
+        lora_alpha=int(values.get("lora_alpha", 16)),
+        torch_dtype=training.torch_dtype,
+        attention=workload.attention,
+        checkpointing=checkpointing,
+        mixed_precision=workload.autocast,
+        batch=workload.per_device_batch,
+        length=workload.sequence_length,
+        accumulation=2 if workload.gradient_accumulation_steps > 1 else 1,
+        steps=1,
+    )
 
 
-def key(spec: dict[str, Any]) -> str:
+def key(spec: StepSpec) -> str:
     """What decides a trace: the request, the traced libraries' releases, the tracing code."""
     text = json.dumps(
-        {"spec": spec, "versions": versions(), "code": _code_digest()}, sort_keys=True
+        {"spec": spec.as_json(), "versions": versions(), "code": _code_digest()}, sort_keys=True
     )
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -117,7 +106,7 @@ def key(spec: dict[str, Any]) -> str:
 _MEMORY: dict[str, TracedStep] = {}
 
 
-def traced(spec: dict[str, Any], directory: Path | None) -> TracedStep:
+def traced(spec: StepSpec, directory: Path | None) -> TracedStep:
     """The trace of `spec`: from this process's memory, the directory's file, or a trace run
     now (a few seconds for a 7B model) and kept in both."""
     name = key(spec)
@@ -125,20 +114,20 @@ def traced(spec: dict[str, Any], directory: Path | None) -> TracedStep:
         return _MEMORY[name]
     path = directory / f"{name}.json" if directory is not None else None
     if path is not None and path.is_file():
-        found = TracedStep(**json.loads(path.read_text()))
+        found = TracedStep.from_json(json.loads(path.read_text()))
     else:
         found = _run(spec)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             partial = path.with_suffix(".partial")
-            partial.write_text(json.dumps(dataclasses.asdict(found)))
+            partial.write_text(json.dumps(found.as_json()))
             partial.replace(path)
     _MEMORY[name] = found
     return found
 
 
-def _run(spec: dict[str, Any]) -> TracedStep:
-    """A subprocess of this Python traces the step (main() below) and prints it as JSON."""
+def _run(spec: StepSpec) -> TracedStep:
+    """A subprocess of this Python traces the step (plan/memory/trace/__main__.py) and prints it as JSON."""
     missing = [library for library, version in versions().items() if not version]
     if missing:
         raise TraceUnavailable(
@@ -147,8 +136,8 @@ def _run(spec: dict[str, Any]) -> TracedStep:
         )
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "ado_actuators.sfttrainer.plan.traced_parts"],
-            input=json.dumps(spec),
+            [sys.executable, "-m", TRACE_PACKAGE],
+            input=json.dumps(spec.as_json()),
             capture_output=True,
             text=True,
             timeout=TRACE_TIMEOUT_SECONDS,
@@ -160,7 +149,7 @@ def _run(spec: dict[str, Any]) -> TracedStep:
         raise TraceUnavailable(
             f"transformers could not train the model from its config.json: {last}"
         )
-    return TracedStep(**json.loads(done.stdout))
+    return TracedStep.from_json(json.loads(done.stdout))
 
 
 def counts_of(inventory: dict[str, Any]) -> ParameterCounts:
@@ -264,31 +253,3 @@ def _sharded(
             parts["fsdp_held_input_gradients"] = held
         sharded[phase] = parts
     return sharded
-
-
-def main() -> None:
-    """The subprocess: a StepSpec as JSON on stdin, the TracedStep as JSON on stdout."""
-    import logging
-    import warnings
-
-    from ado_actuators.sfttrainer.plan.layer_extrapolation import trace as trace_of
-    from ado_actuators.sfttrainer.plan.step_trace import StepSpec
-
-    warnings.filterwarnings("ignore")
-    logging.disable(logging.WARNING)
-    spec = json.loads(sys.stdin.read())
-    spec["target_modules"] = tuple(spec["target_modules"])
-    trace, depth = trace_of(StepSpec(**spec))
-    found = TracedStep(
-        phases=trace.phases,
-        rest=trace.rest,
-        inventory=trace.inventory,
-        assumed=trace.assumed,
-        versions=versions(),
-        depth=depth,
-    )
-    print(json.dumps(dataclasses.asdict(found)))
-
-
-if __name__ == "__main__":
-    main()

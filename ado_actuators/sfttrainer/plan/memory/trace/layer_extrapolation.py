@@ -28,7 +28,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ado_actuators.sfttrainer.plan.step_trace import StepSpec, StepTrace, model_config, trace_step
+from ado_actuators.sfttrainer.contract.memory_trace import StepSpec, TracedStep
+from ado_actuators.sfttrainer.plan.memory.trace.step import model_config, trace_step
 
 DEEP = 8
 """Models with more layers than this are traced shallow and extrapolated (fewer gain little)."""
@@ -103,7 +104,7 @@ def _gradient_flows(spec: StepSpec, model: Any) -> list[bool]:
     require grad (reentrant checkpointing does, through TRL)."""
     import torch
 
-    from ado_actuators.sfttrainer.plan.step_trace import lora_targets
+    from ado_actuators.sfttrainer.plan.memory.trace.step import lora_targets
 
     layers = _layers(model)
     if spec.peft_method != "lora" or spec.checkpointing == "reentrant":
@@ -159,7 +160,7 @@ def _signature(layer: Any) -> list[Any]:
     ]
 
 
-def trace(spec: StepSpec) -> tuple[StepTrace, str]:
+def trace(spec: StepSpec) -> tuple[TracedStep, str]:
     """The step's trace, shallow and extrapolated where the model is deep and its config
     lists how its layers differ; with a sentence saying how it was traced."""
     shallow = plan(spec)
@@ -192,7 +193,7 @@ def trace(spec: StepSpec) -> tuple[StepTrace, str]:
         phase: extrapolated(lambda t, phase=phase: t.phases.get(phase, {}))
         for phase in dict.fromkeys(p for t in traces for p in t.phases)
     }
-    found = StepTrace(
+    found = TracedStep(
         phases=phases,
         assumed=tuple(sorted({a for t in traces for a in t.assumed})),
         rest=extrapolated(lambda t: t.rest),
@@ -205,14 +206,14 @@ def trace(spec: StepSpec) -> tuple[StepTrace, str]:
     )
 
 
-def _peak_keeps_its_moment(traces: list[StepTrace]) -> bool:
+def _peak_keeps_its_moment(traces: list[TracedStep]) -> bool:
     """Whether the backward's peak grows, per layer of each kind, at least as fast as the
     other moments it could be at: its start (every layer's activations held, as at the
     forward's end) and its end (every layer's gradients made, as in the optimizer step but its
     temporaries). Each moment is affine in the layers; the peak is their largest, so an
     extrapolated peak is the full model's only when no other moment overtakes it with depth."""
 
-    def total(trace: StepTrace, phase: str, but: str = "") -> int:
+    def total(trace: TracedStep, phase: str, but: str = "") -> int:
         return sum(v for k, v in trace.phases.get(phase, {}).items() if k != but)
 
     base, *copies = traces
@@ -227,7 +228,7 @@ def _peak_keeps_its_moment(traces: list[StepTrace]) -> bool:
     return True
 
 
-def _inventory(traces: list[StepTrace], weights: tuple[int, ...], layers: int, extrapolated: Any):
+def _inventory(traces: list[TracedStep], weights: tuple[int, ...], layers: int, extrapolated: Any):
     """The parameter counts of the full model: the numbers extrapolated as the bytes are, each
     linear's count by its name and shape."""
     base = traces[0].inventory

@@ -12,8 +12,8 @@ from ado_actuators.sfttrainer.catalog.entity import FIELDS, EntityValues
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
 from ado_actuators.sfttrainer.contract.trainer_io import JOB_FLAG, TrainerJob
 from ado_actuators.sfttrainer.contract.workspace import Workspace
-from ado_actuators.sfttrainer.plan.accelerate import accelerate_config
-from ado_actuators.sfttrainer.plan.environments import skip_prepare_dataset_problem
+from ado_actuators.sfttrainer.plan.launch.accelerate import accelerate_config
+from ado_actuators.sfttrainer.plan.launch.environments import skip_prepare_dataset_problem
 
 TRAINER_MODULE = "ado_actuators.sfttrainer.trainer"
 MIN_CPUS_PER_NODE = 2

@@ -1,6 +1,6 @@
 """One training step of a model run through its own code, with the bytes of every live tensor
 counted: what `benchmarks/memory_truth.py` checks the predicted peak against, and where the
-parts of an architecture the hand-written counter does not know come from (plan/traced_parts.py).
+parts of an architecture the hand-written counter does not know come from (plan/memory/traced.py).
 
 The step is the one fms-hf-tuning 3.x trains (tuning/sft_trainer.py -> TRL's SFTTrainer ->
 transformers' Trainer -> accelerate): the model built from its config.json in the training dtype
@@ -23,76 +23,19 @@ the functions: importing this module costs nothing.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-PARTS = ("weights", "gradients", "optimizer_state", "forward", "backward", "optimizer_temporaries")
-"""Where each counted storage was made (or what it became: gradients, optimizer state)."""
-PHASES = ("forward", "backward", "optimizer_step")
-ATTENTION = ("flash_attention_2", "sdpa", "eager")
+from ado_actuators.sfttrainer.contract.memory_trace import PHASES, StepSpec, TracedStep
+
 FLASH_EMULATED = "emulated_flash_attention_2"
 """The name the flash-attn emulation is registered under (flash-attn itself needs CUDA)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class StepSpec:
-    """What decides a step's tensors: the model, the method, the shapes, the code paths."""
-
-    config: dict[str, Any]
-    peft_method: str = "none"  # none | lora | pt
-    target_modules: tuple[str, ...] = ()
-    lora_r: int = 8
-    lora_alpha: int = 16
-    lora_dropout: float = 0.05
-    prompt_tokens: int = 8
-    torch_dtype: str = "bfloat16"
-    attention: str = "flash_attention_2"  # flash_attention_2 (emulated) | sdpa | eager
-    checkpointing: str | None = None  # None | "reentrant" | "non_reentrant"
-    mixed_precision: bool = False  # accelerate's bf16 autocast, outputs converted to fp32
-    batch: int = 1
-    length: int = 64
-    accumulation: int = 1
-    steps: int = 2
-    fake: bool = True
-
-    def __post_init__(self) -> None:
-        assert self.peft_method in ("none", "lora", "pt"), self.peft_method
-        assert self.attention in ATTENTION, self.attention
-        assert self.checkpointing in (None, "reentrant", "non_reentrant"), self.checkpointing
-
-
-@dataclasses.dataclass(frozen=True)
-class StepTrace:
-    """Per phase, the live bytes by part at the phase's peak (the largest over the steps)."""
-
-    phases: dict[str, dict[str, int]]
-    events: tuple[tuple[int, ...], ...] = ()
-    """With `record=True`: after every op, (phase index, bytes of each of PARTS)."""
-    assumed: tuple[str, ...] = ()
-    """Values a fake tensor cannot give, assumed for the code's own checks (e.g. a padding mask
-    of ones: `mask.all()` is True; balanced routing)."""
-    rest: dict[str, int] = dataclasses.field(default_factory=dict)
-    """The parts alive after the last step (the weights and the optimizer state)."""
-    inventory: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """The model's parameters as built (`inventory`)."""
-
-    def total(self, phase: str) -> int:
-        return sum(self.phases[phase].values())
-
-    @property
-    def peak(self) -> int:
-        return max(self.total(phase) for phase in self.phases)
-
-    @property
-    def peak_phase(self) -> str:
-        return max(self.phases, key=self.total)
-
-
 def _live_bytes_class() -> type:
-    """The counting dispatch mode (plan/live_bytes.py imports torch: imported here, lazily)."""
-    from ado_actuators.sfttrainer.plan.live_bytes import LiveBytes
+    """The counting dispatch mode (plan/memory/trace/live_bytes.py imports torch: imported here, lazily)."""
+    from ado_actuators.sfttrainer.plan.memory.trace.live_bytes import LiveBytes
 
     return LiveBytes
 
@@ -178,8 +121,8 @@ def _cuda_dropout() -> Iterator[None]:
 @contextlib.contextmanager
 def _mamba_kernels(assumed: list[str]) -> Iterator[None]:
     """Mamba-2 layers train through mamba_ssm's fused kernel on a GPU: its memory, emulated
-    (plan/mamba_emulation.py, imported here: it imports torch)."""
-    from ado_actuators.sfttrainer.plan import mamba_emulation
+    (plan/memory/trace/mamba_emulation.py, imported here: it imports torch)."""
+    from ado_actuators.sfttrainer.plan.memory.trace import mamba_emulation
 
     replaced = mamba_emulation.install(assumed)
     try:
@@ -190,7 +133,7 @@ def _mamba_kernels(assumed: list[str]) -> Iterator[None]:
 
 def trace_step(
     spec: StepSpec, record: bool = False, wrap: Callable[[Any], Any] | None = None
-) -> StepTrace:
+) -> TracedStep:
     """Run `spec.steps` training steps of `spec` and count every live tensor (module docstring).
     `wrap` turns the model into what the distributed plan trains (benchmarks/memory_truth.py
     wraps it in FSDP on gloo ranks), counted from the wrapping on."""
@@ -206,7 +149,7 @@ def trace_step(
         with _counting(tracker):
             _train(wrap(model) if wrap else model, spec, tracker)
     phases = {phase: tracker.peaks[phase][1] for phase in PHASES if phase in tracker.peaks}
-    return StepTrace(
+    return TracedStep(
         phases=phases,
         events=tuple(tracker.events),
         assumed=tuple(sorted(set(tracker.assumed))),
@@ -258,7 +201,7 @@ def model_config(config: dict[str, Any]) -> Any:
     multimodal one: fms-hf-tuning trains the language model's weights the same way)."""
     from transformers import AutoConfig
 
-    from ado_actuators.sfttrainer.plan.architecture import language_config
+    from ado_actuators.sfttrainer.plan.model.architecture import language_config
 
     values = dict(language_config(config))
     model_type = values.pop("model_type")
@@ -448,8 +391,8 @@ def _forward(model: Any, spec: StepSpec, vocab: int) -> Any:
 
 @functools.cache
 def _register_flash_emulation() -> None:
-    """flash-attn 2's memory, emulated on CPU (plan/flash_emulation.py, imported lazily)."""
-    from ado_actuators.sfttrainer.plan import flash_emulation
+    """flash-attn 2's memory, emulated on CPU (plan/memory/trace/flash_emulation.py, imported lazily)."""
+    from ado_actuators.sfttrainer.plan.memory.trace import flash_emulation
 
     flash_emulation.register(FLASH_EMULATED, _paused)
 

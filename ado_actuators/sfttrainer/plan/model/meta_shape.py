@@ -1,5 +1,5 @@
 """A model's matmul weights counted from transformers' own model, built from config.json on the
-meta device (no memory, no weights): for the step time of architectures plan/architecture.py
+meta device (no memory, no weights): for the step time of architectures plan/model/architecture.py
 does not count (Granite 4.0's Mamba hybrids, Bloom, and whatever else transformers builds).
 
 Counted: every nn.Linear (the LM head included, tied or not), the experts' weights (stacked

@@ -43,8 +43,8 @@ from typing import Any
 
 @dataclasses.dataclass(frozen=True)
 class ModelShape:
-    """What of a model the step time depends on (plan/speed_check.py reads it from
-    config.json through plan/architecture.py)."""
+    """What of a model the step time depends on (plan/speed/prediction.py reads it from
+    config.json through plan/model/architecture.py)."""
 
     layers: int
     attention_width: int  # query heads x head dimension

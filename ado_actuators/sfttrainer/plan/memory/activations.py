@@ -4,7 +4,7 @@ Llama, Mistral, Granite, Qwen2/3; their MoE kin: Mixtral, GraniteMoE; GPTBigCode
 
 Every term is a tensor of transformers 4.55's code (and PEFT 0.19's LoRA, flash-attn 2's
 FlashAttnFunc, torch's autograd formulas) and is checked against a trace of that code
-(`benchmarks/memory_truth.py`, plan/step_trace.py): no term is scaled to fit a measurement.
+(`benchmarks/memory_truth.py`, plan/memory/trace/step.py): no term is scaled to fit a measurement.
 Widths: `w` bytes a model-dtype element, fp32 4, a dropout mask 1.
 """
 

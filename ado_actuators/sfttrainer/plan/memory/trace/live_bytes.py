@@ -1,5 +1,5 @@
-"""The counting half of plan/step_trace.py: a dispatch mode that counts the bytes of every live
-tensor storage, by part and phase. It imports torch at the top: only step_trace imports it, and
+"""The counting half of plan/memory/trace/step.py: a dispatch mode that counts the bytes of every live
+tensor storage, by part and phase. It imports torch at the top: only plan/memory/trace/step.py imports it, and
 only inside the functions that trace, so the package's own imports stay light.
 """
 
@@ -14,7 +14,7 @@ from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map, tree_map_only
 
-from ado_actuators.sfttrainer.plan.step_trace import PARTS, PHASES
+from ado_actuators.sfttrainer.contract.memory_trace import PARTS, PHASES
 
 
 class LiveBytes(TorchDispatchMode):

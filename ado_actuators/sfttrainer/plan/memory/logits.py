@@ -218,7 +218,7 @@ def checkpoints(transformers_version: str, model_type: str) -> bool:
 
 def pinned_release(fms_hf_tuning_version: str, package: str) -> str | None:
     """The release of `package` the version's package list pins (plan/packages)."""
-    from ado_actuators.sfttrainer.plan.environments import read_package_list
+    from ado_actuators.sfttrainer.plan.launch.environments import read_package_list
 
     for line in read_package_list(fms_hf_tuning_version):
         if pinned := re.fullmatch(rf"{package}==([\w.]+)", line.strip()):

@@ -1,5 +1,5 @@
 """The memory verdicts of one measurement before launch: the certain lower bound and the
-predicted peak (plan/memory_peak.py) against the device's memory.
+predicted peak (plan/memory/peak.py) against the device's memory.
 
 Runs in the engine after the entity is resolved and before any Ray resource is requested. It
 reads only the model's config.json, so a model directory holding nothing else (no tokenizer,
@@ -32,8 +32,29 @@ from ado_actuators.sfttrainer.metrics.gpu_memory import (
     allocatable_source,
     device_memory_bytes,
 )
-from ado_actuators.sfttrainer.plan import traced_parts
-from ado_actuators.sfttrainer.plan.architecture import (
+from ado_actuators.sfttrainer.plan.launch.launch_plan import batch_devices
+from ado_actuators.sfttrainer.plan.memory import traced as traced_parts
+from ado_actuators.sfttrainer.plan.memory.bound import (
+    GPTQ_MIN_BITS,
+    MemoryBound,
+    Training,
+    memory_bound,
+    trainable_parameters,
+)
+from ado_actuators.sfttrainer.plan.memory.logits import (
+    checkpointing_for,
+    copies_logits,
+    loss_code_for,
+)
+from ado_actuators.sfttrainer.plan.memory.peak import (
+    ALLOCATOR_HEADROOM,
+    Dimensions,
+    PeakPrediction,
+    Workload,
+    predict_peak,
+)
+from ado_actuators.sfttrainer.plan.memory.traced import TraceUnavailable
+from ado_actuators.sfttrainer.plan.model.architecture import (
     COUNTED,
     ParameterCounts,
     UnsupportedArchitecture,
@@ -41,27 +62,6 @@ from ado_actuators.sfttrainer.plan.architecture import (
     language_config,
     quantized_bits,
 )
-from ado_actuators.sfttrainer.plan.launch import batch_devices
-from ado_actuators.sfttrainer.plan.logits_memory import (
-    checkpointing_for,
-    copies_logits,
-    loss_code_for,
-)
-from ado_actuators.sfttrainer.plan.memory_bound import (
-    GPTQ_MIN_BITS,
-    MemoryBound,
-    Training,
-    memory_bound,
-    trainable_parameters,
-)
-from ado_actuators.sfttrainer.plan.memory_peak import (
-    ALLOCATOR_HEADROOM,
-    Dimensions,
-    PeakPrediction,
-    Workload,
-    predict_peak,
-)
-from ado_actuators.sfttrainer.plan.traced_parts import TraceUnavailable
 
 PROPERTY = "gpu_memory_lower_bound_gib"
 METADATA = "gpu_memory_bound"
@@ -192,7 +192,7 @@ class MemoryAssessment:
 
 
 def _workload(values: Any, definition: ExperimentDefinition, model_type: str) -> Workload:
-    """What of the entity the activations and logits depend on (plan/memory_peak.py)."""
+    """What of the entity the activations and logits depend on (plan/memory/peak.py)."""
     kernels = values.fast_kernels or definition.fixed.get("fast_kernels") or []
     mixed = bool(values.bf16) or values.accelerate_config_mixed_precision != "no"
     style = checkpointing_for(values.fms_hf_tuning_version, model_type)
@@ -217,7 +217,7 @@ def _workload(values: Any, definition: ExperimentDefinition, model_type: str) ->
 
 
 def traces_directory(hf_home: str) -> Path:
-    """Where traced configurations are kept (plan/traced_parts.py)."""
+    """Where traced configurations are kept (plan/memory/traced.py)."""
     return Path(hf_home) / traced_parts.TRACE_DIRECTORY
 
 
@@ -250,9 +250,9 @@ def judge(
     enabled: bool,
     traces: Path | None = None,
 ) -> MemoryAssessment:
-    """assess() on a config.json already read. An architecture plan/architecture.py counts is
-    predicted by its formula (plan/memory_peak.py); any other, from a trace of its own code
-    (plan/traced_parts.py), kept under `traces`."""
+    """assess() on a config.json already read. An architecture plan/model/architecture.py counts is
+    predicted by its formula (plan/memory/peak.py); any other, from a trace of its own code
+    (plan/memory/traced.py), kept under `traces`."""
     try:
         bits = quantized_bits(config)
         if language_config(config).get("model_type") in COUNTED:

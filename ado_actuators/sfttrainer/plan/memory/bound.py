@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ado_actuators.sfttrainer.plan.architecture import ParameterCounts
-from ado_actuators.sfttrainer.plan.launch import DATA_PARALLEL
+from ado_actuators.sfttrainer.plan.launch.launch_plan import DATA_PARALLEL
+from ado_actuators.sfttrainer.plan.model.architecture import ParameterCounts
 
 GIB = 2**30
 CUDA_CONTEXT_BYTES = 256 * 2**20

@@ -1,4 +1,4 @@
-"""The mamba_ssm kernels' memory on CPU, for plan/step_trace.py: a GPU run of a Mamba-2 layer
+"""The mamba_ssm kernels' memory on CPU, for plan/memory/trace/step.py: a GPU run of a Mamba-2 layer
 (Bamba, GraniteMoeHybrid, FalconH1, Mamba2, Zamba2) trains through mamba_ssm's fused
 `mamba_split_conv1d_scan_combined` (transformers' `cuda_kernels_forward`, training without a
 cache), which needs CUDA. Without it transformers falls back to `torch_forward`, whose chunked
@@ -34,7 +34,9 @@ import torch
 
 FAMILIES = ("bamba", "granitemoehybrid", "falcon_h1", "mamba2", "zamba2")
 """transformers' model families whose Mamba-2 layers call mamba_split_conv1d_scan_combined."""
-ASSUMED = "Mamba-2 layers as mamba_ssm's fused kernel allocates (plan/mamba_emulation.py)"
+ASSUMED = (
+    "Mamba-2 layers as mamba_ssm's fused kernel allocates (plan/memory/trace/mamba_emulation.py)"
+)
 
 
 def install(assumed: list[str]) -> list[tuple[Any, str, Any]]:

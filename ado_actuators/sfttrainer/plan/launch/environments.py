@@ -25,7 +25,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-PACKAGES_DIR = Path(__file__).parent / "packages"
+PACKAGES_DIR = Path(__file__).parent.parent / "packages"
 FMS = "fms-hf-tuning"
 
 GPU_ONLY_PATTERNS = (

@@ -2,7 +2,7 @@
 
 Counted per part (embeddings, attention with grouped-query heads, MLP gated or MoE experts,
 norms, LM head tied or not) for the decoder families the catalogue trains. Everything here
-feeds a *lower* bound of memory (plan/memory_bound.py): where a config leaves a shape open,
+feeds a *lower* bound of memory (plan/memory/bound.py): where a config leaves a shape open,
 the count takes the smaller reading, and an architecture not understood raises
 `UnsupportedArchitecture` rather than guessing.
 """
@@ -23,8 +23,8 @@ _LLAMA_LIKE = {"llama", "mistral", "granite", "qwen2", "qwen3"}
 _MOE = {"mixtral", "granitemoe", "granitemoeshared"}
 _SUPPORTED = _LLAMA_LIKE | _MOE | {"gpt_bigcode"}
 COUNTED = frozenset(_SUPPORTED)
-"""The model types counted by hand here and in plan/activations.py; any other is traced
-(plan/traced_parts.py)."""
+"""The model types counted by hand here and in plan/memory/activations.py; any other is traced
+(plan/memory/traced.py)."""
 # transformers' own default where a config omits the key (MistralConfig/MixtralConfig: 8 kv
 # heads; the others: as many as query heads).
 _DEFAULT_KV_HEADS = {"mistral": 8, "mixtral": 8}
