@@ -24,13 +24,13 @@ from pathlib import Path
 
 import yaml
 
-from ado_actuators.sfttrainer.metrics.gpu_memory import GIB, device_memory_bytes
+from ado_actuators.sfttrainer.contract.units import GIB, MIB
+from ado_actuators.sfttrainer.metrics.gpu_memory import device_memory_bytes
 from ado_actuators.sfttrainer.plan.memory.bound import MemoryBound, Training, memory_bound
 from ado_actuators.sfttrainer.plan.model.architecture import count_parameters, quantized_bits
 
 DATA = Path(__file__).resolve().parent / "data"
 GPU_MODEL = "NVIDIA-A100-SXM4-80GB"
-MIB = 2**20
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,11 +17,11 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from memory_bound import GPU_MODEL, MIB, Run, bound_of, load_configs, load_runs
+from memory_bound import GPU_MODEL, Run, bound_of, load_configs, load_runs
 
+from ado_actuators.sfttrainer.contract.units import GIB, MIB
 from ado_actuators.sfttrainer.metrics.gpu_memory import (
-    CUDA_CONTEXT_BYTES,
-    GIB,
+    CUDA_CONTEXT_ESTIMATE_BYTES,
     allocatable_bytes,
 )
 from ado_actuators.sfttrainer.plan.memory.bound import Training
@@ -156,7 +156,7 @@ def reserved_over_allocated(run: Run) -> float | None:
     workspaces cuBLAS takes through the allocator)."""
     if not (run.ran and run.torch_peak and run.nvidia_mib):
         return None
-    return (run.nvidia_mib * MIB - CUDA_CONTEXT_BYTES) / run.torch_peak - 1
+    return (run.nvidia_mib * MIB - CUDA_CONTEXT_ESTIMATE_BYTES) / run.torch_peak - 1
 
 
 def fit_headroom(rows: list[Judged]) -> float:

@@ -44,6 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from memory_bound import load_configs
 
+from ado_actuators.sfttrainer.contract.memory_trace import PHASES
+from ado_actuators.sfttrainer.contract.units import GIB, MIB
 from ado_actuators.sfttrainer.plan.memory import traced as traced_parts
 from ado_actuators.sfttrainer.plan.memory.bound import Training, memory_bound
 from ado_actuators.sfttrainer.plan.memory.logits import checkpointing, loss_code
@@ -53,7 +55,7 @@ from ado_actuators.sfttrainer.plan.memory.peak import (
     Workload,
     predict_peak,
 )
-from ado_actuators.sfttrainer.plan.memory.trace.step import PHASES, StepSpec, trace_step
+from ado_actuators.sfttrainer.plan.memory.trace.step import StepSpec, trace_step
 from ado_actuators.sfttrainer.plan.model.architecture import (
     COUNTED,
     count_parameters,
@@ -63,7 +65,6 @@ from ado_actuators.sfttrainer.plan.model.architecture import (
 RELEASE = "4.55.4"
 """The transformers release this environment trains with (fms-hf-tuning 3.2.2's)."""
 TOLERANCE = 0.05
-GIB = 2**30
 
 FAMILIES = {
     # the catalogue's families (catalog/models.yaml) and their LoRA targets (experiments.yaml)
@@ -548,10 +549,8 @@ def parts(row: Row) -> str:
     the prediction's (the trace names a tensor by where it was made)."""
     lines = [f"parts of {row.case.label()} (MiB), prediction's moments {row.prediction.moments}"]
     for phase in PHASES:
-        traced = ", ".join(f"{k} {v / 2**20:.1f}" for k, v in row.traced[phase].items() if v)
-        mine = ", ".join(
-            f"{k} {v / 2**20:.1f}" for k, v in row.prediction.phases[phase].items() if v
-        )
+        traced = ", ".join(f"{k} {v / MIB:.1f}" for k, v in row.traced[phase].items() if v)
+        mine = ", ".join(f"{k} {v / MIB:.1f}" for k, v in row.prediction.phases[phase].items() if v)
         lines.append(f"  {phase:<15} trace: {traced}\n  {'':<15} pred:  {mine}")
     return "\n".join(lines)
 

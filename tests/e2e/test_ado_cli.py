@@ -81,9 +81,9 @@ def flops_per_token_bounds(model_dir: Path, max_seq: int) -> dict[str, tuple[flo
     from the model itself: full fine-tuning 6N + 12 L A s, prompt tuning 4N + 12 L A s."""
     from transformers import AutoModelForCausalLM
 
-    from ado_actuators.sfttrainer.trainer.model_size import count_parameters
+    from ado_actuators.sfttrainer.trainer.model_size import parameters_of_model
 
-    p = count_parameters(AutoModelForCausalLM.from_pretrained(model_dir))
+    p = parameters_of_model(AutoModelForCausalLM.from_pretrained(model_dir))
     attention = 12 * p.layers * p.attention_width
     return {
         "full": (6 * p.matmul + attention, 6 * p.matmul + attention * max_seq),

@@ -6,7 +6,7 @@ import pytest
 
 from ado_actuators.sfttrainer.contract.trainer_io import ModelParameters
 from ado_actuators.sfttrainer.metrics.flops import flops_per_token, token_weighted_sequence_length
-from ado_actuators.sfttrainer.trainer.model_size import count_parameters
+from ado_actuators.sfttrainer.trainer.model_size import parameters_of_model
 
 # The tiny Llama of the tests (examples/local-cpu/tiny_model.py), with a round vocabulary:
 HIDDEN, INTER, LAYERS, HEADS, VOCAB = 64, 128, 2, 4, 512
@@ -37,7 +37,7 @@ def tiny_llama(tie=False):
 
 
 def test_full_fine_tuning_counts_every_matmul_weight():
-    params = count_parameters(tiny_llama())
+    params = parameters_of_model(tiny_llama())
     assert (params.total, params.trainable) == (147_776, 147_776) == (TOTAL, TOTAL)
     assert (params.matmul, params.trainable_matmul) == (MATMUL, MATMUL)
     assert (params.layers, params.attention_width) == (2, 64)
@@ -46,7 +46,7 @@ def test_full_fine_tuning_counts_every_matmul_weight():
 
 
 def test_tied_embeddings_are_the_lm_head_and_multiply():
-    params = count_parameters(tiny_llama(tie=True))
+    params = parameters_of_model(tiny_llama(tie=True))
     assert params.total == TOTAL - LM_HEAD
     assert params.matmul == params.total  # the one table is the head's weight
 
@@ -55,7 +55,7 @@ def test_lora_adds_its_adapters_and_only_their_weight_gradients():
     from peft import LoraConfig, get_peft_model
 
     model = get_peft_model(tiny_llama(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
-    params = count_parameters(model)
+    params = parameters_of_model(model)
     adapters = LAYERS * 2 * (4 * 64 + 64 * 4)  # A (4 x 64) and B (64 x 4) on q and v: 2048
     assert params.total == TOTAL + adapters
     assert params.trainable == params.trainable_matmul == adapters
@@ -70,7 +70,7 @@ def test_prompt_tuning_trains_a_lookup_table_only():
     model = get_peft_model(
         tiny_llama(), PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=8)
     )
-    params = count_parameters(model)
+    params = parameters_of_model(model)
     assert params.trainable == 8 * 64
     assert params.trainable_matmul == 0 and params.matmul == MATMUL
     assert flops_per_token(params, 100.0) == 4 * MATMUL + 153_600
@@ -134,7 +134,7 @@ def quantised_llama(spelling):
 def test_quantised_layers_count_their_unpacked_weights(spelling):
     """GPTQ-LoRA's base model keeps its weights in buffers: counting parameters alone saw only
     the embeddings, norms and head (5-15x too few FLOPs on real models)."""
-    params = count_parameters(quantised_llama(spelling))
+    params = parameters_of_model(quantised_llama(spelling))
     assert (params.total, params.matmul) == (TOTAL, MATMUL)  # the same model, packed
     norms = LAYERS * 2 * 64 + 64
     # the quantised weights are frozen: what trains is what stayed a parameter

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from ado_actuators.sfttrainer.catalog.entity import GPU_MODELS
+from ado_actuators.sfttrainer.contract.units import GIB
 from ado_actuators.sfttrainer.metrics.gpu_memory import device_memory_bytes, memory_table
 from ado_actuators.sfttrainer.plan.memory.bound import (
-    CUDA_CONTEXT_BYTES,
-    GIB,
+    CUDA_CONTEXT_FLOOR_BYTES,
     Training,
     memory_bound,
 )
@@ -189,9 +189,9 @@ def test_full_fine_tuning_keeps_weights_gradients_and_two_adamw_states_in_the_mo
     bf16 = memory_bound(count_parameters(MISTRAL_7B), full())
     assert bf16.parts["weights"] == bf16.parts["gradients"] == 2 * params
     assert bf16.parts["optimizer_state"] == 2 * 2 * params
-    assert bf16.total == 8 * params + CUDA_CONTEXT_BYTES
+    assert bf16.total == 8 * params + CUDA_CONTEXT_FLOOR_BYTES
     fp32 = memory_bound(count_parameters(MISTRAL_7B), full(torch_dtype="float32"))
-    assert fp32.total == 16 * params + CUDA_CONTEXT_BYTES
+    assert fp32.total == 16 * params + CUDA_CONTEXT_FLOOR_BYTES
 
 
 @pytest.mark.parametrize(
@@ -208,10 +208,10 @@ def test_full_fine_tuning_keeps_weights_gradients_and_two_adamw_states_in_the_mo
 )
 def test_sharding_follows_the_plan(settings, divisor):
     counts = count_parameters(MIXTRAL_8X7B)
-    whole = memory_bound(counts, full()).total - CUDA_CONTEXT_BYTES
+    whole = memory_bound(counts, full()).total - CUDA_CONTEXT_FLOOR_BYTES
     bound = memory_bound(counts, full(**settings))
     assert bound.shards == divisor
-    assert bound.total - CUDA_CONTEXT_BYTES == pytest.approx(whole / divisor)
+    assert bound.total - CUDA_CONTEXT_FLOOR_BYTES == pytest.approx(whole / divisor)
 
 
 def test_lora_trains_adapters_from_r_and_the_target_modules():

@@ -7,9 +7,10 @@ import dataclasses
 
 import pytest
 
+from ado_actuators.sfttrainer.contract.units import GIB
 from ado_actuators.sfttrainer.plan.memory import activations
 from ado_actuators.sfttrainer.plan.memory import logits as logits_memory
-from ado_actuators.sfttrainer.plan.memory.bound import GIB, Training, memory_bound
+from ado_actuators.sfttrainer.plan.memory.bound import Training, memory_bound
 from ado_actuators.sfttrainer.plan.memory.logits import LossCode, read_loss_code
 from ado_actuators.sfttrainer.plan.memory.peak import (
     ALLOCATOR_HEADROOM,

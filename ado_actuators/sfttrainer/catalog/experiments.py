@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from importlib import resources
 from typing import Any
 
@@ -11,6 +12,24 @@ import pydantic
 import yaml
 
 from ado_actuators.sfttrainer.catalog.entity import FIELDS, FieldValue
+
+_IDENTIFIER = re.compile(r"finetune_(.+?)_(benchmark|stability)-v\d")
+
+
+def short_name(identifier: str) -> str:
+    """An experiment as a table, a legend or a page names it: a benchmark by its method
+    (finetune_lora_benchmark-v1.0.0 -> "lora"), the stability experiment by its purpose
+    (finetune_full_stability-v1.0.0 -> "stability").
+
+    At most 9 characters for the catalog's five, the width of the preview table's column (the
+    method of the one stability experiment is full fine-tuning; its description says so). ado's
+    "SFTTrainer." prefix and a parameterised variant's suffix are left off; an identifier of
+    no experiment of ours is returned as given.
+    """
+    match = _IDENTIFIER.match(identifier.removeprefix("SFTTrainer."))
+    if not match:
+        return identifier
+    return match.group(1) if match.group(2) == "benchmark" else match.group(2)
 
 
 class FieldOverride(pydantic.BaseModel):

@@ -4,8 +4,6 @@ and progress are shown."""
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -14,6 +12,7 @@ import typer
 
 from ado_actuators.sfttrainer.catalog.datasets import DatasetShape
 from ado_actuators.sfttrainer.cli.errors import UsageError, one_line_errors
+from ado_actuators.sfttrainer.host.atomic import replacing
 
 
 def output_option(suffix: str) -> Any:
@@ -70,26 +69,18 @@ def resolve_output(output: Path | None, output_dir: Path | None, shape: DatasetS
 @contextlib.contextmanager
 def published_atomically(path: Path) -> Iterator[Path]:
     """Yields a temporary path beside `path`; renames it to `path` only if the block
-    completes, so a file under the final name is always a whole dataset."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-    except OSError as err:
-        raise UsageError(
-            f"cannot write {str(path)!r} ({err.strerror or err}); choose a writable location "
-            "with -o/--output or --output-dir"
-        ) from None
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        yield tmp
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    completes, so a file under the final name is always a whole dataset (host/atomic.py). A
+    place that cannot be written is the user's to change, so it is said as a usage error."""
+    with contextlib.ExitStack() as publishing:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = publishing.enter_context(replacing(path))
+        except OSError as err:
+            raise UsageError(
+                f"cannot write {str(path)!r} ({err.strerror or err}); choose a writable location "
+                "with -o/--output or --output-dir"
+            ) from None
+        yield partial
 
 
 def progress_bar(path: Path):

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from ado_actuators.sfttrainer.catalog.entity import FIELDS
+from ado_actuators.sfttrainer.catalog.experiments import short_name
 from ado_actuators.sfttrainer.catalog.model_shapes import ADD_A_MODEL
 from ado_actuators.sfttrainer.engine.preview import PreviewRow
 from ado_actuators.sfttrainer.engine.preview_bill import SpaceBill
+from ado_actuators.sfttrainer.host.atomic import write_atomically
 
 SCALED = "*"
 """Marks a predicted tokens/s scaled from the A100 fit to another device by datasheet figures."""
@@ -41,12 +41,6 @@ PREDICTED_COLUMNS = (
 
 ASCII_BOX = "    \n    \n -- \n    \n    \n -- \n    \n    \n"
 """rich's SIMPLE_HEAD drawn in ASCII: a line counts its columns the same in bytes and characters."""
-
-
-def short_experiment(identifier: str) -> str:
-    """finetune_lora_benchmark-v1.0.0 -> lora; finetune_full_stability-v1.0.0 -> full-stab."""
-    name = identifier.removeprefix("finetune_").split("-v")[0]
-    return name.removesuffix("_benchmark").replace("_stability", "-stab").replace("_", "-")
 
 
 def _number(value: float | None, digits: int = 2) -> str:
@@ -112,7 +106,7 @@ def _table(rows: list[PreviewRow]) -> Any:
             table.add_section()
         group = key
         table.add_row(
-            short_experiment(row.experiment),
+            short_name(row.experiment),
             str(row.entity.get("model_name", "")),
             _gpus(row),
             str(row.entity.get("model_max_length", "")),
@@ -195,18 +189,6 @@ def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def _publish(path: Path, text: str) -> None:
-    fd, name = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as handle:
-            handle.write(text)
-        os.chmod(name, 0o644)
-        os.replace(name, path)
-    except BaseException:
-        Path(name).unlink(missing_ok=True)
-        raise
-
-
 def write_csv(rows: list[PreviewRow], path: Path) -> None:
     import io
 
@@ -214,12 +196,12 @@ def write_csv(rows: list[PreviewRow], path: Path) -> None:
     writer = csv.DictWriter(buffer, fieldnames=["experiment", *FIELDS, *PREDICTED_COLUMNS])
     writer.writeheader()
     writer.writerows(csv_row(row) for row in rows)
-    _publish(path, buffer.getvalue())
+    write_atomically(path, buffer.getvalue())
 
 
 def write_json(rows: list[PreviewRow], bill: SpaceBill, path: Path) -> None:
     document = {"rows": [csv_row(row) for row in rows], "bill": bill.as_json()}
-    _publish(path, json.dumps(document, indent=1) + "\n")
+    write_atomically(path, json.dumps(document, indent=1) + "\n")
 
 
 def write_html(rows: list[PreviewRow], bill: SpaceBill, path: Path, title: str) -> None:

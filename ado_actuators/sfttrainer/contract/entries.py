@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ado_actuators.sfttrainer.host.atomic import replacing
+
 INDEXED_SUFFIXES = (".jsonl", ".parquet")
 
 
@@ -25,42 +27,49 @@ def write_first_entries(source: Path, target: Path, entries: int) -> int:
     parsed on the way (cheap: only the lines copied), so a damaged one is reported with
     the user's file and line number rather than as the trainer's error about the copy.
     """
-    tmp = target.with_name(target.name + ".tmp")
-    if source.suffix == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+    # Whole or absent: a rank reading the copy never sees part of it, and a damaged line
+    # leaves no copy behind.
+    with replacing(target) as partial:
+        if source.suffix == ".parquet":
+            return _copy_parquet(source, partial, entries)
+        return _copy_jsonl(source, partial, entries)
 
-        parquet = pq.ParquetFile(source)
-        batches, copied = [], 0
-        for batch in parquet.iter_batches(batch_size=min(entries, 1024)):
-            batches.append(batch.slice(0, entries - copied))
-            copied += batches[-1].num_rows
+
+def _copy_parquet(source: Path, target: Path, entries: int) -> int:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(source)
+    batches, copied = [], 0
+    for batch in parquet.iter_batches(batch_size=min(entries, 1024)):
+        batches.append(batch.slice(0, entries - copied))
+        copied += batches[-1].num_rows
+        if copied >= entries:
+            break
+    pq.write_table(pa.Table.from_batches(batches, schema=parquet.schema_arrow), target)
+    return copied
+
+
+def _copy_jsonl(source: Path, target: Path, entries: int) -> int:
+    copied = 0
+    with source.open("rb") as reader, target.open("wb") as writer:
+        for number, line in enumerate(reader, start=1):
+            if not line.strip():
+                continue
+            try:
+                if not isinstance(json.loads(line), dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as error:  # UnicodeDecodeError included
+                raise MalformedDataset(
+                    f"dataset {source}: line {number} does not parse as a JSON object "
+                    f"({error}); repair or delete that line, or create the file again"
+                ) from None
+            writer.write(line if line.endswith(b"\n") else line + b"\n")
+            copied += 1
             if copied >= entries:
                 break
-        pq.write_table(pa.Table.from_batches(batches, schema=parquet.schema_arrow), tmp)
-    else:
-        copied = 0
-        with source.open("rb") as reader, tmp.open("wb") as writer:
-            for number, line in enumerate(reader, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    if not isinstance(json.loads(line), dict):
-                        raise ValueError("not a JSON object")
-                except ValueError as error:  # UnicodeDecodeError included
-                    tmp.unlink(missing_ok=True)
-                    raise MalformedDataset(
-                        f"dataset {source}: line {number} does not parse as a JSON object "
-                        f"({error}); repair or delete that line, or create the file again"
-                    ) from None
-                writer.write(line if line.endswith(b"\n") else line + b"\n")
-                copied += 1
-                if copied >= entries:
-                    break
-        if copied == 0:
-            tmp.unlink(missing_ok=True)
-            raise MalformedDataset(f"dataset {source} has no entries; create the file again")
-    tmp.replace(target)
+    if copied == 0:
+        raise MalformedDataset(f"dataset {source} has no entries; create the file again")
     return copied
 
 

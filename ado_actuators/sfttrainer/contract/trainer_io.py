@@ -2,7 +2,8 @@
 
 `TrainerJob` goes in (a JSON file named on the trainer's command line), one `RankReport`
 per rank comes out (a JSON file per rank in `TrainerJob.report_dir`). Both sides import
-this module, so it imports nothing but pydantic.
+this module, so it imports nothing but pydantic (and host/'s atomic write, standard library
+only).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 import pydantic
 
 from ado_actuators.sfttrainer.contract.workspace import ReportDirectory
+from ado_actuators.sfttrainer.host.atomic import write_atomically
 
 JOB_FLAG = "--sfttrainer_job"
 """The trainer wrapper's own flag; every other argument belongs to fms-hf-tuning."""
@@ -318,9 +320,7 @@ class RankReport(pydantic.BaseModel):
     def write(self, report_dir: Path) -> Path:
         """Atomically, so a reader never sees half a report."""
         target = self.path_for(report_dir, self.rank)
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(self.model_dump_json(indent=1))
-        tmp.replace(target)
+        write_atomically(target, self.model_dump_json(indent=1))
         return target
 
     @classmethod

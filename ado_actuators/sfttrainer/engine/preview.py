@@ -20,10 +20,10 @@ from ado_actuators.sfttrainer.catalog.model_shapes import (
     find_model_config,
 )
 from ado_actuators.sfttrainer.contract.outcomes import Invalid
+from ado_actuators.sfttrainer.contract.units import GIB
 from ado_actuators.sfttrainer.engine.bill import TrainingTime, start_seconds, training_time
 from ado_actuators.sfttrainer.engine.measurement import resolve
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
-from ado_actuators.sfttrainer.metrics.gpu_memory import GIB
 from ado_actuators.sfttrainer.plan.memory.verdict import (
     MemoryAssessment,
     fewest_gpus,

@@ -38,6 +38,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ado_actuators.sfttrainer.contract.units import GIB
+
 LOG = logging.getLogger(__name__)
 HEAD = "node:__internal_head__"
 """The resource Ray gives the head node only."""
@@ -78,7 +80,7 @@ _BYTES = ("memory", "object_store_memory")
 def shown(resources: Mapping[str, float]) -> str:
     """Resources as a user reads them (bytes in GiB, no node:<ip> markers). Pure."""
     return ", ".join(
-        f"{k}={v / 2**30:.1f}GiB" if k in _BYTES else f"{k}={v:g}"
+        f"{k}={v / GIB:.1f}GiB" if k in _BYTES else f"{k}={v:g}"
         for k, v in sorted(resources.items())
         if not k.startswith("node:")
     )

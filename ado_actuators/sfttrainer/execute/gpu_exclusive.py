@@ -13,6 +13,7 @@ from typing import Any
 
 import pydantic
 
+from ado_actuators.sfttrainer.contract.units import MIB
 from ado_actuators.sfttrainer.trainer import nvml_devices
 
 
@@ -77,7 +78,7 @@ def check_devices(indices: list[int], nvml: Any = None) -> Exclusivity:
                     GpuProcess(
                         index=index,
                         pid=process.pid,
-                        memory_mib=used / 2**20 if isinstance(used, int) else None,
+                        memory_mib=used / MIB if isinstance(used, int) else None,
                     )
                 )
         return Exclusivity(exclusive=not others, others=others)

@@ -25,9 +25,10 @@ import fnmatch
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import NamedTuple
+
+from ado_actuators.sfttrainer.host.atomic import write_atomically
 
 MARKER_NAME = "sfttrainer-download.json"
 DEFAULT_REVISION = "main"
@@ -176,11 +177,4 @@ def write_marker(
     """Atomically record a download's state (see the module docstring)."""
     repo_dir.mkdir(parents=True, exist_ok=True)
     payload = {"revision": revision, "commit": commit, "state": state, "files": sorted(files)}
-    fd, tmp = tempfile.mkstemp(dir=repo_dir, prefix=f".{MARKER_NAME}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(payload, handle, indent=1)
-        os.replace(tmp, repo_dir / MARKER_NAME)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(repo_dir / MARKER_NAME, json.dumps(payload, indent=1))

@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from ado_actuators.sfttrainer.contract.trainer_io import GpuSample, RankReport, StepTiming
+from ado_actuators.sfttrainer.contract.units import GIB
 from ado_actuators.sfttrainer.metrics import flops, gpu_peaks, loss, precision
 from ado_actuators.sfttrainer.metrics.steps import step_time_properties
 from ado_actuators.sfttrainer.stats import batch_means
@@ -26,7 +27,6 @@ GPU_SERIES = {
 }
 MAX_FAILED_SAMPLE_FRACTION = 0.1
 """A GPU whose readings failed more often than this has no trustworthy average."""
-GIB = 2**30
 
 
 class NoTrainingSteps(ValueError):

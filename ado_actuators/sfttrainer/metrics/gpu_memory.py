@@ -11,16 +11,17 @@ import functools
 
 import pydantic
 
+from ado_actuators.sfttrainer.contract.units import GIB, MIB
 from ado_actuators.sfttrainer.metrics import device_tables
 
-GIB = 2**30
-MIB = 2**20
-CUDA_CONTEXT_BYTES = 400 * MIB
+CUDA_CONTEXT_ESTIMATE_BYTES = 400 * MIB
 """What the CUDA context of a training process takes of the device, outside torch's allocator:
-"around 400MB if CUDA >= 11.7 is used and lazy module loading enabled (default in PyTorch)"
+an estimate, taken from the device's total to give what a process can allocate (the certain
+bound adds a smaller floor instead, plan/memory/bound.CUDA_CONTEXT_FLOOR_BYTES). "around
+400MB if CUDA >= 11.7 is used and lazy module loading enabled (default in PyTorch)"
 (pytorch/pytorch issue 109888, ptrblck); 287 MB measured for a bare tensor with lazy loading
 (pytorch/pytorch pull request 86509). Not visible to a CPU trace, not fitted: taken from those
-readings; the allocator headroom (plan/memory_peak.ALLOCATOR_HEADROOM) is fitted beside it."""
+readings; the allocator headroom (plan/memory/peak.ALLOCATOR_HEADROOM) is fitted beside it."""
 
 
 class DeviceMemory(pydantic.BaseModel):
@@ -57,7 +58,7 @@ def allocatable_bytes(gpu_model: str | None) -> int | None:
     if device is None:
         return None
     total = device.total_mib * MIB if device.total_mib else device.gib * GIB
-    return int(total - CUDA_CONTEXT_BYTES)
+    return int(total - CUDA_CONTEXT_ESTIMATE_BYTES)
 
 
 def allocatable_source(gpu_model: str | None) -> str | None:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 from pathlib import Path
 
+from ado_actuators.sfttrainer.host.atomic import write_atomically
 from ado_actuators.sfttrainer.report.answers import answers
 from ado_actuators.sfttrainer.report.compare import Comparison
 from ado_actuators.sfttrainer.report.cost import COST_HEADING, cost, cost_lines
@@ -47,8 +46,8 @@ def write_report(
     page = render_html(table, png, title, subtitle, blocks, comparison)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = ReportFiles(out_dir / f"{stem}.png", out_dir / f"{stem}.html", as_text(blocks))
-    _publish(files.png, png)
-    _publish(files.html, page.encode("utf-8"))
+    write_atomically(files.png, png)
+    write_atomically(files.html, page)
     return files
 
 
@@ -69,18 +68,6 @@ def write_preview_report(
     page = render_html(table, png, title, subtitle, blocks)
     html.parent.mkdir(parents=True, exist_ok=True)
     files = ReportFiles(html.with_suffix(".png"), html, as_text(blocks))
-    _publish(files.png, png)
-    _publish(files.html, page.encode("utf-8"))
+    write_atomically(files.png, png)
+    write_atomically(files.html, page)
     return files
-
-
-def _publish(path: Path, data: bytes) -> None:
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(name, 0o644)
-        os.replace(name, path)
-    except BaseException:
-        Path(name).unlink(missing_ok=True)
-        raise

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ado_actuators.sfttrainer.catalog.entity import FIELDS
+from ado_actuators.sfttrainer.catalog.experiments import short_name
 from ado_actuators.sfttrainer.contract import loss as loss_names
 from ado_actuators.sfttrainer.contract.outcomes import ANSWERED_BY, INVALID_REASON, MACHINE
 from ado_actuators.sfttrainer.report.loss import RowLoss, row_loss
@@ -383,21 +384,13 @@ def _hashable(cell: Any) -> Any:
 def _experiment_labels(identifiers: set[str]) -> dict[str, str]:
     """Short, unique names: "SFTTrainer.finetune_lora_benchmark-v1.0.0-..." -> "lora".
     Parameterised variants of one experiment keep their full identifier to stay apart."""
-    short = {i: _short_experiment(i) for i in identifiers}
+    short = {i: short_name(i) for i in identifiers}
     counts: dict[str, int] = {}
     for name in short.values():
         counts[name] = counts.get(name, 0) + 1
     return {
         i: name if counts[name] == 1 else i.removeprefix("SFTTrainer.") for i, name in short.items()
     }
-
-
-def _short_experiment(identifier: str) -> str:
-    name = identifier.split(".", 1)[-1] if identifier.startswith("SFTTrainer.") else identifier
-    match = re.match(r"finetune_(.+?)_(benchmark|stability)-v\d", name)
-    if not match:
-        return identifier
-    return match.group(1) if match.group(2) == "benchmark" else f"{match.group(1)} stability"
 
 
 def _none_first(value: int | None) -> tuple[int, int]:

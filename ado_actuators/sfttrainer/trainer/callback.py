@@ -56,7 +56,7 @@ class MeasurementCallback(TrainerCallback):
     def on_init_end(self, args, state, control, **kwargs):
         # before accelerate wraps (FSDP would shard the parameters being counted)
         if (model := kwargs.get("model")) is not None:
-            self.model_parameters = model_size.count_parameters(model)
+            self.model_parameters = model_size.parameters_of_model(model)
 
     def on_train_begin(self, args, state, control, **kwargs):
         tokenizer = kwargs.get("processing_class") or kwargs.get("tokenizer")

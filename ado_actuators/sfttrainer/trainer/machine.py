@@ -20,8 +20,8 @@ from pathlib import Path
 import psutil
 
 from ado_actuators.sfttrainer.contract.trainer_io import GpuFacts, GpuLink, Machine
+from ado_actuators.sfttrainer.contract.units import GIB
 
-GIB = 2**30
 PCIE_PATHS = {0: "BOARD", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 """NVML's nvmlGpuTopologyLevel_t -> nvidia-smi topo -m's legend, nearest first: the same board,
 one PCIe switch, several switches, a host bridge, host bridges of one NUMA node, across the

@@ -60,7 +60,7 @@ def quantised_linear_size(module) -> int:
     return 0
 
 
-def count_parameters(model) -> ModelParameters:
+def parameters_of_model(model) -> ModelParameters:
     """Counts each parameter once (tied weights are shared tensors).
 
     Embedding tables are looked up, not multiplied, so they are left out of `matmul`, unless

@@ -14,14 +14,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ado_actuators.sfttrainer.contract.units import GIB, MIB
 from ado_actuators.sfttrainer.plan.launch.launch_plan import DATA_PARALLEL
 from ado_actuators.sfttrainer.plan.model.architecture import ParameterCounts
 
-GIB = 2**30
-CUDA_CONTEXT_BYTES = 256 * 2**20
+CUDA_CONTEXT_FLOOR_BYTES = 256 * MIB
 """The CUDA context and torch's kernels take 300-500 MiB of each device's memory on Ampere and
 Hopper with lazy module loading (outside torch's allocator, so in nvidia-smi's figure but not
-in max_memory_allocated); 256 MiB stays below every one of those."""
+in max_memory_allocated); 256 MiB stays below every one of those. A floor, so the bound stays
+a bound: what a process can allocate takes off the larger estimate instead
+(metrics/gpu_memory.CUDA_CONTEXT_ESTIMATE_BYTES)."""
 
 PROMPT_TUNING_VIRTUAL_TOKENS = 8
 """fms-hf-tuning's PromptTuningConfig.num_virtual_tokens default (the experiments set none)."""
@@ -208,6 +210,6 @@ def memory_bound(counts: ParameterCounts, training: Training) -> MemoryBound:
         "weights": weights / divisor,
         "gradients": gradients / divisor,
         "optimizer_state": state / divisor,
-        "cuda_context": float(CUDA_CONTEXT_BYTES),
+        "cuda_context": float(CUDA_CONTEXT_FLOOR_BYTES),
     }
     return MemoryBound(parts=parts, shards=divisor, sharding=sharding, notes=tuple(notes))

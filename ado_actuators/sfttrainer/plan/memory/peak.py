@@ -26,10 +26,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ado_actuators.sfttrainer.contract.units import GIB
 from ado_actuators.sfttrainer.plan.memory import activations
 from ado_actuators.sfttrainer.plan.memory.bound import (
     DTYPE_BYTES,
-    GIB,
     PROMPT_TUNING_VIRTUAL_TOKENS,
     MemoryBound,
     Training,
@@ -51,7 +51,6 @@ decoder layer is gathered at a time (benchmarks/memory_truth.py's FSDP rows)."""
 ADAPTER_BYTES = 4
 """PEFT (0.12 on, every pinned release) keeps LoRA and prompt-tuning weights in fp32
 (autocast_adapter_dtype): their gradients and AdamW state are fp32 too."""
-PHASES = ("forward", "backward", "optimizer_step")
 MOE_DISPATCH = {"mixtral": "mixtral", "granitemoe": "granitemoe", "granitemoeshared": "granitemoe"}
 
 

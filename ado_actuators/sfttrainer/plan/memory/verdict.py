@@ -26,8 +26,8 @@ from ado_actuators.sfttrainer.contract.outcomes import (
     Measured,
     MeasurementOutcome,
 )
+from ado_actuators.sfttrainer.contract.units import GIB
 from ado_actuators.sfttrainer.metrics.gpu_memory import (
-    GIB,
     allocatable_bytes,
     allocatable_source,
     device_memory_bytes,
