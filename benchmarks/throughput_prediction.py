@@ -52,7 +52,8 @@ from ado_actuators.sfttrainer.plan.speed.step_time import (
 DATA = Path(__file__).parent / "data" / "fms_acceleration_a100_80gb.csv"
 L40_DATA = Path(__file__).parent / "data" / "fms_acceleration_l40.csv"
 """fms-acceleration's L40 runs (8af8fa7, May 2024): nothing is fitted on them; they test the
-datasheet scaling to a device the constants never saw."""
+step time on a device the constants never saw (benchmarks/throughput_validation.py scores them
+with the other public runs)."""
 PACKED_TABLES = ("a100_80gb", "a100_80gb_granite", "a100_80gb_liger")
 FAMILIES = {
     "santacoder": "GPTBigCode",
@@ -70,7 +71,6 @@ START = Fitted(
     fused_lora_adapters=0.5,
     dequant_bytes_gptq=10.0,
     dequant_bytes_bnb=10.0,
-    fsdp_gbps=100.0,
     layer_latency_s=1e-3,
     fsdp_unit_latency_s=1e-3,
 )
@@ -225,9 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     pairs = leave_one_family_out(runs)
     summary("leave one family out", pairs)
     median, p90, spearman = figures(pairs)
-    met = median <= 0.05 and p90 <= 0.15 and spearman >= 0.95
+    met = median <= 0.035 and p90 <= 0.12 and spearman >= 0.97
     print(
-        "goals (median <= 5 %, 90th percentile <= 15 %, Spearman >= 0.95): "
+        "goals (median <= 3.5 %, 90th percentile <= 12 %, Spearman >= 0.97): "
         + ("met" if met else "NOT met")
     )
     summary(
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     held_out = load_l40()
     summary(
-        "another device, nothing fitted on it (L40, the A100 fit scaled by datasheet figures)",
+        "another device, nothing fitted on it (L40, priced by what it achieves)",
         list(zip(held_out, errors(held_out, FITTED), strict=True)),
     )
     worst = sorted(pairs, key=lambda p: -abs(p[1]))

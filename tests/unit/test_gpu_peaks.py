@@ -26,3 +26,36 @@ def test_torch_device_names_map_to_node_labels():
     assert gpu_model_from_device_name("NVIDIA H100 80GB HBM3") == "NVIDIA-H100-80GB-HBM3"
     assert gpu_model_from_device_name("NVIDIA A100-SXM4-80GB") == "NVIDIA-A100-SXM4-80GB"
     assert peak_tflops(gpu_model_from_device_name("NVIDIA L40S")) == 362.05
+
+
+RENTED = (
+    "NVIDIA-A10G",
+    "NVIDIA-L4",
+    "NVIDIA-L40",
+    "L40S",
+    "NVIDIA-A100-SXM4-40GB",
+    "NVIDIA-A100-SXM4-80GB",
+    "NVIDIA-A100-PCIE-40GB",
+    "NVIDIA-A100-80GB-PCIe",
+    "NVIDIA-H100-80GB-HBM3",
+    "NVIDIA-H100-PCIe",
+    "NVIDIA-H100-NVL",
+    "NVIDIA-H200",
+    "NVIDIA-GH200-480GB",
+    "NVIDIA-B200",
+)
+
+
+def test_every_rented_device_has_what_it_achieves_cited_and_a_memory_size():
+    from ado_actuators.sfttrainer.metrics.gpu_memory import memory_table
+    from ado_actuators.sfttrainer.plan.speed.devices import device_named
+
+    for model in RENTED:
+        peak = peak_table()[model]
+        assert peak.gemm_tflops and peak.gemm_tflops.source
+        assert 0 < peak.gemm_tflops.value <= peak.tflops
+        assert peak.l2_mb and peak.l2_mb.value > 0
+        assert peak.attention or peak.attention_from in peak_table()
+        assert all(curve.source for curve in peak.attention)
+        assert device_named(model).attention  # curves of its own or scaled from another's
+        assert memory_table()[model].gib > 0

@@ -143,7 +143,7 @@ def measure(
         if oom_record is not None:
             oom_record.record_outcome(outcome)
         if definition.repeats == 1:
-            outcome = _speed(resolved, definition, settings.hf_home).attach_to(outcome)
+            outcome = _speed(resolved, definition, settings).attach_to(outcome)
         return memory.attach_bound_and_prediction(outcome)
     except Exception as error:
         log.exception("measurement of %s failed unexpectedly", label)
@@ -217,20 +217,22 @@ def _launch(
     return outcome
 
 
-def _speed(resolved: Resolved, definition: ExperimentDefinition, hf_home: str) -> SpeedPrediction:
+def _speed(
+    resolved: Resolved, definition: ExperimentDefinition, settings: MeasurementSettings
+) -> SpeedPrediction:
     """The predicted throughput a measured row carries beside the measured one."""
     values = resolved.values
     try:
         config = read_model_config(
             resolved.location,
-            hf_home,
+            settings.hf_home,
             model_name=values.model_name,
             weights_format=definition.weights_format,
         )
     except ModelConfigUnavailable as error:
         return SpeedPrediction(skipped=str(error))
     try:
-        return predict_speed(values, definition, config)
+        return predict_speed(values, definition, config, settings.inter_node_gbps)
     except Exception as error:  # a prediction never costs the measurement its row
         log.exception("predicting the throughput of %s failed", values.model_name)
         return SpeedPrediction(skipped=f"the prediction failed: {error!r}")

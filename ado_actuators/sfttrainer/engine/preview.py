@@ -244,7 +244,7 @@ def preview_entity(
         allocatable_gib=memory.allocatable / GIB if memory.allocatable else None,
         fewest_gpus=fewest,
     )
-    speed = predict_speed(values, definition, found.config)
+    speed = predict_speed(values, definition, found.config, settings.inter_node_gbps)
     return _priced(row, values, memory, speed, definition.repeats)
 
 

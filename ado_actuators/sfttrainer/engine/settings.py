@@ -19,6 +19,7 @@ from ado_actuators.sfttrainer.catalog.models import (
     WEIGHTS_FORMATS,
     ModelMap,
 )
+from ado_actuators.sfttrainer.plan.speed.devices import DEFAULT_NETWORK_GBPS
 
 
 class MeasurementSettings(pydantic.BaseModel):
@@ -122,6 +123,15 @@ class MeasurementSettings(pydantic.BaseModel):
         "gpu_model's memory; the row says it was predicted, not measured. false (the "
         "default) launches every configuration the certain bound lets through. The "
         "prediction is reported either way (gpu_memory_predicted_gib).",
+    )
+    inter_node_gbps: float = pydantic.Field(
+        default=DEFAULT_NETWORK_GBPS,
+        gt=0,
+        description="GB/s one node's network moves for NCCL's collectives between nodes (all "
+        "its NICs together; 8 x 400 Gb/s is 400 GB/s, 2 x 100 Gb/s is 25 GB/s): what the "
+        "predicted throughput of a several-node run prices FSDP's and DDP's traffic by, as "
+        "given. The default, 100 (800 Gb/s), is a cluster between PyTorch's FSDP blog's A100 "
+        "(400 Gb/s) and H100 (800 Gb/s) ones; measurements are unaffected.",
     )
     oom_dominance: bool = pydantic.Field(
         default=True,

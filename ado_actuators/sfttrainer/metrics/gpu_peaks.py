@@ -1,5 +1,8 @@
-"""Dense bf16/fp16 peak TFLOP/s per gpu_model, the denominator of model_flops_utilization, and
-the memory and interconnect bandwidths the predicted step time (plan/speed/step_time.py) scales by.
+"""One entry per gpu_model: the dense bf16/fp16 peak TFLOP/s (the denominator of
+model_flops_utilization) and what the device achieves, which the predicted step time
+(plan/speed/step_time.py, through plan/speed/devices.py) prices each part of a step by: cuBLAS's
+dense rate, the attention kernels' rates by head dimension and length, memory bandwidth, L2 and
+the GPU-to-GPU link.
 
 The figures and their sources are data (gpu_peaks.yaml); a gpu_model not listed has no
 utilisation figure (the property is omitted), CPUs included.
@@ -12,6 +15,38 @@ import functools
 import pydantic
 
 from ado_actuators.sfttrainer.metrics import device_tables
+
+
+class Figure(pydantic.BaseModel):
+    """One achieved figure and where it comes from."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    value: float
+    source: str
+    datasheet: bool = False
+    """The datasheet's figure: no measurement better than it was found."""
+    derived: str | None = None
+    """How the figure follows from another device's measurement, where it is not measured on
+    this one."""
+    measured: str | None = None
+    """When and by what the device check (make gpu-kit) measured it, where it did."""
+
+
+class AttentionCurve(pydantic.BaseModel):
+    """An attention kernel's published TFLOP/s on the device by sequence length (the FLOPs as the
+    kernel's benchmark counts them: 4 x length^2 x heads x head dimension forward, halved when
+    causal, the backward 2.5 times the forward)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    kernel: str  # fa2 | fa3 | sdpa | eager
+    head_dim: int
+    causal: bool
+    direction: str  # forward | backward
+    tflops: dict[int, float]
+    source: str
+    derived: str | None = None
 
 
 class GpuPeak(pydantic.BaseModel):
@@ -27,6 +62,15 @@ class GpuPeak(pydantic.BaseModel):
     """GPU-to-GPU bandwidth within a node, GB/s (NVLink, else PCIe): what FSDP's and DDP's
     traffic scales by."""
     bandwidth_source: str | None = None
+    memory_datasheet: bool = True
+    """memory_gbps is the datasheet's figure (no cited measurement of what kernels achieve)."""
+    gemm_tflops: Figure | None = None
+    """Dense bf16 matmul rate cuBLAS achieves at large shapes; None: the datasheet peak."""
+    l2_mb: Figure | None = None
+    attention: tuple[AttentionCurve, ...] = ()
+    attention_from: str | None = None
+    """Another gpu_model whose attention curves, scaled by the ratio of the achieved GEMM
+    rates, stand for this device's, where no benchmark of its own was found."""
 
 
 @functools.cache

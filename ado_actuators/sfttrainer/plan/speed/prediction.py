@@ -15,7 +15,6 @@ from ado_actuators.sfttrainer.catalog.datasets import get_shape
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
 from ado_actuators.sfttrainer.catalog.models import GPTQ_QUANTIZED
 from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, MeasurementOutcome
-from ado_actuators.sfttrainer.metrics.gpu_peaks import peak_table
 from ado_actuators.sfttrainer.plan.launch.launch_plan import batch_devices
 from ado_actuators.sfttrainer.plan.memory.bound import (
     DTYPE_BYTES,
@@ -35,8 +34,8 @@ from ado_actuators.sfttrainer.plan.model.meta_shape import (
     MetaCountUnavailable,
     meta_counts,
 )
+from ado_actuators.sfttrainer.plan.speed.devices import DEFAULT_NETWORK_GBPS, device_named
 from ado_actuators.sfttrainer.plan.speed.step_time import (
-    INTER_NODE_GBPS,
     REFERENCE,
     Device,
     ModelShape,
@@ -44,6 +43,7 @@ from ado_actuators.sfttrainer.plan.speed.step_time import (
     StepTime,
     step_time,
 )
+from ado_actuators.sfttrainer.plan.speed.validated import validated_note
 
 PREDICTED_PROPERTY = "dataset_tokens_per_second_per_gpu_predicted"
 PREDICTED_METADATA = "throughput_prediction"
@@ -64,12 +64,13 @@ def sequence_length(values: Any) -> int:
     return values.model_max_length
 
 
-def device_of(gpu_model: str | None) -> Device | None:
-    """The datasheet figures of `gpu_model` (metrics/gpu_peaks.yaml), None when it lacks any."""
-    found = peak_table().get(gpu_model or "")
-    if found is None or found.memory_gbps is None or found.interconnect_gbps is None:
+def device_of(gpu_model: str | None, network_gbps: float = DEFAULT_NETWORK_GBPS) -> Device | None:
+    """What `gpu_model` achieves (metrics/gpu_peaks.yaml, through plan/speed/devices.py), with the
+    cluster's network between nodes; None when the table lacks it or its bandwidths."""
+    try:
+        return device_named(gpu_model, network_gbps)
+    except KeyError:
         return None
-    return Device(gpu_model, found.tflops, found.memory_gbps, found.interconnect_gbps)
 
 
 def _quantization(config: dict[str, Any], weights_format: str) -> str | None:
@@ -96,10 +97,16 @@ META_NOTE = (
 )
 
 
+def _head_dim(config: dict[str, Any], hidden: int) -> int:
+    text = language_config(config)
+    heads = int(text.get("num_attention_heads") or text.get("n_head") or 1)
+    return int(text.get("head_dim") or hidden // heads)
+
+
 def _attention_width(config: dict[str, Any], hidden: int) -> int:
     text = language_config(config)
     heads = int(text.get("num_attention_heads") or text.get("n_head") or 1)
-    return heads * int(text.get("head_dim") or hidden // heads)
+    return heads * _head_dim(config, hidden)
 
 
 def _meta_shape(
@@ -126,6 +133,8 @@ def _meta_shape(
         adapted_width=sum((i + o) * c for i, o, c in adapted) if lora else 0,
         adapters_per_layer=sum(c for *_, c in adapted) // counts.layers if lora else 0,
         attention_layers=counts.attention_layers,
+        head_dim=_head_dim(config, counts.hidden),
+        hidden=counts.hidden,
     )
 
 
@@ -162,6 +171,8 @@ def model_shape(config: dict[str, Any], training: Training, weights_format: str)
         quantization=quantization if quantized else None,
         adapted_width=sum((s.inputs + s.outputs) * s.count for s in adapted) if lora else 0,
         adapters_per_layer=sum(s.count for s in adapted) // layers if lora else 0,
+        head_dim=_head_dim(config, counts.hidden_size),
+        hidden=counts.hidden_size,
     )
 
 
@@ -221,15 +232,19 @@ class SpeedPrediction:
 
 
 def _notes(values: Any, run: Run, device: Device) -> tuple[str, ...]:
-    notes = []
+    notes = [validated_note(run, device.name)]
     if device.name != REFERENCE.name:
         notes.append(
-            f"{device.name}: scaled from {REFERENCE.name} by datasheet peak FLOP/s, memory "
-            f"bandwidth and interconnect (fitted on A100 runs only; on fms-acceleration's L40 "
-            f"runs this scaling predicted about a third slower than measured)"
+            f"{device.name}: priced by what it achieves (cuBLAS {device.gemm_tflops:g} TFLOP/s, "
+            f"the attention kernels' published rates, {device.memory_gbps:g} GB/s; "
+            f"metrics/gpu_peaks.yaml cites each), the framework's constants fitted on "
+            f"{REFERENCE.name} runs"
         )
     if run.nodes > 1:
-        notes.append(f"{run.nodes} nodes: the network is assumed at {INTER_NODE_GBPS:g} GB/s")
+        notes.append(
+            f"{run.nodes} nodes: the network moves {device.network_gbps:g} GB/s per node "
+            f"(actuator parameter inter_node_gbps)"
+        )
     if run.sequence_length < values.model_max_length:
         notes.append(
             f"samples of about {run.sequence_length} tokens ({values.dataset_id}, "
@@ -241,11 +256,14 @@ def _notes(values: Any, run: Run, device: Device) -> tuple[str, ...]:
 
 
 def predict_speed(
-    values: Any, definition: ExperimentDefinition, config: dict[str, Any]
+    values: Any,
+    definition: ExperimentDefinition,
+    config: dict[str, Any],
+    network_gbps: float = DEFAULT_NETWORK_GBPS,
 ) -> SpeedPrediction:
     if values.number_gpus < 1:
         return SpeedPrediction(skipped="number_gpus 0 trains on CPUs: no GPU to predict")
-    device = device_of(values.gpu_model)
+    device = device_of(values.gpu_model, network_gbps)
     if device is None:
         return SpeedPrediction(
             skipped=f"gpu_model {values.gpu_model!r} has no peak, bandwidth and interconnect "

@@ -1,44 +1,71 @@
 """The predicted time of one optimizer step, and so the throughput, of one configuration: pure
 arithmetic on the model's shape, the run and the device.
 
-A step is `gradient_accumulation_steps` micro-batches and one optimizer update. Per micro-batch
-and device, its parts add up (nothing is assumed to overlap: the fit found no overlap of FSDP's
-traffic with compute on fms-acceleration's A100 runs):
+A step is `gradient_accumulation_steps` micro-batches and one optimizer update. Each part of a
+micro-batch is priced by what limits it, on one device:
 
-- compute: the hardware FLOPs (not model FLOPs): 2 per matmul weight a token passes through,
-  for the forward, again for the backward's input gradients (frozen layers too), again for the
-  forward recomputed under gradient checkpointing, plus 2 per trainable matmul weight for the
-  weight gradients (none for LoRA's frozen weights or prompt tuning's). Attention's QK^T and AV
-  add 4 x width x length per layer and token forward, flash attention's backward 2.5 times that
-  and the recompute once more; causal flash attention skips the masked half. Divided by the
-  device's dense peak times `matmul_efficiency`;
+- gemm: the matmuls' hardware FLOPs (not model FLOPs): 2 per weight a token passes through, for
+  the forward, again for the backward's input gradients (frozen layers too), again for the
+  forward recomputed under gradient checkpointing, plus 2 per trainable weight for the weight
+  gradients (none for LoRA's frozen weights or prompt tuning's). Over the dense bf16 rate cuBLAS
+  achieves on the device (metrics/gpu_peaks.yaml, `gemm_tflops`, each figure cited), times
+  `matmul_efficiency`, the framework's share of it (fitted);
+- attention: QK^T and AV, 4 x width x length FLOPs per layer and token forward (causal: the
+  masked half skipped), the backward 2.5 times that, the recompute once more. Each pass at the
+  rate the attention kernel's own published benchmark reached on the device, for the model's
+  head dimension and the sequence length (`attention` curves in metrics/gpu_peaks.yaml);
 - elementwise: the memory-bound kernels (norms, activations, residual adds, rotary), bytes per
-  token per layer in proportion to the hidden and activated MLP widths, once per pass (forward,
-  recompute, backward), over the device's memory bandwidth; fast kernels cut them;
-- adapters: LoRA's dropout, small matmuls and adds, in proportion to the adapted linears'
-  widths, per pass;
-- dequantization: quantized base weights unpacked once per pass and micro-batch, whatever the
-  batch, in proportion to the quantized weights;
-- latency: a fixed host cost per layer and micro-batch (kernel launches, Python), and under FSDP
-  one per wrapped unit and micro-batch (a layer, plus one per LoRA adapter);
+  token per layer in proportion to the hidden and activated MLP widths, once per pass, over the
+  device's memory bandwidth; the share of them re-read from a tensor still in the L2 cache is
+  served at L2 speed (where a layer's hidden-width activations fit in half of it); fast
+  kernels cut them;
+- adapters: LoRA's dropout, small matmuls and adds, in proportion to the adapted widths;
+- dequantization: quantized base weights unpacked once per pass and micro-batch;
+- latency: a fixed host cost per layer and micro-batch, and under FSDP one per wrapped unit;
 - FSDP traffic: the weights all-gathered for the forward and again for the backward, the
-  trainable gradients reduce-scattered, over the fitted effective bandwidth scaled by the
-  device's interconnect (between nodes: INTER_NODE_GBPS).
+  trainable gradients reduce-scattered. FSDP prefetches the next unit's weights while the current
+  one computes, so only what the compute cannot hide is exposed, plus the first unit's gather.
+  Within a node over the device's link at the share NCCL reaches of it; across nodes
+  over the cluster's network, one number per node (`Device.network_gbps`, the actuator
+  parameter `inter_node_gbps`), taken as it is: nothing scales it again.
 
 Per step: AdamW reads and writes OPTIMIZER_BYTES per trainable weight on the device, and DDP
-all-reduces the trainable gradients once.
+all-reduces the trainable gradients once, overlapped with the last backward as its buckets are.
 
-Every fitted constant is a field of `Fitted`; FITTED holds the values fitted on fms-acceleration's
-A100-80GB runs by `benchmarks/throughput_prediction.py`, which prints the error with each model
-family left out of the fit. Other devices are scaled by their datasheet peak FLOP/s, memory
-bandwidth and interconnect (metrics/gpu_peaks.yaml) from REFERENCE, the device the constants
-were fitted on.
+The fitted constants are the fields of `Fitted`; FITTED holds the values fitted on
+fms-acceleration's A100-80GB runs by `benchmarks/throughput_prediction.py`. What the device can
+do is not fitted: it is read from the device's cited measurements, so another device changes
+only those (the validation on other devices and frameworks: benchmarks/throughput_validation.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
+
+from ado_actuators.sfttrainer.plan.speed.devices import (
+    DEFAULT_NETWORK_GBPS,
+    REFERENCE_NAME,
+    AttentionCurve,
+    Device,
+    device_named,
+)
+
+__all__ = [
+    "DEFAULT_NETWORK_GBPS",
+    "FITTED",
+    "OPTIMIZER_BYTES",
+    "REFERENCE",
+    "AttentionCurve",
+    "Device",
+    "Fitted",
+    "ModelShape",
+    "Run",
+    "StepTime",
+    "attention_seconds_per_token",
+    "hardware_flops_per_token",
+    "step_time",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +84,8 @@ class ModelShape:
     adapted_width: int = 0  # LoRA: sum over adapted linears of inputs + outputs, whole model
     adapters_per_layer: int = 0
     attention_layers: int | None = None  # None: every layer (hybrids have fewer)
+    head_dim: int = 128  # the attention kernel's speed depends on it
+    hidden: int = 0  # the residual stream's width (0: unknown, no L2 reuse is counted)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,63 +102,63 @@ class Run:
     fast_kernels: bool = False
     fused_lora: bool = False  # fms-acceleration's fused LoRA kernels over quantized weights
     weight_bytes: float = 2.0  # the training dtype's bytes per weight
+    attention_kernel: str = "fa2"  # with flash_attention: fa2 | fa3 | sdpa
 
     @property
     def tokens_per_micro_batch(self) -> int:
         return self.per_device_batch * self.sequence_length
 
 
-@dataclasses.dataclass(frozen=True)
-class Device:
-    name: str
-    tflops: float  # dense bf16/fp16 tensor-core peak
-    memory_gbps: float
-    interconnect_gbps: float
-
-
-REFERENCE = Device("NVIDIA-A100-SXM4-80GB", tflops=312, memory_gbps=2039, interconnect_gbps=600)
-"""The device of fms-acceleration's runs, which the constants were fitted on (metrics/
-gpu_peaks.yaml cites the figures)."""
-INTER_NODE_GBPS = 25.0
-"""Between nodes FSDP and DDP traffic crosses the network: one 200 Gb/s NIC per node is assumed
-(no public multi-node fine-tuning table was at hand to fit it; the row says so)."""
+REFERENCE = device_named(REFERENCE_NAME)
+"""The device of fms-acceleration's runs, which the constants were fitted on (its figures and
+their citations: metrics/gpu_peaks.yaml)."""
 OPTIMIZER_BYTES = 16
 """AdamW's foreach step reads weight, gradient and two states and writes weight and two states:
 7 tensors of 2 bytes in bf16, rounded up for the fp32 temporaries."""
+NCCL_LINK_SHARE = 200 / 600
+"""Share of the GPU-to-GPU link, as the datasheet quotes it (both directions), NCCL's collectives
+reach within a node: about 200 GB/s of bus bandwidth on eight A100s' 600 GB/s NVLink (NVIDIA/
+nccl-tests issue 149)."""
+L2_REREAD_SHARE = 0.5
+"""Of the memory-bound kernels' bytes, the share that re-reads a hidden-width tensor the kernel
+before wrote (a residual add's output read by the next norm, a norm's by the next op): served
+from L2 where the tensor fits. Half: each such tensor is written once and read once."""
+L2_SPEEDUP = 3.0
+"""L2 bandwidth over memory bandwidth on the devices whose L2 holds a layer's activations (about
+7 TB/s of L2 on an A100 against 2 TB/s of HBM; NVIDIA's Ampere and Ada tuning guides)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Fitted:
-    """The step time's fitted constants (benchmarks/throughput_prediction.py fits and judges
-    them on fms-acceleration's A100 runs)."""
+    """The step time's fitted constants: what the framework adds to what the device can do
+    (benchmarks/throughput_prediction.py fits and judges them on fms-acceleration's A100 runs)."""
 
-    matmul_efficiency: float = 0.949
-    """Share of the dense peak the matmuls and flash attention reach."""
-    elementwise_bytes: float = 66.7
+    matmul_efficiency: float = 1.0
+    """Share of the device's achieved cuBLAS rate the training's matmuls reach."""
+    elementwise_bytes: float = 49.3
     """Bytes moved per token, layer, pass and unit of activated width by the memory-bound
     kernels."""
-    fast_kernels_elementwise: float = 0.707
+    fast_kernels_elementwise: float = 0.574
     """Share of the elementwise bytes left with fms-acceleration's fused kernels."""
-    adapter_bytes: float = 18.6
+    adapter_bytes: float = 18.9
     """Bytes moved per token, pass and unit of adapted width by LoRA's adapters."""
-    fused_lora_adapters: float = 0.0693
+    fused_lora_adapters: float = 4.61e-19
     """Share of the adapters' bytes left with the fused LoRA kernels."""
-    dequant_bytes_gptq: float = 8.62
+    dequant_bytes_gptq: float = 10.4
     """Bytes per quantized weight, pass and micro-batch to unpack GPTQ weights."""
-    dequant_bytes_bnb: float = 11.9
+    dequant_bytes_bnb: float = 13.2
     """The same for bitsandbytes' 4-bit weights."""
-    fsdp_gbps: float = 131.0
-    """Effective bandwidth of FSDP's all-gathers and reduce-scatters on REFERENCE."""
-    layer_latency_s: float = 3.53e-3
+    layer_latency_s: float = 3.97e-3
     """Host time per layer and micro-batch."""
-    fsdp_unit_latency_s: float = 9.82e-4
+    fsdp_unit_latency_s: float = 1.26e-3
     """Host time per FSDP unit and micro-batch on more than one device."""
 
 
 FITTED = Fitted()
 """Fitted on all 244 packed runs of fms-acceleration's A100 tables (benchmarks/
-throughput_prediction.py). Each family predicted with the constants fitted on the others:
-median |error| 2.9 %, 90th percentile 10.4 %, Spearman 0.972 over the 244 runs."""
+throughput_prediction.py), with the GEMMs at the A100's achieved rate and attention at
+flash-attention 2's. Each family predicted with the constants fitted on the others: median
+|error| 3.3 %, 90th percentile 10.4 %, Spearman 0.971 over the 244 runs."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,71 +188,123 @@ class StepTime:
         }
 
 
+def _passes(run: Run) -> int:
+    return 3 if run.gradient_checkpointing else 2  # forward, (recompute,) input gradients
+
+
+def dense_flops_per_token(shape: ModelShape, run: Run) -> float:
+    """Matmul FLOPs of one token's forward, backward and recompute."""
+    weight_gradients = 0 if run.method in ("lora", "pt") else shape.trainable_params
+    return 2 * _passes(run) * shape.matmul_params + 2 * weight_gradients
+
+
+def attention_forward_flops(shape: ModelShape, run: Run) -> float:
+    """QK^T and AV of one token's forward, all layers: causal flash attention skips the masked
+    half, eager attention computes it."""
+    layers = shape.layers if shape.attention_layers is None else shape.attention_layers
+    flops = 4 * layers * shape.attention_width * run.sequence_length
+    return flops / 2 if run.flash_attention else flops
+
+
 def hardware_flops_per_token(shape: ModelShape, run: Run) -> float:
     """Matmul and attention FLOPs of one token's forward, backward and recompute."""
-    passes = 3 if run.gradient_checkpointing else 2  # forward, (recompute,) input gradients
-    weight_gradients = 0 if run.method in ("lora", "pt") else shape.trainable_params
-    dense = 2 * passes * shape.matmul_params + 2 * weight_gradients
-    layers = shape.layers if shape.attention_layers is None else shape.attention_layers
-    attention_forward = 4 * layers * shape.attention_width * run.sequence_length
-    if run.flash_attention:
-        attention_forward /= 2  # causal: the masked half is skipped
-    attention_passes = 1 + 2.5 + (1 if run.gradient_checkpointing else 0)
-    return dense + attention_forward * attention_passes
+    recompute = 1 if run.gradient_checkpointing else 0
+    attention = attention_forward_flops(shape, run) * (1 + 2.5 + recompute)
+    return dense_flops_per_token(shape, run) + attention
+
+
+def attention_seconds_per_token(shape: ModelShape, run: Run, device: Device) -> float:
+    """Attention's forward (and recompute) at the kernel's forward rate, its backward (2.5 times
+    the forward's FLOPs) at its backward rate, for the head dimension and length."""
+    kernel = run.attention_kernel if run.flash_attention else "eager"
+    causal = run.flash_attention
+    length, head = run.sequence_length, shape.head_dim
+    forward = device.attention_tflops(kernel, head, length, causal, "forward") * 1e12
+    backward = device.attention_tflops(kernel, head, length, causal, "backward") * 1e12
+    flops = attention_forward_flops(shape, run)
+    recompute = 1 if run.gradient_checkpointing else 0
+    return flops * (1 + recompute) / forward + 2.5 * flops / backward
+
+
+def _elementwise_bandwidth(shape: ModelShape, run: Run, device: Device) -> float:
+    """Bytes per second of the memory-bound kernels: memory bandwidth, with the re-read share
+    served from L2 where a layer's hidden-width activations fit in half of it."""
+    memory = device.memory_gbps * 1e9
+    tensor = run.tokens_per_micro_batch * shape.hidden * run.weight_bytes
+    if not shape.hidden or not device.l2_mb:
+        return memory
+    held = min(1.0, device.l2_mb * 1e6 / 2 / tensor)
+    hidden_share = shape.hidden / max(shape.activated_width, shape.hidden)
+    cached = L2_REREAD_SHARE * hidden_share * held
+    return memory / (1 - cached + cached / L2_SPEEDUP)
 
 
 def _micro_batch(shape: ModelShape, run: Run, device: Device, fitted: Fitted) -> dict[str, float]:
     tokens = run.tokens_per_micro_batch
-    passes = 3 if run.gradient_checkpointing else 2
-    bandwidth = device.memory_gbps * 1e9
+    passes = _passes(run)
+    memory = device.memory_gbps * 1e9
     elementwise = fitted.elementwise_bytes * (
         fitted.fast_kernels_elementwise if run.fast_kernels else 1.0
     )
     dequant = {"gptq": fitted.dequant_bytes_gptq, "bnb": fitted.dequant_bytes_bnb}
+    gemm_rate = device.gemm_tflops * 1e12 * fitted.matmul_efficiency
     return {
-        "compute": hardware_flops_per_token(shape, run)
-        * tokens
-        / (device.tflops * 1e12 * fitted.matmul_efficiency),
+        "gemm": dense_flops_per_token(shape, run) * tokens / gemm_rate,
+        "attention": attention_seconds_per_token(shape, run, device) * tokens,
         "elementwise": elementwise
         * shape.layers
         * shape.activated_width
         * passes
         * tokens
-        / bandwidth,
+        / _elementwise_bandwidth(shape, run, device),
         "adapters": fitted.adapter_bytes
         * (fitted.fused_lora_adapters if run.fused_lora else 1.0)
         * shape.adapted_width
         * passes
         * tokens
-        / bandwidth,
+        / memory,
         "dequantization": dequant.get(shape.quantization or "", 0.0)
         * shape.quantized_params
         * passes
-        / bandwidth,
+        / memory,
         "latency": fitted.layer_latency_s * shape.layers,
     }
 
 
-def _interconnect(run: Run, device: Device, reference_gbps: float) -> float:
-    """Bytes per second of the run's collectives on `device`, for a figure fitted on the
-    reference device's interconnect."""
-    link = device.interconnect_gbps
+def link_bytes_per_second(run: Run, device: Device) -> float:
+    """What the run's collectives move per second per device: within a node the device's link
+    at the share NCCL reaches; across nodes the cluster's network per node, as given."""
     if run.nodes > 1:
-        link = min(link, INTER_NODE_GBPS)
-    return reference_gbps * 1e9 * link / REFERENCE.interconnect_gbps
+        return device.network_gbps * 1e9
+    return device.interconnect_gbps * 1e9 * NCCL_LINK_SHARE
 
 
-def _fsdp(shape: ModelShape, run: Run, device: Device, fitted: Fitted) -> dict[str, float]:
-    """Per micro-batch: two all-gathers of the stored weights and a reduce-scatter of the
-    trainable gradients, each moving (n - 1) / n of them; and the units' host time."""
-    n = run.gpus
-    stored = (shape.total_params - shape.quantized_params) * run.weight_bytes + (
+def exposed(traffic: float, compute: float, units: int) -> float:
+    """Seconds of traffic the compute cannot hide when each unit's transfer overlaps the
+    previous unit's compute: all but what the compute covers, and at least the first unit's."""
+    return max(traffic - compute, traffic / max(1, units))
+
+
+def _stored_bytes(shape: ModelShape, run: Run) -> float:
+    return (shape.total_params - shape.quantized_params) * run.weight_bytes + (
         shape.quantized_params * 0.5
     )
-    volume = (n - 1) / n * (2 * stored + shape.trainable_params * run.weight_bytes)
+
+
+def _fsdp(
+    shape: ModelShape, run: Run, device: Device, fitted: Fitted, compute: float
+) -> dict[str, float]:
+    """Per micro-batch: two all-gathers of the stored weights and a reduce-scatter of the
+    trainable gradients, each moving (n - 1) / n of them, overlapped with the compute; and the
+    units' host time."""
+    n = run.gpus
+    volume = (
+        (n - 1) / n * (2 * _stored_bytes(shape, run) + shape.trainable_params * run.weight_bytes)
+    )
     units = shape.layers * (1 + shape.adapters_per_layer)
+    traffic = volume / link_bytes_per_second(run, device)
     return {
-        "communication": volume / _interconnect(run, device, fitted.fsdp_gbps),
+        "communication": exposed(traffic, compute, shape.layers),
         "fsdp_latency": fitted.fsdp_unit_latency_s * units,
     }
 
@@ -232,15 +313,17 @@ def step_time(
     shape: ModelShape, run: Run, device: Device = REFERENCE, fitted: Fitted = FITTED
 ) -> StepTime:
     per_micro = _micro_batch(shape, run, device, fitted)
+    compute = sum(v for k, v in per_micro.items() if k != "latency")
     sharded = run.gpus > 1 and run.backend == "FSDP"
     if sharded:
-        per_micro |= _fsdp(shape, run, device, fitted)
+        per_micro |= _fsdp(shape, run, device, fitted, compute)
     parts = {k: v * run.gradient_accumulation_steps for k, v in per_micro.items()}
     on_device = shape.trainable_params / (run.gpus if sharded else 1)
     parts["optimizer"] = OPTIMIZER_BYTES * on_device / (device.memory_gbps * 1e9)
     if run.gpus > 1 and run.backend == "DDP":
         volume = 2 * (run.gpus - 1) / run.gpus * shape.trainable_params * run.weight_bytes
-        parts["communication"] = volume / _interconnect(run, device, fitted.fsdp_gbps)
+        traffic = volume / link_bytes_per_second(run, device)
+        parts["communication"] = exposed(traffic, compute * 2 / 3, shape.layers)
     return StepTime(
         parts=parts,
         tokens_per_gpu=run.tokens_per_micro_batch * run.gradient_accumulation_steps,
