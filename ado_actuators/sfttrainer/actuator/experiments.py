@@ -27,6 +27,7 @@ def _domain(field: Field, override: FieldOverride | None, model_names: tuple[str
         values = model_names
     match field.domain:
         case Domain.DISCRETE:
+            assert field.range is not None, field.name  # every DISCRETE field declares its range
             return PropertyDomain(
                 domainRange=list(field.range), interval=1, variableType=field.domain.value
             )

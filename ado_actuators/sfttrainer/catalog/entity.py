@@ -4,7 +4,8 @@ Defaults are the spec's documented defaults, with the Python types that ado-core
 them in existing sample stores (ado embeds every non-default value in the experiment id, so
 `-1` vs `-1.0` or `"FSDP"` vs `None` would silently split memoised results).
 The experiments (catalog/experiments.py) and the resolved values of one measurement
-(`EntityValues`) are both generated from `FIELDS`.
+(`EntityValues`, the checked-in catalog/entity_values.py that catalog/entity_codegen.py writes)
+are both generated from `FIELDS`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import enum
 import itertools
 from typing import Any
 
-import pydantic
-
 from ado_actuators.sfttrainer.catalog import datasets
+
+# generated from FIELDS below (catalog/entity_codegen.py), so a type checker sees every field
+from ado_actuators.sfttrainer.catalog.entity_values import EntityValues as EntityValues
 from ado_actuators.sfttrainer.trainer import steady, stopping
 
 
@@ -29,7 +31,7 @@ class Domain(enum.StrEnum):
 
 FieldValue = bool | int | float | str | list[str] | None
 """A value an entity field takes: BINARY fields a bool, DISCRETE ones an int or a float, the
-others a name, fast_kernels a list of them (_annotation below)."""
+others a name, fast_kernels a list of them (catalog/entity_codegen.annotation)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,13 +39,13 @@ class Field:
     name: str
     help: str
     domain: Domain
-    values: tuple[Any, ...] | None = None  # CATEGORICAL / OPEN_CATEGORICAL (known values)
+    values: tuple[FieldValue, ...] | None = None  # CATEGORICAL / OPEN_CATEGORICAL (known values)
     range: tuple[float, float] | None = None  # DISCRETE: [low, high) with interval 1
-    default: Any = None
+    default: FieldValue = None
     required: bool = False
     fms_flag: str | None = None  # passed verbatim to sft_trainer as `--flag value`
 
-    def normalise(self, value: Any) -> Any:
+    def normalise(self, value: Any) -> Any:  # what ado hands back is untyped; pydantic checks it
         """ado hands BINARY values back as 0/1 and `None` sometimes as the string 'None'."""
         if self.domain is Domain.BINARY:
             return bool(value)
@@ -401,31 +403,10 @@ FIELDS: dict[str, Field] = _fields(
 REQUIRED = tuple(name for name, f in FIELDS.items() if f.required)
 
 
-def _annotation(field: Field) -> Any:
-    if field.domain is Domain.BINARY:
-        return bool
-    if field.domain is Domain.DISCRETE:
-        return float if isinstance(field.default, float) else int
-    if field.name == "fast_kernels":
-        return list[str] | None
-    return str | None
-
-
-_ENTITY_FIELDS = pydantic.create_model(
-    "EntityFields",
-    __config__=pydantic.ConfigDict(frozen=True, extra="forbid"),
-    **{name: (_annotation(f), ... if f.required else f.default) for name, f in FIELDS.items()},
-)
-
-
-class EntityValues(_ENTITY_FIELDS):
-    """The resolved value of every field for one measurement (defaults filled in).
-
-    A class of its own, so that what carries one (plan/launch.MeasurementInputs, across to the
-    node) names its type; its fields are generated from `FIELDS`, declared once above."""
-
-
-def entity_values(values: dict[str, Any], overrides: dict[str, Any] | None = None) -> EntityValues:
+def entity_values(
+    values: dict[str, Any],  # ado's entity and parameterization, untyped until validated here
+    overrides: dict[str, FieldValue] | None = None,
+) -> EntityValues:
     """Build `EntityValues` from what ado passes (entity + parameterization), normalised.
 
     `overrides` are experiment-specific defaults (e.g. GPTQ's float16) applied first.
@@ -439,8 +420,8 @@ def entity_values(values: dict[str, Any], overrides: dict[str, Any] | None = Non
 _BOUNDS_LEFT_TO_VALIDITY = {"batch_size", "number_nodes"}
 
 
-def domain_problems(values: Any) -> list[str]:
-    """Values of `values` (an `EntityValues`) outside the domain their field declares.
+def domain_problems(values: EntityValues) -> list[str]:
+    """Values of `values` outside the domain their field declares.
 
     ado checks a space against the experiments' domains, but parameterizations, hand-made
     entities and other clients reach the actuator too: such a value must end in an error
@@ -450,6 +431,7 @@ def domain_problems(values: Any) -> list[str]:
     for name, field in FIELDS.items():
         value = getattr(values, name)
         if field.domain is Domain.DISCRETE:
+            assert field.range is not None, name  # every DISCRETE field declares its range
             low, high = field.range
             if name in _BOUNDS_LEFT_TO_VALIDITY:
                 low = float("-inf")
@@ -458,8 +440,8 @@ def domain_problems(values: Any) -> list[str]:
                     f"{name} {value!r} is outside its domain [{field.range[0]:g}, "
                     f"{field.range[1] - 1:g}]"
                 )
-        elif field.domain is Domain.CATEGORICAL and value not in field.values:
-            shown = ", ".join(repr(v) for v in field.values if v is not None)
+        elif field.domain is Domain.CATEGORICAL and value not in (known := field.values or ()):
+            shown = ", ".join(repr(v) for v in known if v is not None)
             problems.append(f"{name} {value!r} is not one of {shown}")
         elif isinstance(value, str) and (not value.isprintable() or not value.strip()):
             problems.append(f"{name} {value!r} must be a non-empty name without control characters")

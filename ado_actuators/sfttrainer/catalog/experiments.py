@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import re
 from importlib import resources
-from typing import Any
 
 import pydantic
 import yaml
@@ -56,7 +55,7 @@ class ExperimentDefinition(pydantic.BaseModel):
     sft_trainer_arguments: dict[str, list[str]] = pydantic.Field(default_factory=dict)
     models: tuple[str, ...] | None = None
 
-    def default_overrides(self) -> dict[str, Any]:
+    def default_overrides(self) -> dict[str, FieldValue]:
         return {name: o.default for name, o in self.field_overrides.items()}
 
 

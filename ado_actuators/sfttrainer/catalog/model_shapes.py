@@ -50,7 +50,7 @@ class ModelConfigUnavailable(LookupError):
 
 @dataclasses.dataclass(frozen=True)
 class FoundConfig:
-    config: dict[str, Any]
+    config: dict[str, Any]  # config.json as json.load reads it: any JSON
     source: str  # one of DIRECTORY, CACHE, SHIPPED, ESTIMATED, HUB
     where: (
         str  # the path, the cached file, the shipped entry's citation or its estimate's reasoning
@@ -59,7 +59,7 @@ class FoundConfig:
 
 
 @functools.cache
-def shipped_shapes() -> dict[str, dict[str, Any]]:
+def shipped_shapes() -> dict[str, dict[str, Any]]:  # config.json fields, from YAML
     text = resources.files("ado_actuators.sfttrainer.catalog").joinpath("model_shapes.yaml")
     raw = yaml.safe_load(text.read_text())
     return {name: entry for name, entry in raw.items() if not name.startswith("_")}

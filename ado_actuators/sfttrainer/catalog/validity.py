@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ado_actuators.sfttrainer.catalog.entity_values import EntityValues
 from ado_actuators.sfttrainer.catalog.model_shapes import (
     ModelConfigUnavailable,
     find_model_config,
@@ -18,10 +19,10 @@ __all__ = [
 ]
 
 
-def configuration_problems(values: Any, num_local_experts: int | None = None) -> list[str]:
+def configuration_problems(values: EntityValues, num_local_experts: int | None = None) -> list[str]:
     """Reasons the entity cannot be measured as configured; empty when it can.
 
-    `values` is an `EntityValues`. `num_local_experts` is the model's MoE expert count
+    `num_local_experts` is the model's MoE expert count
     (None for dense models); only rule 7 needs it, and only when fast_moe is set.
     """
     problems = []
@@ -58,7 +59,7 @@ def read_model_config(
     *,
     model_name: str | None = None,
     weights_format: str = VANILLA,
-) -> dict[str, Any]:
+) -> dict[str, Any]:  # config.json as json.load reads it: any JSON
     """The model's config.json (catalog/model_shapes.py: its directory, hf_home's cache, then
     the shipped shapes); no weights, and no hub."""
     return find_model_config(
@@ -66,7 +67,7 @@ def read_model_config(
     ).config
 
 
-def num_local_experts(config: dict[str, Any]) -> int | None:
+def num_local_experts(config: dict[str, Any]) -> int | None:  # config.json's JSON
     # Multimodal models nest the language model's settings under text_config.
     for source in (config, config.get("text_config") or {}):
         if source.get("num_local_experts") is not None:

@@ -198,6 +198,7 @@ def download_hf_weights(
 ) -> None:
     try:
         entries = _entries(input_file, output, weights_format, max_workers)
+        assert output is not None  # _entries refused None
         hf_home = output.expanduser().absolute()
         # Before huggingface_hub is imported: its xet chunk cache goes under HF_HOME too.
         os.environ.setdefault("HF_XET_CACHE", str(hf_home / "xet"))

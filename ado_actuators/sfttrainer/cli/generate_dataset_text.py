@@ -90,8 +90,8 @@ def _line(text: str) -> bytes:
 
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-OutputFile = output_option(".jsonl")
-OutputDir = output_dir_option(".jsonl")
+OutputFile = Annotated[Path | None, output_option(".jsonl")]
+OutputDir = Annotated[Path | None, output_dir_option(".jsonl")]
 
 
 @app.command(

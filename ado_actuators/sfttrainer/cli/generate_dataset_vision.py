@@ -145,7 +145,7 @@ def generate(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    assert shape.kind == "vision" and shape.image_width and shape.image_height
+    assert shape.kind == "vision" and shape.image_field and shape.image_width and shape.image_height
     schema = vision_data.arrow_schema(shape.text_field, shape.image_field)
     image = {
         "bytes": vision_data.draw_image(shape.image_width, shape.image_height, seed),
@@ -185,8 +185,8 @@ def generate(
 
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-OutputFile = output_option(".parquet")
-OutputDir = output_dir_option(".parquet")
+OutputFile = Annotated[Path | None, output_option(".parquet")]
+OutputDir = Annotated[Path | None, output_dir_option(".parquet")]
 
 
 @app.command(

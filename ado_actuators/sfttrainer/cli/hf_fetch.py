@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import glob
 import os
 import re
@@ -74,6 +75,8 @@ def plan_fetch(repo_id: str, *, token: str | None, endpoint: str | None) -> Fetc
     files = training_files(names)
     if "config.json" not in files:
         raise FetchError("the repository has no config.json: not a transformers model")
+    if info.sha is None:  # the snapshot's directory is named by the commit: none, no download
+        raise FetchError("the hub named no commit of the repository; run the download again")
     sizes = {s.rfilename: int(s.size or 0) for s in siblings}
     return FetchPlan(repo_id=repo_id, commit=info.sha, files=files, sizes=sizes)
 
@@ -106,9 +109,11 @@ def download(
         raise FetchError(
             f"disk full: needs {human_bytes(needed)}, {human_bytes(free)} free in {hub_dir}"
         )
-    marker = dict(commit=plan.commit, revision=DEFAULT_REVISION, files=plan.files)
+    marker = functools.partial(
+        write_marker, repo_dir, commit=plan.commit, revision=DEFAULT_REVISION, files=plan.files
+    )
     try:
-        write_marker(repo_dir, state="incomplete", **marker)
+        marker(state="incomplete")
         if missing:
             result = snapshot_download(
                 plan.repo_id,
@@ -127,7 +132,7 @@ def download(
         still = [f for f in plan.files if not (snapshot / f).is_file()]
         if still:
             raise FetchError(f"download incomplete: {len(still)} file(s) missing, e.g. {still[0]}")
-        write_marker(repo_dir, state="complete", **marker)
+        marker(state="complete")
     except FetchError:
         raise
     except Exception as error:

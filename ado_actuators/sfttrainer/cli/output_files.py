@@ -6,32 +6,29 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
+from typer.models import OptionInfo
 
 from ado_actuators.sfttrainer.catalog.datasets import DatasetShape
 from ado_actuators.sfttrainer.cli.errors import UsageError, one_line_errors
 from ado_actuators.sfttrainer.host.atomic import replacing
 
 
-def output_option(suffix: str) -> Any:
+# The options' metadata, for `Annotated[Path | None, ...]` in each generator: a type alias a
+# function returned would be invisible to a type checker.
+def output_option(suffix: str) -> OptionInfo:
     """`-o/--output FILE` of a generator writing `suffix` files."""
-    return Annotated[
-        Path | None,
-        typer.Option("-o", "--output", metavar="FILE", help=f"The {suffix} file to write."),
-    ]
+    return typer.Option("-o", "--output", metavar="FILE", help=f"The {suffix} file to write.")
 
 
-def output_dir_option(suffix: str) -> Any:
-    return Annotated[
-        Path | None,
-        typer.Option(
-            "--output-dir",
-            metavar="DIR",
-            help=f"Instead of -o: write DIR/<dataset-id>{suffix}, the name the actuator looks for.",
-        ),
-    ]
+def output_dir_option(suffix: str) -> OptionInfo:
+    return typer.Option(
+        "--output-dir",
+        metavar="DIR",
+        help=f"Instead of -o: write DIR/<dataset-id>{suffix}, the name the actuator looks for.",
+    )
 
 
 EntriesOption = Annotated[
@@ -54,11 +51,14 @@ def resolve_output(output: Path | None, output_dir: Path | None, shape: DatasetS
     """`-o FILE`, or `--output-dir DIR` with the file name the actuator looks for."""
     if output is not None and output_dir is not None:
         raise UsageError("give either -o/--output FILE or --output-dir DIR, not both")
-    if output is None and output_dir is None:
+    if output is not None:
+        path = output
+    elif output_dir is not None:
+        path = output_dir / shape.filename
+    else:
         raise UsageError(
             f"no output given; add -o FILE (e.g. -o ./{shape.filename}) or --output-dir DIR"
         )
-    path = output if output is not None else output_dir / shape.filename
     if path.is_dir():
         raise UsageError(
             f"-o/--output {str(path)!r} is a directory; give a file path or use --output-dir"

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from ado_actuators.sfttrainer.host.atomic import replacing
 
 INDEXED_SUFFIXES = (".jsonl", ".parquet")
+
+Entry = dict[str, Any]  # one row of a user's dataset: any JSON its columns hold
 
 
 class MalformedDataset(ValueError):
@@ -109,14 +112,14 @@ class EntryFile:
     def __len__(self) -> int:
         return self._length
 
-    def read(self, start: int, stop: int) -> list[dict]:
+    def read(self, start: int, stop: int) -> list[Entry]:
         """Entries start..stop-1 (clipped to the file), as dicts."""
         stop = min(stop, self._length)
         if start >= stop:
             return []
         if self.path.suffix == ".parquet":
             return self._read_parquet(start, stop)
-        records = []
+        records: list[Entry] = []
         with self.path.open("rb") as reader:
             reader.seek(self._offsets[start])
             while len(records) < stop - start:
@@ -125,7 +128,7 @@ class EntryFile:
                     records.append(json.loads(line))
         return records
 
-    def _read_parquet(self, start: int, stop: int) -> list[dict]:
+    def _read_parquet(self, start: int, stop: int) -> list[Entry]:
         import bisect
 
         import pyarrow.parquet as pq
@@ -134,4 +137,5 @@ class EntryFile:
         last = bisect.bisect_right(self._row_group_starts, stop - 1) - 1
         table = pq.ParquetFile(self.path).read_row_groups(list(range(first, last + 1)))
         offset = start - self._row_group_starts[first]
-        return table.slice(offset, stop - start).to_pylist()
+        rows: list[Entry] = table.slice(offset, stop - start).to_pylist()  # pyarrow is untyped
+        return rows

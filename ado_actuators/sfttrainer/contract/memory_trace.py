@@ -24,7 +24,7 @@ Checkpointing = Literal["reentrant", "non_reentrant"]
 class StepSpec:
     """What decides a step's tensors: the model, the method, the shapes, the code paths."""
 
-    config: dict[str, Any]
+    config: dict[str, Any]  # the model's config.json: any JSON
     peft_method: PeftMethod = "none"
     target_modules: tuple[str, ...] = ()
     lora_r: int = 8
@@ -49,11 +49,11 @@ class StepSpec:
         if self.checkpointing not in (None, "reentrant", "non_reentrant"):
             raise ValueError(f"checkpointing {self.checkpointing!r}: reentrant or non_reentrant")
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, Any]:  # json.dumps's input: any JSON
         return {**dataclasses.asdict(self), "target_modules": list(self.target_modules)}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> StepSpec:
+    def from_json(cls, data: dict[str, Any]) -> StepSpec:  # json.loads's output
         return cls(**{**data, "target_modules": tuple(data.get("target_modules", ()))})
 
 
@@ -64,7 +64,7 @@ class TracedStep:
     phases: dict[str, dict[str, int]]
     rest: dict[str, int] = dataclasses.field(default_factory=dict)
     """The parts alive after the last step (the weights and the optimizer state)."""
-    inventory: dict[str, Any] = dataclasses.field(default_factory=dict)
+    inventory: dict[str, Any] = dataclasses.field(default_factory=dict)  # JSON, as traced
     """The model's parameters as built (plan/memory/trace/step.inventory)."""
     assumed: tuple[str, ...] = ()
     """Values a fake tensor cannot give, assumed for the code's own checks (e.g. a padding mask
@@ -87,10 +87,10 @@ class TracedStep:
     def peak_phase(self) -> str:
         return max(self.phases, key=self.total)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, Any]:  # json.dumps's input: any JSON
         """What the subprocess prints and the trace file keeps (the op-by-op events left out)."""
         return dataclasses.asdict(dataclasses.replace(self, events=()))
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TracedStep:
+    def from_json(cls, data: dict[str, Any]) -> TracedStep:  # json.loads's output
         return cls(**{**data, "assumed": tuple(data.get("assumed", ()))})

@@ -11,7 +11,7 @@ class Measured:
     """A run that trained: its properties (is_valid = 1 among them)."""
 
     properties: dict[str, float]
-    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)  # ado stores any JSON
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +23,7 @@ class Invalid:
 
     reason: str
     gpu_oom: bool = False
-    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)  # ado stores any JSON
     properties: dict[str, float] = dataclasses.field(default_factory=dict)
     """Figures known without a full run (e.g. the memory lower bound); is_valid is added."""
 
@@ -33,7 +33,7 @@ class Failed:
     """Anything else: nothing is stored and a rerun measures the entity again."""
 
     reason: str
-    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)  # ado stores any JSON
 
 
 MeasurementOutcome = Measured | Invalid | Failed

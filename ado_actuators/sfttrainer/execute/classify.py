@@ -156,10 +156,12 @@ def _launch_failure(
             gpu_oom=True,
         )
     refused = [
-        r for r in errors if r.failure and r.failure.exception_type.endswith(SETTING_UNAVAILABLE)
+        r.failure
+        for r in errors
+        if r.failure and r.failure.exception_type.endswith(SETTING_UNAVAILABLE)
     ]
     if refused:
-        message = refused[0].failure.message
+        message = refused[0].message
         return Failed(f"the configuration cannot run as requested: {message}")
     label = "Log tail"
     if errors:

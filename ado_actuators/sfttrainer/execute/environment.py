@@ -29,6 +29,8 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
+from ado_actuators.sfttrainer.catalog.entity import EntityValues
+from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition
 from ado_actuators.sfttrainer.contract.outcomes import Failed
 from ado_actuators.sfttrainer.execute import install
 from ado_actuators.sfttrainer.plan.launch import environments as plan
@@ -100,7 +102,11 @@ def worker_needs(roots: tuple[str, ...]) -> dict[str, SpecifierSet]:
 
 
 def choose(
-    values, definition, request: EnvironmentRequest, *, on_gpus: bool
+    values: EntityValues,
+    definition: ExperimentDefinition,
+    request: EnvironmentRequest,
+    *,
+    on_gpus: bool,
 ) -> Environment | Failed:
     """The environment for this measurement, built if needed; or why there can be none."""
     version = values.fms_hf_tuning_version
@@ -109,12 +115,12 @@ def choose(
         names = (d.metadata["Name"] for d in importlib.metadata.distributions())
         if problems := plan.feature_problems(wanted, plan.provided_features(names), version, None):
             return Failed("; ".join(problems))
-        chosen = Environment(
+        installed = Environment(
             python=sys.executable,
             metadata={"fms_hf_tuning_version": version, "installed": True},
         )
         source = importlib.metadata.distribution(plan.FMS).locate_file(fms_api.SOURCE)
-        return _readable_api(chosen, Path(str(source)), version)
+        return _readable_api(installed, Path(str(source)), version)
     exact = request.match_exact_dependencies
     try:
         lines = plan.read_package_list(version, request.package_lists_directory)

@@ -49,7 +49,9 @@ def check_devices(indices: list[int], nvml: Any = None) -> Exclusivity:
         return Exclusivity(exclusive=True)
     try:
         if nvml is None:
-            import pynvml as nvml
+            import pynvml
+
+            nvml = pynvml
 
         nvml.nvmlInit()
     except Exception as error:  # ImportError, NVMLError (no driver): cannot tell

@@ -204,6 +204,8 @@ def prepare_node(request: NodeRequest, machine_rank: int = 0) -> Prepared | Node
     nothing, so a multi-node measurement runs it on every node before any rank starts."""
     inputs = request.plan_inputs
     values = inputs.values
+    # typed `str | None` as ado hands them; catalog.domain_problems refused None before planning
+    assert values.model_name is not None and values.dataset_id is not None
     here = NodeRun(machine_rank=machine_rank, hostname=os.uname().nodename)
     location, hf_home = inputs.model_location, inputs.hf_home
     hint = download_hint(values.model_name, inputs.definition.weights_format, location, hf_home)

@@ -115,9 +115,9 @@ def holders_text(
         for item in items:
             resources = _positive(item.get("required_resources"))
             if resources and item.get("node_id") in lines:
-                group = " (in a placement group)" if item.get("placement_group_id") else ""
+                in_group = " (in a placement group)" if item.get("placement_group_id") else ""
                 lines[item["node_id"]].append(
-                    f"{kind} {item.get('name')}{group} asked for {show(resources)}"
+                    f"{kind} {item.get('name')}{in_group} asked for {show(resources)}"
                 )
     return "; ".join(
         f"node {node_names[node]}: {', '.join(found) if found else 'nothing visible'}"

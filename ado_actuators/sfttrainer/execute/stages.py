@@ -107,8 +107,12 @@ def run_nodes(
         return Failed(f"could not find rank 0's address on the first node: {error}")
     launch = ray.remote(node.launch_node)
     refs = {
-        launch.options(**options(p.machine_rank)).remote(request, p, rendezvous): p.machine_rank
+        # ray's stubs type a remote function by its parameters without defaults
+        launch.options(**options(p.machine_rank)).remote(  # type: ignore[call-arg]
+            request, p, rendezvous
+        ): p.machine_rank
         for p in prepared
+        if isinstance(p, Prepared)  # every one: a NodeRun returned above
     }
     return _collect(refs)
 
@@ -122,7 +126,11 @@ def _prepare_all(
     import ray
 
     prepare = ray.remote(node.prepare_node)
-    refs = {prepare.options(**options(rank)).remote(request, rank): rank for rank in range(count)}
+    refs = {
+        # ray's stubs type a remote function by its parameters without defaults
+        prepare.options(**options(rank)).remote(request, rank): rank  # type: ignore[call-arg]
+        for rank in range(count)
+    }
     bound = request.environment.build_timeout_seconds + PREPARE_MARGIN_SECONDS
     done, late = ray.wait(list(refs), num_returns=len(refs), timeout=bound)
     results: dict[int, Prepared | NodeRun] = {}

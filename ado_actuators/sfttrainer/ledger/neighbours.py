@@ -12,6 +12,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ado_actuators.sfttrainer.catalog.entity import EntityValues
+from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition
 from ado_actuators.sfttrainer.contract import outcomes
 from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, MeasurementOutcome
 from ado_actuators.sfttrainer.ledger.dominance import (
@@ -134,7 +136,11 @@ class Neighbours:
 
 
 def neighbours(
-    record_path: Path | None, values: Any, definition: Any, model_location: str, label: str
+    record_path: Path | None,
+    values: EntityValues,
+    definition: ExperimentDefinition,
+    model_location: str,
+    label: str,
 ) -> Neighbours | None:
     """The request's standing with the record, or None where the record has no part in it:
     turned off (no path) or a stability experiment."""

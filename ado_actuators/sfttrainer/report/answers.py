@@ -107,8 +107,11 @@ def _group_answers(group: tuple[str, ...], points: list[Point]) -> GroupAnswers:
     candidates = [p for p in trained if p.loss.problem is None]
     fastest = max(candidates, key=speed, default=None)
     others = [p for p in candidates if p is not fastest]
-    tied = tuple(sorted((p for p in others if ties(p, fastest)), key=speed, reverse=True))
-    unjudged = sum(overlap(p, fastest) is None and not ties(p, fastest) for p in others)
+    tied: tuple[Point, ...] = ()
+    unjudged = 0
+    if fastest is not None:  # else no candidate, and no other to tie with
+        tied = tuple(sorted((p for p in others if ties(p, fastest)), key=speed, reverse=True))
+        unjudged = sum(overlap(p, fastest) is None and not ties(p, fastest) for p in others)
     passed = tuple(sorted((p for p in trained if p.loss.problem), key=speed, reverse=True))
     return GroupAnswers(
         group,

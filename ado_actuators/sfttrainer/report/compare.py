@@ -60,13 +60,15 @@ class Pair:
     def speed_flag(self) -> str | None:
         if self.point.valid != self.other.valid:
             return VALID_THERE if self.other.valid else "valid only here"
+        if (ratio := self.ratio) is None:
+            return None
         if self.judged_by == INTERVALS:
             apart = not overlap(self.point, self.other)
         else:
             # rounded: 1100 / 1000 is 1.1000000000000001 in floating point, and 10 % is in
-            apart = self.ratio is not None and round(abs(self.ratio - 1), 9) > THRESHOLD
+            apart = round(abs(ratio - 1), 9) > THRESHOLD
         if apart:
-            return SLOWER if self.ratio < 1 else "faster"
+            return SLOWER if ratio < 1 else "faster"
         return None
 
     @property

@@ -103,7 +103,7 @@ def compute_dtype(identity: Iterable[tuple[str, str]]) -> str:
     if mixed := _MIXED.get(str(fields.get("accelerate_config_mixed_precision"))):
         found.add(mixed)
     # a torch_dtype the table does not know ("auto": the checkpoint's, usually bfloat16)
-    known = sorted(d for d in found if d in EPSILON) or [FIELDS["torch_dtype"].default]
+    known = sorted(d for d in found if d in EPSILON) or [str(FIELDS["torch_dtype"].default)]
     return max(known, key=EPSILON.__getitem__)
 
 

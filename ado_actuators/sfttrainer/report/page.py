@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import html
+from collections.abc import Sequence
 
 from ado_actuators.sfttrainer.report.answers import SPEED, speed
 from ado_actuators.sfttrainer.report.compare import Comparison
@@ -41,7 +42,7 @@ def render_html(
     png: bytes,
     title: str,
     subtitle: str = "",
-    blocks: list[Block] = (),
+    blocks: Sequence[Block] = (),
     comparison: Comparison | None = None,
 ) -> str:
     image = base64.b64encode(png).decode("ascii")
@@ -93,7 +94,7 @@ def render_html(
 """
 
 
-def _answers(blocks: list[Block]) -> str:
+def _answers(blocks: Sequence[Block]) -> str:
     return "\n".join(
         f"<h2>{html.escape(heading)}</h2>\n<ul>"
         + "".join(f"<li>{html.escape(line)}</li>" for line in lines)

@@ -228,7 +228,7 @@ def first_step_losses(pair: Pair) -> str:
 
 
 def loss_text(pair: Pair, flag: str) -> str:
-    if flag == LOSS_DIFFERS:
+    if flag == LOSS_DIFFERS and pair.parity is not None:  # the flag says both rows have one
         return pair.parity.text()
     side = pair.point if flag.endswith(" here") else pair.other
     return f"{flag}: {side.loss.problem} ({first_step_losses(pair) or 'no first-step loss'})"

@@ -154,13 +154,13 @@ class SpaceTable:
 
 
 def space_table(
-    rows: Iterable[Mapping[str, Any]],
+    given: Iterable[Mapping[str, Any]],  # a CSV's or ado's rows: any value a column holds
     source: str = "the table",
     metrics: tuple[Metric, ...] = METRICS,
 ) -> SpaceTable:
     """Groups the rows by configuration; raises TableError when the table cannot be plotted.
     `metrics`: what is drawn (the preview draws its predicted columns)."""
-    rows = [_with_parameterised_axes(dict(row)) for row in rows]
+    rows = [_with_parameterised_axes(dict(row)) for row in given]
     if not rows:
         raise TableError(f"{source} holds no measurements; run an operation on the space first")
     columns = set().union(*rows)
@@ -216,7 +216,7 @@ def space_table(
 
 def _without_experiments_measuring_no_throughput(
     rows: list[dict[str, Any]], source: str, metrics: tuple[Metric, ...]
-):
+) -> list[dict[str, Any]]:
     """Stability experiments (fractions of runs that failed) share a space with benchmarks
     but have no throughput to draw: leave them out rather than draw empty panels."""
     required = [m.column for m in metrics if m.required]

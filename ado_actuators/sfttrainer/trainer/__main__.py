@@ -24,6 +24,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ado_actuators.sfttrainer.contract.trainer_io import (
     JOB_FLAG,
@@ -44,6 +45,9 @@ from ado_actuators.sfttrainer.trainer.identity import (
 )
 from ado_actuators.sfttrainer.trainer.monitor import SystemMonitor
 from ado_actuators.sfttrainer.trainer.tokens import TokenMeter
+
+if TYPE_CHECKING:  # aim is imported only by the rank that records (_open_aim)
+    from ado_actuators.sfttrainer.trainer.aim_run import AimRecorder
 
 log = logging.getLogger("ado_actuators.sfttrainer.trainer")
 
@@ -124,7 +128,7 @@ class Measurement:
             outcome=RankOutcome.ERROR,
             versions=library_versions(),
         )
-        self.aim = None
+        self.aim: AimRecorder | None = None
         self.policy: stopping.StopPolicy | None = None
         self.monitor: SystemMonitor | None = None
         self.callback: MeasurementCallback | None = None
@@ -167,6 +171,7 @@ class Measurement:
             align_prompt_logits=fms.PROMPT_LOGITS_NEED_ALIGNMENT,
             heartbeat=ReportDirectory(self.job.report_dir).heartbeat(self.ident.rank),
         )
+        data: contextlib.AbstractContextManager[lazy_dataset.LazyData | None]
         data = contextlib.nullcontext(None)
         if self.job.stop_after_seconds > 0 and args.train_args.max_steps <= 0:
             workdir = self.job.report_dir.parent
@@ -206,6 +211,7 @@ class Measurement:
             report.steps = self.callback.steps
             report.hf_metrics = self.callback.hf_metrics
             report.stopped_by = self.callback.stopped_by
+            assert self.policy is not None  # made before the callback
             report.warmup_steps = self.policy.warmup_steps
             report.auto_stop = self.policy.outcome()
             report.model_parameters = self.callback.model_parameters

@@ -46,7 +46,7 @@ def device_capability() -> tuple[tuple[int, int], str]:
     import torch
 
     index = int(os.environ.get("LOCAL_RANK", "0")) % max(1, torch.cuda.device_count())
-    return tuple(torch.cuda.get_device_capability(index)), torch.cuda.get_device_name(index)
+    return torch.cuda.get_device_capability(index), torch.cuda.get_device_name(index)
 
 
 FLASH_MIN_CAPABILITY = (8, 0)

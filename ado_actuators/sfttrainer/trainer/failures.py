@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import sys
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 from ado_actuators.sfttrainer.contract.oom_texts import says_gpu_memory_exhausted
@@ -20,13 +21,14 @@ TRACEBACK_TAIL_LINES = 40
 MESSAGE_LIMIT = 4000
 
 
-def _chain(exc: BaseException):
+def _chain(exc: BaseException) -> Iterator[BaseException]:
     """The exception and those it wraps: accelerate and DDP re-raise the original as a cause."""
     seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        link = link.__cause__ or link.__context__
 
 
 def _is_torch_oom(exc: BaseException) -> bool:

@@ -126,8 +126,8 @@ def read_api(source: str, where: str = "tuning/sft_trainer.py") -> FmsApi:
     if missing:
         raise ApiNotUnderstood(f"{where}: train() takes no {', '.join(missing)}")
     api = FmsApi(tuple(parsed_names), tuple(sources))
-    for keyword in ROLES:
-        api.parsed_name_of(keyword)
+    for role in ROLES:
+        api.parsed_name_of(role)
     return api
 
 
@@ -146,8 +146,9 @@ def _parse_arguments_targets(main: ast.FunctionDef, where: str) -> list[str]:
             and node.value.func.id == "parse_arguments"
         ):
             target = node.targets[0]
-            if isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts):
-                return [e.id for e in target.elts]
+            names = [e.id for e in getattr(target, "elts", ()) if isinstance(e, ast.Name)]
+            if isinstance(target, ast.Tuple) and len(names) == len(target.elts):
+                return names
             raise ApiNotUnderstood(f"{where}: main() does not unpack parse_arguments() into names")
     raise ApiNotUnderstood(f"{where}: main() does not call parse_arguments()")
 
@@ -167,14 +168,19 @@ def _built_values(main: ast.FunctionDef, parsed: set[str]) -> dict[str, Built]:
         if not isinstance(node, ast.Assign) or len(node.targets) != 1:
             continue
         target, value = node.targets[0], node.value
+        # `keyword=parsed` pairs only: `**parsed` (arg None) names no keyword to rebuild
+        pairs = tuple(
+            (k.arg, k.value.id)
+            for k in getattr(value, "keywords", ())
+            if k.arg is not None and isinstance(k.value, ast.Name) and k.value.id in parsed
+        )
         if (
             isinstance(target, ast.Name)
             and isinstance(value, ast.Call)
             and isinstance(value.func, ast.Name)
             and not value.args
-            and all(isinstance(k.value, ast.Name) and k.value.id in parsed for k in value.keywords)
+            and len(pairs) == len(value.keywords)
         ):
-            pairs = tuple((k.arg, k.value.id) for k in value.keywords)
             built[target.id] = Built(value.func.id, pairs)
         elif (
             isinstance(target, ast.Attribute)

@@ -31,7 +31,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +93,7 @@ class LeadingEntries:
             raise IndexError(index)
         block = bisect.bisect_right(self.bounds, index) - 1
         future = self._submit(block)
+        assert future is not None  # index < len(self): its block exists
         self._submit(block + 1)
         for old in [b for b in self._blocks if b < block - 1]:
             del self._blocks[old]
@@ -103,9 +104,11 @@ class LeadingEntries:
         return {"input_ids": future.result()[index - self.bounds[block]]}
 
     def prepare_first_block(self) -> None:
-        self._submit(0).result()
+        if (first := self._submit(0)) is not None:  # None: no entries, nothing to prepare
+            first.result()
 
-    def _submit(self, block: int) -> concurrent.futures.Future:
+    def _submit(self, block: int) -> concurrent.futures.Future | None:
+        """The encoding of `block`, started if it was not; None past the last block."""
         if block not in self._blocks and block < len(self.bounds) - 1:
             start, stop = self.bounds[block], self.bounds[block + 1]
             self._blocks[block] = self._worker.submit(self._encode_block, start, stop)
@@ -173,7 +176,7 @@ class LazyData:
 
 
 @contextlib.contextmanager
-def installed(args: Any, world_size: int, rank: int, workdir: Path):
+def installed(args: Any, world_size: int, rank: int, workdir: Path) -> Iterator[LazyData]:
     """Makes a time-bounded run's fms.train() tokenise lazily; yields a LazyData."""
     result = LazyData()
     dataset = Path(args.data_args.training_data_path or "")

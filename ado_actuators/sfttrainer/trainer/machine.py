@@ -50,19 +50,18 @@ def describe(nvml=None, handles=(), gpu_problem: str | None = None) -> Machine:
     problems: list[str] = [f"GPUs not described: {gpu_problem}"] if gpu_problem else []
     gpus: list[GpuFacts] = []
     links: list[GpuLink] = []
-    system: dict[str, str | None] = {}
+    gpu_driver = cuda_driver = None
     if nvml is not None and handles:
         read = _Reader(problems)
-        system = {
-            "gpu_driver": _text(read("driver version", nvml.nvmlSystemGetDriverVersion)),
-            "cuda_driver": _cuda_version(read("CUDA driver version", _cuda_driver, nvml)),
-        }
+        gpu_driver = _text(read("driver version", nvml.nvmlSystemGetDriverVersion))
+        cuda_driver = _cuda_version(read("CUDA driver version", _cuda_driver, nvml))
         gpus = [_gpu(read, nvml, index, handle) for index, handle in handles]
         links = [_link(read, nvml, a, b) for a, b in itertools.combinations(handles, 2)]
     return Machine(
         **cpu_facts(),
         **torch_facts(problems),
-        **system,
+        gpu_driver=gpu_driver,
+        cuda_driver=cuda_driver,
         gpus=gpus,
         links=links,
         interconnect=interconnect(gpus, links),

@@ -64,7 +64,9 @@ class GpuSampler:
             return
         try:
             if nvml is None:
-                import pynvml as nvml
+                import pynvml
+
+                nvml = pynvml
 
             nvml.nvmlInit()
             devices = nvml_devices.physical_devices(
@@ -243,7 +245,7 @@ class SystemMonitor:
         self._thread.start()
 
     def stop(self) -> None:
-        if self._thread is None:
+        if self._thread is None or self._gpus is None:  # start() sets both
             return
         self._stop.set()
         self._thread.join(timeout=10 + self.interval)

@@ -42,6 +42,7 @@ class PolicyBase:
     shares_steps = False
     warmup_steps = 0
     reason: str | None = None
+    name: str  # what reason says when this policy stops training; set by each policy that can
 
     def __init__(self) -> None:
         self.first_start: float | None = None
@@ -52,7 +53,11 @@ class PolicyBase:
             self.first_start = start
 
     def elapsed(self, end: float) -> float:
+        assert self.first_start is not None, "begin() is called at every step's start"
         return end - self.first_start
+
+    def propose(self, start: float, end: float, tokens: int = 0) -> Decision:
+        raise NotImplementedError  # each policy decides on its own
 
     def commit(self, end: float, decision: Decision) -> None:
         self.steps += 1

@@ -90,11 +90,11 @@ class AnyOf(PolicyBase):
         self.policies = policies
 
     @property
-    def warmup_steps(self) -> int:
+    def warmup_steps(self) -> int:  # type: ignore[override]  # read-only: its policies' own
         return max(p.warmup_steps for p in self.policies)
 
     @property
-    def shares_steps(self) -> bool:
+    def shares_steps(self) -> bool:  # type: ignore[override]  # read-only: its policies' own
         return any(p.shares_steps for p in self.policies)
 
     def outcome(self) -> AutoStopOutcome | None:
