@@ -313,6 +313,7 @@ def test_the_table_says_which_figures_are_predicted_and_where_shapes_came_from(
     header = next(line for line in lines if line.startswith("exp."))
     for column in (
         "model",
+        "GPU",
         "GPUs",
         "length",
         "batch",
@@ -322,7 +323,7 @@ def test_the_table_says_which_figures_are_predicted_and_where_shapes_came_from(
         "pred GPU-h",
     ):
         assert column in header
-    assert "llama3.1-8b: shipped shape (meta-llama/Llama-3.1-8B" in result.output
+    assert "llama3.1-8b: meta-llama/Llama-3.1-8B's config.json, as shipped" in result.output
     text = " ".join(result.output.split())
     assert "All predicted, none measured." in text
     assert "skipping the" in text and "predicted OOMs" in text
@@ -337,10 +338,7 @@ def test_an_estimated_shape_is_labelled_so_in_the_rows_the_csv_and_the_json(tmp_
     out, document = tmp_path / "p.csv", tmp_path / "p.json"
     result = invoke(space, "--csv", out, "--json", document)
     assert result.exit_code == 0, result.output
-    assert (
-        "granite-13b-v2: estimated shape (fitted to the 13,360,702,464 parameters IBM/ado's"
-        in result.output
-    )
+    assert "granite-13b-v2: estimated from the published parameter count" in result.output
     assert "unknown" not in result.output
     rows = list(csv.DictReader(out.open()))
     assert rows and {r["shape_source"] for r in rows} == {"estimated shape"}
@@ -380,3 +378,23 @@ def test_the_page_draws_the_predicted_figures(tmp_path, no_network):
     assert "dataset tokens/s per GPU predicted" in text and "GPU memory predicted (GiB)" in text
     assert "(predicted, not measured)" in text
     assert page.with_suffix(".png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_each_line_names_its_gpu_in_a_space_over_two_gpu_models(tmp_path, no_network):
+    """Two rows that differ only in the GPU model differ in the table's GPU column, by a short
+    name (the device and its memory), within 120 columns."""
+    document = yaml.safe_load(catalogue_space(tmp_path / "space.yaml").read_text())
+    h100 = "NVIDIA-H100-80GB-HBM3"
+    document["entitySpace"][2]["propertyDomain"]["values"] = [A100, h100, "NVIDIA-A100-PCIE-40GB"]
+    space = tmp_path / "two.yaml"
+    space.write_text(yaml.safe_dump(document))
+    result = invoke(space)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    header = next(line for line in lines if line.startswith("exp."))
+    start = header.index("GPU ")
+    rows = [line for line in lines if line.startswith(("full ", "lora ", "pt "))]
+    assert len(rows) == len(EXPERIMENTS) * len(CATALOGUE) * 3 * 3 * 2 * 2
+    names = {line[start:].split()[0] for line in rows}
+    assert names == {"A100-80GB", "H100-80GB", "A100-40GB-PCIe"}
+    assert max(len(line) for line in lines) <= 120

@@ -302,6 +302,29 @@ def test_a_loss_that_rose_here_only_is_shown_but_does_not_fail_the_gate(tmp_path
     assert "loss rose here" in result.stdout  # shown, not failed
 
 
+def test_the_fail_on_help_says_what_each_check_fails_on(tmp_path):
+    """`sfttrainer_plot --help` (and the generated CLI reference) describes each check with the
+    gate's own words, and each claim holds: a loss not finite here and finite there fails
+    `loss`, a loss that rose here only does not."""
+    import typer
+
+    (option,) = [
+        p for p in typer.main.get_command(app).params if "--fail-on" in getattr(p, "opts", ())
+    ]
+    for name, meaning in gate.CHECKS.items():
+        assert f"{name}: {meaning}" in option.help
+    assert "rose across its window here only is shown, not failed" in option.help
+    assert "rising here" not in option.help
+    for side in ("rose", "nan", "there"):
+        (tmp_path / side).mkdir()
+    rose = loss_gate_with(tmp_path / "rose", "new", {"train_loss_rose": "1"})
+    assert rose.exit_code == 0, rose.output
+    not_finite = loss_gate_with(tmp_path / "nan", "new", {"train_loss_finite": "0"})
+    assert not_finite.exit_code == 1, not_finite.output
+    there_only = loss_gate_with(tmp_path / "there", "old", {"train_loss_finite": "0"})
+    assert there_only.exit_code == 0, there_only.output
+
+
 def test_a_loss_that_failed_only_in_the_old_space_passes_the_gate(tmp_path):
     result = loss_gate_with(tmp_path, "old", {"train_loss_finite": "0"})
     assert result.exit_code == 0, result.output

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ado_actuators.sfttrainer.cli.errors import one_line_errors
+from ado_actuators.sfttrainer.report import gate
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -67,10 +68,8 @@ FailOn = Annotated[
         show_default=False,
         help="With --compare: exit with status 1 when any matched configuration fails one "
         "of these checks (comma-separated), printing the offending pairs; 0 otherwise. "
-        "slower: slower beyond both rows' 95 % intervals (beyond the ±10 % band where a "
-        "row has none); loss: first-step losses apart beyond rounding, or a loss not finite "
-        "or rising here and not there; invalid: invalid here, valid there. "
-        "E.g. --fail-on slower,loss in a CI job.",
+        + "; ".join(f"{name}: {meaning}" for name, meaning in gate.CHECKS.items())
+        + ". E.g. --fail-on slower,loss in a CI job.",
     ),
 ]
 NameStem = Annotated[
@@ -119,7 +118,7 @@ def plot(
     fail_on: FailOn = None,
     name: NameStem = None,
 ) -> None:
-    from ado_actuators.sfttrainer.report import gate, summary
+    from ado_actuators.sfttrainer.report import summary
     from ado_actuators.sfttrainer.report.table import TableError
 
     with one_line_errors(output_dir, "Interrupted; no file was left half-written.", (TableError,)):

@@ -6,15 +6,24 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from ado_actuators.sfttrainer.catalog.entity import FIELDS
 from ado_actuators.sfttrainer.catalog.experiments import short_name
-from ado_actuators.sfttrainer.catalog.model_shapes import ADD_A_MODEL
+from ado_actuators.sfttrainer.catalog.model_shapes import (
+    ADD_A_MODEL,
+    CACHE,
+    DIRECTORY,
+    ESTIMATED,
+    HUB,
+    SHIPPED,
+)
 from ado_actuators.sfttrainer.engine.preview import PreviewRow
 from ado_actuators.sfttrainer.engine.preview_bill import SpaceBill
 from ado_actuators.sfttrainer.host.atomic import write_atomically
+from ado_actuators.sfttrainer.report.devices import short_gpu
 
 SCALED = "*"
 """Marks a predicted tokens/s scaled from the A100 fit to another device by datasheet figures."""
@@ -81,13 +90,15 @@ def _table(rows: list[PreviewRow]) -> Any:
         title="SFTTrainer space preview: GiB, tokens/s and GPU-hours are predicted, not measured",
         box=Box(ASCII_BOX, ascii=True),
         pad_edge=False,
+        padding=(0, 0),
         show_edge=False,
         collapse_padding=True,
     )
-    # 9 columns of these widths, a space and a divider between each two: 118 columns
+    # 10 columns of these widths, one space between each two: 120 columns
     for name, width, justify in (
         ("exp.", 9, "left"),
-        ("model", 29, "left"),
+        ("model", 24, "left"),
+        ("GPU", 14, "left"),
         ("GPUs", 4, "right"),
         ("length", 6, "right"),
         ("batch", 5, "right"),
@@ -108,6 +119,9 @@ def _table(rows: list[PreviewRow]) -> Any:
         table.add_row(
             short_name(row.experiment),
             str(row.entity.get("model_name", "")),
+            short_gpu(row.effective.get("gpu_model", row.entity.get("gpu_model")))
+            if row.gpus
+            else "CPU",
             _gpus(row),
             str(row.entity.get("model_max_length", "")),
             str(row.entity.get("batch_size", "")),
@@ -119,6 +133,48 @@ def _table(rows: list[PreviewRow]) -> Any:
     return table
 
 
+SOURCES = {
+    "G31": "the Granite 3.1 model card's architecture table",
+    "G40": "the Granite 4.0 model card's architecture table",
+    "MLC": "mlc-llm's model presets",
+    "FMS": "fms-acceleration's benchmark model configs",
+    "ADO": "IBM/ado's model_hashes.json",
+    "FHT": "fms-hf-tuning's docs/supported-models.md",
+    "HF": "huggingface.co",
+    "OLLAMA": "ollama.com's GGUF metadata of",
+}
+"""The short names catalog/model_shapes.yaml cites its sources by, spelled out for a reader."""
+_SOURCE = re.compile(r"\b(" + "|".join(SOURCES) + r")\b(?!-)")
+
+
+def spelled_out(where: str | None) -> str | None:
+    """A shipped shape's citation with its sources named, not abbreviated: "G31 (2B column)"
+    -> "the Granite 3.1 model card's architecture table (2B column)"."""
+    return where and _SOURCE.sub(lambda m: SOURCES[m.group(1)], where)
+
+
+def shape_in_words(row: PreviewRow) -> str:
+    """Where a row's model shape came from, in words a reader can check (the CSV's and JSON's
+    `shape_where` cites the public copies a shipped shape was read from)."""
+    source, where = row.shape_source or "", row.shape_where or ""
+    if source.startswith(SHIPPED):
+        hub = where.split(": ", 1)[0]
+        unchecked = "; not yet checked against the hub" if "unchecked" in source else ""
+        return f"{hub}'s config.json, as shipped with this package{unchecked}"
+    if source.startswith(ESTIMATED):
+        return (
+            "estimated from the published parameter count (an internal checkpoint: no public "
+            "config.json)"
+        )
+    if source.startswith(DIRECTORY):
+        return f"the config.json in its directory ({where})"
+    if source.startswith(CACHE):
+        return f"the config.json in hf_home's cache ({where})"
+    if source.startswith(HUB):
+        return f"the hub's config.json, downloaded into hf_home's cache ({where})"
+    return f"{source} ({where})"
+
+
 def _shape_lines(rows: list[PreviewRow]) -> list[str]:
     """Where each model's shape came from, or, for a model found nowhere, a few words on where
     it was looked for, the fix said once under them (the long forms are the CSV's and JSON's
@@ -127,7 +183,7 @@ def _shape_lines(rows: list[PreviewRow]) -> list[str]:
     for row in rows:
         name = str(row.entity.get("model_name", ""))
         if row.shape_source:
-            shapes.setdefault(name, f"{name}: {row.shape_source} ({row.shape_where})")
+            shapes.setdefault(name, f"{name}: {shape_in_words(row)}")
         elif row.verdict in ("unknown", "failed") and row.why:
             shapes.setdefault(name, f"{name}: {row.why_in_brief or row.why}")
     lines = ["Model shapes:", *(f"  {line}" for line in shapes.values())]
@@ -168,7 +224,7 @@ def csv_row(row: PreviewRow) -> dict[str, Any]:
         "verdict": row.verdict,
         "why": row.why,
         "shape_source": row.shape_source,
-        "shape_where": row.shape_where,
+        "shape_where": spelled_out(row.shape_where),
         "gpu_memory_lower_bound_gib": _round(row.bound_gib, 3),
         "predicted_gpu_memory_gib": _round(row.predicted_gib, 3),
         "predicted_need_gib": _round(row.need_gib, 3),

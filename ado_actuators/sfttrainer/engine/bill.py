@@ -73,7 +73,11 @@ def training_time(values: Any, step: float | None, repeats: int = 1) -> Training
     method = (values.auto_stop_method or "").upper()
     limit = values.stop_after_seconds if values.stop_after_seconds > 0 else math.inf
     if method == WARMUP_60S_STABLE_120S_OR_10_STEPS:
-        found = (_spec_method(step), "the spec's method from the predicted step") if step else None
+        found = (
+            (_spec_method(step), f"{WARMUP_60S_STABLE_120S_OR_10_STEPS} from the predicted step")
+            if step
+            else None
+        )
     elif method == STEADY_CI95_1PCT:
         cap = values.auto_stop_max_seconds
         found = (

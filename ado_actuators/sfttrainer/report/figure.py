@@ -14,6 +14,7 @@ import textwrap
 
 from ado_actuators.sfttrainer.report.answers import SPEED, GroupAnswers, speed
 from ado_actuators.sfttrainer.report.compare import THRESHOLD, Comparison
+from ado_actuators.sfttrainer.report.devices import short_gpu
 from ado_actuators.sfttrainer.report.metrics import Metric
 from ado_actuators.sfttrainer.report.summary import Block
 from ado_actuators.sfttrainer.report.table import Point, SpaceTable
@@ -57,7 +58,9 @@ def render_png(
         (PANEL_INCHES[1] + 0.7) * scaling_rows,
         TEXT_LINE_INCHES * len(lines) + 0.3,
     ]
-    fig = Figure(figsize=(width, sum(heights) + 0.6), dpi=DPI, layout="constrained")
+    heading = _heading(title, subtitle, width)
+    title_inches = 0.2 * heading.count("\n") + 0.4
+    fig = Figure(figsize=(width, sum(heights) + title_inches), dpi=DPI, layout="constrained")
     parts = [h for h in heights if h > 0.3 or h == heights[0]]
     subfigures = fig.subfigures(len(parts), 1, height_ratios=parts, squeeze=False)[:, 0]
     colors = _colors(table.sequence_lengths)
@@ -68,7 +71,7 @@ def render_png(
         _draw_scaling(subfigures[1], scaled, columns, colors)
     if lines:
         _draw_text(subfigures[-1], lines)
-    fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=11)
+    fig.suptitle(heading, fontsize=11)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI)
     return buffer.getvalue()
@@ -102,7 +105,9 @@ def _draw_grid(
             ax.set_xlabel("batch size (sequences per step)", fontsize=9)
         # One short line per facet field: rotated, a long single line would outgrow the row.
         axes[r][0].set_ylabel(
-            "\n".join((*panel.column, panel.gpus_label)), fontsize=10, fontweight="bold"
+            "\n".join((*map(_short, panel.column), panel.gpus_label)),
+            fontsize=10,
+            fontweight="bold",
         )
     for c in range(len(metrics)):
         top = axes[0][c].get_ylim()[1]  # autoscaled over the whole (shared) column
@@ -269,6 +274,18 @@ def _draw_scaling(sub, groups: list[GroupAnswers], columns: int, colors) -> None
         "perfect scaling from the smallest count (dashed)",
         fontsize=10,
     )
+
+
+def _short(label: str) -> str:
+    """A panel's label as it fits beside the panel: "GPU NVIDIA-A100-SXM4-80GB" -> "A100-80GB"."""
+    return short_gpu(label.removeprefix("GPU ")) if label.startswith("GPU ") else label
+
+
+def _heading(title: str, subtitle: str, width_inches: float) -> str:
+    """The title and subtitle, each wrapped to the figure's width: never cut at its edge."""
+    chars = int(width_inches * 11)  # at 11 pt, about 12 characters an inch
+    lines = [textwrap.fill(text, chars) for text in (title, subtitle) if text]
+    return "\n".join(lines)
 
 
 def _wrapped(blocks: list[Block], width_inches: float) -> list[tuple[str, bool]]:
