@@ -25,6 +25,7 @@ import psutil
 import run_marks
 
 from ado_actuators.sfttrainer.execute.workspace import free_port
+from ado_actuators.sfttrainer.plan.launch.launch_plan import FULL_WORKER
 
 RAY = str(Path(sys.executable).with_name("ray"))
 NODE_IP = "127.0.0.1"
@@ -296,6 +297,9 @@ def start_cluster(
 
 
 REPO = Path(__file__).resolve().parents[1]
+WHOLE_MACHINE = {FULL_WORKER: 1.0}
+"""What each node of the two-node cluster offers: the custom resource a multi-node measurement
+asks each node for (docs/guide/ray-clusters.md starts GPU nodes with the same name)."""
 HOOKS = REPO / "tests" / "e2e" / "inject"  # the test hooks' sitecustomize.py
 
 
@@ -313,7 +317,7 @@ def two_raylets(
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         **(env or {}),
     }
-    started = start_cluster([{"full-worker": 1.0}, {"full-worker": 1.0}], env=node_env, cpus=cpus)
+    started = start_cluster([WHOLE_MACHINE, WHOLE_MACHINE], env=node_env, cpus=cpus)
     yield started
     started.stop()
     assert not started.processes(), "a Ray process outlived the cluster"
