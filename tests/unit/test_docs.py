@@ -149,3 +149,115 @@ def test_every_page_the_promise_map_names_exists():
     assert len(pages) >= 10
     for page in pages:
         assert (REPO / page).is_file(), page
+
+
+# ---- what the pages show: examples, commands, cluster, words, widths ---------------------------
+
+
+def _hook(name: str):
+    spec = importlib.util.spec_from_file_location(name, DOCS / "hooks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SHOWN = _hook("generated")
+PAGES = sorted(DOCS.rglob("*.md"))
+FENCE = re.compile(r"^ *(`{3,})([^\n]*)\n(.*?)^ *\1$", re.MULTILINE | re.DOTALL)
+
+
+def _page(path: Path) -> str:
+    return str(path.relative_to(DOCS))
+
+
+def test_every_yaml_the_docs_show_is_a_file_of_examples_included_at_build_time():
+    """No page holds a YAML example of its own: each shows a file (`<!-- example: PATH -->`),
+    which the build includes as it is, so the page and the file cannot differ."""
+    shown = 0
+    for path in PAGES:
+        text = path.read_text()
+        for _, info, _ in FENCE.findall(text):
+            assert not info.startswith(("yaml", "yml")), f"{_page(path)}: a YAML block of its own"
+        assert "--8<--" not in text, f"{_page(path)}: a raw include line (GitHub shows it)"
+        for shown_path in SHOWN.EXAMPLE.findall(text) + SHOWN.INCLUDE.findall(text):
+            assert (REPO / shown_path).is_file(), (_page(path), shown_path)
+            shown += 1
+    assert shown >= 8
+    block = SHOWN.example("examples/remote-raycluster/space.yaml")
+    assert (REPO / "examples/remote-raycluster/space.yaml").read_text() in block + "\n"
+
+
+def test_code_lines_in_the_docs_fit_88_columns():
+    """At 1280 px a code block shows about 88 columns; a longer line is cut off. The preview's
+    120-column table is output the hook inserts, in a smaller font (docs/stylesheets)."""
+    long = []
+    included = {REPO / i for page in PAGES for i in SHOWN.INCLUDE.findall(page.read_text())}
+    for path in [*PAGES, REPO / "README.md", *included]:
+        for _, _, body in FENCE.findall(path.read_text()):
+            long += [f"{path.name}: {line}" for line in body.splitlines() if len(line) > 88]
+    for path in (REPO / "examples").rglob("*.y*ml"):
+        long += [f"{path.name}: {line}" for line in path.read_text().splitlines() if len(line) > 88]
+    assert not long, "\n".join(long)
+
+
+PRIVATE = re.compile(r"\bthe spec\b|\bspec's\b|\bG31\b|\bG40\b|\(2B column\)", re.IGNORECASE)
+
+
+def test_the_docs_use_no_private_words():
+    """ "The spec" named documents a reader could not see; the shape sources' shorthand (G31)
+    named a list only the shapes file holds. The pages name what they mean, linked."""
+    for path in [*PAGES, REPO / "README.md", REPO / "examples/remote-raycluster/README.md"]:
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            assert not PRIVATE.search(line), f"{path.name}:{number}: {line}"
+    for name in ("experiments", "experiment_details", "entity_fields", "cli", "parameters"):
+        generated = getattr(REFERENCE, name)()
+        assert not PRIVATE.search(generated), (name, PRIVATE.search(generated))
+
+
+def test_guides_carry_no_commit_dates():
+    """Dates and commits belong to the benchmark pages and the changelog."""
+    dated = re.compile(r"\b20\d\d-\d\d-\d\d\b|\bcommit [0-9a-f]{7,}\b")
+    for path in [*(DOCS / "guide").glob("*.md"), DOCS / "index.md"]:
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            assert not dated.search(line), f"{_page(path)}:{number}: {line}"
+
+
+def test_the_cluster_page_offers_the_resources_a_measurement_asks_for():
+    """The `ray start` lines and the KubeRay fragment offer each worker its GPU model and
+    `full-worker` under the names a two-node measurement asks for, and the tests' local
+    cluster offers `full-worker` under the same name."""
+    import json
+    import sys
+
+    import yaml
+
+    from ado_actuators.sfttrainer.catalog.entity import entity_values
+    from ado_actuators.sfttrainer.plan.launch.launch_plan import FULL_WORKER, plan_resources
+
+    values = {"model_name": "granite-3.1-2b", "model_max_length": 512, "batch_size": 16}
+    values |= {"number_gpus": 16, "number_nodes": 2, "gpu_model": "NVIDIA-A100-SXM4-80GB"}
+    asked = plan_resources(entity_values(values)).custom
+    page = (DOCS / "guide" / "ray-clusters.md").read_text()
+    assert "RAY_AUTH_MODE=token" in page and "ray start --head" in page
+    (offered,) = [json.loads(r) for r in re.findall(r"--resources '([^']+)'", page)]
+    fragment = yaml.safe_load((REPO / "examples/ray-cluster/raycluster.yaml").read_text())
+    (group,) = fragment["spec"]["workerGroupSpecs"]
+    in_kuberay = json.loads(json.loads(group["rayStartParams"]["resources"]))
+    for offer in (offered, in_kuberay):
+        assert set(asked) <= set(offer) and all(offer[k] >= v for k, v in asked.items()), offer
+    sys.path.insert(0, str(REPO / "tests"))
+    try:
+        import ray_cluster
+    finally:
+        sys.path.remove(str(REPO / "tests"))
+    assert ray_cluster.WHOLE_MACHINE == {FULL_WORKER: 1.0} and FULL_WORKER in asked
+
+
+def test_the_preview_the_pages_show_is_run_at_build_time_and_names_each_gpu():
+    output, picture = SHOWN.preview("realistic")
+    assert picture.startswith(b"\x89PNG")
+    lines = [line for line in output.splitlines() if line.startswith(("full ", "lora "))]
+    assert len(lines) == 32 and max(len(line) for line in output.splitlines()) <= 120
+    assert {line.split()[2] for line in lines} == {"A100-80GB", "H100-80GB"}
+    marked = [p for p in PAGES if SHOWN.PREVIEW.search(p.read_text())]
+    assert {_page(p) for p in marked} >= {"index.md", "guide/preview.md", "guide/how-to.md"}
