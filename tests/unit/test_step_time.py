@@ -3,6 +3,8 @@ glue from an entity and a config.json to it (plan/speed/prediction.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from ado_actuators.sfttrainer.plan.speed.devices import AttentionCurve, device_named
@@ -323,14 +325,7 @@ def test_attention_runs_at_the_kernels_measured_rate_by_length_and_head_dimensio
     assert device.attention_tflops("fa2", 128, 65536, True, "forward") == 200  # flat beyond
     assert device.attention_tflops("fa2", 96, 1024, True, "forward") == 100  # nearest, larger
     assert device.attention_tflops("sdpa", 128, 1024, True, "backward") == 50  # fa2's kernels
-    shape = ModelShape(
-        layers=2,
-        attention_width=4,
-        activated_width=10,
-        matmul_params=100,
-        total_params=120,
-        trainable_params=100,
-    )
+    shape = SHAPE
     run = Run("full", 1, 4096)  # recompute: forward twice at 200, backward 2.5x at 100
     flops = 4 * 2 * 4 * 4096 / 2
     from ado_actuators.sfttrainer.plan.speed.step_time import attention_seconds_per_token
@@ -359,15 +354,7 @@ def test_the_table_s_devices_price_long_sequences_slower_than_their_matmuls():
 
 
 def test_l2_serves_the_re_read_share_where_a_layers_activations_fit():
-    shape = ModelShape(
-        layers=2,
-        attention_width=4,
-        activated_width=10,
-        matmul_params=100,
-        total_params=120,
-        trainable_params=100,
-        hidden=5,
-    )
+    shape = dataclasses.replace(SHAPE, hidden=5)
     cached = Device("c", tflops=1e-9, memory_gbps=1e-9, interconnect_gbps=1, l2_mb=1.0)
     uncached = Device("u", tflops=1e-9, memory_gbps=1e-9, interconnect_gbps=1)
     small = Run("full", 1, 8)

@@ -32,6 +32,17 @@ VALIDATED: dict[str, Validated] = {
     "NVIDIA-H100-80GB-HBM3, several nodes": Validated(
         0.192, 4, "PyTorch's FSDP blog (12 nodes of H100), Llama 2 7B-70B"
     ),
+    "NVIDIA-A100-SXM4-80GB, 16k tokens and longer": Validated(
+        0.071, 4, "xtuner's Llama 3 8B on 8 A100s at 16k-128k tokens, sequence parallel"
+    ),
+    "16k tokens and longer": Validated(
+        0.071,
+        4,
+        "xtuner's Llama 3 8B on 8 A100s at 16k-128k tokens, sequence parallel; no other device",
+    ),
+    "several nodes": Validated(
+        0.108, 16, "PyTorch's FSDP blog and torchtitan, A100 and H100, 8-16 nodes"
+    ),
     "NVIDIA-L40, one node": Validated(
         0.235, 20, "fms-acceleration's L40 table (Mistral, Mixtral; 1 and 2 GPUs)"
     ),
@@ -44,7 +55,7 @@ def regime(run: Run, gpu_model: str) -> tuple[str, ...]:
     """The regimes `run` on `gpu_model` belongs to, most specific first."""
     nodes = "several nodes" if run.nodes > 1 else "one node"
     length = "16k tokens and longer" if run.sequence_length >= 16384 else "up to 8k tokens"
-    return (f"{gpu_model}, {nodes}", f"{gpu_model}, {length}", nodes, length)
+    return (f"{gpu_model}, {nodes}", f"{gpu_model}, {length}", length, nodes)
 
 
 def validated_note(run: Run, gpu_model: str) -> str:
