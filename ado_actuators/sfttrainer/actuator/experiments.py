@@ -19,6 +19,7 @@ IDENTIFIER = "SFTTrainer"
 """The actuator's id in ado: its experiments' `actuatorIdentifier` and the plugin's."""
 
 
+# Any: ado-core is untyped (no py.typed)
 def _domain(field: Field, override: FieldOverride | None, model_names: tuple[str, ...]) -> Any:
     from ado.schema.domain import PropertyDomain
 
@@ -40,7 +41,7 @@ def _domain(field: Field, override: FieldOverride | None, model_names: tuple[str
             )
 
 
-def _property(field: Field, definition: ExperimentDefinition) -> Any:
+def _property(field: Field, definition: ExperimentDefinition) -> Any:  # ado-core is untyped
     from ado.schema.property import ConstitutiveProperty
 
     names = definition.models or models.shipped_model_names()
@@ -76,6 +77,7 @@ def _metadata(definition: ExperimentDefinition, data: CatalogData) -> dict[str, 
     }
 
 
+# Any: ado-core is untyped (no py.typed)
 def build_experiment(definition: ExperimentDefinition, identifier: str | None = None) -> Any:
     from ado.schema.experiment import Experiment
     from ado.schema.property import AbstractPropertyDescriptor, ConstitutivePropertyDescriptor
@@ -104,7 +106,7 @@ def build_experiment(definition: ExperimentDefinition, identifier: str | None = 
     )
 
 
-def build_experiments() -> list[Any]:
+def build_experiments() -> list[Any]:  # ado-core is untyped
     """Every experiment under every id it answers to (aliases included)."""
     return [
         build_experiment(definition, identifier)

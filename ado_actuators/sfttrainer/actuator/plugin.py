@@ -33,16 +33,18 @@ class SFTTrainer(StandardActuator):
     parameters_class = SFTTrainerParameters
 
     @classmethod
+    # Any: ado-core is untyped (no py.typed)
     def catalog(cls, actuator_configuration: Any = None) -> ExperimentCatalog:
         return _catalog()
 
     @classmethod
-    def validate_parameters(cls, parameters: Any) -> SFTTrainerParameters:
+    def validate_parameters(cls, parameters: Any) -> SFTTrainerParameters:  # ado-core is untyped
         return SFTTrainerParameters.from_any(parameters)
 
-    def __init__(self, queue: Any = None, params: Any = None) -> None:
+    def __init__(self, queue: Any = None, params: Any = None) -> None:  # ado-core is untyped
         super().__init__(queue=queue, params=SFTTrainerParameters.from_any(params))
 
+    # Any: ado-core is untyped (no py.typed)
     def _get_request_executor(self, request: Any, use_ray: bool = False) -> Any:
         from ado_actuators.sfttrainer.actuator.results import measure_request
 

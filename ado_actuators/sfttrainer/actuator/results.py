@@ -24,6 +24,7 @@ def _json_safe(metadata: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metadata.items() if v is not None}
 
 
+# Any: ado-core is untyped (no py.typed)
 def to_result(outcome: MeasurementOutcome, entity_id: str, experiment: Any) -> Any:
     if isinstance(outcome, Failed):
         return InvalidMeasurementResult(
@@ -64,6 +65,7 @@ def announce(outcome: MeasurementOutcome, entity_id: str, experiment_id: str) ->
     print(f"SFTTrainer {experiment_id} {entity_id}: {verdict}: {first}", flush=True)
 
 
+# Any: ado-core is untyped (no py.typed)
 def _result(outcome: MeasurementOutcome, entity_id: str, experiment: Any) -> Any:
     try:
         return to_result(outcome, entity_id, experiment)
@@ -74,6 +76,7 @@ def _result(outcome: MeasurementOutcome, entity_id: str, experiment: Any) -> Any
         return to_result(failed, entity_id, experiment)
 
 
+# Any: ado-core is untyped (no py.typed)
 def measure_request(request: Any, *, experiment: Any, params: SFTTrainerParameters) -> Any:
     """Measure each entity of `request` in turn and complete it (runs in a Ray task)."""
     results = []

@@ -90,7 +90,7 @@ def preview(
             typer.echo(f"page written to {html_file}")
 
 
-def _load_yaml(path: Path, what: str) -> Any:
+def _load_yaml(path: Path, what: str) -> Any:  # YAML as written
     import yaml
 
     if not path.is_file():
@@ -103,7 +103,7 @@ def _load_yaml(path: Path, what: str) -> Any:
         ) from None
 
 
-def _settings(actuator_config: Path | None) -> Any:
+def _settings(actuator_config: Path | None) -> Any:  # YAML as written
     import pydantic
 
     from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
@@ -120,7 +120,7 @@ def _settings(actuator_config: Path | None) -> Any:
         raise UsageError(f"--actuator-config {where}: {first['msg']}") from None
 
 
-def _parameters_of(document: Any, path: Path) -> dict[str, Any]:
+def _parameters_of(document: Any, path: Path) -> dict[str, Any]:  # YAML as written
     """An actuator configuration's `parameters` (the file `ado create actuatorconfiguration`
     reads). A file of bare settings would otherwise be read as no settings at all."""
     shape = "actuatorIdentifier: SFTTrainer, then parameters: {hf_home: ..., model_map: ...}"

@@ -8,7 +8,7 @@ import csv
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ado_actuators.sfttrainer.catalog.entity import FIELDS
 from ado_actuators.sfttrainer.catalog.experiments import short_name
@@ -24,6 +24,10 @@ from ado_actuators.sfttrainer.engine.preview import PreviewRow
 from ado_actuators.sfttrainer.engine.preview_bill import SpaceBill
 from ado_actuators.sfttrainer.host.atomic import write_atomically
 from ado_actuators.sfttrainer.report.devices import short_gpu
+
+if TYPE_CHECKING:  # rich is imported where a table is drawn
+    from rich.console import JustifyMethod
+    from rich.table import Table
 
 SCALED = "*"
 """Marks a predicted tokens/s scaled from the A100 fit to another device by datasheet figures."""
@@ -82,7 +86,7 @@ def _gpus(row: PreviewRow) -> str:
     return str(row.gpus) + (f"/{nodes}n" if nodes > 1 else "")
 
 
-def _table(rows: list[PreviewRow]) -> Any:
+def _table(rows: list[PreviewRow]) -> Table:
     from rich.box import Box
     from rich.table import Table
 
@@ -95,7 +99,7 @@ def _table(rows: list[PreviewRow]) -> Any:
         collapse_padding=True,
     )
     # 10 columns of these widths, one space between each two: 120 columns
-    for name, width, justify in (
+    columns: tuple[tuple[str, int, JustifyMethod], ...] = (
         ("exp.", 9, "left"),
         ("model", 24, "left"),
         ("GPU", 14, "left"),
@@ -106,7 +110,8 @@ def _table(rows: list[PreviewRow]) -> Any:
         ("pred GiB/dev", 12, "right"),
         ("pred tok/s/GPU", 14, "right"),
         ("pred GPU-h", 10, "right"),
-    ):
+    )
+    for name, width, justify in columns:
         table.add_column(
             name, width=width, min_width=width, no_wrap=True, overflow="crop", justify=justify
         )
@@ -179,7 +184,7 @@ def _shape_lines(rows: list[PreviewRow]) -> list[str]:
     """Where each model's shape came from, or, for a model found nowhere, a few words on where
     it was looked for, the fix said once under them (the long forms are the CSV's and JSON's
     `shape_where` and `why`)."""
-    shapes = {}
+    shapes: dict[str, str] = {}
     for row in rows:
         name = str(row.entity.get("model_name", ""))
         if row.shape_source:

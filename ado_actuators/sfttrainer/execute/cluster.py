@@ -148,7 +148,7 @@ def _outcome(request: NodeRequest, runs: list[NodeRun]) -> MeasurementOutcome:
     return outcome
 
 
-def _running_ray() -> Any:
+def _running_ray() -> Any:  # Ray's module and strategy
     """The ray module when this process is connected to a cluster, else None.
 
     Ray is not a dependency of the engine: without it installed (benchmarks/gpu on a lent GPU
@@ -214,7 +214,7 @@ def measure_on_cluster(
 
 
 def _run_placed(
-    ray: Any,
+    ray: Any,  # Ray's module and strategy
     request: NodeRequest,
     bundle: dict[str, float],
     group: _Placement,
@@ -316,7 +316,7 @@ class _Placement:
         nodes = ray.nodes()
         return unplaceable_reason(self.bundle, self.count, nodes, timeout, describe_holders(nodes))
 
-    def strategy(self, index: int) -> Any:
+    def strategy(self, index: int) -> Any:  # Ray's module and strategy
         """Bundle `index`; with no group, DEFAULT (a caller's group must not capture it)."""
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 

@@ -110,6 +110,7 @@ def choose(
 ) -> Environment | Failed:
     """The environment for this measurement, built if needed; or why there can be none."""
     version = values.fms_hf_tuning_version
+    assert version is not None  # catalog.domain_problems refused None before planning
     wanted = plan.requested_features(values, definition.sft_trainer_arguments, on_gpus=on_gpus)
     if version == installed_fms_hf_tuning():
         names = (d.metadata["Name"] for d in importlib.metadata.distributions())

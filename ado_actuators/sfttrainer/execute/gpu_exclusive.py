@@ -40,7 +40,7 @@ class Exclusivity(pydantic.BaseModel):
         )
 
 
-def check_devices(indices: list[int], nvml: Any = None) -> Exclusivity:
+def check_devices(indices: list[int], nvml: Any = None) -> Exclusivity:  # pynvml is untyped
     """The other compute processes on the node-local CUDA devices `indices`.
 
     `nvml` is the NVML binding (pynvml); unit tests hand in a stand-in.

@@ -65,7 +65,7 @@ def older_waiting(groups: Iterable[dict[str, Any]], asked_ns: int) -> list[dict[
     return [group for _, group in sorted(older, key=lambda pair: pair[0])]
 
 
-def handle(group_id: str) -> Any:
+def handle(group_id: str) -> Any:  # Ray's handle
     """The PlacementGroup whose id is `group_id` (hex, as placement_group_table() gives it)."""
     import ray
     from ray.util.placement_group import PlacementGroup

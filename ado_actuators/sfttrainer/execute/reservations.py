@@ -154,7 +154,7 @@ def _running_tasks_and_actors() -> tuple[list[dict[str, Any]], list[dict[str, An
     # second cluster on the host: make test's parallel workers) or none (a worker node).
     address = ray.get_runtime_context().gcs_address
 
-    def rows(found: list[Any]) -> list[dict[str, Any]]:
+    def rows(found: list[Any]) -> list[dict[str, Any]]:  # Ray's state API
         return [
             {
                 k: getattr(x, k, None)

@@ -44,7 +44,7 @@ def node_task_options(
     num_cpus: float,
     num_gpus: float,
     resources: dict[str, float],
-    scheduling_strategy: Any = None,
+    scheduling_strategy: Any = None,  # Ray's strategy and refs
     runtime_env: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Ray options of every node task: the one place a runtime_env is attached."""
@@ -82,7 +82,7 @@ def run_nodes(
     request: NodeRequest,
     count: int,
     options: Callable[[int], dict[str, Any]],
-    probe_strategy: Any,
+    probe_strategy: Any,  # Ray's strategy and refs
 ) -> list[NodeRun] | Failed:
     """Every node's run of a measurement of `count` nodes, stage by stage (module docstring).
     `options(k)`: the Ray options of a task using all of bundle k; `probe_strategy`: bundle
@@ -155,7 +155,7 @@ def _prepare_all(
     return [results[rank] for rank in range(count)]
 
 
-def _collect(refs: dict[Any, int]) -> list[NodeRun]:
+def _collect(refs: dict[Any, int]) -> list[NodeRun]:  # Ray's strategy and refs
     """Every node's run. The first failure cancels the others (Ray's cooperative cancel: each
     stops its ranks and returns what they reported); their runs are waited for, up to
     CANCEL_GRACE_SECONDS, after which their workers are killed and what they held is lost."""

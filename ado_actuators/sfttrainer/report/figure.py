@@ -11,6 +11,8 @@ from __future__ import annotations
 import io
 import math
 import textwrap
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ado_actuators.sfttrainer.report.answers import SPEED, GroupAnswers, speed
 from ado_actuators.sfttrainer.report.compare import THRESHOLD, Comparison
@@ -18,6 +20,9 @@ from ado_actuators.sfttrainer.report.devices import short_gpu
 from ado_actuators.sfttrainer.report.metrics import Metric
 from ado_actuators.sfttrainer.report.summary import Block
 from ado_actuators.sfttrainer.report.table import Point, SpaceTable
+
+if TYPE_CHECKING:  # matplotlib is imported when a picture is drawn, not with the module
+    from matplotlib.typing import ColorType
 
 PANEL_INCHES = (3.4, 2.3)
 TEXT_LINE_INCHES = 0.19
@@ -41,7 +46,7 @@ def render_png(
     title: str,
     subtitle: str = "",
     groups: tuple[GroupAnswers, ...] = (),
-    blocks: list[Block] = (),
+    blocks: Sequence[Block] = (),
     comparison: Comparison | None = None,
 ) -> bytes:
     """The panels, then the scaling panels (several GPU counts only), then the answers in
@@ -260,7 +265,8 @@ def _draw_scaling(sub, groups: list[GroupAnswers], columns: int, colors) -> None
                     fontsize=8,
                     color=colors[length],
                 )
-        counts = sorted({s.point.panel.number_gpus for s in group.scaling})
+        # a scaling step is on GPUs (report/answers._scaling): its count is never None
+        counts = sorted({s.point.panel.number_gpus or 0 for s in group.scaling})
         _batch_axis(ax, tuple(counts))
         ax.set_ylim(bottom=0)
         ax.set_title(group.label, fontsize=10)
@@ -288,7 +294,7 @@ def _heading(title: str, subtitle: str, width_inches: float) -> str:
     return "\n".join(lines)
 
 
-def _wrapped(blocks: list[Block], width_inches: float) -> list[tuple[str, bool]]:
+def _wrapped(blocks: Sequence[Block], width_inches: float) -> list[tuple[str, bool]]:
     """(text, is heading) per printed line, wrapped to the figure's width."""
     chars = int(width_inches * 15)  # at 8.5 pt, about 15 characters an inch
     lines = []
@@ -425,11 +431,11 @@ def _batch_axis(ax, batch_sizes: tuple[int, ...]) -> None:
             ax.set_xlim(min(batch_sizes) - pad, max(batch_sizes) + pad)
 
 
-def _colors(lengths: tuple[int, ...]) -> dict[int, str]:
+def _colors(lengths: tuple[int, ...]) -> dict[int, ColorType]:
     from matplotlib import colormaps
 
-    palette = colormaps["tab10"].colors if len(lengths) <= 10 else None
-    if palette is None:
-        cmap = colormaps["viridis"]
-        return {n: cmap(i / max(1, len(lengths) - 1)) for i, n in enumerate(lengths)}
-    return {n: palette[i] for i, n in enumerate(lengths)}
+    if len(lengths) <= 10:
+        tab10 = colormaps["tab10"]  # called with an int: the i-th of its ten colours
+        return {n: tab10(i) for i, n in enumerate(lengths)}
+    cmap = colormaps["viridis"]
+    return {n: cmap(i / max(1, len(lengths) - 1)) for i, n in enumerate(lengths)}

@@ -45,7 +45,6 @@ import dataclasses
 import math
 import statistics
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from ado_actuators.sfttrainer.catalog.entity import FIELDS
 from ado_actuators.sfttrainer.contract import loss as names
@@ -133,7 +132,9 @@ class Parity:
         )
 
 
-def parity(here: RowLoss, there: RowLoss, identities: Iterable[Any]) -> Parity | None:
+def parity(
+    here: RowLoss, there: RowLoss, identities: Iterable[Iterable[tuple[str, str]]]
+) -> Parity | None:
     """None unless both have a first-step loss; `identities`: both configurations'."""
     if here.first_step is None or there.first_step is None:
         return None

@@ -59,7 +59,7 @@ def rows_from_space(space_id: str, context_file: Path | None = None) -> SpaceRow
     return with_metadata(frame.to_dict(orient="records"), space.sampledEntities())
 
 
-def with_metadata(rows: SpaceRows, entities: Any) -> SpaceRows:
+def with_metadata(rows: SpaceRows, entities: Any) -> SpaceRows:  # ado-core is untyped
     """The rows with what the table of properties leaves out: each result's answered_by and
     invalid_reason (actuator/results.py stores the reason in the metadata) and what it ran on
     (report/machine.py), one per measurement in the order ado lists the row's values in (its
@@ -79,7 +79,7 @@ def with_metadata(rows: SpaceRows, entities: Any) -> SpaceRows:
     return rows
 
 
-def _project_context(context_file: Path | None) -> Any:
+def _project_context(context_file: Path | None) -> Any:  # ado-core is untyped
     """Reads the context like ado does, but never creates or activates one."""
     import pydantic
     import yaml

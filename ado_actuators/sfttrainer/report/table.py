@@ -312,7 +312,7 @@ def _stored(row: dict[str, Any]) -> Stored:
     )
 
 
-def _whole(cell: Any) -> int | None:
+def _whole(cell: Any) -> int | None:  # a CSV's or ado's cell
     try:
         return _integer(cell)
     except ValueError:
@@ -344,7 +344,7 @@ def split_experiment(identifier: str) -> tuple[str, dict[str, str]]:
     return parts[0], dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
-def _numbers(cell: Any) -> list[float]:
+def _numbers(cell: Any) -> list[float]:  # a CSV's or ado's cell
     """The numbers in a cell: a number, a numeric string, a list (repeated measurements) or
     its CSV rendering "[1.0, 2.0]". Empty cells give none."""
     if cell is None:
@@ -363,21 +363,21 @@ def _numbers(cell: Any) -> list[float]:
     return [float(match) for match in _NUMBER.findall(text)]
 
 
-def _integer(cell: Any) -> int:
+def _integer(cell: Any) -> int:  # a CSV's or ado's cell
     numbers = _numbers(cell)
     if len(numbers) != 1 or not math.isfinite(numbers[0]) or numbers[0] != int(numbers[0]):
         raise ValueError(f"expected a whole number, got {cell!r}")
     return int(numbers[0])
 
 
-def _text(cell: Any) -> str:
+def _text(cell: Any) -> str:  # a CSV's or ado's cell
     numbers = _numbers(cell) if not isinstance(cell, str) or _NUMBER.fullmatch(cell.strip()) else []
     if len(numbers) == 1 and numbers[0] == int(numbers[0]):
         return str(int(numbers[0]))
     return str(cell)
 
 
-def _hashable(cell: Any) -> Any:
+def _hashable(cell: Any) -> Any:  # a CSV's or ado's cell
     return tuple(cell) if isinstance(cell, list) else _text(cell)
 
 
@@ -397,6 +397,6 @@ def _none_first(value: int | None) -> tuple[int, int]:
     return (0, 0) if value is None else (1, value)
 
 
-def _sort_key(item: tuple[tuple[Panel, int, int], Any]) -> tuple:
+def _sort_key(item: tuple[tuple[Panel, int, int], Any]) -> tuple:  # a CSV's or ado's cell
     (panel, line, x), _ = item
     return (_none_first(panel.number_gpus), panel.column, line, x)

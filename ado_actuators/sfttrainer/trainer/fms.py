@@ -33,9 +33,9 @@ real tokens and crashes computing token accuracy; TRL 0.20 slices the logits its
 class FmsArguments:
     """What `tuning.sft_trainer.parse_arguments` returned, as train() takes it (see fms_api)."""
 
-    model_args: Any
-    data_args: Any
-    train_args: Any
+    model_args: Any  # tuning is untyped
+    data_args: Any  # tuning is untyped
+    train_args: Any  # tuning is untyped
     configs: dict[str, Any]  # train()'s other keywords, built as the release's main() builds them
     exp_metadata: dict | None
     ignored: list[str]  # arguments fms's parser did not recognise (it silently drops them)
@@ -73,7 +73,7 @@ def parse(argv: list[str]) -> FmsArguments:
     )
 
 
-def train(args: FmsArguments, callbacks: list) -> Any:
+def train(args: FmsArguments, callbacks: list) -> Any:  # tuning is untyped
     from tuning import sft_trainer
 
     result = sft_trainer.train(

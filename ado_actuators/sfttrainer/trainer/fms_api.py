@@ -47,7 +47,7 @@ class Built:
     keywords: tuple[tuple[str, str], ...] = ()  # (keyword, parsed name)
     attributes: tuple[tuple[str, str], ...] = ()  # (attribute, parsed name)
 
-    def build(self, namespace: Any, parsed: dict[str, Any]) -> Any:
+    def build(self, namespace: Any, parsed: dict[str, Any]) -> Any:  # tuning is untyped
         value = getattr(namespace, self.constructor)(**{k: parsed[n] for k, n in self.keywords})
         for attribute, name in self.attributes:
             setattr(value, attribute, parsed[name])
@@ -56,7 +56,7 @@ class Built:
 
 @dataclasses.dataclass(frozen=True)
 class Constant:
-    value: Any
+    value: Any  # tuning is untyped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +66,7 @@ class FmsApi:
     parsed_names: tuple[str, ...]
     train_sources: tuple[tuple[str, str | Built | Constant], ...]  # (keyword, source)
 
+    # Any: tuning (fms-hf-tuning) is untyped
     def train_keywords(self, namespace: Any, parsed: dict[str, Any]) -> dict[str, Any]:
         """train()'s keyword arguments but the wrapper's own (callbacks, metadata)."""
         keywords = {}
@@ -131,7 +132,7 @@ def read_api(source: str, where: str = "tuning/sft_trainer.py") -> FmsApi:
     return api
 
 
-def read_installed(sft_trainer: Any) -> FmsApi:
+def read_installed(sft_trainer: Any) -> FmsApi:  # tuning is untyped
     """The API of the imported `tuning.sft_trainer` module, from its own file."""
     path = inspect.getsourcefile(sft_trainer) or "tuning/sft_trainer.py"
     return read_api(Path(path).read_text(), path)

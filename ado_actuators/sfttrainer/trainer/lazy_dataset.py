@@ -137,7 +137,7 @@ class LeadingEntries:
         self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tokenise")
 
 
-def unsupported_reason(args: Any, dataset: Path) -> str | None:
+def unsupported_reason(args: Any, dataset: Path) -> str | None:  # tuning is untyped
     """Why this run's data cannot be tokenised lazily (None: it can)."""
     data, train = args.data_args, args.train_args
     packing = args.configs.get("attention_and_distributed_packing_config")
@@ -176,6 +176,7 @@ class LazyData:
 
 
 @contextlib.contextmanager
+# Any: tuning (fms-hf-tuning) is untyped
 def installed(args: Any, world_size: int, rank: int, workdir: Path) -> Iterator[LazyData]:
     """Makes a time-bounded run's fms.train() tokenise lazily; yields a LazyData."""
     result = LazyData()
