@@ -78,6 +78,7 @@ def read_release(wheel: Path) -> dict[str, dict[str, str]]:
                     "upcast": code.upcast,
                     "shifts": code.shifts,
                     "checkpoints": logits_memory.read_checkpointing(source),
+                    "attention": logits_memory.read_attention(source),
                 }
         return read
 
@@ -170,7 +171,8 @@ def write(directory: Path) -> None:
         "# fp32 (model | loss | none); shifts: what the loss shifts (logits: a copy | labels);\n"
         "# checkpoints: how the family's layers are checkpointed (layer: by the layer itself;\n"
         "# model: by the model's forward around each layer; none: not at all;\n"
-        "# logits_memory.read_checkpointing).\n"
+        "# logits_memory.read_checkpointing); attention: what runs when flash-attn is not\n"
+        "# asked for (sdpa | eager; logits_memory.read_attention).\n"
     )
     body = {"pinned_by": {r: pins[r] for r in sorted(pins)}, "releases": releases}
     RECORD.write_text(header + yaml.safe_dump(body, sort_keys=True, default_flow_style=None))

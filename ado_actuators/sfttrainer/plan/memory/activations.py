@@ -44,10 +44,38 @@ class Block:
     shared_intermediate: int = 0  # GraniteMoeShared's always-on expert
     family: str = "llama"  # llama (the Llama-like blocks) | gpt_bigcode
     residual_dropout: bool = False  # GPTBigCode's resid_pdrop > 0
+    stream: int = 0
+    """Bytes of the residual stream where autocast computes in 16 bits over other weights
+    (fp32, or a 16-bit dtype autocast does not run in: the sum of two 16-bit dtypes promotes to
+    fp32); 0: `width`. `width` is then autocast's 16 bits, the width of every linear's output."""
+    dtype_width: int = 0
+    """Bytes of the model's dtype (eager attention's additive mask is built in it); 0: the
+    residual stream's."""
+    casts: str = "none"
+    """What keeps autocast's 16-bit copies of the weights (`weight_copies`): "none" (autocast
+    runs in the weights' own dtype, or is off), "saved" (each linear's copy is kept by its
+    matmul when the linear's input needs a gradient), "cached" (fp32 weights that train: the
+    autocast cache keeps every copy until autocast exits)."""
 
     @property
     def trains_weights(self) -> bool:
         return self.method == "none"
+
+    @property
+    def residual(self) -> int:
+        """Bytes of an element of the residual stream (the layers' inputs and outputs)."""
+        return self.stream or self.width
+
+    @property
+    def mask_width(self) -> int:
+        return self.dtype_width or self.residual
+
+    @property
+    def recast(self) -> bool:
+        """Whether each linear casts its input to autocast's 16 bits itself: the norm's output
+        is in the residual stream's wider dtype, so q, k and v (gate and up) each keep a copy
+        of their own where they would share one."""
+        return self.residual != self.width
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,8 +124,11 @@ def norm_saved(block: Block, grad_in: bool) -> float:
     if not (grad_in or block.trains_weights):
         return 0.0
     if block.fused_norm:
-        return block.width * block.hidden + FP32
-    return FP32 * block.hidden + FP32 + (block.width * block.hidden if block.trains_weights else 0)
+        return block.residual * block.hidden + FP32
+    # `hidden_states.to(input_dtype)`: the residual stream's dtype (fp32 under autocast over
+    # fp32 weights, where the cast is the fp32 tensor itself)
+    kept = block.residual * block.hidden if block.trains_weights else 0
+    return FP32 * block.hidden + FP32 + kept
 
 
 def attention_saved(block: Block, grads: tuple[bool, bool, bool], length: int) -> float:
@@ -152,8 +183,10 @@ def linear_inputs_saved(block: Block) -> float:
         return 0.0
     w, h = block.width, block.hidden
     o_proj = 0 if block.attention == "flash_attention_2" else w * block.q_width
-    mlp = 0 if block.moe else w * (h + block.intermediate)  # moe_saved counts the experts'
-    return w * h + o_proj + mlp
+    # autocast's cast of a wider norm output is each linear's own (F.linear casts its input)
+    qkv, gate_up = (3, 2) if block.recast else (1, 1)
+    mlp = 0 if block.moe else w * (gate_up * h + block.intermediate)  # moe_saved: the experts'
+    return qkv * w * h + o_proj + mlp
 
 
 def mlp_saved(block: Block, gate: bool = True, up: bool = True) -> float:
@@ -248,7 +281,57 @@ def layer_saved(block: Block, length: int, first: bool = False, input_grads: boo
     )
 
 
-def layer_backward(block: Block) -> float:
+def softmax_widths(block: Block) -> tuple[int, int, int]:
+    """Eager attention's softmax, bytes per score (transformers' eager_attention_forward,
+    `softmax(scores + mask, dtype=float32).to(query.dtype)`): the masked scores (the matmul's
+    16-bit output plus the mask in the model's dtype: fp32 where the model is), their fp32
+    upcast (none when already fp32), and the probabilities' cast back to the query's dtype
+    (none when the query is fp32: rotary's fp32 cos and sin promote it under autocast over
+    fp32 weights, and the model's own dtype without autocast)."""
+    masked = max(block.width, block.mask_width)
+    upcast = FP32 if masked != FP32 else 0
+    query = max(block.width, block.dtype_width or block.residual)
+    return masked, upcast, (query if query != FP32 else 0)
+
+
+def attention_forward(block: Block, length: int, keeping: bool) -> float:
+    """What eager attention's softmax holds per token at its largest, when the cast back runs:
+    the masked scores (still named by the code), the fp32 probabilities and their cast (or,
+    at the softmax, the upcast in place of the cast), and the residual. `keeping`: counted
+    beyond what the layer keeps (the probabilities and their cast, `attention_saved`)."""
+    if block.attention != "eager" or block.family != "llama":
+        return 0.0
+    masked, upcast, copy = softmax_widths(block)
+    scores = block.heads * length
+    held = masked + FP32 + max(upcast, copy)
+    if keeping:
+        held -= attention_saved(block, (True,) * 3, length) / max(1, scores)
+    return scores * max(held, 0) + block.residual * block.hidden
+
+
+def attention_backward(block: Block, length: int) -> float:
+    """Eager attention's softmax backward per token: the probabilities' gradient (matmul's,
+    the width it read them at), its fp32 upcast and the softmax-backward output (fp32), beside
+    the gradient arriving at the layer; by then the MLP's kept tensors are freed."""
+    if block.attention != "eager" or block.family != "llama":
+        return 0.0
+    # the second matmul read the probabilities at the compute width (autocast's cast, or the
+    # query's dtype): their gradient is that wide, and the copy it kept is freed by now
+    grad = block.width
+    upcast = FP32 if grad != FP32 else 0
+    per_score = max(grad + upcast, upcast + FP32) - grad if upcast else grad + FP32
+    freed = mlp_saved(block) + norm_saved(block, True)
+    arriving = block.residual * block.hidden + block.width * block.q_width
+    return block.heads * length * per_score + arriving - freed
+
+
+def layer_backward(block: Block, length: int = 0) -> float:
+    """The larger of the MLP's backward (`mlp_backward`) and eager attention's softmax
+    backward (`attention_backward`), per token."""
+    return max(mlp_backward(block), attention_backward(block, length))
+
+
+def mlp_backward(block: Block) -> float:
     """What a layer's backward adds per token at its largest, beyond the tensors it kept: the
     gradient arriving at its output, and, in the MLP's backward (the first it runs), the
     gradient of the product (down_proj's input) with the gradients of both its factors. A
@@ -271,10 +354,12 @@ def layer_backward(block: Block) -> float:
         # expert's (computed after the routed ones, its backward runs first)
         freed = 2 * block.width * block.hidden * block.experts_per_token
         freed += 3 * block.width * block.shared_intermediate
-    return block.width * block.hidden + rows * products * block.width * block.intermediate - freed
+    # the gradient arriving at the layer's output is the residual stream's dtype
+    arriving = block.residual * block.hidden
+    return arriving + rows * products * block.width * block.intermediate - freed
 
 
-def layer_forward(block: Block, keeping: bool) -> float:
+def layer_forward(block: Block, keeping: bool, length: int = 0) -> float:
     """What a layer's forward holds per token at its largest. `keeping` (without
     checkpointing): beyond everything the layer keeps, counted whole; otherwise (a checkpointed
     layer's forward keeps nothing) all it holds then. The moment is the MLP's:
@@ -286,7 +371,11 @@ def layer_forward(block: Block, keeping: bool) -> float:
       expert outputs and their weighting exist;
     - Mixtral's loop: the output it scatters into, one expert's share at a time.
     """
-    return max(_mlp_forward(block, keeping), adapter_forward(block, keeping))
+    return max(
+        _mlp_forward(block, keeping),
+        adapter_forward(block, keeping),
+        attention_forward(block, length, keeping),
+    )
 
 
 def _mlp_forward(block: Block, keeping: bool) -> float:
@@ -445,3 +534,67 @@ def _bigcode_adapter_inputs(
     h, i = block.hidden, block.intermediate
     widths = {"c_attn": [(h, first)], "c_proj": [(h, attention), (i, product)], "c_fc": [(h, mlp)]}
     return [pair for name in block.adapted for pair in widths.get(name, [])]
+
+
+def layer_linears(block: Block) -> list[tuple[int, str]]:
+    """(weight elements, which of Needs' tensors its input is) of each linear of a layer:
+    q, k, v read the first norm's output ("hidden"), the attention's output projection the
+    attention's output ("attention"), the MLP's first linears and a router the second norm's
+    ("mlp"), the MLP's last linear its product ("product"). Experts are all counted (balanced
+    routing runs every one of them)."""
+    h, q, kv, i = block.hidden, block.q_width, block.kv_width, block.intermediate
+    if block.family == "gpt_bigcode":
+        return [
+            (h * (q + 2 * kv), "hidden"),
+            (q * h, "attention"),
+            (h * i, "mlp"),
+            (i * h, "product"),
+        ]
+    found = [(h * q, "hidden"), (h * kv, "hidden"), (h * kv, "hidden"), (q * h, "attention")]
+    experts = block.experts if block.moe else 1
+    found += [(experts * 2 * h * i, "mlp"), (experts * i * h, "product")]
+    if block.moe:
+        found.append((h * block.experts, "mlp"))  # the router
+    if block.shared_intermediate:
+        found += [
+            (2 * h * block.shared_intermediate, "mlp"),
+            (block.shared_intermediate * h, "product"),
+        ]
+    return found
+
+
+def weight_copies(block: Block, grad_in: bool) -> float:
+    """Bytes of autocast's 16-bit weight copies one layer keeps for backward (not per token):
+    F.linear under autocast casts its weight (torch's `cached_cast`), and the matmul keeps the
+    copy for its input's gradient. A frozen weight's copy (or one not fp32) is made afresh at
+    every call and kept only when the linear's input needs a gradient (`needs`); a trained
+    fp32 weight's, kept by the autocast cache while autocast runs, is also kept by its matmul
+    (every input needs a gradient when the weights train). PEFT's fp32 adapters are trained
+    leaves: their copies are cached and kept under any weights' dtype."""
+    total = 0.0
+    if block.casts != "none":
+        found = needs(block, grad_in)
+        reaches = {
+            "hidden": found.hidden,
+            "attention": found.attention,
+            "mlp": found.mlp,
+            "product": found.product,
+        }
+        total += sum(n for n, tensor in layer_linears(block) if reaches[tensor])
+    return block.width * total + _adapter_copies(block)
+
+
+def cached_copies(block: Block) -> float:
+    """Bytes of one layer's copies the autocast cache keeps until autocast exits (the end of
+    the model's forward), whether or not anything else keeps them: torch caches the casts of
+    leaf fp32 tensors that require a gradient (trained fp32 weights, PEFT's adapters)."""
+    cached = sum(n for n, _ in layer_linears(block)) if block.casts == "cached" else 0
+    return block.width * cached + _adapter_copies(block)
+
+
+def _adapter_copies(block: Block) -> float:
+    """PEFT's fp32 lora_A and lora_B, cast to 16 bits under autocast whatever the weights'
+    dtype."""
+    if not (block.autocast and block.method == "lora"):
+        return 0.0
+    return block.width * sum(block.lora_r * (n + o) for _, n, o in _adapted_shapes(block))

@@ -59,7 +59,8 @@ class LossCode:
         shifted copy), bytes per [token, vocab] element."""
         fp32 = 4
         model = fp32 if self.upcast == "model" else dtype_bytes
-        upcast = fp32 if self.upcast == "loss" else 0
+        # `logits.float()` of fp32 logits is the tensor itself: no copy
+        upcast = fp32 if self.upcast == "loss" and dtype_bytes != fp32 else 0
         loss_width = fp32 if self.upcast != "none" else dtype_bytes
         shifted = loss_width if self.shifts == "logits" else 0
         return model, upcast, loss_width, shifted
@@ -156,6 +157,19 @@ def read_checkpointing(modeling_source: str) -> str:
     return "none"
 
 
+ATTENTION = ("sdpa", "eager")
+
+
+def read_attention(modeling_source: str) -> str:
+    """The attention a release runs for a family when none is asked for (fms-hf-tuning passes
+    `attn_implementation` only under `use_flash_attn`): "sdpa" where the family's
+    PreTrainedModel declares `_supports_sdpa = True` (transformers then picks sdpa whenever
+    torch has it, every pinned torch), else "eager"."""
+    return (
+        "sdpa" if re.search(r"^\s+_supports_sdpa\s*=\s*True\b", modeling_source, re.M) else "eager"
+    )
+
+
 def _shifted(code: str) -> str:
     """ "logits" where the loss slices the logits one position short (a copy follows), else
     the labels are shifted (padded) instead."""
@@ -209,6 +223,21 @@ def checkpointing(transformers_version: str | None, model_type: str) -> str:
     record does not say (the newest releases' way)."""
     family = _record()["releases"].get(transformers_version, {}).get(model_type) or {}
     return str(family.get("checkpoints", "layer"))
+
+
+def default_attention(transformers_version: str | None, model_type: str) -> str:
+    """The attention the release runs for a family when flash-attn is not asked for
+    (read_attention); "sdpa", the newest releases' way, where the record does not say."""
+    family = _record()["releases"].get(transformers_version, {}).get(model_type) or {}
+    return str(family.get("attention", "sdpa"))
+
+
+def attention_for(fms_hf_tuning_version: str, model_type: str, flash_attn: bool) -> str:
+    """The attention that runs: flash-attn 2 when asked for (`flash_attn`), else the default of
+    the transformers release the fms-hf-tuning version pins (default_attention)."""
+    if flash_attn:
+        return "flash_attention_2"
+    return default_attention(transformers_release(fms_hf_tuning_version), model_type)
 
 
 def checkpoints(transformers_version: str, model_type: str) -> bool:

@@ -135,6 +135,11 @@ class Workload:
     fused_loss: str | None = None  # None | "in_place" | "chunked" (logits_memory.LossCode)
     fast_rms_layernorm: bool = False
     autocast: bool = False  # bf16/fp16 mixed precision: autocast, outputs converted to fp32
+    autocast_dtype: str | None = None
+    """The dtype autocast computes in (entity: "bfloat16" under `bf16: true`, else "float16"
+    under accelerate_config_mixed_precision fp16, "bfloat16" under its bf16). Over weights of
+    another dtype every linear casts its weight. None: the weights' own dtype where they are
+    16-bit, bfloat16 over fp32 weights."""
     fsdp_upcast: bool = False  # mixed precision under FSDP: accelerate upcasts to fp32
     logits_copy: bool = False  # TRL >= 0.15 copies the logits for its token accuracy
     lora_dropout: bool = True
@@ -197,17 +202,39 @@ class PeakPrediction:
         }
 
 
+AUTOCAST_BYTES = 2
+"""Autocast computes in 16 bits (bfloat16 or float16)."""
+
+
+def widths(training: Training, workload: Workload) -> tuple[int, int, str]:
+    """(the bytes of a linear's output, of the residual stream, what keeps autocast's weight
+    copies: activations.Block's width, stream and casts). Under autocast over weights of
+    another dtype every linear computes in 16 bits while the residual stream stays fp32 (fp32
+    weights; 16-bit weights of the other kind promote to fp32 at the first residual sum), and
+    autocast casts every weight: fp32 weights that train are cached."""
+    model = DTYPE_BYTES[training.torch_dtype]
+    dtype = workload.autocast_dtype or (training.torch_dtype if model == AUTOCAST_BYTES else None)
+    if not workload.autocast or training.torch_dtype == dtype:
+        return model, model, "none"
+    cached = training.torch_dtype == "float32" and training.peft_method == "none"
+    return AUTOCAST_BYTES, activations.FP32, "cached" if cached else "saved"
+
+
 def block_of(
     dims: Dimensions, training: Training, workload: Workload, adapted: tuple[str, ...] = ()
 ) -> activations.Block:
     """A decoder layer as plan/memory/activations.py counts it."""
+    width, stream, casts = widths(training, workload)
     return activations.Block(
         hidden=dims.hidden,
         q_width=dims.q_width,
         kv_width=dims.kv_width,
         heads=dims.heads,
         intermediate=dims.intermediate,
-        width=DTYPE_BYTES[training.torch_dtype],
+        width=width,
+        stream=stream,
+        dtype_width=DTYPE_BYTES[training.torch_dtype],
+        casts=casts,
         method=training.peft_method,
         attention=workload.attention,
         adapted=adapted if training.peft_method == "lora" else (),
@@ -251,22 +278,38 @@ def layer_bytes(
     block = block_of(dims, training, workload, adapted)
     length = model_length(training, workload)
     tokens = workload.per_device_batch * length
-    first = activations.layer_saved(block, length, True, input_grads(training, workload))
-    backward = activations.layer_backward(block)
+    grad_in = input_grads(training, workload)
+    first = activations.layer_saved(block, length, True, grad_in)
+    backward = activations.layer_backward(block, length)
     hooked = training.peft_method != "none" and workload.input_hook
     if workload.gradient_checkpointing and workload.reentrant_checkpointing:
-        backward += block.width * dims.hidden  # the recomputed output, held through backward
-    real = block.width * dims.hidden * workload.tokens
+        backward += block.residual * dims.hidden  # the recomputed output, held through backward
+    # the embedding's output is in the model's dtype (an embedding is no autocast op)
+    model = DTYPE_BYTES[training.torch_dtype]
+    real = model * dims.hidden * workload.tokens
     expert_weights = dims.experts * 2 * dims.intermediate * dims.hidden * block.width
     return {
+        **_copies(dims, block, workload, grad_in),
         "first": first * tokens,
         "other": activations.layer_saved(block, length) * tokens,
         "backward": backward * tokens + activations.experts_backward(block, expert_weights),
-        "forward": activations.layer_forward(block, not workload.gradient_checkpointing) * tokens,
-        "recomputed": activations.layer_forward(block, True) * tokens,
-        "input": block.width * dims.hidden * tokens,
-        # rotary cos and sin, (1, s, head_dim) each, kept by every layer once
-        "rotary": 2 * length * (dims.q_width // max(1, dims.heads)) * block.width * dims.rotary,
+        "forward": activations.layer_forward(block, not workload.gradient_checkpointing, length)
+        * tokens,
+        "recomputed": activations.layer_forward(block, True, length) * tokens,
+        # eager attention's additive mask, [batch, 1, s, s] in the model's dtype: alive through
+        # the forward, and through backward as every checkpointed layer's input
+        "mask": (block.attention == "eager" and block.family == "llama")
+        * block.mask_width
+        * tokens
+        * length,
+        "input": block.residual * dims.hidden * tokens,
+        # the first norm's fp32 copy of an fp32 input is the input itself: a recomputed
+        # layer's norm keeps the checkpointed input, already counted
+        "shared_first": _norm_keeps_input(block, model, grad_in) * tokens,
+        "shared_other": _norm_keeps_input(block, block.residual, True) * tokens,
+        # rotary cos and sin, (1, s, head_dim) each, kept by every layer once, in the
+        # embedding output's dtype (`cos.to(x.dtype)`, computed with autocast off)
+        "rotary": 2 * length * (dims.q_width // max(1, dims.heads)) * model * dims.rotary,
         # TRL's input-gradient hook makes the embedding's output a leaf that needs a gradient:
         # autograd holds it through backward (prompt tuning joins the virtual tokens to it and
         # Granite scales it, so it is not the first layer's input). Its gradient comes only
@@ -275,6 +318,41 @@ def layer_bytes(
         "embedded": real
         if hooked and (training.peft_method == "pt" or dims.transformed_embedding)
         else 0.0,
+    }
+
+
+def _norm_keeps_input(block: activations.Block, input_width: int, grad_in: bool) -> float:
+    """Bytes per token of a layer's input its first RMSNorm keeps as its fp32 copy
+    (`hidden_states.to(torch.float32)` of an fp32 tensor returns it): the input's width, when
+    the input is fp32 and the norm keeps anything."""
+    keeps = input_width == activations.FP32 and block.family == "llama" and not block.fused_norm
+    return (
+        activations.FP32 * block.hidden if keeps and activations.norm_saved(block, grad_in) else 0.0
+    )
+
+
+def _copies(
+    dims: Dimensions, block: activations.Block, workload: Workload, grad_in: bool
+) -> dict[str, float]:
+    """Autocast's 16-bit weight copies (activations.weight_copies), bytes, not per token: the
+    first layer's and any other's, what the layers keep through the forward (their saved
+    copies; none under checkpointing), what the autocast cache adds inside autocast under
+    checkpointing (every trained fp32 weight's copy), and the LM head's (kept for its input's
+    gradient, which the final norm's output always needs)."""
+    first = activations.weight_copies(block, grad_in)
+    other = activations.weight_copies(block, True)
+    kept = first + (dims.layers - 1) * other
+    inside = 0.0
+    if workload.gradient_checkpointing:
+        # the checkpointed forward keeps no copy; the cache keeps its own till autocast exits
+        kept, inside = 0.0, dims.layers * activations.cached_copies(block)
+    head = block.width * dims.vocab * dims.hidden if block.casts != "none" else 0.0
+    return {
+        "copies_first": first,
+        "copies_other": other,
+        "copies_kept": kept,
+        "copies_inside": inside,
+        "copies_head": head,
     }
 
 
@@ -292,11 +370,13 @@ def head_bytes(dims: Dimensions, training: Training, workload: Workload) -> floa
             per_token += activations.MASK * dims.hidden  # kept when the embeddings need a gradient
         per_token += width * dims.hidden + 16 if full else 0
         return per_token * workload.per_device_batch * model_length(training, workload)
+    compute, stream, _ = widths(training, workload)
     per_token = activations.FP32 * dims.hidden + activations.FP32 + 8
     if workload.fast_rms_layernorm:
-        per_token = width * dims.hidden + activations.FP32 + 8
+        per_token = stream * dims.hidden + activations.FP32 + 8
     if full:
-        per_token += 2 * width * dims.hidden + 8
+        # the norm's output in the stream's dtype, the LM head's input as autocast casts it
+        per_token += (stream + compute) * dims.hidden + 8
     return per_token * workload.per_device_batch * model_length(training, workload)
 
 
@@ -307,7 +387,7 @@ def logits_bytes(dims: Dimensions, training: Training, workload: Workload) -> di
     if workload.loss is None:
         return dict.fromkeys(("inside", "returned", "backward", "kept"), 0.0)
     elements = workload.per_device_batch * model_length(training, workload) * dims.vocab
-    width = DTYPE_BYTES[training.torch_dtype]
+    width = widths(training, workload)[0]  # the LM head's output: 16 bits under autocast
     code, fused, autocast = workload.loss, workload.fused_loss, workload.autocast
     return {
         "inside": elements * code.inside_bytes(width, fused, autocast),
@@ -441,6 +521,7 @@ def _final_norm_moment(
             # the LM head's, unless accumulation's are all there already
             "gradients": base["gradients"] or head_gradients(counts, training, bound),
             "activations": kept,
+            "autocast_copies": layer["copies_kept"],
             "backward_transients": 5 * activations.FP32 * dims.hidden * tokens,
         }
     }
@@ -483,12 +564,17 @@ def predict_peak(
         "loss": {
             **base,
             "activations": kept,
+            "autocast_copies": layer["copies_kept"] + layer["copies_head"],
             "logits": logits["kept"],
             "logits_gradients": logits["backward"] - logits["kept"],
         },
         **_layer_moments(counts, dims, training, bound, workload, layer, base, states),
         **_final_norm_moment(counts, dims, training, bound, workload, layer, base),
     }
+    # autocast's copies are a part only where autocast makes any
+    for parts in (*forwards.values(), *moments.values()):
+        if not parts.get("autocast_copies", 1):
+            del parts["autocast_copies"]
     moment = max(moments, key=lambda name: sum(moments[name].values()))
     step = {k: states[k] for k in ("weights", "gradients", "optimizer_state")}
     step["optimizer_temporaries"] = states["optimizer_temporaries"]
@@ -519,13 +605,27 @@ def _forward_moments(
     # PEFT's forward
     held = 0.0 if training.peft_method == "none" else layer["input"]
     held += layer["input"] if training.peft_method == "pt" else 0.0
+    # the model's own eager mask, kept by no layer without checkpointing: inside its forward
+    mask = 0.0 if workload.gradient_checkpointing else layer["mask"]
+    copies = layer["copies_kept"] + layer["copies_head"]
     return {
-        "loss": {**base, "activations": kept + held, "logits": logits["inside"]},
-        # after the model returned (the final norm's output freed)
-        "returned logits": {**base, "activations": kept, "logits": logits["returned"]},
+        "loss": {
+            **base,
+            "activations": kept + held + mask,
+            "autocast_copies": copies + layer["copies_inside"],
+            "logits": logits["inside"],
+        },
+        # after the model returned (the final norm's output freed, the autocast cache cleared)
+        "returned logits": {
+            **base,
+            "activations": kept,
+            "autocast_copies": copies,
+            "logits": logits["returned"],
+        },
         "last layer": {
             **base,
-            "activations": _kept(dims, workload, layer),
+            "activations": _kept(dims, workload, layer) + mask,
+            "autocast_copies": layer["copies_kept"] + layer["copies_inside"],
             "forward_transients": layer["forward"],
         },
     }
@@ -535,7 +635,8 @@ def _kept(dims: Dimensions, workload: Workload, layer: dict[str, float]) -> floa
     """What the layers keep through the forward: every layer's input under checkpointing,
     everything each layer saves without."""
     if workload.gradient_checkpointing:
-        return dims.layers * layer["input"] + layer["rotary"] + layer["embedded"]
+        inputs = dims.layers * layer["input"] + layer["mask"]
+        return inputs + layer["rotary"] + layer["embedded"]
     return layer["first"] + (dims.layers - 1) * layer["other"] + layer["rotary"] + layer["embedded"]
 
 
@@ -569,6 +670,47 @@ def _gradients_in_layers(
     return grown, every
 
 
+def _kept_in_layers(
+    dims: Dimensions,
+    training: Training,
+    bound: MemoryBound,
+    workload: Workload,
+    layer: dict[str, float],
+) -> tuple[dict[str, float], dict[str, float]]:
+    """What is kept at the backward of the first layer it reaches and of the last: under
+    checkpointing every layer's input and the recomputed layer's tensors (FSDP's held input
+    gradients at the last), without it what every layer (the last: the model's first) keeps."""
+    top, bottom = ("first", "first") if dims.layers == 1 else ("other", "first")
+    if not workload.gradient_checkpointing:
+        top_kept = {
+            "activations": _kept(dims, workload, layer),
+            "autocast_copies": layer["copies_kept"],
+        }
+        bottom_kept = {
+            "activations": layer[bottom] + layer["rotary"],
+            "autocast_copies": layer["copies_first"],
+        }
+        return top_kept, bottom_kept
+    inputs = dims.layers * layer["input"]
+    held = held_input_gradient_bytes(dims, training, bound, workload)
+    extra = layer["rotary"] + layer["embedded"] + layer["mask"]
+    # the recomputed layer's copies: the cache is cleared when its recompute's autocast exits,
+    # what its matmuls keep stays
+    top_kept = {
+        "activations": inputs + extra,
+        "recompute": layer[top] - layer[f"shared_{top}"],
+        "autocast_copies": layer[f"copies_{top}"],
+    }
+    bottom_kept = {
+        "activations": (dims.layers if held else 1) * layer["input"] + extra,
+        "recompute": layer[bottom] - layer[f"shared_{bottom}"],
+        "autocast_copies": layer[f"copies_{bottom}"],
+    }
+    if held:
+        bottom_kept["fsdp_held_input_gradients"] = held
+    return top_kept, bottom_kept
+
+
 def _layer_moments(
     counts: ParameterCounts,
     dims: Dimensions,
@@ -582,21 +724,7 @@ def _layer_moments(
     """The backward's moments in the layers: the first layer it reaches (the model's last)
     and the last it reaches (the model's first), each at its MLP's backward."""
     grown, every = _gradients_in_layers(counts, dims, training, bound, base, states)
-    top, bottom = ("first", "first") if dims.layers == 1 else ("other", "first")
-    if workload.gradient_checkpointing:
-        inputs = dims.layers * layer["input"]
-        held = held_input_gradient_bytes(dims, training, bound, workload)
-        extra = layer["rotary"] + layer["embedded"]
-        top_kept = {"activations": inputs + extra, "recompute": layer[top]}
-        bottom_kept = {
-            "activations": (dims.layers if held else 1) * layer["input"] + extra,
-            "recompute": layer[bottom],
-        }
-        if held:
-            bottom_kept["fsdp_held_input_gradients"] = held
-    else:
-        top_kept = {"activations": _kept(dims, workload, layer)}
-        bottom_kept = {"activations": layer[bottom] + layer["rotary"]}
+    top_kept, bottom_kept = _kept_in_layers(dims, training, bound, workload, layer)
     transient = {"backward_transients": layer["backward"]}
     moments = {
         "first layer": {
