@@ -31,9 +31,11 @@ import pydantic
 class EntityValues(pydantic.BaseModel):
     """The resolved value of every field for one measurement (defaults filled in).
 
-    A class of its own, so that what carries one (plan/launch.MeasurementInputs, across to the
-    node) names its type. Built by catalog/entity.entity_values, which normalises what ado hands
-    back; catalog/entity.domain_problems checks each value against its field's domain."""
+    A class of its own, so that what carries one (plan/launch/launch_plan.MeasurementInputs,
+    across to the node) names its type. Built by catalog/entity.entity_values, which normalises
+    what ado hands back; catalog/entity.domain_problems then checks each value against its
+    field's domain. A name is typed `str | None` as pydantic accepts it; where the field's
+    domain holds no None, that check refuses None, and code after it may assert it away."""
 
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
 '''
