@@ -261,3 +261,17 @@ def test_the_preview_the_pages_show_is_run_at_build_time_and_names_each_gpu():
     assert {line.split()[2] for line in lines} == {"A100-80GB", "H100-80GB"}
     marked = [p for p in PAGES if SHOWN.PREVIEW.search(p.read_text())]
     assert {_page(p) for p in marked} >= {"index.md", "guide/preview.md", "guide/how-to.md"}
+
+
+def test_every_generated_part_says_where_it_is_on_github():
+    """GitHub shows a marker as nothing: each is next to a GitHub-only line that links the file
+    or says how to make the output, so the page reads sensibly there too."""
+    marker = re.compile(r"^<!-- (?:example|include|preview|preview-picture): \S+ -->$")
+    for path in PAGES:
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(lines):
+            if marker.match(line):
+                near = lines[max(0, number - 1) : number + 2]
+                assert "<!-- github-only -->" in near or "<!-- /github-only -->" in near, (
+                    f"{_page(path)}:{number + 1}: {line}"
+                )
