@@ -37,6 +37,8 @@ ALWAYS = ("environment", "prepare")
 """Steps every run needs, whatever --only says."""
 ENTRIES = 256
 """Dataset entries (16k+ tokens each): the largest row takes 32 x 3."""
+ENTRY = "device-entry.yaml"
+"""What the rates step measured, as a device entry of metrics/gpu_peaks.yaml (rates.py)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +90,19 @@ def steps(python: str, work: Path, results: Path, cpu: bool) -> list[Step]:
             "nvml",
             [python, str(HERE / "probes.py"), "nvml", "--result", str(results / "nvml.json")],
             60,
+            gpu_only=True,
+        ),
+        Step(
+            "rates",
+            [
+                python,
+                str(HERE / "rates.py"),
+                "--result",
+                str(results / "rates.json"),
+                "--entry",
+                str(results / ENTRY),
+            ],
+            90,
             gpu_only=True,
         ),
     ]
@@ -265,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
             report["gpu_model"] = record["result"]["gpu_model"]
             report["rows"] += record["result"]["rows"]
         (out / "device-check.json").write_text(json.dumps(report, indent=1))
+    if (results / ENTRY).is_file():
+        (out / ENTRY).write_text((results / ENTRY).read_text())
     text = summary(report) + "\n" + format_table(report["rows"], report.get("device", "?"), 300)
     print("\n" + text)
     (out / "device-check.txt").write_text(text + "\n")
