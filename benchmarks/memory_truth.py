@@ -8,6 +8,7 @@ plan/memory/activations.py for the architectures it counts, a trace of the model
     python benchmarks/memory_truth.py --quick    # the slice make test runs (4 layers)
     python benchmarks/memory_truth.py --record   # the matrix, kept in data/memory_truth.json
     python benchmarks/memory_truth.py --append   # only the configurations the record lacks
+                                                 # (the pairwise rows among them)
 
 How the truth is taken:
 - full size under FakeTensorMode: the model built from its config.json at full width and depth,
@@ -43,6 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from memory_bound import load_configs
+from memory_truth_matrix import design, step
 
 from ado_actuators.sfttrainer.contract.memory_trace import PHASES
 from ado_actuators.sfttrainer.contract.units import GIB, MIB
@@ -92,6 +94,8 @@ class Case:
     name: str
     spec: StepSpec
     shards: int = 1
+    entity: dict[str, Any] | None = None
+    """The pairwise design's row it traces (memory_truth_matrix), its entity values."""
 
     def label(self) -> str:
         s = self.spec
@@ -99,9 +103,10 @@ class Case:
         ckpt = {None: "off", "reentrant": "reentrant", "non_reentrant": "non-reentr"}
         fsdp = f" FSDPx{self.shards}" if self.shards > 1 else ""
         mixed = " bf16-mixed" if s.mixed_precision else ""
+        dtype = "" if s.torch_dtype == "bfloat16" else f" {s.torch_dtype}"
         return (
             f"{self.name.split('/')[-1][:22]:22} {method[:16]:16} {ckpt[s.checkpointing]:10} "
-            f"{s.attention[:5]:5} b{s.batch} s{s.length}{fsdp}{mixed}"
+            f"{s.attention[:5]:5} b{s.batch} s{s.length}{fsdp}{mixed}{dtype}"
         )
 
 
@@ -230,6 +235,15 @@ def mlp_adapters(layers: int | None = None) -> list[Case]:
     return cases
 
 
+def pairwise_cases() -> list[Case]:
+    """The pairwise design over the entity's declared domains (memory_truth_matrix), one
+    case per row, named by its index and family."""
+    return [
+        Case(f"pw{index:02d} {entity['family']}", step(entity), entity=entity)
+        for index, entity in enumerate(design())
+    ]
+
+
 def _sized(config: dict[str, Any], layers: int | None) -> dict[str, Any]:
     """A copy of `config`, at `layers` layers where given (the --quick slice)."""
     return _depth(config, layers) if layers else dict(config)
@@ -279,6 +293,7 @@ def workload_of(spec: StepSpec, model_type: str) -> Workload:
         gradient_accumulation_steps=spec.accumulation,
         loss=loss_code(RELEASE, model_type),
         autocast=spec.mixed_precision,
+        autocast_dtype="bfloat16",  # the trace's autocast
         logits_copy=True,
         lora_dropout=spec.lora_dropout > 0,
     )
@@ -295,8 +310,10 @@ def predicted(spec: StepSpec, shards: int = 1) -> PeakPrediction:
         bound = memory_bound(counts, training)
         adapted = spec.target_modules if spec.peft_method == "lora" else ()
         return predict_peak(counts, Dimensions.of(spec.config), training, bound, workload, adapted)
-    values = {"lora_alpha": spec.lora_alpha}
-    found = traced_parts.traced(traced_parts.request(spec.config, training, workload, values), None)
+    # the request the product sends for this step (plan/memory/traced.request): one step, a
+    # second micro-batch only to show the first's gradients beside its forward
+    request = dataclasses.replace(spec, steps=1, accumulation=min(spec.accumulation, 2))
+    found = traced_parts.traced(request, None)
     bound = memory_bound(traced_parts.counts_of(found.inventory), training)
     return traced_parts.predict(found, training, bound, workload)
 
@@ -572,6 +589,7 @@ def record(rows: list[Row]) -> list[dict[str, Any]]:
             "source": row.prediction.source,
             "traced": row.traced,
             "predicted": row.prediction.phases,
+            **({"entity": row.case.entity} if row.case.entity else {}),
         }
         for row in rows
     ]
@@ -594,6 +612,45 @@ def unrecorded() -> list[Case]:
     return [case for case in matrix() + branch_cases() if case.label() not in known]
 
 
+def pairwise_entries(cases: list[Case]) -> list[dict[str, Any]]:
+    """The record's entries of pairwise cases: each distinct step traced once (several design
+    rows differ only in what stands in for what a CPU cannot run), its traced and predicted
+    parts; a step the code itself refuses (an exception from transformers, PEFT or torch) is
+    kept as `fails`, with what it raised."""
+    traced: dict[str, dict[str, Any]] = {}
+    entries = []
+    for case in cases:
+        key = json.dumps(dataclasses.asdict(case.spec), sort_keys=True)
+        if key not in traced:
+            try:
+                traced[key] = {"traced": trace_step(case.spec).phases}
+            except Exception as error:  # the configuration cannot run: what it raised
+                traced[key] = {"fails": f"{type(error).__name__}: {error}"}
+        entry = {
+            "label": case.label(),
+            "name": case.name,
+            "spec": dataclasses.asdict(case.spec),
+            "shards": case.shards,
+            "source": "formula",
+            **traced[key],
+            "entity": case.entity,
+        }
+        if "traced" in entry:
+            entry["predicted"] = predicted(case.spec).phases
+        entries.append(entry)
+    return entries
+
+
+def append_pairwise() -> int:
+    """Traces the pairwise rows (memory_truth_matrix) whose labels the record lacks, and adds
+    them after its entries; how many were added."""
+    kept = json.loads(RECORD.read_text())
+    known = {entry["label"] for entry in kept}
+    added = pairwise_entries([c for c in pairwise_cases() if c.label() not in known])
+    RECORD.write_text(json.dumps(kept + added, indent=1) + "\n")
+    return len(added)
+
+
 def spec_of(recorded: dict[str, Any]) -> StepSpec:
     fields = dict(recorded["spec"], target_modules=tuple(recorded["spec"]["target_modules"]))
     return StepSpec(**fields)
@@ -612,6 +669,10 @@ def main(argv: list[str]) -> int:
         rows = [run(case) for case in matrix(layers=4 if quick else None)]
     if not quick and not chosen:
         rows += [run(case) for case in branch_cases()] + fsdp_rows()
+    if chosen:
+        print(f"{append(rows)} added to {RECORD}, and {append_pairwise()} pairwise rows")
+    if not rows:
+        return 0
     print(report(rows))
     found = summary(rows)
     print(
@@ -623,10 +684,9 @@ def main(argv: list[str]) -> int:
         print(f"  {phase:<15} total: median |error| {median:.2%}, worst {worst:.2%}")
     print(parts(found["worst"]))
     if "--record" in argv:
-        RECORD.write_text(json.dumps(record(rows), indent=1) + "\n")
+        entries = record(rows) + pairwise_entries(pairwise_cases())
+        RECORD.write_text(json.dumps(entries, indent=1) + "\n")
         print(f"recorded in {RECORD}")
-    if chosen:
-        print(f"{append(rows)} added to {RECORD}")
     return 0 if found["within_tolerance"] == found["configurations"] else 1
 
 
