@@ -57,7 +57,9 @@ def _observed(row: list[Any], models: dict[str, dict[str, Any]]) -> Observed:
         model=model,
         family=source,
         framework=f"{source} ({checkpointing})",
-        shape=model_shape(config, training, "Vanilla"),
+        # what of the training the shape reads: the Training itself, or its `trainable` part
+        # once plan/model/training.py's typed configuration carries it
+        shape=model_shape(config, getattr(training, "trainable", training), "Vanilla"),
         run=run,
         tokens_per_second=float(measured),
         device=device_named(gpu, float(network or DEFAULT_NETWORK_GBPS)),

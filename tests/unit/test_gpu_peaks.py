@@ -127,3 +127,12 @@ def test_a_device_the_table_lacks_gets_an_entry_from_its_measurements_alone():
     from ado_actuators.sfttrainer.metrics.gpu_peaks import GpuPeak
 
     GpuPeak(**found)  # a valid entry
+
+
+def test_an_alias_is_the_same_device_under_its_table_name():
+    from ado_actuators.sfttrainer.metrics.gpu_memory import memory_table
+    from ado_actuators.sfttrainer.plan.speed.devices import device_named
+
+    assert device_named("NVIDIA-A100-SXM-80GB").name == "NVIDIA-A100-SXM4-80GB"
+    assert device_named("L40").name == "NVIDIA-L40"
+    assert memory_table()["NVIDIA-H100-SXM5-80GB"].gib == 80

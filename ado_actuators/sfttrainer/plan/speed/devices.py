@@ -136,8 +136,9 @@ def device_named(gpu_model: str | None, network_gbps: float = DEFAULT_NETWORK_GB
         source = table[entry.attention_from]
         ratio = _gemm(entry) / _gemm(source)
         curves = tuple(c.scaled(ratio) for c in _curves(source))
+    canonical = next(name for name, found in table.items() if found is entry)  # not an alias
     return Device(
-        name=str(gpu_model),
+        name=canonical,
         tflops=entry.tflops,
         memory_gbps=entry.memory_gbps,
         interconnect_gbps=entry.interconnect_gbps,
