@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -39,6 +40,18 @@ def ado(tmp_path_factory) -> AdoCLI:
 def write_yaml(path: Path, document: dict) -> Path:
     path.write_text(yaml.safe_dump(document))
     return path
+
+
+def actuator_configuration(ado: AdoCLI, tmp_path: Path, data: Path, model_map: dict) -> str:
+    """The identifier of an actuator configuration of the tiny model's on `data`."""
+    parameters = {
+        "data_directory": str(data),
+        "hf_home": str(tmp_path / "hf"),
+        "output_dir": str(tmp_path / "out"),
+        "model_map": model_map,
+    }
+    document = {"actuatorIdentifier": "SFTTrainer", "parameters": parameters}
+    return ado.create("actuatorconfiguration", write_yaml(tmp_path / "ac.yaml", document))
 
 
 def test_actuator_and_experiments_are_listed(ado):
@@ -96,21 +109,7 @@ def test_operation_measures_valid_rows_and_leaves_failures_unstored(ado, tmp_pat
     model = build_tiny_model(tmp_path / "tiny-llama")
     data = tmp_path / "data"
     generate_text_dataset(data, "news-chars-512-entries-4096", 64)
-    config_id = ado.create(
-        "actuatorconfiguration",
-        write_yaml(
-            tmp_path / "ac.yaml",
-            {
-                "actuatorIdentifier": "SFTTrainer",
-                "parameters": {
-                    "data_directory": str(data),
-                    "hf_home": str(tmp_path / "hf"),
-                    "output_dir": str(tmp_path / "out"),
-                    "model_map": {"tiny-llama": {"Vanilla": str(model)}},
-                },
-            },
-        ),
-    )
+    config_id = actuator_configuration(ado, tmp_path, data, {"tiny-llama": {"Vanilla": str(model)}})
     parameterization = [
         {"property": {"identifier": "fms_hf_tuning_version"}, "value": "3.2.2"},
         {"property": {"identifier": "dataset_id"}, "value": "news-chars-512-entries-4096"},
@@ -319,3 +318,92 @@ def test_plot_of_an_unknown_space_names_it(ado, tmp_path):
         "Error: space 'space-000000-000000' does not exist in ado context 'local'"
     )
     assert "Traceback" not in plotted.stderr and not (tmp_path / "plot").exists()
+
+
+@pytest.mark.slow
+def test_guided_walk_measures_only_what_can_win(ado, tmp_path):
+    """The guided sampler (examples/remote-raycluster/operation-guided.yaml) through the real
+    CLI on CPU: batch 16 is predicted 16 times faster than batch 1, so once batch 16 is
+    measured, batch 1's upper bound (its prediction scaled by that row, at most about twice
+    over on a device with one row) lies below it and the walk ends with one measurement of
+    two. A full walk of the same space then measures what was left (ado replays the rest) and
+    names the same fastest; the plot prints what the guided walk left, with its reason."""
+    model = build_tiny_model(tmp_path / "tiny-llama")
+    data = tmp_path / "data"
+    generate_text_dataset(data, "news-chars-512-entries-4096", 64)
+    model_map = {"tiny-llama": {"Vanilla": str(model)}}
+    config_id = actuator_configuration(ado, tmp_path, data, model_map)
+    fixed = {
+        "fms_hf_tuning_version": "3.2.2",
+        "dataset_id": "news-chars-512-entries-4096",
+        "max_steps": 2,
+        "torch_dtype": "float32",
+        "gradient_accumulation_steps": 1,
+    }
+    space_id = ado.create(
+        "space",
+        write_yaml(
+            tmp_path / "space.yaml",
+            {
+                "experiments": [
+                    {
+                        "experimentIdentifier": "finetune_full_benchmark-v1.0.0",
+                        "actuatorIdentifier": "SFTTrainer",
+                        "parameterization": [
+                            {"property": {"identifier": k}, "value": v} for k, v in fixed.items()
+                        ],
+                    }
+                ],
+                "entitySpace": [
+                    {"identifier": "model_name", "propertyDomain": {"values": ["tiny-llama"]}},
+                    {"identifier": "number_gpus", "propertyDomain": {"values": [0]}},
+                    {"identifier": "model_max_length", "propertyDomain": {"values": [LENGTH]}},
+                    {"identifier": "batch_size", "propertyDomain": {"values": [1, 16]}},
+                ],
+            },
+        ),
+        "--new-sample-store",
+    )
+    records = tmp_path / "guided"
+    guided = yaml.safe_load(
+        (REPO / "examples" / "remote-raycluster" / "operation-guided.yaml").read_text()
+    )
+    guided |= {"spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id]}
+    sampler = guided["operation"]["parameters"]["samplerConfig"]["parameters"]
+    sampler |= {
+        "actuator_parameters": {"hf_home": str(tmp_path / "hf"), "model_map": model_map},
+        "record_directory": str(records),
+    }
+    ado.create("operation", write_yaml(tmp_path / "guided.yaml", guided))
+    rows = ado.measurements(space_id)
+    assert [r["batch_size"] for r in rows] == ["16"], rows
+    record = json.loads((records / f"{space_id}.json").read_text())
+    assert record["finished"] and record["measured"] == 1
+    [left] = record["unmeasured"]
+    assert left["entity"]["batch_size"] == 1
+    assert (
+        left["reason"].startswith("predicted ") and "below the measured fastest's" in left["reason"]
+    )
+    # the full walk of the same space: the configuration left is measured, the other replayed
+    full = yaml.safe_load((REPO / "examples" / "local-cpu" / "operation.yaml").read_text())
+    full |= {"spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id]}
+    ado.create("operation", write_yaml(tmp_path / "full.yaml", full))
+    rows = {
+        r["batch_size"]: float(r["dataset_tokens_per_second"]) for r in ado.measurements(space_id)
+    }
+    assert max(rows, key=rows.__getitem__) == "16", rows
+    plotted = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("sfttrainer_plot")),
+            space_id,
+            "-o",
+            str(tmp_path / "plot"),
+        ],
+        env={**ado.env, "SFTTRAINER_GUIDED_RECORDS": str(records)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert plotted.returncode == 0, plotted.stderr + plotted.stdout
+    assert "Left unmeasured by the guided walk: 1 configurations" in plotted.stdout
+    assert "batch 1, sequence length 64, CPU: predicted " in plotted.stdout

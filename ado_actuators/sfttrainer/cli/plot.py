@@ -130,6 +130,12 @@ def plot(
     typer.echo(files.png)
     typer.echo(files.html)
     typer.echo(files.summary)
+    if space_id is not None and not space_id.endswith(".csv"):
+        from ado_actuators.sfttrainer.report.guided import guided_text
+
+        left = guided_text(space_id)
+        if left is not None:
+            typer.echo(left)
     if checks:
         found = gate.offences(comparison, checks)
         typer.echo(summary.as_text([summary.gate_block(checks, found, len(comparison.pairs))]))

@@ -16,6 +16,20 @@ WIDTH = 120
 """The table's lines fit 120 columns, whatever the terminal's width."""
 
 
+CalibrateFrom = Annotated[
+    str | None,
+    typer.Option(
+        "--calibrate-from",
+        metavar="MEASURED",
+        show_default=False,
+        help="Rows measured before: a space id (read through ado) or the CSV `ado show "
+        "measurements` writes. Each device is calibrated on its own measured rows and every "
+        "configuration is predicted again with its 95 % interval; the section says per device "
+        "how many rows calibrated it. Still predictions, not measurements.",
+    ),
+]
+
+
 @app.command(
     help="Preview a space without ado, Ray or a GPU: for every entity of SPACE (the file `ado "
     "create space -f` takes) under each experiment's parameterization, the configuration rules' "
@@ -60,6 +74,7 @@ def preview(
             help="Also write the rows and the bill to FILE as JSON, for tools.",
         ),
     ] = None,
+    calibrate_from: CalibrateFrom = None,
     html_file: Annotated[
         Path | None,
         typer.Option(
@@ -78,7 +93,7 @@ def preview(
 
         rows, settings = _rows(space, actuator_config)
         bill = space_bill(rows, settings)
-        output.print_table(rows, bill, WIDTH)
+        _print(rows, bill, settings, calibrate_from)
         if csv_file is not None:
             output.write_csv(rows, csv_file)
             typer.echo(f"rows written to {csv_file}")
@@ -161,6 +176,32 @@ def _rows(space: Path, actuator_config: Path | None):
         )
     rows = [preview_entity(values, experiment, settings) for experiment, values in points]
     return sorted_rows(rows), settings
+
+
+def _print(rows: Any, bill: Any, settings: Any, measured: str | None) -> None:
+    """The table and the bill; then, with --calibrate-from, the calibrated predictions."""
+    from ado_actuators.sfttrainer.catalog.entity import FIELDS
+    from ado_actuators.sfttrainer.cli import preview_calibrated as section
+    from ado_actuators.sfttrainer.cli import preview_output as output
+    from ado_actuators.sfttrainer.engine.calibrated import calibrated, measured_rows
+    from ado_actuators.sfttrainer.report import sources
+    from ado_actuators.sfttrainer.report.table import TableError
+
+    output.print_table(rows, bill, WIDTH)
+    if measured is None:
+        return
+    try:
+        given = (
+            sources.rows_from_csv(Path(measured))
+            if measured.endswith(".csv")
+            else sources.rows_from_space(measured)
+        )
+    except TableError as error:
+        raise UsageError(f"--calibrate-from {measured}: {error}") from None
+    found = measured_rows(given, settings, list(FIELDS))
+    lines, calibrations = calibrated(rows, found, settings)
+    for line in section.device_lines(calibrations, measured) + section.row_lines(lines):
+        typer.echo(line)
 
 
 def main() -> None:

@@ -1,0 +1,157 @@
+"""The guided sampler, for ado's `random_walk`: measure only the configurations that can still be
+the fastest of their answer group, in order of their predicted upper bound.
+
+    samplerConfig:
+      module:
+        moduleName: ado_actuators.sfttrainer.actuator.guided_sampler
+        moduleClass: GuidedSampler
+      parameters: {coverage: 0.95, gpu_hour_budget: 40, measure_ties: true}
+
+Each time the walk asks for a configuration, the sampler reads what the space has measured so
+far (through the remote discovery space on a Ray cluster), recalibrates each device on its rows
+(ledger/calibration.py) and decides (ledger/guided.py); it writes the configurations it leaves
+unmeasured, with their reasons, where sfttrainer_plot reads them (contract/guided.py). It keeps
+nothing else: a killed operation run again continues from what was stored, and measures
+nothing twice. Give the walk `batchSize: 1` for the strict order; a larger batch decides with
+the measurements that have finished.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Generator, Mapping
+from typing import Any
+
+import pydantic
+from ado.core.discoveryspace.samplers import BaseSampler
+from ado.core.discoveryspace.space import DiscoverySpace
+from ado.modules.operators.discovery_space_manager import DiscoverySpaceManager
+from ado.schema.entity import Entity
+
+from ado_actuators.sfttrainer.contract.guided import write_record
+from ado_actuators.sfttrainer.engine.guided import (
+    Point,
+    Result,
+    Settings,
+    Walk,
+    point_key,
+    result_of,
+)
+from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
+
+
+class GuidedSamplerParameters(pydantic.BaseModel):
+    """The `parameters:` of the guided sampler's samplerConfig."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    coverage: float = pydantic.Field(
+        0.95, gt=0.5, lt=1.0, description="The coverage of the predicted intervals"
+    )
+    gpu_hour_budget: float | None = pydantic.Field(
+        None, gt=0, description="GPU-hours the walk may spend; none: no limit"
+    )
+    measure_ties: bool = pydantic.Field(
+        True,
+        description="Also measure configurations predicted slower than the measured fastest "
+        "whose interval still reaches it (its possible ties)",
+    )
+    actuator_parameters: dict[str, Any] = pydantic.Field(
+        default_factory=dict,
+        description="The actuator configuration's parameters (hf_home, model_map): where the "
+        "models' config.json files are, for the predictions",
+    )
+    record_directory: str | None = pydantic.Field(
+        None, description="Where the record of unmeasured configurations goes"
+    )
+
+
+def _points(space: DiscoverySpace) -> list[Point]:
+    entity_space = space.entitySpace
+    names = [c.identifier for c in entity_space.constitutiveProperties]
+    grid = [dict(zip(names, p, strict=True)) for p in entity_space.sequential_point_iterator()]
+    found = []
+    for experiment in space.measurementSpace.experiments:
+        reference = experiment.reference
+        fixed = {v.property.identifier: v.value for v in reference.parameterization or []}
+        found += [(reference.experimentIdentifier, point, fixed) for point in grid]
+    return found
+
+
+def _results(space: DiscoverySpace, entities: list[Entity]) -> dict[str, Result]:
+    """What the space has measured, per configuration key."""
+    found: dict[str, Result] = {}
+    for entity in entities:
+        point = {v.property.identifier: v.value for v in entity.constitutive_property_values}
+        for experiment in space.measurementSpace.experiments:
+            values = entity.propertyValuesFromExperimentReference(experiment.reference)
+            if not values:
+                continue
+            properties = {v.property.targetProperty.identifier: v.value for v in values}
+            gpus = int(point.get("number_gpus") or 0)
+            key = point_key(experiment.reference.experimentIdentifier, point)
+            found[key] = result_of(key, properties, gpus)
+    return found
+
+
+class GuidedSampler(BaseSampler):
+    """ado's sampler interface (ado.core.discoveryspace.samplers.BaseSampler) over engine/guided.py."""
+
+    def __init__(self, parameters: GuidedSamplerParameters | None = None) -> None:
+        self.parameters = parameters or GuidedSamplerParameters()
+        self.settings = Settings(
+            coverage=self.parameters.coverage,
+            budget_gpu_hours=self.parameters.gpu_hour_budget,
+            measure_ties=self.parameters.measure_ties,
+        )
+
+    @classmethod
+    def parameters_model(cls) -> type[pydantic.BaseModel] | None:
+        return GuidedSamplerParameters
+
+    @classmethod
+    def samplerCompatibleWithDiscoverySpaceRemote(
+        cls, remoteDiscoverySpace: DiscoverySpaceManager
+    ) -> bool:
+        return True
+
+    def walk(self, space: DiscoverySpace) -> Walk:
+        measurement = MeasurementSettings.model_validate(self.parameters.actuator_parameters)
+        return Walk.of(space.uri, _points(space), measurement, self.settings)
+
+    def _next(self, walk: Walk, results: Mapping[str, Result], yielded: set[str]) -> Point | None:
+        decision = walk.decide(results, yielded - set(results))
+        write_record(walk.record(decision, results), self.parameters.record_directory)
+        if decision.next is None:
+            return None
+        yielded.add(decision.next.key)
+        return walk.points[decision.next.key]
+
+    def entityIterator(
+        self, discoverySpace: DiscoverySpace, batchsize: int = 1
+    ) -> Generator[list[Entity], None, None]:
+        walk, yielded = self.walk(discoverySpace), set[str]()
+        while True:
+            found = _results(discoverySpace, discoverySpace.matchingEntities())
+            point = self._next(walk, found, yielded)
+            if point is None:
+                return
+            yield [discoverySpace.entity_for_point(point[1])]
+
+    async def remoteEntityIterator(
+        self, remoteDiscoverySpace: DiscoverySpaceManager, batchsize: int = 1
+    ) -> AsyncGenerator[list[Entity], None]:
+        manager: Any = remoteDiscoverySpace  # a Ray actor handle
+        space: DiscoverySpace = await manager.discoverySpace.remote()
+        walk = self.walk(space)
+        return self._remote(manager, space, walk)
+
+    async def _remote(
+        self, manager: Any, space: DiscoverySpace, walk: Walk
+    ) -> AsyncGenerator[list[Entity], None]:
+        yielded: set[str] = set()
+        while True:
+            stored = await manager.matchingEntitiesInSource.remote()
+            point = self._next(walk, _results(space, stored), yielded)
+            if point is None:
+                return
+            yield [await manager.entity_for_point.remote(point=point[1])]

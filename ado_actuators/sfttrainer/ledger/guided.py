@@ -1,0 +1,217 @@
+"""The guided walk's decisions: which configuration to measure next, and which need never be.
+
+Per answer group (the groups of sfttrainer_plot's "Fastest valid": the experiment and every
+varying field but the GPU count, the batch size and the sequence length), the configurations
+that fit are measured in order of their predicted upper bound, each device calibrated on its
+rows measured so far (calibration.py). A group stops once no unmeasured configuration's upper
+bound reaches the measured fastest's lower bound (its 95 % interval's low end, or its figure
+where the row has no interval). Each configuration left unmeasured gets its reason.
+
+Pure and stateless: candidates and the results measured so far in, a decision out. So a walk
+that was killed and run again decides from what was stored, and measures nothing twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import TypeVar
+
+from ado_actuators.sfttrainer.ledger.calibration import Calibration, Interval, Row, calibrate
+
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A configuration of the space as the walk sees it before measuring it. `predicted`: the
+    speed model's whole-run tokens/s (None where it cannot predict one); `skip`: why it will
+    not be launched at all (a configuration rule, a predicted OOM), empty when it fits."""
+
+    key: str
+    group: str
+    device: str
+    predicted: float | None
+    gpu_hours: float = 0.0
+    skip: str = ""
+    method: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """A configuration measured: valid or not, its whole-run tokens/s and 95 % interval (per
+    cent of the figure), and the GPU-hours it took."""
+
+    key: str
+    valid: bool
+    speed: float | None = None
+    ci95_percent: float | None = None
+    gpu_hours: float | None = None
+
+    @property
+    def lower(self) -> float:
+        speed = self.speed or 0.0
+        return speed * (1 - (self.ci95_percent or 0.0) / 100)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    coverage: float = 0.95
+    budget_gpu_hours: float | None = None
+    measure_ties: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """The next configuration to measure (None: the walk is done, or waits for those in
+    flight), and every configuration that stays unmeasured as things stand, with its reason."""
+
+    next: Candidate | None
+    unmeasured: Mapping[str, str]
+    calibrations: Mapping[str, Calibration]
+
+
+def calibrations(
+    candidates: Iterable[Candidate], results: Mapping[str, Result]
+) -> dict[str, Calibration]:
+    """Each device's calibration on its valid measured rows that the speed model predicted."""
+    rows: dict[str, list[Row]] = {}
+    for c in candidates:
+        rows.setdefault(c.device, [])
+        found = results.get(c.key)
+        if found and found.valid and found.speed and c.predicted:
+            rows[c.device].append(Row(c.device, c.predicted, found.speed, c.method))
+    return {device: calibrate(device, found) for device, found in rows.items()}
+
+
+def interval_of(
+    candidate: Candidate, found: Mapping[str, Calibration], coverage: float
+) -> Interval | None:
+    if candidate.predicted is None or candidate.predicted <= 0:
+        return None
+    return found[candidate.device].interval(candidate.predicted, coverage, candidate.method)
+
+
+def _figure(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _reason(interval: Interval, fastest: Result, tied: bool) -> str:
+    plus = interval.high - interval.central
+    said = f"predicted {_figure(interval.central)} ± {_figure(plus)} tokens/s"
+    speed = fastest.speed or 0.0
+    theirs = f"the measured fastest's {_figure(speed)} - {_figure(speed - fastest.lower)}"
+    if tied:
+        return f"{said}, possibly tied with {theirs}; tied contenders are not measured"
+    return f"{said}, below {theirs}"
+
+
+def _fastest(candidates: Sequence[Candidate], results: Mapping[str, Result]) -> dict[str, Result]:
+    best: dict[str, Result] = {}
+    for c in candidates:
+        found = results.get(c.key)
+        if (
+            found
+            and found.valid
+            and found.speed is not None
+            and (c.group not in best or found.speed > (best[c.group].speed or 0.0))
+        ):
+            best[c.group] = found
+    return best
+
+
+def _ruled_out(
+    interval: Interval | None, fastest: Result | None, settings: Settings
+) -> tuple[bool, bool]:
+    """(below the fastest, possibly tied but ties are not wanted)."""
+    if interval is None or fastest is None:
+        return False, False
+    if interval.high < fastest.lower:
+        return True, False
+    tied = not settings.measure_ties and interval.central < (fastest.speed or 0.0)
+    return False, tied
+
+
+def _spent(
+    candidates: Sequence[Candidate], results: Mapping[str, Result], pending: set[str]
+) -> float:
+    spent = 0.0
+    for c in candidates:
+        if c.key in results:
+            measured = results[c.key].gpu_hours
+            spent += c.gpu_hours if measured is None else measured
+        elif c.key in pending:
+            spent += c.gpu_hours
+    return spent
+
+
+def judge(
+    candidates: Sequence[Candidate],
+    results: Mapping[str, Result],
+    pending: Iterable[str] = (),
+    settings: Settings = Settings(),
+) -> tuple[list[tuple[float, Candidate]], dict[str, str], dict[str, Calibration]]:
+    """The configurations that can still win (upper bound, candidate), highest first; those
+    that cannot, with their reasons; and the devices' calibrations."""
+    in_flight = set(pending)
+    found = calibrations(candidates, results)
+    fastest = _fastest(candidates, results)
+    unmeasured: dict[str, str] = {}
+    open_: list[tuple[float, Candidate]] = []
+    for c in candidates:
+        if c.key in results or c.key in in_flight:
+            continue
+        if c.skip:
+            unmeasured[c.key] = c.skip
+            continue
+        interval = interval_of(c, found, settings.coverage)
+        below, tied = _ruled_out(interval, fastest.get(c.group), settings)
+        if (below or tied) and interval is not None:
+            unmeasured[c.key] = _reason(interval, fastest[c.group], tied)
+        else:
+            open_.append((math.inf if interval is None else interval.high, c))
+    open_.sort(key=lambda pair: -pair[0])
+    return open_, unmeasured, found
+
+
+def decide(
+    candidates: Sequence[Candidate],
+    results: Mapping[str, Result],
+    pending: Iterable[str] = (),
+    settings: Settings = Settings(),
+) -> Decision:
+    """The next configuration to measure (the highest upper bound of those that can still win,
+    within the budget) and the reasons for those left, from what is measured (`results`) and
+    what is being measured (`pending`)."""
+    in_flight = set(pending)
+    open_, unmeasured, found = judge(candidates, results, in_flight, settings)
+    spent = _spent(candidates, results, in_flight)
+    budget = settings.budget_gpu_hours
+    chosen = None
+    for _, c in open_:
+        if chosen is None and (budget is None or spent + c.gpu_hours <= budget):
+            chosen = c
+        elif chosen is None and budget is not None:
+            unmeasured[c.key] = (
+                f"not measured: over the GPU-hour budget of {budget:g} "
+                f"({spent:.2f} spent, {c.gpu_hours:.2f} predicted for it)"
+            )
+        else:
+            unmeasured[c.key] = "not measured yet: waits for the measurements before it"
+    return Decision(chosen, unmeasured, found)
+
+
+def measuring_order(
+    candidates: Sequence[tuple[K, float, str]],
+    calibration_of: Callable[[list[K]], Calibration],
+    count: int,
+) -> list[K]:
+    """The first `count` keys a walk of one device's candidates (key, predicted, method)
+    measures: the highest upper bound first, the device recalibrated after each."""
+    done: list[K] = []
+    for _ in range(min(count, len(candidates))):
+        found = calibration_of(done)
+        rest = [c for c in candidates if c[0] not in done]
+        done.append(max(rest, key=lambda c: found.interval(c[1], method=c[2]).high)[0])
+    return done

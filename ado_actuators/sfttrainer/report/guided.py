@@ -1,0 +1,41 @@
+"""What a guided walk left unmeasured, as its own section of sfttrainer_plot's answers: each
+configuration with its reason, then the walk's bill with what it saved. Read from the record
+the guided sampler writes beside the space (contract/guided.py)."""
+
+from __future__ import annotations
+
+from ado_actuators.sfttrainer.contract.guided import GuidedRecord, Unmeasured, read_record
+
+
+def _configuration(left: Unmeasured) -> str:
+    values = left.entity
+    gpus = values.get("number_gpus")
+    where = "CPU" if gpus in (0, "0") else f"{gpus} GPUs"
+    parts = [
+        f"batch {values.get('batch_size')}",
+        f"sequence length {values.get('model_max_length')}",
+    ]
+    return f"{', '.join(parts)}, {where}"
+
+
+def guided_lines(record: GuidedRecord) -> list[str]:
+    """The section's lines: a title, one line per configuration left, the bill."""
+    done = "" if record.finished else " (the walk had not finished)"
+    lines = [
+        f"Left unmeasured by the guided walk{done}: {len(record.unmeasured)} configurations "
+        f"(every figure here is a prediction, at {record.coverage:.0%} coverage)"
+    ]
+    for left in sorted(record.unmeasured, key=lambda u: (u.group, u.reason)):
+        lines.append(f"  {left.group}: {_configuration(left)}: {left.reason}")
+    lines.append(
+        f"Guided walk's bill: {record.measured} configurations measured, "
+        f"{record.spent_gpu_hours:,.2f} GPU-hours; {len(record.unmeasured)} left unmeasured "
+        f"saved about {record.saved_gpu_hours:,.2f} GPU-hours (predicted)"
+    )
+    return lines
+
+
+def guided_text(space: str) -> str | None:
+    """The section for `space`, or None where no guided walk left a record of it."""
+    record = read_record(space)
+    return None if record is None else "\n".join(guided_lines(record))

@@ -1,0 +1,299 @@
+"""The guided walk simulated on public tables: measuring a configuration returns its published
+throughput (or its OOM) and costs what the project's bill says that measurement costs.
+
+Spaces, each one device's calibration:
+- fms-acceleration's A100 tables (benchmarks/data/fms_acceleration_a100_80gb.csv, the three
+  packed tables), one space per model family, predicted with the constants fitted on the other
+  families (benchmarks/throughput_prediction.py's leave one family out);
+- fms-acceleration's L40 table, predicted with the shipped constants (nothing fitted on it).
+
+An answer group is what sfttrainer_plot's "Fastest valid" compares: one table, model, framework
+and method, across GPU counts and batch sizes. Its runs that did not finish are OOMs (the
+tables strip the error). The bill of one measurement: the process start and the checkpoint's
+read (engine/bill.py's start_seconds), then the spec's stop method
+(WARMUP_60S_STABLE_120S_OR_10_STEPS) at the published step time; an OOM pays its start and one
+step (the predicted one), on every GPU.
+
+Strategies, on the same oracle: the full walk (every configuration); random order with the
+guided walk's stopping rule; Optuna's TPE (ado-ray-tune's default sampler) per group at the
+GPU-hours the guided walk spent on that group; the guided walk. Reported: GPU-hours, the share
+of groups whose named fastest is the true fastest or within TIE of it, and the regret in
+tokens/s (the true fastest's throughput less the named one's, summed over the groups).
+
+    python benchmarks/guided_search.py [--seeds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import random
+import subprocess
+import sys
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+from types import SimpleNamespace
+
+import optuna
+from memory_bound import load_configs
+from throughput_prediction import (
+    DATA,
+    FITTED,
+    L40_DATA,
+    PACKED_TABLES,
+    Observed,
+    _observed,
+    fit,
+    predicted,
+)
+
+from ado_actuators.sfttrainer.engine.bill import start_seconds, training_time
+from ado_actuators.sfttrainer.ledger.guided import Candidate, Result, Settings, decide, judge
+from ado_actuators.sfttrainer.plan.speed.prediction import device_of
+from ado_actuators.sfttrainer.trainer.stopping import WARMUP_60S_STABLE_120S_OR_10_STEPS
+
+TIE = 0.02
+"""Two throughputs closer than this count as the same: fms-acceleration publishes one run per
+configuration, so no spread is published; 2 % is the spread this project's steady-state
+interval aims at (STEADY_CI95_1PCT's 1 % half-width, both sides)."""
+GUIDED_NO_TIES = "guided, ties not measured"
+SPEC = SimpleNamespace(auto_stop_method=WARMUP_60S_STABLE_120S_OR_10_STEPS, stop_after_seconds=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    key: str
+    group: str
+    observed: Observed
+    oom: bool
+    predicted: float  # whole run, tokens/s
+    cost: float  # GPU-hours to measure it
+
+    @property
+    def speed(self) -> float:
+        return 0.0 if self.oom else self.observed.tokens_per_second * self.observed.run.gpus
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
+    return list(csv.DictReader(lines))
+
+
+def _cost(o: Observed, oom: bool, guess: float) -> float:
+    tokens = o.run.per_device_batch * o.run.sequence_length
+    step = tokens / (guess / o.run.gpus if oom else o.tokens_per_second)
+    start = start_seconds(o.shape.total_params * 2)
+    seconds = start + (step if oom else training_time(SPEC, step).seconds or 0.0)
+    return o.run.gpus * seconds / 3600
+
+
+def _config(index: int, row: dict[str, str], o: Observed, fitted: object) -> Config:
+    oom = not row["train_tokens_per_second"].strip()
+    guess = predicted(o, fitted) * o.run.gpus  # type: ignore[arg-type]
+    group = " ".join((row.get("table", "l40"), o.model, o.framework, o.run.method))
+    return Config(f"{index}", group, o, oom, guess, _cost(o, oom, guess))
+
+
+def a100_spaces() -> dict[str, list[Config]]:
+    configs, rows = load_configs(), _rows(DATA)
+    kept = [r for r in rows if r["table"] in PACKED_TABLES and r["model_name_or_path"] in configs]
+    observed = [
+        _observed({**r, "train_tokens_per_second": r["train_tokens_per_second"] or "0"}, configs)
+        for r in kept
+    ]
+    spaces = {}
+    for family in sorted({o.family for o in observed}):
+        fitted = fit(
+            [
+                o
+                for o, r in zip(observed, kept, strict=True)
+                if o.family != family and r["train_tokens_per_second"].strip()
+            ]
+        )
+        spaces[f"A100 {family}"] = [
+            _config(i, r, o, fitted)
+            for i, (r, o) in enumerate(zip(kept, observed, strict=True))
+            if o.family == family
+        ]
+    return spaces
+
+
+def l40_space() -> list[Config]:
+    configs, device = load_configs(), device_of("NVIDIA-L40")
+    rows = [r for r in _rows(L40_DATA) if r["model_name_or_path"] in configs]
+    return [
+        _config(i, r, _observed({**r, "torch_dtype": "float16"}, configs, device), FITTED)
+        for i, r in enumerate(rows)
+    ]
+
+
+def _candidates(space: list[Config], device: str) -> list[Candidate]:
+    return [
+        Candidate(c.key, c.group, device, c.predicted, c.cost, method=c.observed.run.method)
+        for c in space
+    ]
+
+
+def _result(c: Config) -> Result:
+    return Result(c.key, not c.oom, None if c.oom else c.speed, gpu_hours=c.cost)
+
+
+Picker = Callable[[list[Candidate], dict[str, Result]], Candidate | None]
+
+
+def walk(space: list[Config], device: str, pick: Picker) -> dict[str, Result]:
+    by_key = {c.key: c for c in space}
+    results: dict[str, Result] = {}
+    candidates = _candidates(space, device)
+    while (chosen := pick(candidates, results)) is not None:
+        results[chosen.key] = _result(by_key[chosen.key])
+    return results
+
+
+def guided(candidates: list[Candidate], results: dict[str, Result]) -> Candidate | None:
+    return decide(candidates, results, settings=Settings()).next
+
+
+def guided_without_ties(
+    candidates: list[Candidate], results: dict[str, Result]
+) -> Candidate | None:
+    return decide(candidates, results, settings=Settings(measure_ties=False)).next
+
+
+def randomly(seed: int) -> Picker:
+    chooser = random.Random(seed)
+
+    def pick(candidates: list[Candidate], results: dict[str, Result]) -> Candidate | None:
+        open_, _, _ = judge(candidates, results)
+        return chooser.choice(open_)[1] if open_ else None
+
+    return pick
+
+
+def full(candidates: list[Candidate], results: dict[str, Result]) -> Candidate | None:
+    return next((c for c in candidates if c.key not in results), None)
+
+
+def tpe(group: list[Config], budget: float, seed: int) -> dict[str, Result]:
+    """Optuna's TPE over one group's configurations (GPU count and batch size), each trial one
+    measurement, until the next would pass `budget` GPU-hours (one at least)."""
+    by_point = {(c.observed.run.gpus, c.observed.run.per_device_batch): c for c in group}
+    gpus = sorted({g for g, _ in by_point})
+    batches = sorted({b for _, b in by_point})
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
+    results: dict[str, Result] = {}
+    spent = 0.0
+    for _ in range(4 * len(group)):
+        trial = study.ask()
+        point = (
+            trial.suggest_categorical("gpus", gpus),
+            trial.suggest_categorical("batch", batches),
+        )
+        found = by_point.get(point)
+        if found is None:
+            study.tell(trial, 0.0)  # not a configuration of the table
+            continue
+        if found.key not in results:
+            if results and spent + found.cost > budget:
+                break
+            spent += found.cost
+            results[found.key] = _result(found)
+        study.tell(trial, found.speed)
+    return results
+
+
+@dataclasses.dataclass
+class Score:
+    hours: float = 0.0
+    right: int = 0
+    groups: int = 0
+    regret: float = 0.0
+
+    def add(self, group: list[Config], results: dict[str, Result]) -> None:
+        self.groups += 1
+        self.hours += sum(c.cost for c in group if c.key in results)
+        best = max(c.speed for c in group)
+        named = max((c.speed for c in group if c.key in results), default=0.0)
+        self.right += named >= best * (1 - TIE)
+        self.regret += best - named
+
+
+def _groups(space: list[Config]) -> dict[str, list[Config]]:
+    found: dict[str, list[Config]] = {}
+    for c in space:
+        found.setdefault(c.group, []).append(c)
+    return {g: cs for g, cs in found.items() if len(cs) > 1 and any(not c.oom for c in cs)}
+
+
+def simulate(spaces: dict[str, tuple[list[Config], str]], seeds: int) -> dict[str, Score]:
+    names = ("full walk", "random order, same rule", "Optuna TPE", "guided", GUIDED_NO_TIES)
+    scores = {name: Score() for name in names}
+    for space, device in spaces.values():
+        groups = _groups(space)
+        kept = [c for cs in groups.values() for c in cs]
+        runs = {
+            "full walk": walk(kept, device, full),
+            "guided": walk(kept, device, guided),
+            GUIDED_NO_TIES: walk(kept, device, guided_without_ties),
+        }
+        for name, results in runs.items():
+            for group in groups.values():
+                scores[name].add(group, results)
+        for seed in range(seeds):
+            shuffled = walk(kept, device, randomly(seed))
+            for group in groups.values():
+                scores["random order, same rule"].add(group, shuffled)
+                budget = sum(c.cost for c in group if c.key in runs["guided"])
+                scores["Optuna TPE"].add(group, tpe(group, budget, seed))
+    for name in ("random order, same rule", "Optuna TPE"):
+        score = scores[name]
+        score.hours, score.regret = score.hours / seeds, score.regret / seeds
+        score.right, score.groups = score.right, score.groups  # summed over seeds
+    return scores
+
+
+def table(scores: dict[str, Score]) -> list[str]:
+    total = scores["full walk"].hours
+    lines = [
+        "| strategy | GPU-hours | of the full walk's | groups right | regret (tokens/s, summed) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, s in scores.items():
+        lines.append(
+            f"| {name} | {s.hours:,.1f} | {s.hours / total:.0%} | {s.right / s.groups:.1%} "
+            f"({s.right} of {s.groups}) | {s.regret:,.0f} |"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=5, help="random orders and TPE runs")
+    args = parser.parse_args(argv)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spaces = {name: (space, "NVIDIA-A100-SXM4-80GB") for name, space in a100_spaces().items()}
+    spaces["L40"] = (l40_space(), "NVIDIA-L40")
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    print(f"{date.today()}, commit {commit}; random order and TPE: mean of {args.seeds} seeds")
+    for name, (space, _) in spaces.items():
+        print(f"{name}: {len(_groups(space))} groups, {len(space)} configurations")
+    scores = simulate(spaces, args.seeds)
+    print("\n".join(table(scores)))
+    guided_, full_, tpe_ = scores["guided"], scores["full walk"], scores["Optuna TPE"]
+    goals = {
+        "right in >= 95 % of groups": guided_.right / guided_.groups >= 0.95,
+        "<= 25 % of the full walk's GPU-hours": guided_.hours <= 0.25 * full_.hours,
+        "more groups right than TPE at equal budget": guided_.right / guided_.groups
+        > tpe_.right / tpe_.groups,
+    }
+    for goal, met in goals.items():
+        print(f"goal: {goal}: {'met' if met else 'NOT met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""ledger/guided.py: the guided walk's order, its stopping rule, its reasons and its resumption,
+pure."""
+
+from __future__ import annotations
+
+from ado_actuators.sfttrainer.ledger.calibration import Row, calibrate
+from ado_actuators.sfttrainer.ledger.guided import (
+    Candidate,
+    Result,
+    Settings,
+    decide,
+    measuring_order,
+)
+
+L40 = "NVIDIA-L40"
+
+
+def candidate(key: str, predicted: float | None, group: str = "g", hours: float = 1.0) -> Candidate:
+    return Candidate(key, group, L40, predicted, hours, method="lora")
+
+
+SPACE = [
+    candidate("a", 1000.0),
+    candidate("b", 3000.0),
+    candidate("c", 2900.0),
+    candidate("d", 300.0),
+]
+
+
+def test_the_highest_upper_bound_is_measured_first():
+    assert decide(SPACE, {}).next == SPACE[1]
+    unknown = candidate("x", None)
+    assert decide([*SPACE, unknown], {}).next == unknown  # nothing bounds it
+
+
+def test_a_group_stops_once_no_upper_bound_reaches_the_fastest():
+    results = {"b": Result("b", True, 3000.0, 1.0), "c": Result("c", True, 2950.0, 1.0)}
+    decision = decide(SPACE, results)
+    assert decision.next is None
+    assert set(decision.unmeasured) == {"a", "d"}
+    assert "below the measured fastest's 3,000 - 30" in decision.unmeasured["a"]
+    assert decision.unmeasured["a"].startswith("predicted ")
+
+
+def test_a_contender_whose_interval_reaches_the_fastest_is_measured():
+    decision = decide(SPACE, {"b": Result("b", True, 3000.0)})
+    assert decision.next == SPACE[2]
+
+
+def test_tied_contenders_are_left_when_not_wanted():
+    decision = decide(
+        SPACE, {"b": Result("b", True, 3000.0)}, settings=Settings(measure_ties=False)
+    )
+    assert decision.next is None
+    assert "possibly tied" in decision.unmeasured["c"]
+
+
+def test_groups_are_decided_apart():
+    other = [candidate("e", 100.0, group="h")]
+    decision = decide(
+        SPACE + other, {"b": Result("b", True, 3000.0), "c": Result("c", True, 2950.0)}
+    )
+    assert decision.next == other[0]
+
+
+def test_an_invalid_measurement_never_is_the_fastest():
+    decision = decide(SPACE, {"b": Result("b", False), "c": Result("c", False)})
+    assert decision.next == SPACE[0]
+
+
+def test_the_budget_stops_the_walk_with_a_reason():
+    results = {"b": Result("b", True, 3000.0, gpu_hours=1.5)}
+    decision = decide(SPACE, results, settings=Settings(budget_gpu_hours=2.0))
+    assert decision.next is None
+    assert "over the GPU-hour budget of 2" in decision.unmeasured["c"]
+
+
+def test_a_configuration_that_does_not_fit_is_left_with_its_verdict():
+    oom = Candidate("z", "g", L40, 9000.0, 1.0, skip="predicted OOM: 90 GiB of 80")
+    assert decide([*SPACE, oom], {}).unmeasured["z"] == "predicted OOM: 90 GiB of 80"
+
+
+def test_a_walk_run_again_measures_nothing_twice():
+    """The decision reads only what is stored and what is in flight: the measured and the
+    pending are never chosen again, whichever order they came in."""
+    measured = {}
+    chosen = []
+    for _ in range(len(SPACE)):
+        decision = decide(SPACE, measured, pending=set())
+        if decision.next is None:
+            break
+        chosen.append(decision.next.key)
+        # killed after the choice: the run again sees the stored rows and chooses anew
+        measured[decision.next.key] = Result(decision.next.key, True, decision.next.predicted)
+    assert len(chosen) == len(set(chosen))
+    assert decide(SPACE, {}, pending={"b"}).next == SPACE[2]
+
+
+def test_the_measuring_order_recalibrates():
+    rows = {"a": Row(L40, 1000.0, 700.0), "b": Row(L40, 3000.0, 2000.0)}
+    order = measuring_order(
+        [("a", 1000.0, ""), ("b", 3000.0, "")],
+        lambda done: calibrate(L40, [rows[k] for k in done]),
+        2,
+    )
+    assert order == ["b", "a"]
