@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_bound import load_configs
 from memory_truth_matrix import design, step
 
-from ado_actuators.sfttrainer.contract.memory_trace import PHASES
+from ado_actuators.sfttrainer.contract.memory_trace import PHASES, StepSpec
 from ado_actuators.sfttrainer.contract.units import GIB, MIB
 from ado_actuators.sfttrainer.plan.memory import traced as traced_parts
 from ado_actuators.sfttrainer.plan.memory.bound import Training, memory_bound
@@ -57,7 +57,7 @@ from ado_actuators.sfttrainer.plan.memory.peak import (
     Workload,
     predict_peak,
 )
-from ado_actuators.sfttrainer.plan.memory.trace.step import StepSpec, trace_step
+from ado_actuators.sfttrainer.plan.memory.trace.step import trace_step
 from ado_actuators.sfttrainer.plan.model.architecture import (
     COUNTED,
     count_parameters,

@@ -127,7 +127,7 @@ def _observed(
         model=model,
         family=family(model),
         framework=framework,
-        shape=model_shape(config, training, "Vanilla"),
+        shape=model_shape(config, training.trainable, "Vanilla"),
         run=run,
         tokens_per_second=float(row["train_tokens_per_second"]),
         device=device,

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from ado_actuators.sfttrainer.contract.memory_trace import StepSpec
 from ado_actuators.sfttrainer.plan.memory.trace import layer_extrapolation
-from ado_actuators.sfttrainer.plan.memory.trace.step import StepSpec, trace_step
+from ado_actuators.sfttrainer.plan.memory.trace.step import trace_step
 
 pytestmark = pytest.mark.slow  # about 30 s of CPU: a dozen traces of a 12-layer model
 

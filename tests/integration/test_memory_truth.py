@@ -14,8 +14,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import memory_truth
 
-from ado_actuators.sfttrainer.contract.memory_trace import PHASES
-from ado_actuators.sfttrainer.plan.memory.trace.step import StepSpec, trace_step
+from ado_actuators.sfttrainer.contract.memory_trace import PHASES, StepSpec
+from ado_actuators.sfttrainer.plan.memory.trace.step import trace_step
 
 pytestmark = pytest.mark.slow
 

@@ -8,11 +8,13 @@ import json
 import subprocess
 
 import pytest
+from training_configuration import configuration_of
 
 from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
+from ado_actuators.sfttrainer.contract.memory_trace import StepSpec
 from ado_actuators.sfttrainer.plan.memory import traced as traced_parts
-from ado_actuators.sfttrainer.plan.memory.trace.step import StepSpec, trace_step
+from ado_actuators.sfttrainer.plan.memory.trace.step import trace_step
 from ado_actuators.sfttrainer.plan.memory.verdict import assess, traces_directory
 
 pytestmark = pytest.mark.slow
@@ -50,7 +52,9 @@ def test_an_architecture_not_counted_by_hand_is_traced_once_and_kept(tmp_path, m
     model.mkdir()
     (model / "config.json").write_text(json.dumps(GEMMA2))
     hf_home = str(tmp_path / "hf")
-    found = assess(values(), LORA, str(model), hf_home=hf_home, enabled=True)
+    found = assess(
+        configuration_of(values(), LORA, str(model), hf_home), hf_home=hf_home, enabled=True
+    )
     assert found.skipped is None and found.prediction is not None
     assert found.prediction.source == "trace" and found.bound is not None
     metadata = found.prediction_metadata()
@@ -65,13 +69,19 @@ def test_an_architecture_not_counted_by_hand_is_traced_once_and_kept(tmp_path, m
         raise AssertionError("traced again")
 
     monkeypatch.setattr(subprocess, "run", no_subprocess)
-    again = assess(values(), LORA, str(model), hf_home=hf_home, enabled=True)
+    again = assess(
+        configuration_of(values(), LORA, str(model), hf_home), hf_home=hf_home, enabled=True
+    )
     assert again.prediction.total == found.prediction.total
 
 
 def test_the_subprocess_trace_is_the_in_process_trace_with_the_state_at_rest(tmp_path):
     one = values(gradient_accumulation_steps=1)
-    found = assess(one, LORA, _model(tmp_path), hf_home=str(tmp_path), enabled=True)
+    found = assess(
+        configuration_of(one, LORA, _model(tmp_path), str(tmp_path)),
+        hf_home=str(tmp_path),
+        enabled=True,
+    )
     direct = trace_step(
         StepSpec(
             GEMMA2,
@@ -94,7 +104,11 @@ def test_a_model_type_transformers_cannot_build_is_skipped_saying_why(tmp_path):
     model = tmp_path / "acme"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "acme_lm"}))
-    found = assess(values(), LORA, str(model), hf_home=str(tmp_path), enabled=True)
+    found = assess(
+        configuration_of(values(), LORA, str(model), str(tmp_path)),
+        hf_home=str(tmp_path),
+        enabled=True,
+    )
     assert found.prediction is None and found.bound is None
     assert "transformers could not train the model from its config.json" in found.skipped
     assert "acme_lm" in found.skipped

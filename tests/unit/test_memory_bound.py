@@ -325,6 +325,8 @@ def test_hybrid_shard_shards_within_a_node_only(gpus, nodes, shards):
 
 def test_the_entitys_settings_are_what_is_bounded():
     from ado_actuators.sfttrainer.catalog.entity import entity_values
+    from ado_actuators.sfttrainer.catalog.experiments import catalog_data
+    from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 
     values = entity_values(
         {
@@ -342,7 +344,9 @@ def test_the_entitys_settings_are_what_is_bounded():
             "r": 16,
         }
     )
-    assert Training.of(values, "lora", ["q_proj", "v_proj"], 4) == Training(
+    lora = catalog_data().experiment("finetune_lora_benchmark-v1.0.0")
+    configuration = TrainingConfiguration.of(values, lora, None)
+    assert Training.of(configuration, 4) == Training(
         peft_method="lora",
         torch_dtype="float16",
         optim="adamw_8bit",
@@ -352,7 +356,7 @@ def test_the_entitys_settings_are_what_is_bounded():
         fsdp_sharding_strategy="HYBRID_SHARD",
         fast_moe=2,
         lora_r=16,
-        target_modules=("q_proj", "v_proj"),
+        target_modules=catalog_data().target_modules("m"),
         quantized_bits=4,
     )
 

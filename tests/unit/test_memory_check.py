@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from training_configuration import configuration_of
 
 from ado_actuators.sfttrainer.actuator.results import to_result
 from ado_actuators.sfttrainer.catalog.entity import entity_values
@@ -60,7 +61,8 @@ def values(**kw):
 
 
 def check(entity, location, experiment=FULL, enabled=True):
-    return assess(entity, experiment, location, hf_home="/nonexistent", enabled=enabled)
+    configuration = configuration_of(entity, experiment, location)
+    return assess(configuration, hf_home="/nonexistent", enabled=enabled)
 
 
 def test_a_405b_model_on_one_a100_is_certain_oom_with_both_numbers_and_parts(model_dir):

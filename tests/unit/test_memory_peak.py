@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from ado_actuators.sfttrainer.contract.units import GIB
-from ado_actuators.sfttrainer.plan.memory import activations
+from ado_actuators.sfttrainer.plan.memory import activations, fsdp
 from ado_actuators.sfttrainer.plan.memory import logits as logits_memory
 from ado_actuators.sfttrainer.plan.memory.bound import Training, memory_bound
 from ado_actuators.sfttrainer.plan.memory.logits import LossCode, read_loss_code
@@ -16,15 +16,29 @@ from ado_actuators.sfttrainer.plan.memory.peak import (
     ALLOCATOR_HEADROOM,
     Dimensions,
     Workload,
-    gathered_bytes,
     head_bytes,
-    held_input_gradient_bytes,
     layer_bytes,
     logits_bytes,
+    model_length,
     model_states,
     predict_peak,
 )
 from ado_actuators.sfttrainer.plan.model.architecture import count_parameters
+
+
+def gathered_bytes(counts, dims, bound, training):
+    """FSDP's gathered units as the formula asks plan/memory/fsdp.py for them."""
+    embeddings = counts.embedding + counts.lm_head
+    return fsdp.gathered_bytes(counts.total, embeddings, dims.layers, dims.hidden, training, bound)
+
+
+def held_input_gradient_bytes(dims, training, bound, workload):
+    """FSDP's held input gradients as the formula asks for them, at the layers' length."""
+    tokens = workload.per_device_batch * model_length(training, workload)
+    return fsdp.held_input_gradient_bytes(
+        dims.layers, dims.hidden, tokens, training, bound, workload
+    )
+
 
 # A Llama with round numbers: h 64, 4 heads of 16, 2 kv heads, MLP 128, 2 layers, vocab 1000.
 TINY = {

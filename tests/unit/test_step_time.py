@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from training_configuration import configuration_of
 
 from ado_actuators.sfttrainer.plan.speed.devices import AttentionCurve, device_named
 from ado_actuators.sfttrainer.plan.speed.step_time import (
@@ -200,18 +201,20 @@ def test_the_speed_check_reads_the_entity_and_config_json():
         }
     )
     definition = catalog_data().experiment("finetune_lora_benchmark-v1.0.0")
-    found = predict_speed(values, definition, config)
+
+    def predicted(entity):
+        return predict_speed(configuration_of(entity, definition, config))
+
+    found = predicted(values)
     assert found.step is not None and found.step.tokens_per_gpu == 4 * 4096
     assert found.properties() == {PREDICTED_PROPERTY: round(found.tokens_per_second_per_gpu, 1)}
     assert found.metadata()["predicted"] is True and found.metadata()["measured"] is False
     assert any("priced by what it achieves" in note for note in found.notes)
     # H100, one node, 4k tokens: no public run of that regime was at hand, and the row says so
     assert found.notes[0].startswith("regime not validated")
-    cpu = predict_speed(values.model_copy(update={"number_gpus": 0}), definition, config)
+    cpu = predicted(values.model_copy(update={"number_gpus": 0}))
     assert cpu.step is None and "CPUs" in cpu.skipped
-    unknown = predict_speed(
-        values.model_copy(update={"gpu_model": "Quantum-9"}), definition, config
-    )
+    unknown = predicted(values.model_copy(update={"gpu_model": "Quantum-9"}))
     assert unknown.step is None and "Quantum-9" in unknown.skipped
 
 
@@ -267,7 +270,7 @@ def test_a_hybrid_gets_a_step_time_that_says_how_it_was_counted():
         }
     )
     definition = catalog_data().experiment("finetune_full_benchmark-v1.0.0")
-    found = predict_speed(values, definition, TINY_HYBRID)
+    found = predict_speed(configuration_of(values, definition, TINY_HYBRID))
     assert found.tokens_per_second_per_gpu > 0 and META_NOTE in found.notes
 
 
@@ -277,12 +280,12 @@ def test_a_hybrid_gets_a_step_time_that_says_how_it_was_counted():
 def test_the_meta_count_agrees_with_the_counter_where_both_count(name):
     pytest.importorskip("transformers")
     from ado_actuators.sfttrainer.catalog.model_shapes import shipped_shape
-    from ado_actuators.sfttrainer.plan.memory.bound import Training
+    from ado_actuators.sfttrainer.plan.model.architecture import Trainable
     from ado_actuators.sfttrainer.plan.model.meta_shape import meta_counts
     from ado_actuators.sfttrainer.plan.speed.prediction import model_shape
 
     config = shipped_shape(name).config
-    counted = model_shape(config, Training("none", "bfloat16", "adamw_torch", 1), "Vanilla")
+    counted = model_shape(config, Trainable("none"), "Vanilla")
     meta = meta_counts(config)
     assert meta.total == counted.total_params
     assert meta.active_matmul == pytest.approx(counted.matmul_params, rel=1e-3)
@@ -303,14 +306,17 @@ def test_gptq_lora_runs_the_fused_kernels_its_experiment_passes():
         }
     )
     catalog = catalog_data()
-    gptq = run_of(values, catalog.experiment("finetune_gtpq-lora_benchmark-v1.0.0"))
+    gptq_lora = catalog.experiment("finetune_gtpq-lora_benchmark-v1.0.0")
+    gptq = run_of(configuration_of(values, gptq_lora, {}))
     assert (gptq.method, gptq.fast_kernels, gptq.fused_lora, gptq.per_device_batch) == (
         "lora",
         True,
         True,
         2,
     )
-    plain = run_of(values, catalog.experiment("finetune_lora_benchmark-v1.0.0"))
+    plain = run_of(
+        configuration_of(values, catalog.experiment("finetune_lora_benchmark-v1.0.0"), {})
+    )
     assert (plain.fast_kernels, plain.fused_lora) == (False, False)
 
 

@@ -6,11 +6,16 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from training_configuration import configuration_of
 
+from ado_actuators.sfttrainer.catalog.entity import entity_values
+from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.contract.memory_trace import StepSpec, TracedStep
 from ado_actuators.sfttrainer.plan.memory import traced as T
 from ado_actuators.sfttrainer.plan.memory.bound import Training, memory_bound
 from ado_actuators.sfttrainer.plan.memory.peak import Workload
+from ado_actuators.sfttrainer.plan.memory.verdict import workload_of
+from ado_actuators.sfttrainer.plan.model.architecture import PROMPT_TUNING_VIRTUAL_TOKENS
 
 INVENTORY = {
     "total": 1000,
@@ -125,14 +130,41 @@ def test_fsdp_shards_the_states_gathers_the_root_and_a_layer_and_holds_input_gra
     assert "fsdp_held_input_gradients" not in inside.phases["backward"]
 
 
+def test_prompt_tunings_held_input_gradients_span_its_virtual_tokens_as_in_the_formula():
+    """The trace path's FSDP terms are the formula's (plan/memory/fsdp.py), at the length the
+    layers see: the samples' and prompt tuning's virtual tokens."""
+    pt = Training("pt", "bfloat16", "adamw_torch", 2)
+    reentrant = Workload(2, 8, reentrant_checkpointing=True, checkpointed_by_model=True)
+    bound = memory_bound(T.counts_of(INVENTORY), pt)
+    held = T.predict(STEP, pt, bound, reentrant).phases["backward"]["fsdp_held_input_gradients"]
+    # (4 layers - 1) x 2 samples x (8 + 8 virtual tokens) x hidden 8 x 2 bytes
+    assert held == 3 * 2 * (8 + PROMPT_TUNING_VIRTUAL_TOKENS) * 8 * 2
+
+
 def test_the_request_is_the_devices_step_and_its_key_changes_with_it():
-    training = lora()
-    workload = Workload(2, 8, reentrant_checkpointing=True, gradient_accumulation_steps=4)
-    spec = T.request({"model_type": "acme"}, training, workload, {"lora_alpha": 32})
+    lora_experiment = catalog_data().experiment("finetune_lora_benchmark-v1.0.0")
+
+    def request(experiment=lora_experiment, **entity):
+        values = entity_values(
+            {
+                "model_name": "acme",
+                "model_max_length": 8,
+                "batch_size": 4,
+                "number_gpus": 2,
+                "gpu_model": "NVIDIA-A100-SXM4-80GB",
+                "r": 2,
+                "gradient_checkpointing_use_reentrant": True,
+                **entity,
+            }
+        )
+        configuration = configuration_of(values, experiment, {"model_type": "acme"})
+        return T.request(configuration, workload_of(configuration, "acme"))
+
+    spec = request(lora_alpha=32, gradient_accumulation_steps=4)
     assert spec == StepSpec(
         config={"model_type": "acme"},
         peft_method="lora",
-        target_modules=("q_proj",),
+        target_modules=catalog_data().target_modules("acme"),
         lora_r=2,
         lora_alpha=32,
         torch_dtype="bfloat16",
@@ -144,12 +176,10 @@ def test_the_request_is_the_devices_step_and_its_key_changes_with_it():
         accumulation=2,  # the second micro-batch runs beside the first's gradients
         steps=1,
     )
-    off = T.request({}, training, Workload(2, 8, gradient_checkpointing=False), {})
+    off = request(gradient_checkpointing=False, gradient_accumulation_steps=1)
     assert off.checkpointing is None and off.accumulation == 1 and off.lora_alpha == 16
-    ignored = Workload(2, 8, gradient_checkpointing=False, checkpointing_ignored=True)
-    assert T.request({}, training, ignored, {}).checkpointing == "non_reentrant"
-    full = Training("none", "bfloat16", "adamw_torch", 1, target_modules=("q_proj",))
-    assert T.request({}, full, workload, {}).target_modules == ()
+    full = request(catalog_data().experiment("finetune_full_benchmark-v1.0.0"))
+    assert full.target_modules == () and full.peft_method == "none"
     other = dataclasses.replace(spec, batch=4)
     assert T.key(spec) != T.key(other) and len(T.key(spec)) == 24
 

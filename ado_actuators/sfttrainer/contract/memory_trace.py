@@ -18,6 +18,19 @@ ATTENTION = ("flash_attention_2", "sdpa", "eager")
 PeftMethod = Literal["none", "lora", "pt"]
 Attention = Literal["flash_attention_2", "sdpa", "eager"]
 Checkpointing = Literal["reentrant", "non_reentrant"]
+_ATTENTION: dict[str, Attention] = {
+    "flash_attention_2": "flash_attention_2",
+    "sdpa": "sdpa",
+    "eager": "eager",
+}
+
+
+def attention_named(name: str) -> Attention:
+    """`name` as the request's attention; a ValueError naming the choices for another."""
+    try:
+        return _ATTENTION[name]
+    except KeyError:
+        raise ValueError(f"attention {name!r}: one of {', '.join(ATTENTION)}") from None
 
 
 @dataclasses.dataclass(frozen=True)

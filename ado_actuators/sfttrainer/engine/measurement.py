@@ -11,15 +11,20 @@ from typing import Any, NamedTuple
 import pydantic
 
 from ado_actuators.sfttrainer.catalog import datasets
-from ado_actuators.sfttrainer.catalog.entity import EntityValues, domain_problems, entity_values
-from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
-from ado_actuators.sfttrainer.catalog.models import ModelMap, UnknownModelError, model_location
-from ado_actuators.sfttrainer.catalog.validity import (
-    ModelConfigUnavailable,
-    configuration_problems,
-    num_local_experts,
-    read_model_config,
+from ado_actuators.sfttrainer.catalog.entity import (
+    FIELDS,
+    EntityValues,
+    domain_problems,
+    entity_values,
 )
+from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
+from ado_actuators.sfttrainer.catalog.model_shapes import (
+    FoundConfig,
+    ModelConfigUnavailable,
+    find_model_config,
+)
+from ado_actuators.sfttrainer.catalog.models import ModelMap, UnknownModelError, model_location
+from ado_actuators.sfttrainer.catalog.validity import configuration_problems, num_local_experts
 from ado_actuators.sfttrainer.contract.outcomes import (
     ANSWERED_BY,
     CONFIGURATION_RULE,
@@ -42,17 +47,24 @@ from ado_actuators.sfttrainer.plan.launch.launch_plan import (
     ResourceRequest,
     plan_resources,
 )
-from ado_actuators.sfttrainer.plan.memory.verdict import MemoryAssessment, assess
+from ado_actuators.sfttrainer.plan.memory.verdict import assess
+from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 from ado_actuators.sfttrainer.plan.speed.prediction import SpeedPrediction, predict_speed
 
 log = logging.getLogger(__name__)
 
 
 class Resolved(NamedTuple):
-    """An entity ready to be judged: its values, and where its model's weights are."""
+    """An entity ready to be judged: its values (the experiment's fixed values applied), where
+    its model's weights are, and its one training configuration (plan/model/training.py), with
+    the model's config.json read once."""
 
     values: EntityValues
     location: str
+    training: TrainingConfiguration
+    found: FoundConfig | None
+    """Where config.json came from; None where it was found nowhere (`config_error` says why)."""
+    config_error: ModelConfigUnavailable | None = None
 
 
 def resolve(
@@ -60,10 +72,13 @@ def resolve(
     definition: ExperimentDefinition,
     model_map: ModelMap | None,
     hf_home: str,
+    *,
+    hub: bool = False,
 ) -> Resolved | MeasurementOutcome:
-    """The entity's values and its model's location, or the outcome that needs no launch
-    (a configuration rule, a value outside the domain, an unknown model). The preview
-    (engine/preview.py) answers with the same."""
+    """The entity's values, its model's location and config.json, and its training
+    configuration; or the outcome that needs no launch (a configuration rule, a value outside
+    the domain, an unknown model). The preview (engine/preview.py) answers with the same, and
+    asks the hub (`hub`) for a config.json found nowhere else."""
     try:
         values = entity_values(values_in, overrides=definition.default_overrides())
     except pydantic.ValidationError as error:
@@ -81,20 +96,38 @@ def resolve(
         location = model_location(values.model_name, definition.weights_format, model_map)
     except UnknownModelError as error:
         return Failed(str(error))
+    found, config_error = _model_config(values, definition, location, hf_home, hub)
     if values.fast_moe:
-        try:
-            config = read_model_config(
-                location,
-                hf_home,
-                model_name=values.model_name,
-                weights_format=definition.weights_format,
-            )
-            experts = num_local_experts(config)
-        except ModelConfigUnavailable as error:
-            return Failed(f"fast_moe needs the model's num_local_experts: {error}")
+        if found is None:
+            return Failed(f"fast_moe needs the model's num_local_experts: {config_error}")
+        experts = num_local_experts(found.config)
         if problems := configuration_problems(values, experts):
             return _broken_rule("; ".join(problems))
-    return Resolved(values, location)
+    values = values.model_copy(update={k: v for k, v in definition.fixed.items() if k in FIELDS})
+    training = TrainingConfiguration.of(
+        values,
+        definition,
+        found.config if found else None,
+        str(config_error) if config_error else None,
+    )
+    return Resolved(values, location, training, found, config_error)
+
+
+def _model_config(
+    values: EntityValues, definition: ExperimentDefinition, location: str, hf_home: str, hub: bool
+) -> tuple[FoundConfig | None, ModelConfigUnavailable | None]:
+    """The model's config.json, read once for every judgement of the measurement, or why not."""
+    try:
+        found = find_model_config(
+            location,
+            hf_home,
+            model_name=values.model_name,
+            weights_format=definition.weights_format,
+            hub=hub,
+        )
+    except ModelConfigUnavailable as error:
+        return None, error
+    return found, None
 
 
 def _broken_rule(reason: str) -> Invalid:
@@ -118,17 +151,13 @@ def measure(
         resolved = resolve(values_in, definition, settings.model_map, settings.hf_home)
         if not isinstance(resolved, Resolved):
             return resolved
-        values, location = resolved
+        values, location = resolved.values, resolved.location
         # Before any Ray resource is requested, and from config.json alone: a certain OOM
         # costs no placement, environment or model load.
         memory = assess(
-            values,
-            definition,
-            location,
-            hf_home=settings.hf_home,
-            enabled=settings.memory_bound_check,
+            resolved.training, hf_home=settings.hf_home, enabled=settings.memory_bound_check
         )
-        if (verdict := _memory_verdict(memory, settings.skip_predicted_oom)) is not None:
+        if (verdict := memory.answer(settings.skip_predicted_oom)) is not None:
             return verdict
         # A measured OOM of a configuration no larger answers this one, before any Ray
         # resource too; what the launch shows is told to the record afterwards.
@@ -143,22 +172,12 @@ def measure(
         if oom_record is not None:
             oom_record.record_outcome(outcome)
         if definition.repeats == 1:
-            outcome = _speed(resolved, definition, settings).attach_to(outcome)
+            outcome = _speed(resolved.training, settings.inter_node_gbps).attach_to(outcome)
         return memory.attach_bound_and_prediction(outcome)
     except Exception as error:
         log.exception("measurement of %s failed unexpectedly", label)
         tail = "".join(traceback.format_exception(error)[-3:])
         return Failed(f"internal error while measuring: {error!r}\n{tail}")
-
-
-def _memory_verdict(memory: MemoryAssessment, skip_predicted_oom: bool) -> Invalid | None:
-    """is_valid = 0, skipped without launching, where the device's memory settles it: a
-    certain OOM always, a predicted one where skip_predicted_oom asks for it."""
-    if memory.certain_oom:
-        return memory.invalid()
-    if skip_predicted_oom and memory.predicted_oom:
-        return memory.predicted_invalid()
-    return None
 
 
 def _node_request(
@@ -217,24 +236,12 @@ def _launch(
     return outcome
 
 
-def _speed(
-    resolved: Resolved, definition: ExperimentDefinition, settings: MeasurementSettings
-) -> SpeedPrediction:
+def _speed(training: TrainingConfiguration, network_gbps: float) -> SpeedPrediction:
     """The predicted throughput a measured row carries beside the measured one."""
-    values = resolved.values
     try:
-        config = read_model_config(
-            resolved.location,
-            settings.hf_home,
-            model_name=values.model_name,
-            weights_format=definition.weights_format,
-        )
-    except ModelConfigUnavailable as error:
-        return SpeedPrediction(skipped=str(error))
-    try:
-        return predict_speed(values, definition, config, settings.inter_node_gbps)
+        return predict_speed(training, network_gbps)
     except Exception as error:  # a prediction never costs the measurement its row
-        log.exception("predicting the throughput of %s failed", values.model_name)
+        log.exception("predicting the throughput of %s failed", training.model_name)
         return SpeedPrediction(skipped=f"the prediction failed: {error!r}")
 
 

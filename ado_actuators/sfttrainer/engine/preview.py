@@ -12,24 +12,14 @@ import itertools
 from importlib import metadata
 from typing import Any
 
-from ado_actuators.sfttrainer.catalog.entity import FIELDS
-from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
-from ado_actuators.sfttrainer.catalog.model_shapes import (
-    FoundConfig,
-    ModelConfigUnavailable,
-    find_model_config,
-)
+from ado_actuators.sfttrainer.catalog.entity import FIELDS, EntityValues
+from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.contract.outcomes import Invalid
 from ado_actuators.sfttrainer.contract.units import GIB
 from ado_actuators.sfttrainer.engine.bill import TrainingTime, start_seconds, training_time
-from ado_actuators.sfttrainer.engine.measurement import resolve
+from ado_actuators.sfttrainer.engine.measurement import Resolved, resolve
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
-from ado_actuators.sfttrainer.plan.memory.verdict import (
-    MemoryAssessment,
-    fewest_gpus,
-    judge,
-    traces_directory,
-)
+from ado_actuators.sfttrainer.plan.memory.verdict import MemoryAssessment, assess, fewest_gpus
 from ado_actuators.sfttrainer.plan.speed.prediction import SpeedPrediction, predict_speed
 
 LAUNCHED = ("fits", "unknown", "predicted OOM")
@@ -155,28 +145,6 @@ def entities(document: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
-def _memory_verdict(memory: MemoryAssessment) -> tuple[str, str]:
-    if memory.certain_oom:
-        return "certain OOM", "the lower bound exceeds the device"
-    if memory.predicted_oom:
-        return "predicted OOM", f"the prediction ({memory.prediction.phase}) exceeds the device"
-    if memory.skipped:
-        return "unknown", memory.skipped
-    if memory.prediction is None:
-        return "unknown", memory.prediction_skipped or "no prediction"
-    return "fits", f"peak in the {memory.prediction.phase} phase"
-
-
-def _assess(
-    values: Any, definition: ExperimentDefinition, found: FoundConfig, hf_home: str
-) -> MemoryAssessment:
-    if values.number_gpus < 1:
-        why = "number_gpus 0 trains on CPUs: no GPU memory to bound"
-        return MemoryAssessment(skipped=why, prediction_skipped=why)
-    # an architecture the formula does not count is traced once per shape, kept under hf_home
-    return judge(values, definition, found.config, enabled=True, traces=traces_directory(hf_home))
-
-
 def _checkpoint_bytes(memory: MemoryAssessment) -> float | None:
     """The weights a node reads before the first step (the bound's weights part, per device
     times its shards, is the whole checkpoint)."""
@@ -186,7 +154,11 @@ def _checkpoint_bytes(memory: MemoryAssessment) -> float | None:
 
 
 def _priced(
-    row: PreviewRow, values: Any, memory: MemoryAssessment, speed: SpeedPrediction, repeats: int
+    row: PreviewRow,
+    values: EntityValues,
+    memory: MemoryAssessment,
+    speed: SpeedPrediction,
+    repeats: int,
 ) -> PreviewRow:
     step = speed.step_seconds
     bill: TrainingTime = training_time(values, step, repeats)
@@ -207,30 +179,22 @@ def preview_entity(
     values_in: dict[str, Any], experiment_id: str, settings: MeasurementSettings
 ) -> PreviewRow:
     definition = catalog_data().experiment(experiment_id)
-    resolved = resolve(values_in, definition, settings.model_map, settings.hf_home)
+    resolved = resolve(values_in, definition, settings.model_map, settings.hf_home, hub=True)
     row = PreviewRow(experiment=experiment_id, entity=values_in, verdict="unknown")
-    if not isinstance(resolved, tuple):
+    if not isinstance(resolved, Resolved):
         verdict = "invalid" if isinstance(resolved, Invalid) else "failed"
         return dataclasses.replace(row, verdict=verdict, why=resolved.reason)
-    values, location = resolved
-    fixed = {k: v for k, v in definition.fixed.items() if k in FIELDS}
-    values = values.model_copy(update=fixed)
+    values, training, found = resolved.values, resolved.training, resolved.found
     row = dataclasses.replace(row, gpus=max(values.number_gpus, 0), effective=values.model_dump())
-    try:
-        found = find_model_config(
-            location,
-            settings.hf_home,
-            model_name=values.model_name,
-            weights_format=definition.weights_format,
-            hub=True,
-        )
-    except ModelConfigUnavailable as error:
-        return dataclasses.replace(row, why=str(error), why_in_brief=error.brief)
-    memory = _assess(values, definition, found, settings.hf_home)
-    verdict, why = _memory_verdict(memory)
+    if found is None:
+        error = resolved.config_error
+        return dataclasses.replace(row, why=str(error), why_in_brief=error.brief if error else "")
+    # an architecture the formula does not count is traced once per shape, kept under hf_home
+    memory = assess(training, hf_home=settings.hf_home, enabled=True)
+    verdict, why = memory.verdict()
     fewest = None
     if verdict in ("certain OOM", "predicted OOM"):
-        fewest = fewest_gpus(values, definition, location, hf_home=settings.hf_home)
+        fewest = fewest_gpus(training, hf_home=settings.hf_home)
     row = dataclasses.replace(
         row,
         verdict=verdict,
@@ -244,8 +208,9 @@ def preview_entity(
         allocatable_gib=memory.allocatable / GIB if memory.allocatable else None,
         fewest_gpus=fewest,
     )
-    speed = predict_speed(values, definition, found.config, settings.inter_node_gbps)
-    return _priced(row, values, memory, speed, definition.repeats)
+    return _priced(
+        row, values, memory, predict_speed(training, settings.inter_node_gbps), definition.repeats
+    )
 
 
 def sorted_rows(rows: list[PreviewRow]) -> list[PreviewRow]:

@@ -14,6 +14,13 @@ from ado_actuators.sfttrainer.contract.trainer_io import JOB_FLAG, TrainerJob
 from ado_actuators.sfttrainer.contract.workspace import Workspace
 from ado_actuators.sfttrainer.plan.launch.accelerate import accelerate_config
 from ado_actuators.sfttrainer.plan.launch.environments import skip_prepare_dataset_problem
+from ado_actuators.sfttrainer.plan.launch.geometry import (
+    DATA_PARALLEL,
+    per_device_batch,
+    processes_per_node,
+    world_size,
+)
+from ado_actuators.sfttrainer.plan.model.training import fast_kernel_words
 
 TRAINER_MODULE = "ado_actuators.sfttrainer.trainer"
 MIN_CPUS_PER_NODE = 2
@@ -22,8 +29,6 @@ FULL_WORKER = "full-worker"
 """Ray custom resource of a worker that is a whole machine (the spec's RayCluster setup)."""
 ROCE = "RoCE"
 """Ray custom resource of a worker whose NICs do RDMA over Converged Ethernet."""
-DATA_PARALLEL = "None"
-"""distributed_backend value of the spec's DP: one process driving all of a node's GPUs."""
 
 
 class PlanError(ValueError):
@@ -133,7 +138,7 @@ def sft_trainer_arguments(inputs: PlanInputs, training_data_path: Path) -> list[
         "--dataset_text_field",
         inputs.text_field,
         "--per_device_train_batch_size",
-        str(values.batch_size // batch_devices(values)),
+        str(per_device_batch(values)),
         "--max_seq_length",
         str(values.model_max_length),
         "--output_dir",
@@ -153,8 +158,8 @@ def sft_trainer_arguments(inputs: PlanInputs, training_data_path: Path) -> list[
     if values.fast_moe:
         args += ["--fast_moe", str(values.fast_moe)]
     fixed_arguments = dict(definition.sft_trainer_arguments)
-    if values.fast_kernels is not None:
-        fixed_arguments["fast_kernels"] = [v.lower() for v in values.fast_kernels]
+    if (kernels := fast_kernel_words(values, definition)) is not None:
+        fixed_arguments["fast_kernels"] = kernels
     for name, words in fixed_arguments.items():
         args += [f"--{name}", *words]
     if inputs.image_field:
@@ -162,30 +167,6 @@ def sft_trainer_arguments(inputs: PlanInputs, training_data_path: Path) -> list[
     if inputs.conversation_field:
         args += ["--dataset_conversation_field", inputs.conversation_field]
     return args
-
-
-def batch_devices(values: EntityValues) -> int:
-    """How many devices share batch_size: the GPUs, or with number_gpus 0 one CPU rank per node.
-
-    Under DP the one process still feeds each GPU batch_size / number_gpus samples (torch
-    DataParallel splits the process's batch), so the per-device size is the same."""
-    return max(1, values.number_gpus, values.number_nodes)
-
-
-def is_data_parallel(values: EntityValues) -> bool:
-    """The spec's DP: distributed_backend None with several GPUs on one node, one process."""
-    return values.distributed_backend == DATA_PARALLEL and values.number_gpus > 1
-
-
-def processes_per_node(values: EntityValues) -> int:
-    """One rank per GPU of the node (one CPU rank without GPUs); DP: one process in all."""
-    if is_data_parallel(values):
-        return 1
-    return max(1, values.number_gpus // max(1, values.number_nodes))
-
-
-def world_size(values: EntityValues) -> int:
-    return processes_per_node(values) * max(1, values.number_nodes)
 
 
 def plan_resources(values: EntityValues) -> ResourceRequest:

@@ -15,8 +15,9 @@ import dataclasses
 from typing import Any
 
 from ado_actuators.sfttrainer.contract.units import GIB, MIB
-from ado_actuators.sfttrainer.plan.launch.launch_plan import DATA_PARALLEL
-from ado_actuators.sfttrainer.plan.model.architecture import ParameterCounts
+from ado_actuators.sfttrainer.plan.launch.geometry import DATA_PARALLEL
+from ado_actuators.sfttrainer.plan.model.architecture import DTYPE_BYTES, ParameterCounts, Trainable
+from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 
 CUDA_CONTEXT_FLOOR_BYTES = 256 * MIB
 """The CUDA context and torch's kernels take 300-500 MiB of each device's memory on Ampere and
@@ -25,14 +26,9 @@ in max_memory_allocated); 256 MiB stays below every one of those. A floor, so th
 a bound: what a process can allocate takes off the larger estimate instead
 (metrics/gpu_memory.CUDA_CONTEXT_ESTIMATE_BYTES)."""
 
-PROMPT_TUNING_VIRTUAL_TOKENS = 8
-"""fms-hf-tuning's PromptTuningConfig.num_virtual_tokens default (the experiments set none)."""
-
 GPTQ_MIN_BITS = 2
 """The narrowest width GPTQ quantizes to: the width assumed for GPTQ-Quantized weights whose
 config.json does not say (a smaller count than any checkpoint really has)."""
-
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 # Optimizer state tensors per trainable parameter, in the parameter's dtype: torch's and HF's
 # AdamW create exp_avg and exp_avg_sq with zeros_like(param), so a bfloat16 model keeps bf16
@@ -111,43 +107,29 @@ class Training:
     quantized_bits: int | None = None
 
     @classmethod
-    def of(
-        cls,
-        values: Any,
-        peft_method: str,
-        target_modules: tuple[str, ...],
-        quantized_bits: int | None,
-    ) -> Training:
-        """From `EntityValues` and the experiment's PEFT method."""
+    def of(cls, configuration: TrainingConfiguration, quantized_bits: int | None) -> Training:
+        """What of the one training configuration the bound reads."""
         return cls(
-            peft_method=peft_method,
-            torch_dtype=values.torch_dtype,
-            optim=values.optim,
-            number_gpus=values.number_gpus,
-            number_nodes=values.number_nodes,
-            distributed_backend=values.distributed_backend,
-            fsdp_sharding_strategy=values.fsdp_sharding_strategy,
-            fast_moe=values.fast_moe,
-            lora_r=values.r,
-            target_modules=tuple(target_modules),
+            peft_method=configuration.method,
+            torch_dtype=configuration.torch_dtype,
+            optim=configuration.optim,
+            number_gpus=configuration.gpus,
+            number_nodes=configuration.nodes,
+            distributed_backend=configuration.backend,
+            fsdp_sharding_strategy=configuration.fsdp_sharding_strategy,
+            fast_moe=configuration.fast_moe,
+            lora_r=configuration.lora_r,
+            target_modules=configuration.target_modules,
             quantized_bits=quantized_bits,
         )
 
+    @property
+    def trainable(self) -> Trainable:
+        return Trainable(self.peft_method, self.lora_r, self.target_modules)
+
 
 def trainable_parameters(counts: ParameterCounts, training: Training) -> int:
-    if training.peft_method == "lora":
-        # PEFT matches a target name against the end of every module's name, so a name can
-        # match several shapes (GPTBigCode's attn.c_proj and mlp.c_proj); names this cannot
-        # size (e.g. a model-specific module) add nothing.
-        wanted = set(training.target_modules)
-        return sum(
-            training.lora_r * (shape.inputs + shape.outputs) * shape.count
-            for shape in counts.linears
-            if shape.name in wanted
-        )
-    if training.peft_method == "pt":
-        return PROMPT_TUNING_VIRTUAL_TOKENS * counts.hidden_size
-    return counts.total
+    return training.trainable.count(counts)
 
 
 def shards(training: Training) -> tuple[int, str]:

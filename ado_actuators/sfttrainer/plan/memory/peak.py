@@ -1,6 +1,6 @@
 """The predicted peak of GPU memory per device, by parts, from config.json and the entity: pure.
 
-Unlike the bound (memory_bound.py), this is an estimate of what torch's allocator peaks at
+Unlike the bound (plan/memory/bound.py), this is an estimate of what torch's allocator peaks at
 (`torch.cuda.max_memory_allocated`), not a floor. A step has phases, and the peak is the
 largest phase, not their sum:
 
@@ -27,15 +27,15 @@ import dataclasses
 from typing import Any
 
 from ado_actuators.sfttrainer.contract.units import GIB
-from ado_actuators.sfttrainer.plan.memory import activations
-from ado_actuators.sfttrainer.plan.memory.bound import (
+from ado_actuators.sfttrainer.plan.memory import activations, fsdp
+from ado_actuators.sfttrainer.plan.memory.bound import MemoryBound, Training
+from ado_actuators.sfttrainer.plan.memory.logits import LossCode
+from ado_actuators.sfttrainer.plan.model.architecture import (
     DTYPE_BYTES,
     PROMPT_TUNING_VIRTUAL_TOKENS,
-    MemoryBound,
-    Training,
+    ParameterCounts,
+    language_config,
 )
-from ado_actuators.sfttrainer.plan.memory.logits import LossCode
-from ado_actuators.sfttrainer.plan.model.architecture import ParameterCounts, language_config
 
 ALLOCATOR_HEADROOM = 0.007
 """What the caching allocator holds beyond the allocated peak (cached blocks, fragmentation,
@@ -44,10 +44,6 @@ least any run that ran on fms-acceleration's A100 tables held (nvidia-smi's peak
 context over torch's, 0.70 % for Llama-3-8B full fine-tuning at batch 4; 0.81 % with the Llama
 runs left out). Fitted by benchmarks/memory_prediction.fit_headroom."""
 
-FSDP_PREFETCHED_UNITS = 2
-"""FSDP's default BACKWARD_PRE prefetch gathers the next unit while the current one runs. Under
-LoRA the next unit is an adapter (PEFT's wrap policy makes each one a unit of its own): one
-decoder layer is gathered at a time (benchmarks/memory_truth.py's FSDP rows)."""
 ADAPTER_BYTES = 4
 """PEFT (0.12 on, every pinned release) keeps LoRA and prompt-tuning weights in fp32
 (autocast_adapter_dtype): their gradients and AdamW state are fp32 too."""
@@ -439,54 +435,6 @@ def model_states(
     return parts, notes
 
 
-def held_input_gradient_bytes(
-    dims: Dimensions, training: Training, bound: MemoryBound, workload: Workload
-) -> float:
-    """What FSDP keeps through backward when its layer units hold only frozen weights (LoRA,
-    prompt tuning) and checkpointing is reentrant: each unit's post-backward hook is registered
-    on the detached input the recompute feeds the layer, and holds it, with the gradient that
-    reaches it, until backward ends (torch's `_register_post_backward_reshard_only_hook`). By
-    the last layer's backward, every other layer's input gradient is alive beside the inputs
-    already counted. Seen in fms-acceleration's A100 runs as ~0.93 GiB more per sample of 4,096
-    tokens on 2 and 4 GPUs than on 1 for Mistral-7B LoRA, and not for full fine-tuning, whose
-    units train; benchmarks/fsdp_frozen_layers.py reproduces it on CPU. Only where the model's
-    forward checkpoints each layer (the unit inside the checkpoint): a layer that checkpoints
-    itself (transformers 4.52 on) recomputes inside its unit, whose hook then holds nothing
-    (benchmarks/memory_truth.py's FSDP rows)."""
-    if not (
-        training.distributed_backend == "FSDP"
-        and bound.shards > 1
-        and training.peft_method != "none"
-        and workload.gradient_checkpointing
-        and workload.reentrant_checkpointing
-        and workload.checkpointed_by_model
-    ):
-        return 0.0
-    width = DTYPE_BYTES[training.torch_dtype]
-    tokens = workload.per_device_batch * model_length(training, workload)
-    return float((dims.layers - 1) * tokens * dims.hidden * width)
-
-
-def gathered_bytes(
-    counts: ParameterCounts, dims: Dimensions, bound: MemoryBound, training: Training
-) -> float:
-    """FSDP's unsharded parameters during forward and backward: the root unit (embedding, LM
-    head, final norm: gathered for the whole step) and the prefetched decoder layers, each
-    all-gathered whole into a buffer beside the device's own shard (benchmarks/memory_truth.py's
-    FSDP rows: the shard stays)."""
-    if training.distributed_backend != "FSDP" or bound.shards < 2:
-        return 0.0  # one device's share is all of it: nothing gathered
-    width = DTYPE_BYTES[training.torch_dtype]
-    root = counts.embedding + counts.lm_head + dims.hidden
-    layer = (counts.total - root) / max(1, dims.layers)
-    return (root + gathered_layers(training) * layer) * width
-
-
-def gathered_layers(training: Training) -> int:
-    """Decoder layers FSDP holds unsharded at once (FSDP_PREFETCHED_UNITS)."""
-    return 1 if training.peft_method == "lora" else FSDP_PREFETCHED_UNITS
-
-
 def head_gradients(counts: ParameterCounts, training: Training, bound: MemoryBound) -> float:
     """Gradients allocated before the first layer's backward: the LM head's (the embedding's,
     when tied) and the final norm's, under full fine-tuning."""
@@ -552,7 +500,14 @@ def predict_peak(
         "weights": states["weights"],
         "optimizer_state": states["optimizer_state"],
         "gradients": accumulating,
-        "fsdp_gathered": gathered_bytes(counts, dims, bound, training),
+        "fsdp_gathered": fsdp.gathered_bytes(
+            counts.total,
+            counts.embedding + counts.lm_head,
+            dims.layers,
+            dims.hidden,
+            training,
+            bound,
+        ),
     }
     layer = layer_bytes(dims, training, workload, adapted)
     kept = _kept(dims, workload, layer) + head_bytes(dims, training, workload)
@@ -692,7 +647,10 @@ def _kept_in_layers(
         }
         return top_kept, bottom_kept
     inputs = dims.layers * layer["input"]
-    held = held_input_gradient_bytes(dims, training, bound, workload)
+    tokens = workload.per_device_batch * model_length(training, workload)
+    held = fsdp.held_input_gradient_bytes(
+        dims.layers, dims.hidden, tokens, training, bound, workload
+    )
     extra = layer["rotary"] + layer["embedded"] + layer["mask"]
     # the recomputed layer's copies: the cache is cleared when its recompute's autocast exits,
     # what its matmuls keep stays

@@ -23,14 +23,21 @@ from pathlib import Path
 from typing import Any
 
 from ado_actuators.sfttrainer.contract import memory_trace
-from ado_actuators.sfttrainer.contract.memory_trace import Checkpointing, StepSpec, TracedStep
-from ado_actuators.sfttrainer.plan.memory.bound import DTYPE_BYTES, MemoryBound, Training
+from ado_actuators.sfttrainer.contract.memory_trace import StepSpec, TracedStep, attention_named
+from ado_actuators.sfttrainer.host.atomic import write_atomically
+from ado_actuators.sfttrainer.plan.memory import fsdp
+from ado_actuators.sfttrainer.plan.memory.bound import MemoryBound, Training
 from ado_actuators.sfttrainer.plan.memory.peak import (
     PeakPrediction,
     Workload,
-    gathered_layers,
+    model_length,
 )
-from ado_actuators.sfttrainer.plan.model.architecture import LinearShape, ParameterCounts
+from ado_actuators.sfttrainer.plan.model.architecture import (
+    PROMPT_TUNING_VIRTUAL_TOKENS,
+    LinearShape,
+    ParameterCounts,
+)
+from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 
 TRACE_DIRECTORY = Path("sfttrainer") / "memory-traces"
 """Under hf_home: one JSON file per traced configuration."""
@@ -56,41 +63,42 @@ def versions() -> dict[str, str]:
     return found
 
 
-@functools.cache
-def _code_digest() -> str:
+def tracing_files() -> list[Path]:
     """Every file of the trace package and the boundary's own module, whatever they are called:
     a file added, moved or changed there traces anew."""
     package = Path(__file__).parent / "trace"
-    files = [*sorted(package.rglob("*.py")), Path(memory_trace.__file__)]
+    return [*sorted(package.rglob("*.py")), Path(memory_trace.__file__)]
+
+
+@functools.cache
+def _code_digest() -> str:
+    root = Path(__file__).parents[3]
     digest = hashlib.sha256()
-    for path in files:
-        digest.update(path.relative_to(package.parent.parent.parent).as_posix().encode())
+    for path in tracing_files():
+        digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
-def request(
-    config: dict[str, Any], training: Training, workload: Workload, values: dict[str, Any]
-) -> StepSpec:
-    """The StepSpec of a measurement: `values` adds what only the entity says (LoRA's alpha).
-    A trace at the device's batch and length, a second micro-batch when accumulating (its
-    forward then runs beside the first's gradients)."""
-    checkpointing: Checkpointing | None = None
-    if workload.gradient_checkpointing or workload.checkpointing_ignored:
-        checkpointing = "reentrant" if workload.reentrant_checkpointing else "non_reentrant"
+def request(configuration: TrainingConfiguration, workload: Workload) -> StepSpec:
+    """The StepSpec of a measurement: a trace at the device's batch and length, with the code
+    paths `workload` says the release takes (its attention), a second micro-batch when
+    accumulating (its forward then runs beside the first's gradients)."""
+    checkpointing = configuration.checkpointing
     return StepSpec(
-        config=config,
-        peft_method=training.peft_method,
-        target_modules=training.target_modules if training.peft_method == "lora" else (),
-        lora_r=training.lora_r,
-        lora_alpha=int(values.get("lora_alpha", 16)),
-        torch_dtype=training.torch_dtype,
-        attention=workload.attention,
-        checkpointing=checkpointing,
-        mixed_precision=workload.autocast,
-        batch=workload.per_device_batch,
-        length=workload.sequence_length,
-        accumulation=2 if workload.gradient_accumulation_steps > 1 else 1,
+        config=configuration.config or {},
+        peft_method=configuration.method,
+        target_modules=configuration.adapted_modules,
+        lora_r=configuration.lora_r,
+        lora_alpha=configuration.lora_alpha,
+        prompt_tokens=PROMPT_TUNING_VIRTUAL_TOKENS,
+        torch_dtype=configuration.torch_dtype,
+        attention=attention_named(workload.attention),
+        checkpointing=None if checkpointing == "none" else checkpointing,
+        mixed_precision=configuration.mixed_precision,
+        batch=configuration.per_device_batch,
+        length=configuration.sequence_length,
+        accumulation=2 if configuration.gradient_accumulation_steps > 1 else 1,
         steps=1,
     )
 
@@ -119,9 +127,7 @@ def traced(spec: StepSpec, directory: Path | None) -> TracedStep:
         found = _run(spec)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_suffix(".partial")
-            partial.write_text(json.dumps(found.as_json()))
-            partial.replace(path)
+            write_atomically(path, json.dumps(found.as_json()))
     _MEMORY[name] = found
     return found
 
@@ -179,7 +185,7 @@ TRACE_PARTS = {
     "optimizer_state": "optimizer_state",
     "optimizer_temporaries": "optimizer_temporaries",
 }
-"""The trace's parts (plan/step_trace.PARTS) by the prediction's names."""
+"""The trace's parts (contract/memory_trace.PARTS) by the prediction's names."""
 
 
 def predict(
@@ -231,18 +237,13 @@ def _sharded(
     workload: Workload,
     phases: dict[str, dict[str, float]],
 ) -> dict[str, dict[str, float]]:
-    """FSDP over `bound.shards` devices (memory_peak.gathered_bytes and
-    held_input_gradient_bytes, from the trace's parameters)."""
+    """FSDP over `bound.shards` devices (plan/memory/fsdp.py, from the trace's parameters)."""
     inventory, shards = found.inventory, bound.shards
-    width = DTYPE_BYTES[training.torch_dtype]
-    root = inventory["embedding"] + inventory["lm_head"] + inventory["hidden"]
-    layer = (inventory["total"] - root) / max(1, inventory["layers"])
-    gathered = (root + gathered_layers(training) * layer) * width
-    held = 0.0
-    frozen_units = training.peft_method != "none" and workload.checkpointed_by_model
-    if frozen_units and workload.gradient_checkpointing and workload.reentrant_checkpointing:
-        tokens = workload.per_device_batch * workload.sequence_length
-        held = (inventory["layers"] - 1) * tokens * inventory["hidden"] * width
+    layers, hidden = inventory["layers"], inventory["hidden"]
+    embeddings = inventory["embedding"] + inventory["lm_head"]
+    gathered = fsdp.gathered_bytes(inventory["total"], embeddings, layers, hidden, training, bound)
+    tokens = workload.per_device_batch * model_length(training, workload)
+    held = fsdp.held_input_gradient_bytes(layers, hidden, tokens, training, bound, workload)
     states = ("weights", "gradients", "optimizer_state", "optimizer_temporaries")
     sharded = {}
     for phase, parts in phases.items():

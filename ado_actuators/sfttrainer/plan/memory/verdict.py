@@ -15,9 +15,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
 from ado_actuators.sfttrainer.catalog.models import GPTQ_QUANTIZED
-from ado_actuators.sfttrainer.catalog.validity import ModelConfigUnavailable, read_model_config
 from ado_actuators.sfttrainer.contract.outcomes import (
     ANSWERED_BY,
     CERTAIN_OOM,
@@ -32,7 +30,6 @@ from ado_actuators.sfttrainer.metrics.gpu_memory import (
     allocatable_source,
     device_memory_bytes,
 )
-from ado_actuators.sfttrainer.plan.launch.launch_plan import batch_devices
 from ado_actuators.sfttrainer.plan.memory import traced as traced_parts
 from ado_actuators.sfttrainer.plan.memory.bound import (
     GPTQ_MIN_BITS,
@@ -62,6 +59,7 @@ from ado_actuators.sfttrainer.plan.model.architecture import (
     language_config,
     quantized_bits,
 )
+from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 
 PROPERTY = "gpu_memory_lower_bound_gib"
 METADATA = "gpu_memory_bound"
@@ -137,14 +135,15 @@ class MemoryAssessment:
         )
 
     def prediction_metadata(self) -> dict[str, Any]:
-        if self.prediction is None:
+        need = self.predicted_need
+        if self.prediction is None or need is None:
             return {"predicted": False, "skipped": self.prediction_skipped}
         data = {
             "predicted": True,
             "measured": False,
             **self.prediction.as_metadata(),
             "allocator_headroom": ALLOCATOR_HEADROOM,
-            "needs_on_device_gib": round(self.predicted_need / GIB, 3),
+            "needs_on_device_gib": round(need / GIB, 3),
         }
         if self.allocatable is not None:
             data["allocatable_gib"] = round(self.allocatable / GIB, 3)
@@ -153,8 +152,10 @@ class MemoryAssessment:
 
     def predicted_invalid(self) -> Invalid:
         """skip_predicted_oom's answer: is_valid = 0 without launching, marked as predicted."""
-        assert self.prediction is not None and self.allocatable is not None
-        need = self.predicted_need / GIB
+        need_bytes = self.predicted_need
+        assert self.prediction is not None and need_bytes is not None
+        assert self.allocatable is not None
+        need = need_bytes / GIB
         reason = (
             f"predicted GPU out of memory (a prediction, not a measurement): each device is "
             f"predicted to peak at {self.prediction.gib:.2f} GiB allocated in the "
@@ -174,6 +175,27 @@ class MemoryAssessment:
             properties=self.properties(),
         )
 
+    def answer(self, skip_predicted_oom: bool) -> Invalid | None:
+        """is_valid = 0, skipped without launching, where the device's memory settles it: a
+        certain OOM always, a predicted one where skip_predicted_oom asks for it."""
+        if self.certain_oom:
+            return self.invalid()
+        if skip_predicted_oom and self.predicted_oom:
+            return self.predicted_invalid()
+        return None
+
+    def verdict(self) -> tuple[str, str]:
+        """The preview's verdict and why: certain OOM, predicted OOM, unknown or fits."""
+        if self.certain_oom:
+            return "certain OOM", "the lower bound exceeds the device"
+        if self.predicted_oom and self.prediction is not None:
+            return "predicted OOM", f"the prediction ({self.prediction.phase}) exceeds the device"
+        if self.skipped:
+            return "unknown", self.skipped
+        if self.prediction is None:
+            return "unknown", self.prediction_skipped or "no prediction"
+        return "fits", f"peak in the {self.prediction.phase} phase"
+
     def properties(self) -> dict[str, float]:
         found = {}
         if self.bound is not None:
@@ -191,28 +213,29 @@ class MemoryAssessment:
         return outcome
 
 
-def _workload(values: Any, definition: ExperimentDefinition, model_type: str) -> Workload:
-    """What of the entity the activations and logits depend on (plan/memory/peak.py)."""
-    kernels = values.fast_kernels or definition.fixed.get("fast_kernels") or []
-    mixed = bool(values.bf16) or values.accelerate_config_mixed_precision != "no"
-    style = checkpointing_for(values.fms_hf_tuning_version, model_type)
+def workload_of(configuration: TrainingConfiguration, model_type: str) -> Workload:
+    """What of the configuration the activations and logits depend on (plan/memory/peak.py),
+    with what the pinned transformers and TRL releases do with it."""
+    version = configuration.fms_hf_tuning_version
+    style = checkpointing_for(version, model_type)
     honoured = style != "none"
+    asked = configuration.gradient_checkpointing
     return Workload(
-        per_device_batch=max(1, values.batch_size // batch_devices(values)),
-        sequence_length=values.model_max_length,
-        gradient_checkpointing=bool(values.gradient_checkpointing) and honoured,
-        checkpointing_ignored=bool(values.gradient_checkpointing) and not honoured,
+        per_device_batch=configuration.per_device_batch,
+        sequence_length=configuration.sequence_length,
+        gradient_checkpointing=asked and honoured,
+        checkpointing_ignored=asked and not honoured,
         checkpointed_by_model=style == "model",
-        reentrant_checkpointing=bool(values.gradient_checkpointing_use_reentrant),
+        reentrant_checkpointing=configuration.checkpointing == "reentrant",
         # --use_flash_attn False leaves transformers' default: sdpa
-        attention="flash_attention_2" if values.flash_attn else "sdpa",
-        gradient_accumulation_steps=values.gradient_accumulation_steps,
-        loss=loss_code_for(values.fms_hf_tuning_version, model_type),
-        fused_loss="in_place" if kernels[:1] == ["True"] else None,
-        fast_rms_layernorm=kernels[1:2] == ["True"],
-        autocast=mixed,
-        fsdp_upcast=mixed and values.distributed_backend == "FSDP",
-        logits_copy=copies_logits(values.fms_hf_tuning_version),
+        attention="flash_attention_2" if configuration.flash_attention else "sdpa",
+        gradient_accumulation_steps=configuration.gradient_accumulation_steps,
+        loss=loss_code_for(version, model_type),
+        fused_loss="in_place" if configuration.fast_kernels.fast_loss else None,
+        fast_rms_layernorm=configuration.fast_kernels.fast_rms_layernorm,
+        autocast=configuration.mixed_precision,
+        fsdp_upcast=configuration.mixed_precision and configuration.backend == "FSDP",
+        logits_copy=copies_logits(version),
     )
 
 
@@ -222,140 +245,114 @@ def traces_directory(hf_home: str) -> Path:
 
 
 def assess(
-    values: Any, definition: ExperimentDefinition, location: str, *, hf_home: str, enabled: bool
+    configuration: TrainingConfiguration, *, hf_home: str, enabled: bool
 ) -> MemoryAssessment:
-    """The bound and the predicted peak of `values` (an EntityValues) under `definition`, and
-    whether they fit."""
-    if values.number_gpus < 1:
+    """The bound and the predicted peak of `configuration`, and whether they fit; traced
+    architectures are kept under hf_home."""
+    if configuration.gpus < 1:
         why = "number_gpus 0 trains on CPUs: no GPU memory to bound"
         return MemoryAssessment(skipped=why, prediction_skipped=why)
-    try:
-        config = read_model_config(
-            location,
-            hf_home,
-            model_name=values.model_name,
-            weights_format=definition.weights_format,
-        )
-    except ModelConfigUnavailable as error:
-        why = f"no bound from the model's config.json: {error}"
+    if configuration.config is None:
+        why = f"no bound from the model's config.json: {configuration.config_problem}"
         return MemoryAssessment(skipped=why, prediction_skipped=why)
-    return judge(values, definition, config, enabled=enabled, traces=traces_directory(hf_home))
+    return judge(configuration, enabled=enabled, traces=traces_directory(hf_home))
 
 
 def judge(
-    values: Any,
-    definition: ExperimentDefinition,
-    config: dict[str, Any],
-    *,
-    enabled: bool,
-    traces: Path | None = None,
+    configuration: TrainingConfiguration, *, enabled: bool, traces: Path | None = None
 ) -> MemoryAssessment:
-    """assess() on a config.json already read. An architecture plan/model/architecture.py counts is
-    predicted by its formula (plan/memory/peak.py); any other, from a trace of its own code
-    (plan/memory/traced.py), kept under `traces`."""
+    """assess() on a configuration whose config.json was found. An architecture
+    plan/model/architecture.py counts is predicted by its formula (plan/memory/peak.py); any
+    other, from a trace of its own code (plan/memory/traced.py), kept under `traces`."""
+    config = configuration.config or {}
     try:
         bits = quantized_bits(config)
         if language_config(config).get("model_type") in COUNTED:
-            counts, dims, training, bound, prediction = _by_formula(
-                values, definition, config, bits
-            )
+            found = _by_formula(configuration, config, bits)
         else:
-            counts, dims, training, bound, prediction = _by_trace(
-                values, definition, config, bits, traces
-            )
+            found = _by_trace(configuration, config, bits, traces)
     except (UnsupportedArchitecture, KeyError, TypeError, TraceUnavailable) as error:
         why = f"no bound from the model's config.json: {error}"
         return MemoryAssessment(skipped=why, prediction_skipped=why)
-    device = device_memory_bytes(values.gpu_model)
-    found = MemoryAssessment(
-        bound=bound,
+    gpu_model = configuration.gpu_model
+    device = device_memory_bytes(gpu_model)
+    found = dataclasses.replace(
+        found,
         device_bytes=device,
-        allocatable=allocatable_bytes(values.gpu_model),
-        gpu_model=values.gpu_model,
-        prediction=prediction,
-        counts=counts,
-        dimensions=dims,
-        trainable=trainable_parameters(counts, training),
+        allocatable=allocatable_bytes(gpu_model),
+        gpu_model=gpu_model,
     )
     if device is None:
-        return dataclasses.replace(
-            found,
-            skipped=(
-                f"gpu_model {values.gpu_model!r} has no memory figure in metrics/gpu_memory.yaml"
-            ),
-        )
+        why = f"gpu_model {gpu_model!r} has no memory figure in metrics/gpu_memory.yaml"
+        return dataclasses.replace(found, skipped=why)
     if not enabled:
         return dataclasses.replace(found, skipped="turned off (memory_bound_check: false)")
     return found
 
 
-def _training(values: Any, definition: ExperimentDefinition, bits: int | None) -> Training:
-    if bits is None and definition.weights_format == GPTQ_QUANTIZED:
+def _training(configuration: TrainingConfiguration, bits: int | None) -> Training:
+    if bits is None and configuration.weights_format == GPTQ_QUANTIZED:
         bits = GPTQ_MIN_BITS
-    targets = catalog_data().target_modules(values.model_name)
-    return Training.of(values, definition.peft_method, targets, bits)
+    return Training.of(configuration, bits)
 
 
 def _by_formula(
-    values: Any, definition: ExperimentDefinition, config: dict[str, Any], bits: int | None
-) -> tuple:
+    configuration: TrainingConfiguration, config: dict[str, Any], bits: int | None
+) -> MemoryAssessment:
     counts = count_parameters(config)
     dims = Dimensions.of(config)
-    training = _training(values, definition, bits)
+    training = _training(configuration, bits)
     bound = memory_bound(counts, training)
-    workload = _workload(values, definition, dims.model_type)
-    adapted = training.target_modules if definition.peft_method == "lora" else ()
+    workload = workload_of(configuration, dims.model_type)
+    adapted = configuration.adapted_modules
     prediction = predict_peak(counts, dims, training, bound, workload, adapted)
-    return counts, dims, training, bound, prediction
+    return MemoryAssessment(
+        bound=bound,
+        prediction=prediction,
+        counts=counts,
+        dimensions=dims,
+        trainable=trainable_parameters(counts, training),
+    )
 
 
 def _by_trace(
-    values: Any,
-    definition: ExperimentDefinition,
+    configuration: TrainingConfiguration,
     config: dict[str, Any],
     bits: int | None,
     traces: Path | None,
-) -> tuple:
+) -> MemoryAssessment:
     """An architecture the formula does not know: its parts from a trace of its own code (a
     quantized checkpoint traced at the model's dtype, its block weights then as the bound
     counts them)."""
-    training = _training(values, definition, bits)
-    model_type = str(language_config(config).get("model_type"))
-    workload = _workload(values, definition, model_type)
-    spec = traced_parts.request(config, training, workload, {"lora_alpha": values.lora_alpha})
-    found = traced_parts.traced(spec, traces)
+    training = _training(configuration, bits)
+    workload = workload_of(configuration, str(language_config(config).get("model_type")))
+    found = traced_parts.traced(traced_parts.request(configuration, workload), traces)
     counts = traced_parts.counts_of(found.inventory)
     bound = memory_bound(counts, training)
     plain = memory_bound(counts, dataclasses.replace(training, quantized_bits=None))
     quantized = plain.parts["weights"] - bound.parts["weights"]
     prediction = traced_parts.predict(found, training, bound, workload, quantized)
     try:
-        dims = Dimensions.of(config)
+        dims: Dimensions | None = Dimensions.of(config)
     except (KeyError, TypeError):
         dims = None
-    return counts, dims, training, bound, prediction
+    return MemoryAssessment(
+        bound=bound,
+        prediction=prediction,
+        counts=counts,
+        dimensions=dims,
+        trainable=trainable_parameters(counts, training),
+    )
 
 
-def fewest_gpus(
-    values: Any, definition: ExperimentDefinition, location: str, *, hf_home: str
-) -> int | None:
+def fewest_gpus(configuration: TrainingConfiguration, *, hf_home: str) -> int | None:
     """The fewest GPUs (on one node, the same per-device batch) the prediction says fit, up to
-    MAX_GPUS_TRIED; None when none does or nothing can be predicted. config.json is read once."""
-    try:
-        config = read_model_config(
-            location,
-            hf_home,
-            model_name=values.model_name,
-            weights_format=definition.weights_format,
-        )
-    except ModelConfigUnavailable:
+    MAX_GPUS_TRIED; None when none does or nothing can be predicted."""
+    if configuration.config is None:
         return None
-    per_device = max(1, values.batch_size // batch_devices(values))
-    for gpus in range(max(1, values.number_gpus) + 1, MAX_GPUS_TRIED + 1):
-        trial = values.model_copy(
-            update={"number_gpus": gpus, "batch_size": per_device * gpus, "number_nodes": 1}
-        )
-        found = judge(trial, definition, config, enabled=True, traces=traces_directory(hf_home))
+    for gpus in range(max(1, configuration.gpus) + 1, MAX_GPUS_TRIED + 1):
+        trial = dataclasses.replace(configuration, gpus=gpus, nodes=1)
+        found = judge(trial, enabled=True, traces=traces_directory(hf_home))
         if found.prediction is None or found.skipped:
             return None
         if not found.certain_oom and not found.predicted_oom:

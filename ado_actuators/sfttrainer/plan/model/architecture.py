@@ -12,6 +12,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+"""Bytes per element of each torch_dtype the entity can ask for."""
+PROMPT_TUNING_VIRTUAL_TOKENS = 8
+"""fms-hf-tuning's PromptTuningConfig.num_virtual_tokens default (the experiments set none)."""
+
 
 class UnsupportedArchitecture(ValueError):
     """config.json names a model this module cannot count; the bound is then not computed."""
@@ -233,3 +238,28 @@ def quantized_bits(config: dict[str, Any]) -> int | None:
     raise UnsupportedArchitecture(
         f"quantization {quant.get('quant_method', '?')!r} without a readable bit width"
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Trainable:
+    """Which parameters train: every one (method none), LoRA's adapters of rank `lora_r` on the
+    modules named, or prompt tuning's virtual token embeddings."""
+
+    method: str = "none"  # none | lora | pt
+    lora_r: int = 8
+    target_modules: tuple[str, ...] = ()
+
+    def count(self, counts: ParameterCounts) -> int:
+        if self.method == "lora":
+            # PEFT matches a target name against the end of every module's name, so a name can
+            # match several shapes (GPTBigCode's attn.c_proj and mlp.c_proj); names this cannot
+            # size (e.g. a model-specific module) add nothing.
+            wanted = set(self.target_modules)
+            return sum(
+                self.lora_r * (shape.inputs + shape.outputs) * shape.count
+                for shape in counts.linears
+                if shape.name in wanted
+            )
+        if self.method == "pt":
+            return PROMPT_TUNING_VIRTUAL_TOKENS * counts.hidden_size
+        return counts.total

@@ -11,19 +11,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ado_actuators.sfttrainer.catalog.datasets import get_shape
-from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
 from ado_actuators.sfttrainer.catalog.models import GPTQ_QUANTIZED
 from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, MeasurementOutcome
-from ado_actuators.sfttrainer.plan.launch.launch_plan import batch_devices
-from ado_actuators.sfttrainer.plan.memory.bound import (
+from ado_actuators.sfttrainer.plan.model.architecture import (
     DTYPE_BYTES,
     PROMPT_TUNING_VIRTUAL_TOKENS,
-    Training,
-    trainable_parameters,
-)
-from ado_actuators.sfttrainer.plan.model.architecture import (
     ParameterCounts,
+    Trainable,
     UnsupportedArchitecture,
     count_parameters,
     language_config,
@@ -34,6 +28,7 @@ from ado_actuators.sfttrainer.plan.model.meta_shape import (
     MetaCountUnavailable,
     meta_counts,
 )
+from ado_actuators.sfttrainer.plan.model.training import CHARS_PER_TOKEN, TrainingConfiguration
 from ado_actuators.sfttrainer.plan.speed.devices import DEFAULT_NETWORK_GBPS, device_named
 from ado_actuators.sfttrainer.plan.speed.step_time import (
     REFERENCE,
@@ -47,21 +42,6 @@ from ado_actuators.sfttrainer.plan.speed.validated import validated_note
 
 PREDICTED_PROPERTY = "dataset_tokens_per_second_per_gpu_predicted"
 PREDICTED_METADATA = "throughput_prediction"
-CHARS_PER_TOKEN = 4
-"""English news text's characters per token (the chars datasets' entries are input and response
-of `chars` characters each): an assumption the note of such rows states."""
-
-
-def sequence_length(values: Any) -> int:
-    """Tokens per sample: the length for the tokens datasets (every entry is longer and
-    truncated), an entry's estimated tokens for the chars ones when shorter."""
-    try:
-        shape = get_shape(values.dataset_id)
-    except (KeyError, ValueError):
-        return values.model_max_length
-    if shape.length_unit == "chars" and shape.chars:
-        return min(values.model_max_length, -(-2 * shape.chars // CHARS_PER_TOKEN))
-    return values.model_max_length
 
 
 def device_of(gpu_model: str | None, network_gbps: float = DEFAULT_NETWORK_GBPS) -> Device | None:
@@ -110,24 +90,24 @@ def _attention_width(config: dict[str, Any], hidden: int) -> int:
 
 
 def _meta_shape(
-    counts: MetaCounts, config: dict[str, Any], training: Training, quantization: str | None
+    counts: MetaCounts, config: dict[str, Any], trainable: Trainable, quantization: str | None
 ) -> ModelShape:
     """The step time's shape of a model transformers built on the meta device."""
     per_layer = (counts.active_matmul - counts.attention_linear - counts.lm_head) / counts.layers
-    wanted = set(training.target_modules)
+    wanted = set(trainable.target_modules)
     adapted = [(i, o, c) for name, i, o, c in counts.linears if name in wanted]
-    lora = training.peft_method == "lora"
-    trainable = {
-        "lora": sum(training.lora_r * (i + o) * c for i, o, c in adapted),
+    lora = trainable.method == "lora"
+    trained = {
+        "lora": sum(trainable.lora_r * (i + o) * c for i, o, c in adapted),
         "pt": PROMPT_TUNING_VIRTUAL_TOKENS * counts.hidden,
-    }.get(training.peft_method, counts.total)
+    }.get(trainable.method, counts.total)
     return ModelShape(
         layers=counts.layers,
         attention_width=_attention_width(config, counts.hidden),
         activated_width=int(counts.hidden + 2 / 3 * per_layer / counts.hidden),
         matmul_params=int(counts.active_matmul),
         total_params=counts.total,
-        trainable_params=trainable,
+        trainable_params=trained,
         quantization=quantization,
         quantized_params=counts.linear - counts.lm_head if quantization else 0,
         adapted_width=sum((i + o) * c for i, o, c in adapted) if lora else 0,
@@ -138,7 +118,7 @@ def _meta_shape(
     )
 
 
-def model_shape(config: dict[str, Any], training: Training, weights_format: str) -> ModelShape:
+def model_shape(config: dict[str, Any], trainable: Trainable, weights_format: str) -> ModelShape:
     """From plan/model/architecture.py's counts, or, for an architecture it does not count, from
     transformers' model on the meta device (plan/model/meta_shape.py). Raises
     UnsupportedArchitecture, MetaCountUnavailable (or KeyError/TypeError) where neither can."""
@@ -146,7 +126,7 @@ def model_shape(config: dict[str, Any], training: Training, weights_format: str)
     try:
         counts = count_parameters(config)
     except UnsupportedArchitecture:
-        return _meta_shape(meta_counts(config), config, training, quantization)
+        return _meta_shape(meta_counts(config), config, trainable, quantization)
     if quantized_bits(config) is None and quantization is None:
         quantized = 0
     else:
@@ -158,15 +138,15 @@ def model_shape(config: dict[str, Any], training: Training, weights_format: str)
     intermediate = int(
         text.get("intermediate_size") or text.get("n_inner") or 4 * counts.hidden_size
     )
-    adapted = [s for s in counts.linears if s.name in set(training.target_modules)]
-    lora = training.peft_method == "lora"
+    adapted = [s for s in counts.linears if s.name in set(trainable.target_modules)]
+    lora = trainable.method == "lora"
     return ModelShape(
         layers=layers,
         attention_width=_attention_width(config, counts.hidden_size),
         activated_width=counts.hidden_size + intermediate * (2 if gated else 1) * per_token,
         matmul_params=int(counts.attention + mlp + (counts.lm_head or counts.embedding)),
         total_params=counts.total,
-        trainable_params=trainable_parameters(counts, training),
+        trainable_params=trainable.count(counts),
         quantized_params=quantized,
         quantization=quantization if quantized else None,
         adapted_width=sum((s.inputs + s.outputs) * s.count for s in adapted) if lora else 0,
@@ -176,21 +156,21 @@ def model_shape(config: dict[str, Any], training: Training, weights_format: str)
     )
 
 
-def run_of(values: Any, definition: ExperimentDefinition) -> Run:
-    kernels = values.fast_kernels or definition.sft_trainer_arguments.get("fast_kernels") or []
+def run_of(configuration: TrainingConfiguration) -> Run:
+    """What of the one training configuration the step time reads."""
     return Run(
-        method={"none": "full"}.get(definition.peft_method, definition.peft_method),
-        per_device_batch=max(1, values.batch_size // batch_devices(values)),
-        sequence_length=sequence_length(values),
-        gradient_accumulation_steps=max(1, values.gradient_accumulation_steps),
-        gpus=max(1, values.number_gpus),
-        nodes=max(1, values.number_nodes),
-        backend=str(values.distributed_backend or "None"),
-        gradient_checkpointing=bool(values.gradient_checkpointing),
-        flash_attention=bool(values.flash_attn),
-        fast_kernels=any(str(k).lower() == "true" for k in kernels),
-        fused_lora=bool(definition.sft_trainer_arguments.get("fused_lora")),
-        weight_bytes=float(DTYPE_BYTES.get(values.torch_dtype, 2)),
+        method={"none": "full"}.get(configuration.method, configuration.method),
+        per_device_batch=configuration.per_device_batch,
+        sequence_length=configuration.sample_tokens,
+        gradient_accumulation_steps=max(1, configuration.gradient_accumulation_steps),
+        gpus=max(1, configuration.gpus),
+        nodes=max(1, configuration.nodes),
+        backend=configuration.backend,
+        gradient_checkpointing=configuration.gradient_checkpointing,
+        flash_attention=configuration.flash_attention,
+        fast_kernels=configuration.fast_kernels.any,
+        fused_lora=configuration.fused_lora,
+        weight_bytes=float(DTYPE_BYTES.get(configuration.torch_dtype, 2)),
     )
 
 
@@ -231,7 +211,7 @@ class SpeedPrediction:
         return outcome
 
 
-def _notes(values: Any, run: Run, device: Device) -> tuple[str, ...]:
+def _notes(configuration: TrainingConfiguration, run: Run, device: Device) -> tuple[str, ...]:
     notes = [validated_note(run, device.name)]
     if device.name != REFERENCE.name:
         notes.append(
@@ -245,9 +225,9 @@ def _notes(values: Any, run: Run, device: Device) -> tuple[str, ...]:
             f"{run.nodes} nodes: the network moves {device.network_gbps:g} GB/s per node "
             f"(actuator parameter inter_node_gbps)"
         )
-    if run.sequence_length < values.model_max_length:
+    if run.sequence_length < configuration.sequence_length:
         notes.append(
-            f"samples of about {run.sequence_length} tokens ({values.dataset_id}, "
+            f"samples of about {run.sequence_length} tokens ({configuration.dataset_id}, "
             f"{CHARS_PER_TOKEN} characters a token)"
         )
     if run.gpus > 1 and run.backend != "FSDP":
@@ -256,23 +236,22 @@ def _notes(values: Any, run: Run, device: Device) -> tuple[str, ...]:
 
 
 def predict_speed(
-    values: Any,
-    definition: ExperimentDefinition,
-    config: dict[str, Any],
-    network_gbps: float = DEFAULT_NETWORK_GBPS,
+    configuration: TrainingConfiguration, network_gbps: float = DEFAULT_NETWORK_GBPS
 ) -> SpeedPrediction:
-    if values.number_gpus < 1:
+    if configuration.gpus < 1:
         return SpeedPrediction(skipped="number_gpus 0 trains on CPUs: no GPU to predict")
-    device = device_of(values.gpu_model, network_gbps)
+    if configuration.config is None:
+        return SpeedPrediction(skipped=str(configuration.config_problem))
+    device = device_of(configuration.gpu_model, network_gbps)
     if device is None:
         return SpeedPrediction(
-            skipped=f"gpu_model {values.gpu_model!r} has no peak, bandwidth and interconnect "
-            f"in metrics/gpu_peaks.yaml"
+            skipped=f"gpu_model {configuration.gpu_model!r} has no peak, bandwidth and "
+            f"interconnect in metrics/gpu_peaks.yaml"
         )
-    targets = catalog_data().target_modules(values.model_name)
-    training = Training.of(values, definition.peft_method, targets, quantized_bits=None)
     try:
-        shape = model_shape(config, training, definition.weights_format)
+        shape = model_shape(
+            configuration.config, configuration.trainable, configuration.weights_format
+        )
     except (
         UnsupportedArchitecture,
         MetaCountUnavailable,
@@ -281,8 +260,8 @@ def predict_speed(
         ValueError,
     ) as error:
         return SpeedPrediction(skipped=f"no step time from the model's config.json: {error}")
-    run = run_of(values, definition)
-    notes = _notes(values, run, device) + (
+    run = run_of(configuration)
+    notes = _notes(configuration, run, device) + (
         (META_NOTE,) if shape.attention_layers is not None else ()
     )
     return SpeedPrediction(step=step_time(shape, run, device), notes=notes)

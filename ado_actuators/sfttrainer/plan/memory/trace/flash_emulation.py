@@ -7,7 +7,7 @@ mha_bwd, softmax_d (fp32, seq rounded to 128), dq_accum (fp32, seq rounded to 12
 32) and, for grouped-query heads, dk and dv expanded to every head
 (Dao-AILab/flash-attention, csrc/flash_attn/flash_api.cpp). Real tensors get attention's
 values computed while the counting is paused (what flash-attn computes in place); fake ones get
-none. Imports torch and transformers at the top: imported only by step_trace, lazily.
+none. Imports torch and transformers at the top: imported only by plan/memory/trace/step.py, lazily.
 """
 
 from __future__ import annotations

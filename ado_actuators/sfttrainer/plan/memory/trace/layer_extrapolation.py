@@ -134,7 +134,7 @@ def _meta_model(values: dict[str, Any], spec: StepSpec) -> Any:
 
 
 def _layers(model: Any) -> Any:
-    """The decoder layers: the model's largest ModuleList (as step_trace.inventory finds them)."""
+    """The decoder layers: the model's largest ModuleList (as plan/memory/trace/step.inventory finds them)."""
     import torch
 
     return max(

@@ -1,0 +1,86 @@
+"""What FSDP adds to one device's memory beside its shard of the model states, counted once for
+the formula (plan/memory/peak.py) and for the trace of a model's own code (plan/memory/traced.py,
+whose single-device trace cannot hold it): the units it gathers and the input gradients its
+frozen units hold through backward."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ado_actuators.sfttrainer.plan.memory.bound import MemoryBound, Training
+from ado_actuators.sfttrainer.plan.model.architecture import DTYPE_BYTES
+
+
+class Checkpointing(Protocol):
+    """How the layers are checkpointed (plan/memory/peak.Workload has it)."""
+
+    @property
+    def gradient_checkpointing(self) -> bool: ...
+    @property
+    def reentrant_checkpointing(self) -> bool: ...
+    @property
+    def checkpointed_by_model(self) -> bool: ...
+
+
+FSDP_PREFETCHED_UNITS = 2
+"""FSDP's default BACKWARD_PRE prefetch gathers the next unit while the current one runs. Under
+LoRA the next unit is an adapter (PEFT's wrap policy makes each one a unit of its own): one
+decoder layer is gathered at a time (benchmarks/memory_truth.py's FSDP rows)."""
+
+
+def gathered_layers(training: Training) -> int:
+    """Decoder layers FSDP holds unsharded at once (FSDP_PREFETCHED_UNITS)."""
+    return 1 if training.peft_method == "lora" else FSDP_PREFETCHED_UNITS
+
+
+def gathered_bytes(
+    total: float,
+    embeddings: float,
+    layers: int,
+    hidden: int,
+    training: Training,
+    bound: MemoryBound,
+) -> float:
+    """FSDP's unsharded parameters during forward and backward: the root unit (`embeddings`, the
+    input embedding and an untied LM head, and the final norm: gathered for the whole step) and
+    the prefetched decoder layers, each all-gathered whole into a buffer beside the device's own
+    shard (benchmarks/memory_truth.py's FSDP rows: the shard stays)."""
+    if training.distributed_backend != "FSDP" or bound.shards < 2:
+        return 0.0  # one device's share is all of it: nothing gathered
+    width = DTYPE_BYTES[training.torch_dtype]
+    root = embeddings + hidden
+    layer = (total - root) / max(1, layers)
+    return (root + gathered_layers(training) * layer) * width
+
+
+def held_input_gradient_bytes(
+    layers: int,
+    hidden: int,
+    tokens: int,
+    training: Training,
+    bound: MemoryBound,
+    workload: Checkpointing,
+) -> float:
+    """What FSDP keeps through backward when its layer units hold only frozen weights (LoRA,
+    prompt tuning) and checkpointing is reentrant: each unit's post-backward hook is registered
+    on the detached input the recompute feeds the layer, and holds it, with the gradient that
+    reaches it, until backward ends (torch's `_register_post_backward_reshard_only_hook`). By
+    the last layer's backward, every other layer's input gradient is alive beside the inputs
+    already counted: `tokens` of the device's micro-batch at the length the layers see
+    (prompt tuning's virtual tokens too). Seen in fms-acceleration's A100 runs as ~0.93 GiB more
+    per sample of 4,096 tokens on 2 and 4 GPUs than on 1 for Mistral-7B LoRA, and not for full
+    fine-tuning, whose units train; benchmarks/fsdp_frozen_layers.py reproduces it on CPU. Only
+    where the model's forward checkpoints each layer (the unit inside the checkpoint): a layer
+    that checkpoints itself (transformers 4.52 on) recomputes inside its unit, whose hook then
+    holds nothing (benchmarks/memory_truth.py's FSDP rows)."""
+    if not (
+        training.distributed_backend == "FSDP"
+        and bound.shards > 1
+        and training.peft_method != "none"
+        and workload.gradient_checkpointing
+        and workload.reentrant_checkpointing
+        and workload.checkpointed_by_model
+    ):
+        return 0.0
+    width = DTYPE_BYTES[training.torch_dtype]
+    return float((layers - 1) * tokens * hidden * width)

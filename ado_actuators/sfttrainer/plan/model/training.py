@@ -1,0 +1,200 @@
+"""One measurement's training configuration, read once from the entity, its experiment and the
+model's config.json: what the memory formula, the memory trace, the speed model and the preview
+all read, each through a projection of its own (plan/memory/verdict.py, plan/memory/traced.py,
+plan/speed/prediction.py). A quantity that decides memory or speed is read from the entity here
+and nowhere else, under one name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+from ado_actuators.sfttrainer.catalog.datasets import get_shape
+from ado_actuators.sfttrainer.catalog.entity import EntityValues
+from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
+from ado_actuators.sfttrainer.plan.launch.geometry import per_device_batch
+from ado_actuators.sfttrainer.plan.model.architecture import PROMPT_TUNING_VIRTUAL_TOKENS, Trainable
+
+PeftMethod = Literal["none", "lora", "pt"]
+Checkpointing = Literal["none", "reentrant", "non_reentrant"]
+
+CHARS_PER_TOKEN = 4
+"""English news text's characters per token (the chars datasets' entries are input and response
+of `chars` characters each): an assumption the speed prediction's notes state."""
+_TRUE_WORDS = ("yes", "true", "t", "y", "1")
+_FALSE_WORDS = ("no", "false", "f", "n", "0")
+
+
+@dataclasses.dataclass(frozen=True)
+class FastKernels:
+    """fms-hf-tuning's `--fast_kernels A B C` (tuning/config/acceleration_configs/
+    fused_ops_and_kernels.py's FastKernelsConfig: fast_loss, fast_rms_layernorm,
+    fast_rope_embeddings), each word parsed as its parser parses it (transformers'
+    string_to_bool: "true", "True", "yes", "1" alike)."""
+
+    fast_loss: bool = False
+    fast_rms_layernorm: bool = False
+    fast_rope_embeddings: bool = False
+
+    @classmethod
+    def of(cls, words: list[str] | tuple[str, ...] | None) -> FastKernels:
+        flags = [_word_to_bool(word) for word in words or ()]
+        return cls(*flags[:3])
+
+    @property
+    def any(self) -> bool:
+        return self.fast_loss or self.fast_rms_layernorm or self.fast_rope_embeddings
+
+
+def _word_to_bool(word: str) -> bool:
+    lowered = str(word).lower()
+    if lowered in _TRUE_WORDS:
+        return True
+    if lowered in _FALSE_WORDS:
+        return False
+    raise ValueError(f"fast_kernels: {word!r} is not a truth value (use True or False)")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfiguration:
+    """What is trained, how and where, for one measurement; `config` is the model's config.json
+    (None, with `config_problem` saying why, where it could not be found)."""
+
+    model_name: str
+    method: PeftMethod
+    weights_format: str
+    torch_dtype: str
+    optim: str
+    gpus: int
+    nodes: int
+    backend: str  # FSDP | DDP | "None" (torch DataParallel on one node)
+    fsdp_sharding_strategy: str
+    fast_moe: int
+    gpu_model: str | None
+    per_device_batch: int
+    sequence_length: int  # model_max_length: every sample padded or truncated to it
+    sample_tokens: int  # the tokens a sample of the dataset holds, at most sequence_length
+    gradient_accumulation_steps: int
+    checkpointing: Checkpointing
+    mixed_precision: bool  # bf16/fp16 autocast (the bf16 flag or accelerate's mixed precision)
+    flash_attention: bool
+    fast_kernels: FastKernels
+    fused_lora: bool
+    lora_r: int
+    lora_alpha: int
+    target_modules: tuple[str, ...]
+    fms_hf_tuning_version: str
+    dataset_id: str
+    config: dict[str, Any] | None = None
+    config_problem: str | None = None
+
+    @property
+    def virtual_tokens(self) -> int:
+        """Prompt tuning's virtual tokens, prepended to every sample."""
+        return PROMPT_TUNING_VIRTUAL_TOKENS if self.method == "pt" else 0
+
+    @property
+    def model_length(self) -> int:
+        """The sequence the layers see: the sample and, under prompt tuning, its virtual tokens."""
+        return self.sequence_length + self.virtual_tokens
+
+    @property
+    def gradient_checkpointing(self) -> bool:
+        return self.checkpointing != "none"
+
+    @property
+    def trainable(self) -> Trainable:
+        return Trainable(self.method, self.lora_r, self.target_modules)
+
+    @property
+    def adapted_modules(self) -> tuple[str, ...]:
+        """The modules LoRA adapts (none for another method)."""
+        return self.target_modules if self.method == "lora" else ()
+
+    @classmethod
+    def of(
+        cls,
+        values: EntityValues,
+        definition: ExperimentDefinition,
+        config: dict[str, Any] | None,
+        config_problem: str | None = None,
+    ) -> TrainingConfiguration:
+        """From the entity's values (the experiment's fixed values applied), its experiment and
+        the model's config.json."""
+        arguments = definition.sft_trainer_arguments
+        checkpointing: Checkpointing = "none"
+        if values.gradient_checkpointing:
+            reentrant = values.gradient_checkpointing_use_reentrant
+            checkpointing = "reentrant" if reentrant else "non_reentrant"
+        return cls(
+            model_name=_named(values.model_name, "model_name"),
+            method=_peft_method(definition.peft_method),
+            weights_format=definition.weights_format,
+            torch_dtype=_named(values.torch_dtype, "torch_dtype"),
+            optim=_named(values.optim, "optim"),
+            gpus=values.number_gpus,
+            nodes=values.number_nodes,
+            backend=str(values.distributed_backend),
+            fsdp_sharding_strategy=_named(values.fsdp_sharding_strategy, "fsdp_sharding_strategy"),
+            fast_moe=values.fast_moe,
+            gpu_model=values.gpu_model,
+            per_device_batch=per_device_batch(values),
+            sequence_length=values.model_max_length,
+            sample_tokens=sample_tokens(
+                _named(values.dataset_id, "dataset_id"), values.model_max_length
+            ),
+            gradient_accumulation_steps=values.gradient_accumulation_steps,
+            checkpointing=checkpointing,
+            mixed_precision=bool(values.bf16) or values.accelerate_config_mixed_precision != "no",
+            flash_attention=bool(values.flash_attn),
+            fast_kernels=FastKernels.of(fast_kernel_words(values, definition)),
+            fused_lora=bool(arguments.get("fused_lora")),
+            lora_r=values.r,
+            lora_alpha=values.lora_alpha,
+            target_modules=tuple(
+                catalog_data().target_modules(_named(values.model_name, "model_name"))
+            ),
+            fms_hf_tuning_version=_named(values.fms_hf_tuning_version, "fms_hf_tuning_version"),
+            dataset_id=_named(values.dataset_id, "dataset_id"),
+            config=config,
+            config_problem=config_problem,
+        )
+
+
+def fast_kernel_words(values: EntityValues, definition: ExperimentDefinition) -> list[str] | None:
+    """The words fms-hf-tuning is given after `--fast_kernels`: the entity's own, in place of its
+    experiment's (GPTQ-LoRA passes `true true true`); None where neither asks for the kernels."""
+    if values.fast_kernels is not None:
+        return [str(word).lower() for word in values.fast_kernels]
+    return definition.sft_trainer_arguments.get("fast_kernels")
+
+
+def _named(value: str | None, field: str) -> str:
+    """A name whose domain holds no None (the entity's domain is checked before a configuration
+    is built: engine/measurement.resolve)."""
+    if value is None:
+        raise ValueError(f"{field} is required: the entity gives none")
+    return value
+
+
+def _peft_method(name: str) -> PeftMethod:
+    if name == "lora":
+        return "lora"
+    if name == "pt":
+        return "pt"
+    if name == "none":
+        return "none"
+    raise ValueError(f"peft_method {name!r}: none, lora or pt")
+
+
+def sample_tokens(dataset_id: str, model_max_length: int) -> int:
+    """Tokens per sample: the length for the tokens datasets (every entry is longer and
+    truncated), an entry's estimated tokens for the chars ones when shorter."""
+    try:
+        shape = get_shape(dataset_id)
+    except (KeyError, ValueError):
+        return model_max_length
+    if shape.length_unit == "chars" and shape.chars:
+        return min(model_max_length, -(-2 * shape.chars // CHARS_PER_TOKEN))
+    return model_max_length

@@ -1,0 +1,94 @@
+"""The one training configuration (plan/model/training.py): read once from the entity, its
+experiment and config.json, and what the memory and the speed models each read of it agree."""
+
+from __future__ import annotations
+
+import pytest
+from training_configuration import configuration_of
+
+from ado_actuators.sfttrainer.catalog.entity import entity_values
+from ado_actuators.sfttrainer.catalog.experiments import catalog_data
+from ado_actuators.sfttrainer.engine.measurement import Resolved, resolve
+from ado_actuators.sfttrainer.plan.memory.verdict import workload_of
+from ado_actuators.sfttrainer.plan.model.architecture import PROMPT_TUNING_VIRTUAL_TOKENS
+from ado_actuators.sfttrainer.plan.model.training import FastKernels
+from ado_actuators.sfttrainer.plan.speed.prediction import run_of
+
+CATALOG = catalog_data()
+GPTQ_LORA = CATALOG.experiment("finetune_gtpq-lora_benchmark-v1.0.0")
+LORA = CATALOG.experiment("finetune_lora_benchmark-v1.0.0")
+PROMPT_TUNING = CATALOG.experiment("finetune_pt_benchmark-v1.0.0")
+
+
+def values(**entity):
+    return entity_values(
+        {
+            "model_name": "mistral-7b-v0.1",
+            "model_max_length": 512,
+            "batch_size": 8,
+            "number_gpus": 2,
+            "gpu_model": "NVIDIA-A100-SXM4-80GB",
+            **entity,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        (None, FastKernels()),
+        (["true", "true", "true"], FastKernels(True, True, True)),  # GPTQ-LoRA's, as it sets them
+        (["True", "False", "True"], FastKernels(True, False, True)),
+        (["yes", "0", "t"], FastKernels(True, False, True)),  # transformers' string_to_bool
+    ],
+)
+def test_fast_kernels_are_read_as_fms_hf_tuning_parses_them(words, expected):
+    assert FastKernels.of(words) == expected
+
+
+def test_a_word_fms_hf_tuning_cannot_parse_is_an_error_naming_it():
+    with pytest.raises(ValueError, match=r"fast_kernels: 'maybe'"):
+        FastKernels.of(["maybe", "True", "True"])
+
+
+def test_gptq_loras_fast_kernels_are_on_for_memory_and_speed_alike():
+    """The experiment passes `--fast_kernels true true true`: fused loss, RMSNorm and RoPE, for
+    the memory formula and the step time alike; an entity's own setting replaces it for both."""
+    for entity, on in [({}, True), ({"fast_kernels": ["False", "False", "False"]}, False)]:
+        configuration = configuration_of(values(**entity), GPTQ_LORA, {})
+        workload = workload_of(configuration, "mistral")
+        assert (workload.fused_loss == "in_place", workload.fast_rms_layernorm) == (on, on)
+        assert run_of(configuration).fast_kernels is on
+    plain = configuration_of(values(), LORA, {})
+    assert workload_of(plain, "mistral").fused_loss is None and not run_of(plain).fast_kernels
+
+
+def test_the_per_device_batch_and_the_model_length_are_read_once_for_every_reader():
+    configuration = configuration_of(values(), PROMPT_TUNING, {})
+    assert configuration.per_device_batch == 4
+    assert configuration.model_length == 512 + PROMPT_TUNING_VIRTUAL_TOKENS
+    workload = workload_of(configuration, "mistral")
+    assert workload.per_device_batch == run_of(configuration).per_device_batch == 4
+    lora = configuration_of(values(), LORA, {})
+    assert lora.model_length == 512 and lora.adapted_modules == lora.target_modules
+    assert configuration.adapted_modules == ()
+
+
+def test_resolve_reads_config_json_once_and_carries_it(tmp_path, monkeypatch):
+    from ado_actuators.sfttrainer.catalog import model_shapes
+    from ado_actuators.sfttrainer.engine import measurement
+
+    reads = []
+    real = model_shapes.find_model_config
+
+    def counted(*args, **kwargs):
+        reads.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(measurement, "find_model_config", counted)
+    entity = {"model_name": "llama3.1-8b", "model_max_length": 512, "batch_size": 4}
+    entity |= {"number_gpus": 1, "gpu_model": "NVIDIA-A100-SXM4-80GB"}
+    resolved = resolve(entity, LORA, None, str(tmp_path))
+    assert isinstance(resolved, Resolved) and len(reads) == 1
+    assert resolved.training.config == resolved.found.config
+    assert resolved.training.config["model_type"] == "llama"
