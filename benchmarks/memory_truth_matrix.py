@@ -28,7 +28,7 @@ from typing import Any
 from ado_actuators.sfttrainer.catalog.entity import FIELDS
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.contract.memory_trace import StepSpec
-from ado_actuators.sfttrainer.plan.memory.logits import attention_for
+from ado_actuators.sfttrainer.plan.model.releases import attention_for
 
 MEMORY_FIELDS = (
     "torch_dtype",

@@ -8,6 +8,7 @@ from ado_actuators.sfttrainer.plan.memory import activations as A
 from ado_actuators.sfttrainer.plan.memory import logits
 from ado_actuators.sfttrainer.plan.memory.bound import Training
 from ado_actuators.sfttrainer.plan.memory.peak import Workload, widths
+from ado_actuators.sfttrainer.plan.model import releases
 
 LORA = A.Block(
     hidden=64, q_width=64, kv_width=32, heads=4, intermediate=128, width=2, method="lora",
@@ -80,6 +81,6 @@ def test_the_default_attention_is_read_from_the_release():
         logits.read_attention("class P(PreTrainedModel):\n    _supports_sdpa = False\n") == "eager"
     )
     assert logits.read_attention("class P(PreTrainedModel):\n    pass\n") == "eager"
-    assert logits.attention_for("3.2.2", "llama", False) == "sdpa"
-    assert logits.attention_for("3.2.2", "llama", True) == "flash_attention_2"
-    assert logits.default_attention("0.0", "llama") == "sdpa"
+    assert releases.attention_for("3.2.2", "llama", False) == "sdpa"
+    assert releases.attention_for("3.2.2", "llama", True) == "flash_attention_2"
+    assert releases.default_attention("0.0", "llama") == "sdpa"

@@ -23,6 +23,7 @@ from ado_actuators.sfttrainer.plan.memory.peak import (
     model_states,
     predict_peak,
 )
+from ado_actuators.sfttrainer.plan.model import releases
 from ado_actuators.sfttrainer.plan.model.architecture import count_parameters
 
 
@@ -171,7 +172,7 @@ def test_the_loss_code_is_read_from_the_release_source():
 
 
 def test_a_version_reads_the_release_its_package_list_pins():
-    assert logits_memory.transformers_release("2.1.2") == "4.45.2"
+    assert releases.transformers_release("2.1.2") == "4.45.2"
     assert logits_memory.loss_code_for("2.1.2", "mistral") == LossCode("model", "logits")
     assert logits_memory.loss_code_for("2.6.0", "llama") == LossCode("loss", "logits")
     assert logits_memory.loss_code_for("3.2.2", "llama") == LossCode("loss", "labels")
@@ -329,7 +330,7 @@ def test_an_upcast_is_read_wherever_the_training_path_takes_it():
 def test_a_release_or_family_not_on_record_has_no_loss_code():
     assert logits_memory.loss_code("0.0.1", "llama") is None
     assert logits_memory.loss_code("4.45.2", "falcon") is None
-    assert logits_memory.transformers_release("3.2.2") == "4.55.4"
+    assert releases.transformers_release("3.2.2") == "4.55.4"
 
 
 def test_on_the_published_a100_runs_the_prediction_is_close_and_calls_no_run_that_ran_oom():
@@ -396,8 +397,8 @@ def test_trl_copies_the_logits_from_0_15_on():
     assert logits_memory.copies_logits("2.6.0") is False  # trl 0.14.0
     assert logits_memory.copies_logits("2.8.2") is True  # trl 0.17.0
     assert logits_memory.copies_logits("3.2.2") is True
-    assert logits_memory.pinned_release("3.2.2", "trl") == "0.19.1"
-    assert logits_memory.pinned_release("3.2.2", "no-such-package") is None
+    assert releases.pinned_release("3.2.2", "trl") == "0.19.1"
+    assert releases.pinned_release("3.2.2", "no-such-package") is None
 
 
 LORA_QV = Training(

@@ -92,3 +92,33 @@ def test_resolve_reads_config_json_once_and_carries_it(tmp_path, monkeypatch):
     assert isinstance(resolved, Resolved) and len(reads) == 1
     assert resolved.training.config == resolved.found.config
     assert resolved.training.config["model_type"] == "llama"
+
+
+def test_the_attention_that_runs_is_one_reading_for_memory_and_speed():
+    """flash_attn false leaves the pinned transformers release's default for the family (read
+    from its source: plan/model/releases.py); the memory formula and the step time both price
+    that one, flash-attn 2 where it is asked for."""
+    llama = {"model_type": "llama"}
+    for flash, runs in [(True, "flash_attention_2"), (False, "sdpa")]:
+        configuration = configuration_of(values(flash_attn=flash), LORA, llama)
+        assert configuration.attention == runs
+        assert workload_of(configuration, "llama").attention == runs
+        run = run_of(configuration)
+        assert run.flash_attention  # both skip the causal mask's upper half
+        assert run.attention_kernel == ("fa2" if flash else "sdpa")
+
+
+def test_mixed_precision_is_read_from_the_entity_the_experiment_and_accelerate():
+    """GPTQ-LoRA's experiment passes `--fp16 true`: autocast in float16 over its float16 weights,
+    so the returned logits are converted to fp32 as under any mixed precision."""
+    gptq = configuration_of(values(torch_dtype="float16"), GPTQ_LORA, {})
+    assert (gptq.mixed_precision, gptq.autocast_dtype) == (True, "float16")
+    assert workload_of(gptq, "mistral").autocast
+    for entity, expected in [
+        ({}, (False, None)),
+        ({"bf16": True}, (True, "bfloat16")),
+        ({"accelerate_config_mixed_precision": "fp16"}, (True, "float16")),
+        ({"accelerate_config_mixed_precision": "fp8"}, (True, None)),
+    ]:
+        found = configuration_of(values(**entity), LORA, {})
+        assert (found.mixed_precision, found.autocast_dtype) == expected, entity

@@ -25,15 +25,16 @@ import yaml
 
 from ado_actuators.sfttrainer.catalog.entity import FMS_HF_TUNING_VERSIONS
 from ado_actuators.sfttrainer.plan.memory import logits as logits_memory
+from ado_actuators.sfttrainer.plan.model import releases
 
-RECORD = Path(logits_memory.__file__).parent.parent / "packages" / logits_memory.RECORD
+RECORD = Path(logits_memory.__file__).parent.parent / "packages" / releases.RECORD
 
 
 def pinned_releases() -> dict[str, list[str]]:
     """transformers release -> the fms-hf-tuning versions whose package list pins it."""
     pins: dict[str, list[str]] = {}
     for version in FMS_HF_TUNING_VERSIONS:
-        if release := logits_memory.transformers_release(version):
+        if release := releases.transformers_release(version):
             pins.setdefault(release, []).append(version)
     return pins
 
@@ -126,7 +127,7 @@ def pinned_trl() -> dict[str, list[str]]:
     """TRL release -> the fms-hf-tuning versions whose package list pins it."""
     pins: dict[str, list[str]] = {}
     for version in FMS_HF_TUNING_VERSIONS:
-        if release := logits_memory.pinned_release(version, "trl"):
+        if release := releases.pinned_release(version, "trl"):
             pins.setdefault(release, []).append(version)
     return pins
 
@@ -150,7 +151,7 @@ def test_the_installed_trl_copies_the_logits_as_its_source_says():
     """The fast half: the TRL this environment installs (fms-hf-tuning 3.2.2's pin), its
     sft_trainer.py read where it lies, not imported."""
     installed = distribution("trl")
-    assert logits_memory.pinned_release("3.2.2", "trl") == installed.version
+    assert releases.pinned_release("3.2.2", "trl") == installed.version
     source = Path(str(installed.locate_file(SFT_TRAINER))).read_text()
     assert sft_copies_logits(source)
     assert logits_memory.trl_copies_logits(installed.version)

@@ -13,13 +13,15 @@ when the file and the releases disagree). Nothing here imports transformers.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
-from importlib import resources
-from typing import Any
 
-import yaml
 from packaging.version import Version
+
+from ado_actuators.sfttrainer.plan.model.releases import (
+    pinned_release,
+    record,
+    transformers_release,
+)
 
 FAMILY_MODULES = {
     "llama": "llama",
@@ -33,8 +35,6 @@ FAMILY_MODULES = {
     "gpt_bigcode": "gpt_bigcode",
 }
 """config.json's model_type -> the folder of transformers/models/ holding its modeling file."""
-
-RECORD = "transformers-loss.yaml"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,59 +205,23 @@ def _upcasts_with_labels(forward: str) -> bool:
     )
 
 
-@functools.cache
-def _record() -> dict[str, Any]:
-    text = resources.files("ado_actuators.sfttrainer.plan").joinpath("packages", RECORD).read_text()
-    return yaml.safe_load(text)
-
-
 def loss_code(transformers_version: str | None, model_type: str) -> LossCode | None:
     """What the release read, for a model family; None when the release or family is not in
     the record, or no release is named (the prediction then says so rather than guessing)."""
-    family = _record()["releases"].get(transformers_version, {}).get(model_type)
+    family = record()["releases"].get(transformers_version, {}).get(model_type)
     return LossCode(upcast=family["upcast"], shifts=family["shifts"]) if family else None
 
 
 def checkpointing(transformers_version: str | None, model_type: str) -> str:
     """How the release checkpoints a family's layers (read_checkpointing); "layer" where the
     record does not say (the newest releases' way)."""
-    family = _record()["releases"].get(transformers_version, {}).get(model_type) or {}
+    family = record()["releases"].get(transformers_version, {}).get(model_type) or {}
     return str(family.get("checkpoints", "layer"))
-
-
-def default_attention(transformers_version: str | None, model_type: str) -> str:
-    """The attention the release runs for a family when flash-attn is not asked for
-    (read_attention); "sdpa", the newest releases' way, where the record does not say."""
-    family = _record()["releases"].get(transformers_version, {}).get(model_type) or {}
-    return str(family.get("attention", "sdpa"))
-
-
-def attention_for(fms_hf_tuning_version: str, model_type: str, flash_attn: bool) -> str:
-    """The attention that runs: flash-attn 2 when asked for (`flash_attn`), else the default of
-    the transformers release the fms-hf-tuning version pins (default_attention)."""
-    if flash_attn:
-        return "flash_attention_2"
-    return default_attention(transformers_release(fms_hf_tuning_version), model_type)
 
 
 def checkpoints(transformers_version: str, model_type: str) -> bool:
     """Whether the release's layers of a family honour gradient checkpointing."""
     return checkpointing(transformers_version, model_type) != "none"
-
-
-def pinned_release(fms_hf_tuning_version: str, package: str) -> str | None:
-    """The release of `package` the version's package list pins (plan/packages)."""
-    from ado_actuators.sfttrainer.plan.launch.environments import read_package_list
-
-    for line in read_package_list(fms_hf_tuning_version):
-        if pinned := re.fullmatch(rf"{package}==([\w.]+)", line.strip()):
-            return pinned.group(1)
-    return None
-
-
-def transformers_release(fms_hf_tuning_version: str) -> str | None:
-    """The transformers release the version's package list pins (plan/packages)."""
-    return pinned_release(fms_hf_tuning_version, "transformers")
 
 
 TRL_TOKEN_ACCURACY = Version("0.15.0")

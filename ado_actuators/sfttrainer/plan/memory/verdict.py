@@ -227,13 +227,13 @@ def workload_of(configuration: TrainingConfiguration, model_type: str) -> Worklo
         checkpointing_ignored=asked and not honoured,
         checkpointed_by_model=style == "model",
         reentrant_checkpointing=configuration.checkpointing == "reentrant",
-        # --use_flash_attn False leaves transformers' default: sdpa
-        attention="flash_attention_2" if configuration.flash_attention else "sdpa",
+        attention=configuration.attention,
         gradient_accumulation_steps=configuration.gradient_accumulation_steps,
         loss=loss_code_for(version, model_type),
         fused_loss="in_place" if configuration.fast_kernels.fast_loss else None,
         fast_rms_layernorm=configuration.fast_kernels.fast_rms_layernorm,
         autocast=configuration.mixed_precision,
+        autocast_dtype=configuration.autocast_dtype,
         fsdp_upcast=configuration.mixed_precision and configuration.backend == "FSDP",
         logits_copy=copies_logits(version),
     )

@@ -13,8 +13,14 @@ from typing import Any, Literal
 from ado_actuators.sfttrainer.catalog.datasets import get_shape
 from ado_actuators.sfttrainer.catalog.entity import EntityValues
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
+from ado_actuators.sfttrainer.contract.memory_trace import Attention
 from ado_actuators.sfttrainer.plan.launch.geometry import per_device_batch
-from ado_actuators.sfttrainer.plan.model.architecture import PROMPT_TUNING_VIRTUAL_TOKENS, Trainable
+from ado_actuators.sfttrainer.plan.model.architecture import (
+    PROMPT_TUNING_VIRTUAL_TOKENS,
+    Trainable,
+    language_config,
+)
+from ado_actuators.sfttrainer.plan.model.releases import attention_for
 
 PeftMethod = Literal["none", "lora", "pt"]
 Checkpointing = Literal["none", "reentrant", "non_reentrant"]
@@ -77,8 +83,10 @@ class TrainingConfiguration:
     sample_tokens: int  # the tokens a sample of the dataset holds, at most sequence_length
     gradient_accumulation_steps: int
     checkpointing: Checkpointing
-    mixed_precision: bool  # bf16/fp16 autocast (the bf16 flag or accelerate's mixed precision)
-    flash_attention: bool
+    mixed_precision: bool  # bf16/fp16 autocast: the bf16 flag, the experiment's, or accelerate's
+    autocast_dtype: str | None  # what autocast computes in; None: the weights' own 16 bits
+    flash_attention: bool  # the entity asks for flash-attn 2 (--use_flash_attn)
+    attention: Attention  # what runs: flash-attn 2, or the pinned release's default for the family
     fast_kernels: FastKernels
     fused_lora: bool
     lora_r: int
@@ -122,7 +130,8 @@ class TrainingConfiguration:
     ) -> TrainingConfiguration:
         """From the entity's values (the experiment's fixed values applied), its experiment and
         the model's config.json."""
-        arguments = definition.sft_trainer_arguments
+        version = _named(values.fms_hf_tuning_version, "fms_hf_tuning_version")
+        mixed = precision_of(values, definition)
         checkpointing: Checkpointing = "none"
         if values.gradient_checkpointing:
             reentrant = values.gradient_checkpointing_use_reentrant
@@ -146,20 +155,44 @@ class TrainingConfiguration:
             ),
             gradient_accumulation_steps=values.gradient_accumulation_steps,
             checkpointing=checkpointing,
-            mixed_precision=bool(values.bf16) or values.accelerate_config_mixed_precision != "no",
+            mixed_precision=mixed is not None,
+            autocast_dtype=AUTOCAST_DTYPES.get(mixed or ""),
             flash_attention=bool(values.flash_attn),
+            attention=attention_for(version, _model_type(config), bool(values.flash_attn)),
             fast_kernels=FastKernels.of(fast_kernel_words(values, definition)),
-            fused_lora=bool(arguments.get("fused_lora")),
+            fused_lora=bool(definition.sft_trainer_arguments.get("fused_lora")),
             lora_r=values.r,
             lora_alpha=values.lora_alpha,
             target_modules=tuple(
                 catalog_data().target_modules(_named(values.model_name, "model_name"))
             ),
-            fms_hf_tuning_version=_named(values.fms_hf_tuning_version, "fms_hf_tuning_version"),
+            fms_hf_tuning_version=version,
             dataset_id=_named(values.dataset_id, "dataset_id"),
             config=config,
             config_problem=config_problem,
         )
+
+
+AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+"""The dtype autocast computes in under each mixed precision (fp8: none, the weights' own)."""
+
+
+def precision_of(values: EntityValues, definition: ExperimentDefinition) -> str | None:
+    """The mixed precision the trainer runs under, None for none: HF's `--bf16` (the entity's
+    bf16), else an `--fp16`/`--bf16` the experiment passes (GPTQ-LoRA's `fp16 true`, parsed as
+    fms-hf-tuning parses it), else accelerate's mixed_precision."""
+    if values.bf16:
+        return "bf16"
+    for flag in ("bf16", "fp16"):
+        words = definition.sft_trainer_arguments.get(flag)
+        if words and _word_to_bool(words[0]):
+            return flag
+    accelerate = values.accelerate_config_mixed_precision
+    return accelerate if accelerate and accelerate != "no" else None
+
+
+def _model_type(config: dict[str, Any] | None) -> str:
+    return str(language_config(config or {}).get("model_type") or "")
 
 
 def fast_kernel_words(values: EntityValues, definition: ExperimentDefinition) -> list[str] | None:

@@ -167,7 +167,9 @@ def run_of(configuration: TrainingConfiguration) -> Run:
         nodes=max(1, configuration.nodes),
         backend=configuration.backend,
         gradient_checkpointing=configuration.gradient_checkpointing,
-        flash_attention=configuration.flash_attention,
+        # SDPA's causal kernels skip the masked half as flash-attn does; eager computes it all
+        flash_attention=configuration.attention != "eager",
+        attention_kernel="fa2" if configuration.attention == "flash_attention_2" else "sdpa",
         fast_kernels=configuration.fast_kernels.any,
         fused_lora=configuration.fused_lora,
         weight_bytes=float(DTYPE_BYTES.get(configuration.torch_dtype, 2)),
