@@ -1,0 +1,185 @@
+"""An instrument the project did not write: torch's own MemTracker
+(`torch.distributed._tools.mem_tracker`) measures fms-hf-tuning's real training call
+(`tuning.sft_trainer.train`) on this CPU, and both the step trace (plan/memory/trace/step.py)
+and the formula (plan/memory/peak.py) are held to its peak within 2 %.
+
+What the CPU runs differently from a GPU, and how the measurement is made to run the GPU's way:
+- AdamW: torch takes foreach kernels only on CUDA; the run's parameter groups are set to
+  foreach (the one state-sized temporary the formula counts);
+- dropout: on a CPU ATen's dropout multiplies by a noise tensor of the input's dtype, on CUDA
+  native_dropout keeps a one-byte mask (what the trace and the formula count): LoRA's dropout
+  is 0 here, so neither runs.
+Not held here: LoRA under reentrant checkpointing in bf16, where MemTracker counts 3.9 % more
+than the trace on the very same training loop (benchmarks' step, real tensors): a difference
+between the two counters not yet traced to its tensors (issue 44).
+MemTracker registers a gradient hook on every parameter, which torch refuses for a frozen one:
+frozen parameters are given a no-op handle (their storage is still counted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "examples" / "local-cpu"))
+import memory_truth  # noqa: E402
+from tiny_model import build_tiny_model, write_text_dataset  # noqa: E402
+
+from ado_actuators.sfttrainer.contract.memory_trace import StepSpec  # noqa: E402
+from ado_actuators.sfttrainer.plan.memory.trace.step import trace_step  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+TOLERANCE = 0.02
+CONFIGURATIONS = (
+    # (torch_dtype, bf16 mixed precision, method, checkpointing, batch, length)
+    ("float32", True, "lora", None, 4, 512),
+    ("float32", True, "none", "non_reentrant", 4, 512),
+    ("bfloat16", False, "lora", None, 4, 256),
+    ("bfloat16", False, "none", "non_reentrant", 4, 256),
+    ("float32", False, "none", None, 1, 512),
+)
+
+
+class _NoHook:
+    def remove(self) -> None:
+        """MemTracker removes the handles it registered when it exits."""
+
+
+def _tracker(model: Any, optimizer: Any) -> Any:
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    for parameter in model.parameters():
+        if not parameter.requires_grad:
+            tracker._param_to_grad_hook_handles[parameter] = (_NoHook(), _NoHook())
+    tracker.track_external(model, optimizer)
+    return tracker
+
+
+def _measured(model_dir: Path, data: Path, out: Path) -> dict[tuple[Any, ...], int]:
+    """`_measure` of every configuration, each in a process of its own (a second training call
+    in one process measures less than the first: accelerate's and MemTracker's process-wide
+    state), all started at once."""
+    running = {
+        case: subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                json.dumps([str(model_dir), str(data), str(out / str(i)), case]),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            # this checkout's package, whatever is installed
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        for i, case in enumerate(CONFIGURATIONS)
+    }
+    found = {}
+    for case, process in running.items():
+        stdout, stderr = process.communicate(timeout=600)
+        assert process.returncode == 0, stderr[-3000:]
+        found[case] = int(stdout.strip().splitlines()[-1])
+    return found
+
+
+def _measure(model_dir: Path, data: Path, out: Path, case: tuple[Any, ...]) -> int:
+    """MemTracker's peak over fms-hf-tuning's training call, two steps (the second holds the
+    optimizer state)."""
+    from transformers import TrainerCallback
+    from tuning import sft_trainer
+    from tuning.config import configs, peft_config
+
+    dtype, mixed, method, checkpointing, batch, length = case
+    found: dict[str, Any] = {}
+
+    class Measure(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, optimizer=None, **kw):  # type: ignore[no-untyped-def]
+            for group in optimizer.param_groups:
+                group["foreach"] = True  # as torch chooses on CUDA
+            found["tracker"] = _tracker(model, optimizer).__enter__()
+
+        def on_step_begin(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
+            found["tracker"].reset_mod_stats()  # per-module stats are per iteration
+
+        def on_train_end(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
+            found["tracker"].__exit__(None, None, None)
+
+    kwargs = {"use_reentrant": checkpointing == "reentrant"} if checkpointing else None
+    arguments = (
+        configs.ModelArguments(
+            model_name_or_path=str(model_dir), torch_dtype=dtype, use_flash_attn=False
+        ),
+        configs.DataArguments(
+            training_data_path=str(data),
+            response_template="\n### Response:",
+            dataset_text_field="output",
+        ),
+        configs.TrainingArguments(
+            output_dir=str(out),
+            max_steps=2,
+            per_device_train_batch_size=batch,
+            max_seq_length=length,
+            bf16=mixed,
+            gradient_checkpointing=checkpointing is not None,
+            gradient_checkpointing_kwargs=kwargs,
+            save_strategy="no",
+            report_to=[],
+            use_cpu=True,
+            packing=False,
+        ),
+        peft_config.LoraConfig(
+            r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["q_proj", "v_proj"]
+        )
+        if method == "lora"
+        else None,
+    )
+    sft_trainer.train(*arguments, additional_callbacks=[Measure()])
+    peak = found["tracker"].get_tracker_snapshot("peak")
+    return sum(int(device["Total"]) for device in peak.values())
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory) -> tuple[Path, dict[tuple[Any, ...], int]]:
+    """The tiny model's directory and MemTracker's peak of each configuration."""
+    root = tmp_path_factory.mktemp("independent")
+    model_dir = build_tiny_model(root / "tiny-llama")
+    # every sample longer than the longest length: each batch is exactly batch x length
+    data = write_text_dataset(root / "long.jsonl", 16, min_words=700, max_words=800)
+    return model_dir, _measured(model_dir, data, root)
+
+
+@pytest.mark.parametrize("case", CONFIGURATIONS, ids=lambda c: "-".join(map(str, c)))
+def test_tracer_and_formula_are_within_2_percent_of_memtracker(measured, case):
+    model_dir, peaks = measured
+    measured = peaks[case]
+    dtype, mixed, method, checkpointing, batch, length = case
+    spec = StepSpec(
+        json.loads((model_dir / "config.json").read_text()),
+        method,
+        ("q_proj", "v_proj") if method == "lora" else (),
+        lora_dropout=0.0,
+        torch_dtype=dtype,
+        attention="sdpa",  # what transformers runs for Llama without flash-attn
+        checkpointing=checkpointing,
+        mixed_precision=mixed,
+        batch=batch,
+        length=length,
+    )
+    traced = trace_step(spec).peak
+    predicted = memory_truth.predicted(spec).total
+    assert abs(traced / measured - 1) <= TOLERANCE, (traced, measured)
+    assert abs(predicted / measured - 1) <= TOLERANCE, (predicted, measured)
+
+
+if __name__ == "__main__":
+    directory, dataset, output, configuration = json.loads(sys.argv[1])
+    print(_measure(Path(directory), Path(dataset), Path(output), tuple(configuration)))
