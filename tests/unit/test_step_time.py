@@ -30,8 +30,8 @@ UNITS = Fitted(
     fast_kernels_elementwise=0.5,
     adapter_bytes=2.0,
     fused_lora_adapters=0.5,
-    dequant_bytes_gptq=3.0,
-    dequant_bytes_bnb=4.0,
+    dequant_bytes_gptq=2.0,  # at most the counted bytes: all priced at the device's bandwidth
+    dequant_bytes_bnb=2.5,
     layer_latency_s=0.01,
     fsdp_unit_latency_s=0.1,
 )
@@ -102,10 +102,28 @@ def test_quantized_weights_are_unpacked_once_per_pass_whatever_the_batch():
     gptq = ModelShape(2, 4, 10, 100, 120, 5, quantized_params=60, quantization="gptq")
     small = Run(method="lora", per_device_batch=1, sequence_length=8)
     large = Run(method="lora", per_device_batch=8, sequence_length=8)
-    assert parts(gptq, small)["dequantization"] == pytest.approx(3 * 60 * 3)
-    assert parts(gptq, large)["dequantization"] == pytest.approx(3 * 60 * 3)
+    assert parts(gptq, small)["dequantization"] == pytest.approx(2 * 60 * 3)
+    assert parts(gptq, large)["dequantization"] == pytest.approx(2 * 60 * 3)
     bnb = ModelShape(2, 4, 10, 100, 120, 5, quantized_params=60, quantization="bnb")
-    assert parts(bnb, small)["dequantization"] == pytest.approx(4 * 60 * 3)
+    assert parts(bnb, small)["dequantization"] == pytest.approx(2.5 * 60 * 3)
+
+
+def test_only_the_counted_bytes_follow_the_device_s_bandwidth_the_fit_s_excess_keeps_its_time():
+    from ado_actuators.sfttrainer.plan.speed.step_time import COUNTED_ELEMENTWISE_BYTES
+
+    fitted = dataclasses.replace(UNITS, elementwise_bytes=2 * COUNTED_ELEMENTWISE_BYTES)
+    half = dataclasses.replace(REFERENCE, name="half", memory_gbps=REFERENCE.memory_gbps / 2)
+    on_reference = step_time(SHAPE, FULL, REFERENCE, fitted).parts["elementwise"]
+    on_half = step_time(SHAPE, FULL, half, fitted).parts["elementwise"]
+    # half the fitted bytes are counted: they take twice as long, the other half as long
+    assert on_half == pytest.approx(on_reference * (0.5 * 2 + 0.5))
+    # where the fit is within the count, every byte is the device's
+    within = dataclasses.replace(UNITS, elementwise_bytes=COUNTED_ELEMENTWISE_BYTES)
+    ratio = (
+        step_time(SHAPE, FULL, half, within).parts["elementwise"]
+        / (step_time(SHAPE, FULL, REFERENCE, within).parts["elementwise"])
+    )
+    assert ratio == pytest.approx(2)
 
 
 def test_gradient_accumulation_repeats_the_micro_batch_not_the_optimizer():

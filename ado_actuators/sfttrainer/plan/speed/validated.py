@@ -30,7 +30,7 @@ VALIDATED: dict[str, Validated] = {
         0.096, 12, "PyTorch's FSDP blog (16 nodes) and torchtitan (8 nodes), Llama 2 and 3"
     ),
     "NVIDIA-H100-80GB-HBM3, several nodes": Validated(
-        0.192, 4, "PyTorch's FSDP blog (12 nodes of H100), Llama 2 7B-70B"
+        0.132, 4, "PyTorch's FSDP blog (12 nodes of H100), Llama 2 7B-70B"
     ),
     "NVIDIA-A100-SXM4-80GB, 16k tokens and longer": Validated(
         0.071, 4, "xtuner's Llama 3 8B on 8 A100s at 16k-128k tokens, sequence parallel"
@@ -44,7 +44,7 @@ VALIDATED: dict[str, Validated] = {
         0.108, 16, "PyTorch's FSDP blog and torchtitan, A100 and H100, 8-16 nodes"
     ),
     "NVIDIA-L40, one node": Validated(
-        0.235, 20, "fms-acceleration's L40 table (Mistral, Mixtral; 1 and 2 GPUs)"
+        0.146, 20, "fms-acceleration's L40 table (Mistral, Mixtral; 1 and 2 GPUs)"
     ),
 }
 """Written from benchmarks/throughput_validation.py's output (docs/benchmarks/throughput.md
