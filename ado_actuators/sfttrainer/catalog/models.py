@@ -44,10 +44,11 @@ class UnknownModelError(LookupError):
     pass
 
 
-def model_location(model_name: str, weights_format: str, overrides: ModelMap | None) -> str:
-    """The hub id or path of `model_name` in `weights_format`, or a message saying how to add it."""
+def model_location(model_name: str | None, weights_format: str, overrides: ModelMap | None) -> str:
+    """The hub id or path of `model_name` in `weights_format`, or a message saying how to add it.
+    None (an entity that names no model; its open domain lets it through) is in no map."""
     merged = merged_model_map(overrides)
-    formats = merged.get(model_name)
+    formats = merged.get(model_name) if model_name is not None else None
     if formats is None:
         raise UnknownModelError(
             f"model_name {model_name!r} is not in the shipped model map nor in the actuator "
