@@ -16,6 +16,9 @@ from tiny_model import build_tiny_model
 REPO = Path(__file__).resolve().parents[2]
 BENCHMARK_PROPERTIES = 23
 STEADY_CAP = 15
+TRAINS = 512
+"""Where the tiny tokenizer's entries reach their responses (integration/test_measure.py), so
+the loss shows a row trained."""
 LENGTH = 64
 """Far short of where the tiny tokenizer reaches an entry's response (385 to 437 tokens in):
 fms-hf-tuning trains only what follows the response template, so every label is masked and
@@ -333,12 +336,16 @@ def test_guided_walk_measures_only_what_can_win(ado, tmp_path):
     generate_text_dataset(data, "news-chars-512-entries-4096", 64)
     model_map = {"tiny-llama": {"Vanilla": str(model)}}
     config_id = actuator_configuration(ado, tmp_path, data, model_map)
+    # the steady step time, not two steps: a first step's start-up would swamp a tiny model's;
+    # at TRAINS tokens the loss shows it trained, so the answers name a fastest
     fixed = {
         "fms_hf_tuning_version": "3.2.2",
         "dataset_id": "news-chars-512-entries-4096",
-        "max_steps": 2,
         "torch_dtype": "float32",
         "gradient_accumulation_steps": 1,
+        "auto_stop_method": "STEADY_CI95_1PCT",
+        "auto_stop_max_seconds": STEADY_CAP,
+        "num_train_epochs": 10000,
     }
     space_id = ado.create(
         "space",
@@ -357,7 +364,7 @@ def test_guided_walk_measures_only_what_can_win(ado, tmp_path):
                 "entitySpace": [
                     {"identifier": "model_name", "propertyDomain": {"values": ["tiny-llama"]}},
                     {"identifier": "number_gpus", "propertyDomain": {"values": [0]}},
-                    {"identifier": "model_max_length", "propertyDomain": {"values": [LENGTH]}},
+                    {"identifier": "model_max_length", "propertyDomain": {"values": [TRAINS]}},
                     {"identifier": "batch_size", "propertyDomain": {"values": [1, 16]}},
                 ],
             },
@@ -405,5 +412,7 @@ def test_guided_walk_measures_only_what_can_win(ado, tmp_path):
         timeout=300,
     )
     assert plotted.returncode == 0, plotted.stderr + plotted.stdout
-    assert "Left unmeasured by the guided walk: 1 configurations" in plotted.stdout
-    assert "batch 1, sequence length 64, CPU: predicted " in plotted.stdout
+    print(plotted.stdout)  # for the record only (the how-to's output)
+    assert "Left unmeasured by the guided walk: 1 configuration (" in plotted.stdout
+    assert f"Fastest valid: 0 GPUs (CPU), sequence length {TRAINS}, batch 16: " in plotted.stdout
+    assert f"batch 1, sequence length {TRAINS}, CPU: predicted " in plotted.stdout

@@ -104,3 +104,9 @@ def test_the_measuring_order_recalibrates():
         2,
     )
     assert order == ["b", "a"]
+
+
+def test_a_row_that_did_not_train_is_never_the_fastest():
+    untrained = {"b": Result("b", True, 3000.0, trained=False)}
+    decision = decide(SPACE, untrained)
+    assert decision.next == SPACE[2] and not decision.unmeasured.get("a", "").startswith("pred")

@@ -200,7 +200,7 @@ def _print(rows: Any, bill: Any, settings: Any, measured: str | None) -> None:
         raise UsageError(f"--calibrate-from {measured}: {error}") from None
     found = measured_rows(given, settings, list(FIELDS))
     lines, calibrations = calibrated(rows, found, settings)
-    for line in section.device_lines(calibrations, measured) + section.row_lines(lines):
+    for line in section.lines(lines, calibrations, measured):
         typer.echo(line)
 
 

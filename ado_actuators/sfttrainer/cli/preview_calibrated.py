@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from ado_actuators.sfttrainer.catalog.experiments import short_name
 from ado_actuators.sfttrainer.engine.calibrated import CalibratedRow, Calibration
 
 
@@ -13,37 +14,32 @@ def _configuration(line: CalibratedRow) -> str:
     values = line.row.effective or line.row.entity
     gpus = values.get("number_gpus")
     return (
-        f"{line.row.experiment.split('-v')[0]}, {values.get('model_name')}, "
-        f"{'CPU' if gpus in (0, None) else f'{gpus} GPUs'}, sequence length "
-        f"{values.get('model_max_length')}, batch {values.get('batch_size')}"
+        f"{short_name(line.row.experiment)}, {values.get('model_name')}, "
+        f"{'CPU' if gpus in (0, None) else f'{gpus} GPUs'}, "
+        f"{values.get('model_max_length')} tokens, batch {values.get('batch_size')}"
     )
 
 
-def device_lines(calibrations: Mapping[str, Calibration], source: str) -> list[str]:
-    lines = [f"Calibrated on the rows measured in {source} (every figure below is a prediction):"]
-    for device, found in sorted(calibrations.items()):
-        factors = (
-            ", ".join(f"{m.split('-v')[0]} x{found.factor(m):.2f}" for m in found.methods)
-            or f"x{found.factor():.2f}"
-        )
-        rows = f"{found.rows} measured row{'s' if found.rows != 1 else ''}"
-        what = "the speed model alone" if found.rows == 0 else f"{rows}: {factors}"
-        lines.append(
-            f"  {device or 'no gpu_model'}: {what}; one configuration strays about "
-            f"{found.spread:.0%} from its factor"
-        )
-    return lines
+def _device_line(device: str, found: Calibration) -> str:
+    if found.rows == 0:
+        return f"{device or 'no gpu_model'}: no measured row, the speed model alone"
+    factors = ", ".join(f"{short_name(m)} x{found.factor(m):.2f}" for m in found.methods)
+    rows = f"{found.rows} measured row{'s' if found.rows != 1 else ''}"
+    return f"{device}: {rows}, {factors}, one row strays {found.spread:.0%}"
 
 
-def row_lines(rows: Sequence[CalibratedRow]) -> list[str]:
-    lines = []
-    for line in rows:
-        if line.interval is None:
+def lines(
+    rows: Sequence[CalibratedRow], calibrations: Mapping[str, Calibration], source: str
+) -> list[str]:
+    """Per device its calibration, then its configurations: tokens/s per GPU (interval)."""
+    found = [f"Calibrated on {source}; tokens/s per GPU, predicted (95 % interval):"]
+    for device, calibration in sorted(calibrations.items()):
+        mine = [line for line in rows if line.device == device and line.interval is not None]
+        if not mine:
             continue
-        i = line.interval
-        lines.append(
-            f"  {_configuration(line)}: predicted {i.central:,.0f} tokens/s per GPU, "
-            f"{i.coverage:.0%} interval {i.low:,.0f}-{i.high:,.0f} "
-            f"({line.device or 'no gpu_model'}, {line.rows_behind} rows)"
-        )
-    return lines
+        found.append(_device_line(device, calibration))
+        for line in mine:
+            i = line.interval
+            assert i is not None
+            found.append(f"  {_configuration(line)}: {i.central:,.0f} ({i.low:,.0f}-{i.high:,.0f})")
+    return found

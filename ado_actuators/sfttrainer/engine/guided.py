@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ado_actuators.sfttrainer.contract import loss
 from ado_actuators.sfttrainer.contract.guided import GuidedRecord, Unmeasured
 from ado_actuators.sfttrainer.engine.preview import PreviewRow, preview_entity
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
@@ -115,6 +116,7 @@ def result_of(key: str, properties: Mapping[str, Any], gpus: int) -> Result:
         speed=number(THROUGHPUT) if valid else None,
         ci95_percent=number(INTERVAL),
         gpu_hours=None if seconds is None else seconds * gpus / 3600,
+        trained=number(loss.FINITE) != 0 and number(loss.ROSE) != 1,  # as report/loss.py reads
     )
 
 

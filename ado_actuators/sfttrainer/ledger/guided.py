@@ -41,13 +41,15 @@ class Candidate:
 @dataclasses.dataclass(frozen=True)
 class Result:
     """A configuration measured: valid or not, its whole-run tokens/s and 95 % interval (per
-    cent of the figure), and the GPU-hours it took."""
+    cent of the figure), the GPU-hours it took, and whether its loss shows it trained (the
+    answers pass over one that did not; its speed still calibrates its device)."""
 
     key: str
     valid: bool
     speed: float | None = None
     ci95_percent: float | None = None
     gpu_hours: float | None = None
+    trained: bool = True  # False: its loss was not finite or rose: never the fastest
 
     @property
     def lower(self) -> float:
@@ -114,6 +116,7 @@ def _fastest(candidates: Sequence[Candidate], results: Mapping[str, Result]) -> 
         if (
             found
             and found.valid
+            and found.trained
             and found.speed is not None
             and (c.group not in best or found.speed > (best[c.group].speed or 0.0))
         ):

@@ -18,17 +18,21 @@ def _configuration(left: Unmeasured) -> str:
     return f"{', '.join(parts)}, {where}"
 
 
+def _count(number: int) -> str:
+    return f"{number} configuration{'' if number == 1 else 's'}"
+
+
 def guided_lines(record: GuidedRecord) -> list[str]:
     """The section's lines: a title, one line per configuration left, the bill."""
     done = "" if record.finished else " (the walk had not finished)"
     lines = [
-        f"Left unmeasured by the guided walk{done}: {len(record.unmeasured)} configurations "
-        f"(every figure here is a prediction, at {record.coverage:.0%} coverage)"
+        f"Left unmeasured by the guided walk{done}: {_count(len(record.unmeasured))} "
+        f"(every figure here is a prediction, at {record.coverage * 100:g} % coverage)"
     ]
     for left in sorted(record.unmeasured, key=lambda u: (u.group, u.reason)):
         lines.append(f"  {left.group}: {_configuration(left)}: {left.reason}")
     lines.append(
-        f"Guided walk's bill: {record.measured} configurations measured, "
+        f"Guided walk's bill: {_count(record.measured)} measured, "
         f"{record.spent_gpu_hours:,.2f} GPU-hours; {len(record.unmeasured)} left unmeasured "
         f"saved about {record.saved_gpu_hours:,.2f} GPU-hours (predicted)"
     )
