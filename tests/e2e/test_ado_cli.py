@@ -413,6 +413,6 @@ def test_guided_walk_measures_only_what_can_win(ado, tmp_path):
     )
     assert plotted.returncode == 0, plotted.stderr + plotted.stdout
     print(plotted.stdout)  # for the record only (the how-to's output)
-    assert "Left unmeasured by the guided walk: 1 configuration (" in plotted.stdout
+    assert "Left unmeasured by the guided walk: 1 configuration\n" in plotted.stdout
     assert f"Fastest valid: 0 GPUs (CPU), sequence length {TRAINS}, batch 16: " in plotted.stdout
-    assert f"batch 1, sequence length {TRAINS}, CPU: predicted " in plotted.stdout
+    assert f"batch 1, sequence length {TRAINS}, CPU:\n    predicted " in plotted.stdout

@@ -37,13 +37,11 @@ def test_the_directory_comes_from_the_environment(tmp_path, monkeypatch):
 
 
 def test_the_section_lists_each_configuration_left_and_what_was_saved():
-    lines = guided_lines(RECORD)
-    assert lines[0].startswith("Left unmeasured by the guided walk: 1 configuration (")
-    assert "every figure here is a prediction" in lines[0]
-    assert lines[1] == (
-        "  finetune_full_benchmark: batch 1, sequence length 64, 2 GPUs: " + LEFT.reason
-    )
-    assert lines[2] == (
-        "Guided walk's bill: 3 configurations measured, 4.50 GPU-hours; 1 left unmeasured "
-        "saved about 1.25 GPU-hours (predicted)"
-    )
+    assert guided_lines(RECORD) == [
+        "Left unmeasured by the guided walk: 1 configuration",
+        "(every figure here is a prediction, at 95 % coverage)",
+        "  finetune_full_benchmark: batch 1, sequence length 64, 2 GPUs:",
+        f"    {LEFT.reason}",
+        "Guided walk's bill: 3 configurations measured, 4.50 GPU-hours;",
+        "  1 left unmeasured saved about 1.25 GPU-hours (predicted)",
+    ]

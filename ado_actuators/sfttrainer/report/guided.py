@@ -23,19 +23,20 @@ def _count(number: int) -> str:
 
 
 def guided_lines(record: GuidedRecord) -> list[str]:
-    """The section's lines: a title, one line per configuration left, the bill."""
+    """The section's lines: a title, each configuration left with its reason, the bill."""
     done = "" if record.finished else " (the walk had not finished)"
     lines = [
-        f"Left unmeasured by the guided walk{done}: {_count(len(record.unmeasured))} "
-        f"(every figure here is a prediction, at {record.coverage * 100:g} % coverage)"
+        f"Left unmeasured by the guided walk{done}: {_count(len(record.unmeasured))}",
+        f"(every figure here is a prediction, at {record.coverage * 100:g} % coverage)",
     ]
     for left in sorted(record.unmeasured, key=lambda u: (u.group, u.reason)):
-        lines.append(f"  {left.group}: {_configuration(left)}: {left.reason}")
-    lines.append(
+        lines += [f"  {left.group}: {_configuration(left)}:", f"    {left.reason}"]
+    lines += [
         f"Guided walk's bill: {_count(record.measured)} measured, "
-        f"{record.spent_gpu_hours:,.2f} GPU-hours; {len(record.unmeasured)} left unmeasured "
-        f"saved about {record.saved_gpu_hours:,.2f} GPU-hours (predicted)"
-    )
+        f"{record.spent_gpu_hours:,.2f} GPU-hours;",
+        f"  {len(record.unmeasured)} left unmeasured saved about "
+        f"{record.saved_gpu_hours:,.2f} GPU-hours (predicted)",
+    ]
     return lines
 
 
