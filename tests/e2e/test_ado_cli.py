@@ -325,12 +325,14 @@ def test_plot_of_an_unknown_space_names_it(ado, tmp_path):
 
 @pytest.mark.slow
 def test_guided_walk_measures_only_what_can_win(ado, tmp_path):
-    """The guided sampler (examples/remote-raycluster/operation-guided.yaml) through the real
-    CLI on CPU: batch 16 is predicted 16 times faster than batch 1, so once batch 16 is
-    measured, batch 1's upper bound (its prediction scaled by that row, at most about twice
-    over on a device with one row) lies below it and the walk ends with one measurement of
-    two. A full walk of the same space then measures what was left (ado replays the rest) and
-    names the same fastest; the plot prints what the guided walk left, with its reason."""
+    """The guided sampler (examples/remote-raycluster/operation-guided.yaml, at a coverage of
+    50 %) through the real CLI on CPU. Batch 16 is predicted 16 times faster than batch 1; once
+    batch 16 is measured, batch 1's upper bound (its prediction scaled by that row, at most about
+    2 times over at 50 % on a CPU calibrated on one row) lies below batch 16's lower bound (its
+    stored 95 % interval scaled to 50 %: a third of it) for any interval narrower than
+    ±260 %, so the walk ends with one measurement of two. A full walk of the same space then
+    measures what was left (ado replays the rest) and names the same fastest; the plot prints
+    what the guided walk left, with its reason."""
     model = build_tiny_model(tmp_path / "tiny-llama")
     data = tmp_path / "data"
     generate_text_dataset(data, "news-chars-512-entries-4096", 64)
@@ -378,6 +380,7 @@ def test_guided_walk_measures_only_what_can_win(ado, tmp_path):
     guided |= {"spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id]}
     sampler = guided["operation"]["parameters"]["samplerConfig"]["parameters"]
     sampler |= {
+        "coverage": 0.5,
         "actuator_parameters": {"hf_home": str(tmp_path / "hf"), "model_map": model_map},
         "record_directory": str(records),
     }

@@ -50,7 +50,7 @@ def test_the_fitted_device_barely_moves():
 
 def test_a_cpu_follows_its_first_row():
     found = calibrate(CPU, rows(0.001, 1, CPU))
-    assert found.factor("lora") == pytest.approx(0.001, rel=0.1)
+    assert 0.0005 < found.factor("lora") < 0.002  # a thousandth: most of the way at once
 
 
 @pytest.mark.parametrize("ratio", [0.7, 1.2])

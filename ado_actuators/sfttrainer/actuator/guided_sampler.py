@@ -45,7 +45,7 @@ class GuidedSamplerParameters(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
 
     coverage: float = pydantic.Field(
-        0.95, gt=0.5, lt=1.0, description="The coverage of the predicted intervals"
+        0.95, ge=0.5, lt=1.0, description="The coverage of the intervals the rule compares"
     )
     gpu_hour_budget: float | None = pydantic.Field(
         None, gt=0, description="GPU-hours the walk may spend; none: no limit"

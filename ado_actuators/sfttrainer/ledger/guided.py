@@ -4,8 +4,9 @@ Per answer group (the groups of sfttrainer_plot's "Fastest valid": the experimen
 varying field but the GPU count, the batch size and the sequence length), the configurations
 that fit are measured in order of their predicted upper bound, each device calibrated on its
 rows measured so far (calibration.py). A group stops once no unmeasured configuration's upper
-bound reaches the measured fastest's lower bound (its 95 % interval's low end, or its figure
-where the row has no interval). Each configuration left unmeasured gets its reason.
+bound reaches the measured fastest's lower bound (its interval's low end at the same coverage,
+its stored 95 % interval scaled; its figure where the row has no interval). Each configuration
+left unmeasured gets its reason.
 
 Pure and stateless: candidates and the results measured so far in, a decision out. So a walk
 that was killed and run again decides from what was stored, and measures nothing twice.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from statistics import NormalDist
 from typing import TypeVar
 
 from ado_actuators.sfttrainer.ledger.calibration import Calibration, Interval, Row, calibrate
@@ -51,10 +53,12 @@ class Result:
     gpu_hours: float | None = None
     trained: bool = True  # False: its loss was not finite or rose: never the fastest
 
-    @property
-    def lower(self) -> float:
+    def lower(self, coverage: float = 0.95) -> float:
+        """The low end of its interval at `coverage` (its 95 % interval scaled, as a normal
+        one scales); its figure where the row has none."""
         speed = self.speed or 0.0
-        return speed * (1 - (self.ci95_percent or 0.0) / 100)
+        scale = NormalDist().inv_cdf(0.5 + coverage / 2) / NormalDist().inv_cdf(0.975)
+        return speed * (1 - (self.ci95_percent or 0.0) / 100 * scale)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,11 +103,11 @@ def _figure(value: float) -> str:
     return f"{value:,.0f}"
 
 
-def _reason(interval: Interval, fastest: Result, tied: bool) -> str:
+def _reason(interval: Interval, fastest: Result, tied: bool, coverage: float) -> str:
     plus = interval.high - interval.central
     said = f"predicted {_figure(interval.central)} ± {_figure(plus)} tokens/s"
     speed = fastest.speed or 0.0
-    theirs = f"the measured fastest's {_figure(speed)} - {_figure(speed - fastest.lower)}"
+    theirs = f"the measured fastest's {_figure(speed)} - {_figure(speed - fastest.lower(coverage))}"
     if tied:
         return f"{said}, possibly tied with {theirs}; tied contenders are not measured"
     return f"{said}, below {theirs}"
@@ -130,7 +134,7 @@ def _ruled_out(
     """(below the fastest, possibly tied but ties are not wanted)."""
     if interval is None or fastest is None:
         return False, False
-    if interval.high < fastest.lower:
+    if interval.high < fastest.lower(settings.coverage):
         return True, False
     tied = not settings.measure_ties and interval.central < (fastest.speed or 0.0)
     return False, tied
@@ -171,7 +175,7 @@ def judge(
         interval = interval_of(c, found, settings.coverage)
         below, tied = _ruled_out(interval, fastest.get(c.group), settings)
         if (below or tied) and interval is not None:
-            unmeasured[c.key] = _reason(interval, fastest[c.group], tied)
+            unmeasured[c.key] = _reason(interval, fastest[c.group], tied, settings.coverage)
         else:
             open_.append((math.inf if interval is None else interval.high, c))
     open_.sort(key=lambda pair: -pair[0])
