@@ -84,3 +84,122 @@ def test_the_default_attention_is_read_from_the_release():
     assert releases.attention_for("3.2.2", "llama", False) == "sdpa"
     assert releases.attention_for("3.2.2", "llama", True) == "flash_attention_2"
     assert releases.default_attention("0.0", "llama") == "sdpa"
+
+
+EAGER = A.Block(**{**LORA.__dict__, "attention": "eager", "intermediate": 16})
+FP32 = A.Block(**{**EAGER.__dict__, "width": 4})
+MIXED = A.Block(**{**EAGER.__dict__, "stream": 4, "dtype_width": 4, "autocast": True})
+HALF_UNDER_BF16 = A.Block(**{**EAGER.__dict__, "stream": 4, "dtype_width": 2, "autocast": True})
+
+
+def test_eager_softmax_forward_by_hand():
+    # 4 heads x 16 positions a token: masked scores 2 + fp32 softmax 4 + max(upcast 4, cast 2)
+    assert A.softmax_widths(HALF_UNDER_BF16) == (2, 4, 2)  # the fp16 mask, a 16-bit query
+    assert A.attention_forward(EAGER, 16, False) == 64 * 10 + 2 * 64
+    assert A.attention_forward(FP32, 16, False) == 64 * (4 + 4) + 4 * 64
+    assert A.attention_forward(MIXED, 16, False) == 64 * (4 + 4) + 4 * 64
+    # beyond what the layer keeps (q, k, v copies 3 x 2 x 64, the softmax 4 + 2 a score):
+    # 10 - 6 - 384 / 384 = 3 a score at 96 positions; below 0 at 16, counted as none
+    assert A.attention_forward(EAGER, 96, True) == 4 * 96 * 3 + 2 * 64
+    assert A.attention_forward(EAGER, 16, True) == 2 * 64
+    assert (
+        A.attention_forward(A.Block(**{**EAGER.__dict__, "family": "gpt_bigcode"}), 16, False) == 0
+    )
+    assert A.attention_forward(LORA, 16, False) == 0
+
+
+def test_eager_softmax_backward_by_hand():
+    freed = A.mlp_saved(EAGER) + A.norm_saved(EAGER, True)
+    assert A.attention_backward(EAGER, 16) == 4 * 16 * (2 + 4) + 2 * 64 + 2 * 64 - freed
+    freed = A.mlp_saved(FP32) + A.norm_saved(FP32, True)
+    assert A.attention_backward(FP32, 16) == 4 * 16 * (4 + 4) + 4 * 64 + 4 * 64 - freed
+    freed = A.mlp_saved(MIXED) + A.norm_saved(MIXED, True)
+    assert A.attention_backward(MIXED, 16) == 4 * 16 * (2 + 4) + 4 * 64 + 2 * 64 - freed
+    assert A.attention_backward(A.Block(**{**EAGER.__dict__, "family": "gpt_bigcode"}), 16) == 0
+    assert A.attention_backward(LORA, 16) == 0
+    # the layer's largest: the softmax's at 256 positions, the MLP's at none
+    assert A.layer_backward(EAGER, 256) == A.attention_backward(EAGER, 256)
+    assert A.layer_backward(EAGER) == A.layer_backward(EAGER, 0) == A.mlp_backward(EAGER)
+    assert A.layer_forward(EAGER, True, 256) == A.attention_forward(EAGER, 256, True)
+    assert A.layer_forward(EAGER, False, 256) == A.attention_forward(EAGER, 256, False)
+
+
+def test_without_a_length_eager_attention_adds_nothing():
+    # many heads over a narrow layer: one position's scores outgrow its MLP
+    wide = A.Block(**{**EAGER.__dict__, "hidden": 8, "heads": 64, "intermediate": 1})
+    wide = A.Block(**{**wide.__dict__, "method": "pt", "adapted": ()})
+    assert A.layer_forward(wide, False) == A.layer_forward(wide, False, 0)
+    assert A.layer_forward(wide, False, 1) > A.layer_forward(wide, False, 0)
+    assert A.layer_backward(wide) == A.layer_backward(wide, 0) < A.layer_backward(wide, 1)
+
+
+def test_the_layer_counts_eager_attention_at_its_length():
+    from ado_actuators.sfttrainer.plan.memory.peak import Dimensions, block_of, layer_bytes
+
+    dims = Dimensions("llama", 2, 64, 4, 64, 32, 16, 128)
+    eager = Workload(
+        per_device_batch=2, sequence_length=256, attention="eager", gradient_checkpointing=False
+    )
+    block = block_of(dims, _training("bfloat16"), eager, ("q_proj", "v_proj"))
+    layer = layer_bytes(dims, _training("bfloat16"), eager, ("q_proj", "v_proj"))
+    tokens = 2 * 256
+    assert layer["backward"] == A.layer_backward(block, 256) * tokens
+    assert layer["forward"] == A.layer_forward(block, True, 256) * tokens
+    assert layer["recomputed"] == A.layer_forward(block, True, 256) * tokens
+    assert layer["mask"] == 2 * tokens * 256
+    checkpointed = Workload(
+        per_device_batch=2, sequence_length=256, attention="eager", gradient_checkpointing=True
+    )
+    layer = layer_bytes(dims, _training("bfloat16"), checkpointed, ("q_proj", "v_proj"))
+    assert layer["forward"] == A.layer_forward(block, False, 256) * tokens
+    # fp16 weights under bf16 autocast: the mask in the weights' 16 bits, the stream fp32
+    mixed = Workload(
+        per_device_batch=2, sequence_length=256, attention="eager", autocast=True,
+        autocast_dtype="bfloat16",
+    )  # fmt: skip
+    half = block_of(dims, _training("float16"), mixed, ("q_proj", "v_proj"))
+    assert (half.dtype_width, half.residual, half.casts) == (2, 4, "saved")
+
+
+def test_each_moment_names_the_weight_copies_it_holds():
+    from ado_actuators.sfttrainer.plan.memory import peak
+
+    dims = peak.Dimensions("llama", 2, 64, 4, 64, 32, 16, 128)
+    layer = dict.fromkeys(
+        ("first", "other", "rotary", "embedded", "forward", "recomputed", "backward"), 0.0
+    )
+    layer.update(
+        input=10.0, mask=7.0, copies_first=3.0, copies_other=5.0, copies_kept=11.0,
+        copies_inside=13.0, copies_head=17.0, shared_first=0.0, shared_other=0.0,
+    )  # fmt: skip
+    plain = Workload(per_device_batch=1, sequence_length=8, gradient_checkpointing=False)
+    checkpointed = Workload(per_device_batch=1, sequence_length=8, gradient_checkpointing=True)
+    base = {"weights": 0.0, "gradients": 0.0, "optimizer_state": 0.0, "fsdp_gathered": 0.0}
+    training = _training("float32")
+    forwards = peak._forward_moments(dims, training, plain, layer, base, 0.0, dict.fromkeys(
+        ("inside", "returned", "backward", "kept"), 0.0))  # fmt: skip
+    assert forwards["last layer"]["autocast_copies"] == 11 + 13
+    assert forwards["last layer"]["activations"] == 0 + 7  # the mask, inside the forward
+    assert forwards["loss"]["activations"] == 10 + 7  # LoRA's held final-norm output, the mask
+    held = peak._forward_moments(dims, training, checkpointed, layer, base, 0.0, dict.fromkeys(
+        ("inside", "returned", "backward", "kept"), 0.0))  # fmt: skip
+    assert held["last layer"]["activations"] == 2 * 10 + 7  # the mask as the layers' input
+    assert peak._kept(dims, checkpointed, layer) == 2 * 10 + 7
+    top, bottom = peak._kept_in_layers(dims, training, None, plain, layer)  # type: ignore[arg-type]
+    assert (top["autocast_copies"], bottom["autocast_copies"]) == (11, 3)
+    top, bottom = peak._kept_in_layers(dims, training, _Bound(), checkpointed, layer)
+    assert (top["activations"], bottom["activations"]) == (2 * 10 + 7, 10 + 7)
+    assert (top["autocast_copies"], bottom["autocast_copies"]) == (5, 3)
+    norm = peak._final_norm_moment(None, dims, training, None, plain, layer, base)  # type: ignore[arg-type]
+    assert norm["final norm"]["autocast_copies"] == 11
+
+
+class _Bound:
+    shards = 1
+
+
+def test_one_score_a_token_is_not_halved():
+    # one head at one position: the kept tensors over one score (3 x 2 + 4 + 2 = 12 a score
+    # at one-wide q, k and v) exceed the 10 held, so nothing beyond them
+    one = A.Block(**{**EAGER.__dict__, "heads": 1, "q_width": 1, "kv_width": 1})
+    assert A.attention_forward(one, 1, True) == 2 * 64

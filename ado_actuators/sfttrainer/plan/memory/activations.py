@@ -316,10 +316,11 @@ def attention_backward(block: Block, length: int) -> float:
     if block.attention != "eager" or block.family != "llama":
         return 0.0
     # the second matmul read the probabilities at the compute width (autocast's cast, or the
-    # query's dtype): their gradient is that wide, and the copy it kept is freed by now
-    grad = block.width
-    upcast = FP32 if grad != FP32 else 0
-    per_score = max(grad + upcast, upcast + FP32) - grad if upcast else grad + FP32
+    # query's dtype): their gradient is that wide, and the copy it kept is freed by now. A
+    # 16-bit gradient's fp32 upcast, then softmax-backward's fp32 output beside the upcast:
+    # max(2 + 4, 4 + 4) less the freed 16-bit copy, 6 = 2 + 4; an fp32 gradient needs no
+    # upcast: the gradient and the output, 4 + 4. Either way the gradient's width and 4.
+    per_score = block.width + FP32
     freed = mlp_saved(block) + norm_saved(block, True)
     arriving = block.residual * block.hidden + block.width * block.q_width
     return block.heads * length * per_score + arriving - freed

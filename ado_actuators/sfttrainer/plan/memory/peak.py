@@ -487,14 +487,7 @@ def predict_peak(
     bound counts them (the same sharding), without its CUDA context, which torch's peak does
     not include."""
     states, upcast_notes = model_states(counts, training, bound, workload, dims.buffers)
-    notes = [*bound.notes, *upcast_notes]
-    if workload.loss is None and workload.fused_loss != "chunked":
-        notes.append("logits not counted: the transformers release's loss is not on record")
-    if workload.checkpointing_ignored:
-        notes.append(
-            "gradient checkpointing asked for, but this transformers release's layers of the "
-            "family ignore it (logits_memory.read_checkpointing): predicted without it"
-        )
+    notes = _notes(bound, workload, upcast_notes)
     accumulating = states["gradients"] if workload.gradient_accumulation_steps > 1 else 0.0
     base = {
         "weights": states["weights"],
@@ -526,10 +519,7 @@ def predict_peak(
         **_layer_moments(counts, dims, training, bound, workload, layer, base, states),
         **_final_norm_moment(counts, dims, training, bound, workload, layer, base),
     }
-    # autocast's copies are a part only where autocast makes any
-    for parts in (*forwards.values(), *moments.values()):
-        if not parts.get("autocast_copies", 1):
-            del parts["autocast_copies"]
+    _drop_empty_copies(forwards, moments)
     moment = max(moments, key=lambda name: sum(moments[name].values()))
     step = {k: states[k] for k in ("weights", "gradients", "optimizer_state")}
     step["optimizer_temporaries"] = states["optimizer_temporaries"]
@@ -542,6 +532,28 @@ def predict_peak(
         },
         notes=tuple(notes),
     )
+
+
+def _notes(bound: MemoryBound, workload: Workload, upcast_notes: list[str]) -> list[str]:
+    """What the prediction could not count, or counted otherwise than the entity asked."""
+    notes = [*bound.notes, *upcast_notes]
+    if workload.loss is None and workload.fused_loss != "chunked":
+        notes.append("logits not counted: the transformers release's loss is not on record")
+    if workload.checkpointing_ignored:
+        notes.append(
+            "gradient checkpointing asked for, but this transformers release's layers of the "
+            "family ignore it (logits_memory.read_checkpointing): predicted without it"
+        )
+    return notes
+
+
+def _drop_empty_copies(*groups: dict[str, dict[str, float]]) -> None:
+    """Autocast's copies are a part only where autocast makes any (every forward and backward
+    moment names them)."""
+    for group in groups:
+        for parts in group.values():
+            if not parts["autocast_copies"]:
+                del parts["autocast_copies"]
 
 
 def _forward_moments(
