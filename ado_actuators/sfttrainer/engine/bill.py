@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 
 from ado_actuators.sfttrainer.catalog.datasets import get_shape
+from ado_actuators.sfttrainer.catalog.entity import EntityValues
 from ado_actuators.sfttrainer.trainer.steady import (
     MIN_STEADY_STEPS,
     STEADY_CI95_1PCT,
@@ -61,13 +61,14 @@ def _steady(step: float, cap: float) -> float:
     return min(cap, steps * step)
 
 
-def _epochs(values: Any, step: float) -> float:
+def _epochs(values: EntityValues, step: float) -> float:
+    assert values.dataset_id is not None  # catalog.domain_problems refused None
     entries = get_shape(values.dataset_id).entries
     per_step = max(1, values.batch_size) * max(1, values.gradient_accumulation_steps)
     return math.ceil(entries / per_step) * values.num_train_epochs * step
 
 
-def training_time(values: Any, step: float | None, repeats: int = 1) -> TrainingTime:
+def training_time(values: EntityValues, step: float | None, repeats: int = 1) -> TrainingTime:
     """The seconds one measurement (`repeats` runs of it) trains for; `step` is the predicted
     seconds of one optimizer step, None where none is predicted."""
     method = (values.auto_stop_method or "").upper()

@@ -74,7 +74,7 @@ def resolve(
     hf_home: str,
     *,
     hub: bool = False,
-) -> Resolved | MeasurementOutcome:
+) -> Resolved | Invalid | Failed:
     """The entity's values, its model's location and config.json, and its training
     configuration; or the outcome that needs no launch (a configuration rule, a value outside
     the domain, an unknown model). The preview (engine/preview.py) answers with the same, and
@@ -89,6 +89,9 @@ def resolve(
         return _broken_rule("; ".join(problems))
     if problems := domain_problems(values):
         return Failed("entity value(s) outside the experiment's domain: " + "; ".join(problems))
+    # their domains hold no None, so domain_problems refused it (EntityValues types them as ado
+    # hands them over)
+    assert values.dataset_id is not None and values.fms_hf_tuning_version is not None
     vision = bool(values.dataset_image_field or datasets.get_shape(values.dataset_id).image_field)
     if problem := vision_problem(values.fms_hf_tuning_version, vision):
         return _broken_rule(problem)
@@ -212,6 +215,7 @@ def _dataset(values: EntityValues, data_directory: str) -> dict[str, Any]:
     """The dataset file and the columns the trainer reads (the entity's, else the shape's).
 
     Whether the file exists is checked on the node that trains (execute/node.py)."""
+    assert values.dataset_id is not None  # resolve: domain_problems refused None
     shape = datasets.get_shape(values.dataset_id)
     return {
         "dataset_path": Path(data_directory) / shape.filename,

@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
+from ado_actuators.sfttrainer.catalog.entity import EntityValues
 from ado_actuators.sfttrainer.contract.outcomes import Invalid, MeasurementOutcome, launched
 from ado_actuators.sfttrainer.plan.launch.geometry import batch_devices
 
@@ -53,8 +54,8 @@ def canonical(identity: dict[str, Any]) -> str:
     return json.dumps(identity, sort_keys=True)
 
 
-def configuration(values: Any, experiment_id: str, model_location: str) -> Configuration:
-    """`values` (an EntityValues) measured under `experiment_id` with these weights."""
+def configuration(values: EntityValues, experiment_id: str, model_location: str) -> Configuration:
+    """`values` measured under `experiment_id` with these weights."""
     identity = {k: v for k, v in values.model_dump().items() if k not in SIZE_FIELDS}
     identity["experiment"] = experiment_id
     identity["model_location"] = model_location

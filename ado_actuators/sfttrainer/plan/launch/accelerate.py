@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ado_actuators.sfttrainer.catalog.entity import EntityValues
+
 # The spec's files, with the ${...} placeholders filled in by `accelerate_config`.
 _COMMON: dict[str, Any] = {
     "compute_environment": "LOCAL_MACHINE",
@@ -28,7 +30,7 @@ _FSDP_DEFAULTS: dict[str, Any] = {
 
 
 def accelerate_config(
-    values: Any,
+    values: EntityValues,
     *,
     processes_per_node: int,
     machine_rank: int,
@@ -36,7 +38,7 @@ def accelerate_config(
     main_process_port: int,
     use_cpu: bool = False,
 ) -> dict[str, Any]:
-    """Render the config for one node. `values` is an `EntityValues`.
+    """Render the config for one node.
 
     `use_cpu` runs the ranks on CPUs over gloo: the nearest equivalent of a GPU run that a
     machine without GPUs can execute (accelerate's MULTI_CPU mode starts a single process).

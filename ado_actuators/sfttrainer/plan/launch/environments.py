@@ -25,6 +25,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from ado_actuators.sfttrainer.catalog.entity import EntityValues
+
 PACKAGES_DIR = Path(__file__).parent.parent / "packages"
 FMS = "fms-hf-tuning"
 
@@ -95,7 +97,7 @@ class EnvironmentSpec:
     def names(self) -> frozenset[str]:
         return frozenset(package_name(line) for line in self.packages)
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, str | bool | list[str]]:
         return {
             "fms_hf_tuning_version": self.fms_hf_tuning_version,
             "match_exact_dependencies": self.exact,
@@ -197,7 +199,7 @@ def provided_features(package_names: Iterable[str]) -> frozenset[str]:
 
 
 def requested_features(
-    values, sft_trainer_arguments: Mapping[str, list[str]], *, on_gpus: bool
+    values: EntityValues, sft_trainer_arguments: Mapping[str, list[str]], *, on_gpus: bool
 ) -> dict[str, str]:
     """Optional features the measurement needs -> the setting that asks for it.
 

@@ -123,7 +123,9 @@ def _flag(value: Any) -> str:
 
 
 def effective_max_steps(inputs: PlanInputs) -> int:
-    return int(inputs.definition.fixed.get("max_steps", inputs.values.max_steps))
+    steps = inputs.definition.fixed.get("max_steps", inputs.values.max_steps)
+    assert isinstance(steps, int | float), steps  # catalog/experiments.yaml fixes a number
+    return int(steps)
 
 
 def sft_trainer_arguments(inputs: PlanInputs, training_data_path: Path) -> list[str]:
@@ -154,6 +156,7 @@ def sft_trainer_arguments(inputs: PlanInputs, training_data_path: Path) -> list[
         if flag := FIELDS[name].fms_flag:
             args += [flag, _flag(definition.fixed.get(name, getattr(values, name)))]
     if definition.peft_method == "lora":
+        assert values.model_name is not None  # resolve found its weights (models.model_location)
         args += ["--target_modules", *catalog_data().target_modules(values.model_name)]
     if values.fast_moe:
         args += ["--fast_moe", str(values.fast_moe)]
@@ -209,6 +212,7 @@ def pinned_devices(visible: str | None, count: int) -> str:
 
 def _check_launchable(inputs: PlanInputs) -> None:
     values = inputs.values
+    assert values.fms_hf_tuning_version is not None  # catalog.domain_problems refused None
     if values.dataset_kwargs_skip_prepare_dataset and (
         problem := skip_prepare_dataset_problem(values.fms_hf_tuning_version)
     ):

@@ -303,7 +303,7 @@ def attention_forward(block: Block, length: int, keeping: bool) -> float:
         return 0.0
     masked, upcast, copy = softmax_widths(block)
     scores = block.heads * length
-    held = masked + FP32 + max(upcast, copy)
+    held: float = masked + FP32 + max(upcast, copy)
     if keeping:
         held -= attention_saved(block, (True,) * 3, length) / max(1, scores)
     return scores * max(held, 0) + block.residual * block.hidden
@@ -431,7 +431,7 @@ def adapter_forward(block: Block, keeping: bool = False) -> float:
         context = sum(widths[part] for part in ADAPTER_CONTEXT.get(name, ("hidden",)))
         if n == block.intermediate and block.family == "gpt_bigcode":
             context += n  # GELU's output, the adapter's input, kept by nobody
-        held = w * (h + context) + FP32 * n + (8 + w) * o
+        held: float = w * (h + context) + FP32 * n + (8 + w) * o
         if keeping:
             held -= _kept_after(block, name, n)
         largest = max(largest, held)

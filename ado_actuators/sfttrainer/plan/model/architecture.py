@@ -230,7 +230,7 @@ def quantized_bits(config: dict[str, Any]) -> int | None:
     if not isinstance(quant, dict):
         raise UnsupportedArchitecture(f"quantization_config {quant!r} is not a mapping")
     if isinstance(quant.get("bits"), int) and 1 <= quant["bits"] <= 16:
-        return quant["bits"]
+        return int(quant["bits"])
     if quant.get("load_in_4bit"):
         return 4
     if quant.get("load_in_8bit"):

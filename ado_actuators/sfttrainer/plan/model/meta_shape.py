@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+from collections.abc import Iterator
 from typing import Any
 
 ATTENTION_WORDS = ("attn", "attention")
@@ -47,11 +48,11 @@ def _text_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _quiet():
+def _quiet() -> Iterator[None]:
     from transformers.utils import logging
 
     level = logging.get_verbosity()
-    logging.set_verbosity_error()
+    logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # transformers'
     try:
         yield
     finally:
@@ -67,7 +68,7 @@ def _model(config: dict[str, Any]) -> Any:
     try:
         with _quiet(), torch.device("meta"):
             built = transformers.AutoConfig.for_model(**config)
-            return transformers.AutoModelForCausalLM.from_config(built)
+            return transformers.AutoModelForCausalLM.from_config(built)  # type: ignore[no-untyped-call]  # transformers'
     except Exception as error:  # any failure of transformers to build it: not counted
         raise MetaCountUnavailable(f"transformers cannot build it: {error}") from None
 

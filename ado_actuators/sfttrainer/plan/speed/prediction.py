@@ -133,7 +133,8 @@ def model_shape(config: dict[str, Any], trainable: Trainable, weights_format: st
         quantized = counts.quantizable
     mlp, per_token = _active_mlp(counts, config)
     text = language_config(config)
-    layers = int(text.get("num_hidden_layers") or text.get("n_layer"))
+    found: Any = text.get("num_hidden_layers") or text.get("n_layer")  # config.json's JSON
+    layers = int(found)
     gated = counts.model_type != "gpt_bigcode"
     intermediate = int(
         text.get("intermediate_size") or text.get("n_inner") or 4 * counts.hidden_size

@@ -21,10 +21,10 @@ from torch._subclasses.fake_tensor import FakeTensor
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
 
-_PAUSED: list[Callable[[], contextlib.AbstractContextManager]] = []
+_PAUSED: list[Callable[[], contextlib.AbstractContextManager[Any]]] = []
 
 
-def register(name: str, paused: Callable[[], contextlib.AbstractContextManager]) -> None:
+def register(name: str, paused: Callable[[], contextlib.AbstractContextManager[Any]]) -> None:
     """Register the emulation as attention implementation `name`; `paused` stops the counting
     while values are computed."""
     _PAUSED[:] = [paused]
@@ -39,7 +39,8 @@ def attention_forward(
     if query.dtype == torch.float32:
         dtype = next(m for m in module.modules() if isinstance(m, torch.nn.Linear)).weight.dtype
         query, key, value = (t.to(dtype) for t in (query, key, value))
-    return FlashAttention.apply(query, key, value, kwargs.get("scaling")), None
+    out = FlashAttention.apply(query, key, value, kwargs.get("scaling"))  # type: ignore[no-untyped-call]  # torch's
+    return out, None
 
 
 def _round(value: int, multiple: int) -> int:
@@ -47,8 +48,9 @@ def _round(value: int, multiple: int) -> int:
 
 
 class FlashAttention(torch.autograd.Function):
+    # autograd's protocol: a context and the tensors; Any as torch types them
     @staticmethod
-    def forward(ctx, q, k, v, scale):
+    def forward(ctx: Any, q: Any, k: Any, v: Any, scale: float | None) -> Any:
         batch, length, heads, _ = q.shape
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
         lse = q.new_empty((batch, heads, length), dtype=torch.float32)
@@ -61,7 +63,7 @@ class FlashAttention(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, dout):
+    def backward(ctx: Any, dout: Any) -> tuple[Any, Any, Any, None]:
         q, k, v, _out, _lse, _rng = ctx.saved_tensors
         batch, length, heads, dim = q.shape
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -75,7 +77,7 @@ class FlashAttention(torch.autograd.Function):
         if not isinstance(q, FakeTensor):
             with _PAUSED[0](), torch.enable_grad():
                 leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-                _attention(*leaves, ctx.scale).backward(dout)
+                _attention(*leaves, ctx.scale).backward(dout)  # type: ignore[call-arg]  # q, k, v
                 for grad, leaf in zip((dq, dk, dv), leaves, strict=True):
                     grad.copy_(leaf.grad)
         del workspace

@@ -128,7 +128,7 @@ def _meta_model(values: dict[str, Any], spec: StepSpec) -> Any:
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(
+        return AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]  # transformers'
             model_config(values), torch_dtype=getattr(torch, spec.torch_dtype)
         )
 
@@ -228,7 +228,9 @@ def _peak_keeps_its_moment(traces: list[TracedStep]) -> bool:
     return True
 
 
-def _inventory(traces: list[TracedStep], weights: tuple[int, ...], layers: int, extrapolated: Any):
+def _inventory(
+    traces: list[TracedStep], weights: tuple[int, ...], layers: int, extrapolated: Any
+) -> dict[str, Any]:  # TracedStep.inventory: JSON
     """The parameter counts of the full model: the numbers extrapolated as the bytes are, each
     linear's count by its name and shape."""
     base = traces[0].inventory

@@ -17,15 +17,15 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_map_only
 from ado_actuators.sfttrainer.contract.memory_trace import PARTS, PHASES
 
 
-class LiveBytes(TorchDispatchMode):
+class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's mode is untyped
     """Every storage an operator returns is counted until a weak reference sees it freed; each
     carries a part (where it was made, re-tagged by `count(tensor, part)`), and each phase
     keeps its largest total with the parts at that moment (a later step wins a tie)."""
 
     def __init__(self, record: bool = False, fake: bool = False) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # torch's mode is untyped
         self.shadows = Shadows() if fake else None
-        self.storages: dict[int, list] = {}  # id -> [weakref, bytes, part]
+        self.storages: dict[int, list[Any]] = {}  # id -> [weakref, bytes, part]
         self.parts = dict.fromkeys(PARTS, 0)
         self.phase, self.part = "setup", "weights"
         self.peaks: dict[str, tuple[int, dict[str, int]]] = {}
@@ -73,7 +73,14 @@ class LiveBytes(TorchDispatchMode):
         self.phase, self.part = phase, part or phase
         self.note()
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    # torch's dispatch protocol: any operator, with any values
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
         kwargs = kwargs or {}
         if self.shadows is not None:
             out = self._with_values(func, args, kwargs)
@@ -84,10 +91,11 @@ class LiveBytes(TorchDispatchMode):
             self.note()
         return out
 
-    def _with_values(self, func: Any, args: tuple, kwargs: dict) -> Any:
+    def _with_values(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A fake step's op, with the values the model's own code reads (Shadows)."""
         fakes = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, FakeTensor)]
         shadows = self.shadows
+        assert shadows is not None  # a fake step's mode keeps them (__torch_dispatch__)
         if func is torch.ops.aten._local_scalar_dense.default and fakes:
             value = shadows.get(args[0])
             if value is not None:
@@ -122,10 +130,12 @@ class LiveBytes(TorchDispatchMode):
                 shadows.forget(value)  # written without values: no longer known
         return func(*args, **kwargs)
 
-    def _real(self, func: Any, args: tuple, kwargs: dict) -> Any | None:
+    def _real(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any | None:
         """`func` on the shadows' values, outside the fake mode (None where it cannot run)."""
+        shadows = self.shadows
+        assert shadows is not None  # a fake step's mode keeps them (__torch_dispatch__)
         values = tree_map(
-            lambda a: self.shadows.get(a) if isinstance(a, FakeTensor) else a, (args, kwargs)
+            lambda a: shadows.get(a) if isinstance(a, FakeTensor) else a, (args, kwargs)
         )
         try:
             with unset_fake_temporarily():
@@ -187,8 +197,11 @@ class Shadows:
                 flat = torch.zeros(storage.nbytes() // fake.element_size(), dtype=fake.dtype)
             view = torch.as_strided(flat, fake.shape, fake.stride(), fake.storage_offset())
             view.copy_(real)
-        ref = weakref.ref(storage, lambda _r, k=key: self.storages.pop(k, None))
+        ref = weakref.ref(storage, functools.partial(self._freed, key))
         self.storages[key] = (ref, flat)
+
+    def _freed(self, key: int, _ref: Any) -> None:
+        self.storages.pop(key, None)
 
     def forget(self, tensor: Any) -> None:
         if isinstance(tensor, FakeTensor):
@@ -204,15 +217,15 @@ def balanced(indices: Any, experts: int) -> Any:
         return (choice % max(1, experts)).reshape(indices.shape).to(indices.dtype)
 
 
-def _arg(args: tuple, index: int, default: Any) -> Any:
+def _arg(args: tuple[Any, ...], index: int, default: Any) -> Any:
     return args[index] if len(args) > index else default
 
 
-def _tensors(value: Any) -> list:
+def _tensors(value: Any) -> list[torch.Tensor]:
     return [v for v in tree_flatten(value)[0] if isinstance(v, torch.Tensor)]
 
 
-def _small_factory(func: Any, args: tuple, kwargs: dict) -> bool:
+def _small_factory(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """An op of no tensor input making a tensor small enough to keep values for (zeros,
     arange, full): routing's bookkeeping starts from them."""
     if any(isinstance(a, torch.Tensor) for a in tree_flatten((args, kwargs))[0]):

@@ -57,8 +57,9 @@ def install(assumed: list[str]) -> list[tuple[Any, str, Any]]:
             setattr(owner, name, value)
         for cls in vars(module).values():
             if isinstance(cls, type) and hasattr(cls, "cuda_kernels_forward"):
-                replaced.append((cls, "torch_forward", cls.torch_forward))
-                cls.torch_forward = _through_kernel(cls.torch_forward, assumed)
+                forward = cls.torch_forward  # type: ignore[attr-defined]  # hasattr: a Mamba-2 mixer
+                replaced.append((cls, "torch_forward", forward))
+                cls.torch_forward = _through_kernel(forward, assumed)  # type: ignore[attr-defined]
     return replaced
 
 
@@ -102,8 +103,9 @@ def split_conv1d_scan_combined(
     """mamba_split_conv1d_scan_combined's signature, its memory (module docstring)."""
     nheads = D.shape[0]
     headdim = headdim if D.dim() == 1 else D.shape[1]
+    assert headdim is not None  # the mixer passes it whenever D holds one value per head
     shape = _Shape(zxbcdt, conv1d_weight, nheads, headdim, ngroups, chunk_size)
-    out = SplitConv1dScanCombined.apply(
+    out = SplitConv1dScanCombined.apply(  # type: ignore[no-untyped-call]  # torch's
         zxbcdt,
         conv1d_weight,
         conv1d_bias,
@@ -149,8 +151,21 @@ class _Shape:
 
 
 class SplitConv1dScanCombined(torch.autograd.Function):
+    # autograd's protocol: a context and the tensors (or None); Any as torch types them
     @staticmethod
-    def forward(ctx, zxbcdt, conv_w, conv_b, dt_bias, A, D, norm_w, out_w, out_b, shape):
+    def forward(
+        ctx: Any,
+        zxbcdt: Any,
+        conv_w: Any,
+        conv_b: Any,
+        dt_bias: Any,
+        A: Any,
+        D: Any,
+        norm_w: Any,
+        out_w: Any,
+        out_b: Any,
+        shape: _Shape,
+    ) -> Any:
         b, s = shape.batch, shape.length
         xbc = zxbcdt.new_zeros((b, s, shape.conv))
         buffers = shape.scan_buffers(zxbcdt)
@@ -166,7 +181,7 @@ class SplitConv1dScanCombined(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, dout):
+    def backward(ctx: Any, dout: Any) -> tuple[Any, ...]:
         zxbcdt, conv_w, conv_b, dt_bias, A, D, norm_w, out_w, out_b, out_x, _rstd = (
             ctx.saved_tensors
         )

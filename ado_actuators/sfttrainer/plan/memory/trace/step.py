@@ -64,14 +64,14 @@ def _counting(tracker: Any) -> Iterator[Any]:
         tracker.resized(storage)
         return result
 
-    torch.UntypedStorage.resize_ = resize_
+    torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign, assignment]  # for the trace
     _ACTIVE.append(tracker)
     try:
         with tracker:
             yield tracker
     finally:
         _ACTIVE.pop()
-        torch.UntypedStorage.resize_ = original
+        torch.UntypedStorage.resize_ = original  # type: ignore[method-assign]  # restored
 
 
 @contextlib.contextmanager
@@ -88,7 +88,7 @@ def _fake_parameters() -> Iterator[None]:
                 memo = tensor.fake_mode.fake_tensor_converter.meta_converter.tensor_memo
                 for key in [k for k, v in memo.items() if v is tensor]:
                     del memo[key]
-        return original(first, second)
+        return original(first, second)  # type: ignore[no-untyped-call]  # untyped in torch
 
     torch.utils.swap_tensors = swap
     try:
@@ -169,7 +169,7 @@ def inventory(model: Any) -> dict[str, Any]:
     embedding = base.get_input_embeddings().weight
     head = base.get_output_embeddings()
     tied = head is None or head.weight is embedding
-    layers = max(
+    layers: torch.nn.ModuleList | list[Any] = max(
         (m for m in base.modules() if isinstance(m, torch.nn.ModuleList)), key=len, default=[]
     )
     linears: dict[tuple[str, int, int], int] = {}
@@ -220,7 +220,7 @@ def build_model(spec: StepSpec, assumed: list[str] | None = None) -> Any:
     attention = FLASH_EMULATED if spec.attention == "flash_attention_2" else spec.attention
     if attention == FLASH_EMULATED:
         _register_flash_emulation()
-    model = AutoModelForCausalLM.from_config(
+    model = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]  # transformers'
         model_config(spec.config),
         torch_dtype=getattr(torch, spec.torch_dtype),
         attn_implementation=attention,
@@ -244,6 +244,7 @@ def _with_peft(model: Any, spec: StepSpec, assumed: list[str]) -> Any:
 
     if spec.checkpointing == "reentrant":
         model.enable_input_require_grads()
+    config: peft.PeftConfig
     if spec.peft_method == "lora":
         config = peft.LoraConfig(
             r=spec.lora_r,
@@ -284,6 +285,7 @@ def lora_targets(model: Any, requested: tuple[str, ...], assumed: list[str]) -> 
     if not requested or names & set(requested):
         return list(requested) or None
     default = TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(model.config.model_type)
+    chosen: list[str] | str
     if default and names & set(default):
         chosen, how = list(default), "PEFT's default for this model type"
     elif fused := [name for name in FUSED_ATTENTION if name in names]:
@@ -302,7 +304,7 @@ def _optimizer(model: Any) -> Any:
     from transformers.trainer_pt_utils import get_parameter_names
 
     patterns = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"]
-    decay = set(get_parameter_names(model, [torch.nn.LayerNorm], patterns))
+    decay = set(get_parameter_names(model, [torch.nn.LayerNorm], patterns))  # type: ignore[no-untyped-call]  # transformers'
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     groups = [
         {"params": [p for n, p in named if n in decay], "weight_decay": 0.0},
