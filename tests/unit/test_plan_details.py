@@ -133,3 +133,28 @@ def test_refusals_say_what_to_change():
         "or measure with fewer GPUs$",
     ):
         plan_launch(inputs(number_gpus=2, distributed_backend="DDP", visible_devices="2"))
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "gpus", "nodes", "expected"),
+    [(2, 2, 1, 1), (1, 2, 1, 1), (8, 2, 1, 4), (8, 0, 2, 4), (3, 0, 1, 3)],
+)
+def test_the_per_device_batch_splits_the_batch_over_the_devices_at_least_one_each(
+    batch_size, gpus, nodes, expected
+):
+    """One reading for the launch (--per_device_train_batch_size) and both predictions
+    (plan/model/training.py): batch_size over the GPUs (one CPU rank a node without them),
+    floored, and never below one sample."""
+    from ado_actuators.sfttrainer.catalog.entity import entity_values
+    from ado_actuators.sfttrainer.plan.launch.geometry import per_device_batch
+
+    values = entity_values(
+        {
+            "model_name": "m",
+            "model_max_length": 64,
+            "batch_size": batch_size,
+            "number_gpus": gpus,
+            "number_nodes": nodes,
+        }
+    )
+    assert per_device_batch(values) == expected
