@@ -21,6 +21,8 @@ from torch._subclasses.fake_tensor import FakeTensor
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
 
+from ado_actuators.sfttrainer.plan.memory.trace.objects import Module, Tensor
+
 _PAUSED: list[Callable[[], contextlib.AbstractContextManager[Any]]] = []
 
 
@@ -33,8 +35,8 @@ def register(name: str, paused: Callable[[], contextlib.AbstractContextManager[A
 
 
 def attention_forward(
-    module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any
-) -> tuple[Any, None]:
+    module: Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor, **kwargs: Any
+) -> tuple[Tensor, None]:
     query, key, value = (t.transpose(1, 2) for t in (query, key, value))
     if query.dtype == torch.float32:
         dtype = next(m for m in module.modules() if isinstance(m, torch.nn.Linear)).weight.dtype
@@ -50,7 +52,7 @@ def _round(value: int, multiple: int) -> int:
 class FlashAttention(torch.autograd.Function):
     # autograd's protocol: a context and the tensors; Any as torch types them
     @staticmethod
-    def forward(ctx: Any, q: Any, k: Any, v: Any, scale: float | None) -> Any:
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, scale: float | None) -> Tensor:
         batch, length, heads, _ = q.shape
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
         lse = q.new_empty((batch, heads, length), dtype=torch.float32)
@@ -63,7 +65,7 @@ class FlashAttention(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx: Any, dout: Any) -> tuple[Any, Any, Any, None]:
+    def backward(ctx: Any, dout: Tensor) -> tuple[Tensor, Tensor, Tensor, None]:
         q, k, v, _out, _lse, _rng = ctx.saved_tensors
         batch, length, heads, dim = q.shape
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -84,7 +86,7 @@ class FlashAttention(torch.autograd.Function):
         return dq, dk, dv, None
 
 
-def _attention(q: Any, k: Any, v: Any, scale: float | None) -> Any:
+def _attention(q: Tensor, k: Tensor, v: Tensor, scale: float | None) -> Tensor:
     """Causal attention's values on (batch, seq, heads, dim) tensors (real tensors only)."""
     out = torch.nn.functional.scaled_dot_product_attention(
         q.transpose(1, 2),

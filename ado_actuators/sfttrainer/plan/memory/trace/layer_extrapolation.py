@@ -29,6 +29,7 @@ import dataclasses
 from typing import Any
 
 from ado_actuators.sfttrainer.contract.memory_trace import StepSpec, TracedStep
+from ado_actuators.sfttrainer.plan.memory.trace.objects import Module
 from ado_actuators.sfttrainer.plan.memory.trace.step import model_config, trace_step
 
 DEEP = 8
@@ -98,7 +99,7 @@ def plan(spec: StepSpec) -> Shallow | str:
     return shallow
 
 
-def _gradient_flows(spec: StepSpec, model: Any) -> list[bool]:
+def _gradient_flows(spec: StepSpec, model: Module) -> list[bool]:
     """Per layer, whether autograd records it: not the layers before the first trainable one
     when LoRA adapts only some kinds of layer and nothing makes the embedding's output
     require grad (reentrant checkpointing does, through TRL)."""
@@ -122,7 +123,7 @@ def _gradient_flows(spec: StepSpec, model: Any) -> list[bool]:
     return [any(trained[: i + 1]) for i in range(len(layers))]
 
 
-def _meta_model(values: dict[str, Any], spec: StepSpec) -> Any:
+def _meta_model(values: dict[str, Any], spec: StepSpec) -> Module:
     """The model built on the meta device (shapes, no memory, a second for 7B)."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -133,7 +134,7 @@ def _meta_model(values: dict[str, Any], spec: StepSpec) -> Any:
         )
 
 
-def _layers(model: Any) -> Any:
+def _layers(model: Module) -> Any:
     """The decoder layers: the model's largest ModuleList (as plan/memory/trace/step.inventory finds them)."""
     import torch
 
@@ -142,7 +143,7 @@ def _layers(model: Any) -> Any:
     )
 
 
-def _signature(layer: Any) -> list[Any]:
+def _signature(layer: Module) -> list[Any]:
     """A layer as built: each module's class, settings (but the layer's own index) and
     parameter shapes."""
     return [

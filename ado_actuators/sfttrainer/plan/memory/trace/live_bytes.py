@@ -15,6 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map, tree_map_only
 
 from ado_actuators.sfttrainer.contract.memory_trace import PARTS, PHASES
+from ado_actuators.sfttrainer.plan.memory.trace.objects import Tensor
 
 
 class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's mode is untyped
@@ -35,7 +36,7 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's 
         self.paused = 0
         self.rest: dict[str, int] = {}
 
-    def count(self, tensor: Any, part: str | None = None) -> None:
+    def count(self, tensor: Tensor, part: str | None = None) -> None:
         storage = tensor.untyped_storage()
         key = id(storage)
         known = self.storages.get(key)
@@ -170,7 +171,7 @@ class Shadows:
     def __init__(self) -> None:
         self.storages: dict[int, tuple[Any, Any]] = {}  # id -> (weakref, flat real tensor)
 
-    def get(self, tensor: Any) -> Any | None:
+    def get(self, tensor: Tensor) -> Tensor | None:
         if not isinstance(tensor, FakeTensor):
             return tensor
         storage = tensor.untyped_storage()
@@ -182,7 +183,7 @@ class Shadows:
                 entry[1], tensor.shape, tensor.stride(), tensor.storage_offset()
             )
 
-    def put(self, fake: Any, real: Any) -> None:
+    def put(self, fake: Tensor, real: Tensor) -> None:
         if not isinstance(fake, FakeTensor) or not isinstance(real, torch.Tensor):
             return
         if fake.dtype != real.dtype or fake.shape != real.shape:
@@ -203,12 +204,12 @@ class Shadows:
     def _freed(self, key: int, _ref: Any) -> None:
         self.storages.pop(key, None)
 
-    def forget(self, tensor: Any) -> None:
+    def forget(self, tensor: Tensor) -> None:
         if isinstance(tensor, FakeTensor):
             self.storages.pop(id(tensor.untyped_storage()), None)
 
 
-def balanced(indices: Any, experts: int) -> Any:
+def balanced(indices: Tensor, experts: int) -> Tensor:
     """Top-k choices spread evenly: row r's j-th choice is expert (r k + j) mod E."""
     k = indices.shape[-1] if indices.dim() else 1
     rows = indices.numel() // max(1, k)

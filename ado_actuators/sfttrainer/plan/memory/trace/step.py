@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ado_actuators.sfttrainer.contract.memory_trace import PHASES, StepSpec, TracedStep
+from ado_actuators.sfttrainer.plan.memory.trace.objects import Module, Tensor
 
 FLASH_EMULATED = "emulated_flash_attention_2"
 """The name the flash-attn emulation is registered under (flash-attn itself needs CUDA)."""
@@ -40,7 +41,7 @@ def _live_bytes_class() -> type:
     return LiveBytes
 
 
-def _is_fake(tensor: Any) -> bool:
+def _is_fake(tensor: Tensor) -> bool:
     from torch._subclasses.fake_tensor import FakeTensor
 
     return isinstance(tensor, FakeTensor)
@@ -82,7 +83,7 @@ def _fake_parameters() -> Iterator[None]:
 
     original = torch.utils.swap_tensors
 
-    def swap(first: Any, second: Any) -> Any:
+    def swap(first: Tensor, second: Tensor) -> Any:
         for tensor in (first, second):
             if _is_fake(tensor):
                 memo = tensor.fake_mode.fake_tensor_converter.meta_converter.tensor_memo
@@ -106,7 +107,7 @@ def _cuda_dropout() -> Iterator[None]:
 
     original = torch.nn.functional.dropout
 
-    def dropout(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
+    def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
         if training and 0 < p < 1 and not inplace and input.numel():
             return torch.native_dropout(input, p, True)[0]
         return original(input, p, training, inplace)
@@ -158,7 +159,7 @@ def trace_step(
     )
 
 
-def inventory(model: Any) -> dict[str, Any]:
+def inventory(model: Module) -> dict[str, Any]:
     """The parameters of a built model, as plan/architecture.ParameterCounts counts them: the
     input embeddings, an untied LM head, the norms, the decoder layers (the model's largest
     ModuleList), and every nn.Linear by the name LoRA's target_modules match (its last path
@@ -210,7 +211,7 @@ def model_config(config: dict[str, Any]) -> Any:
     return AutoConfig.for_model(model_type, **values)
 
 
-def build_model(spec: StepSpec, assumed: list[str] | None = None) -> Any:
+def build_model(spec: StepSpec, assumed: list[str] | None = None) -> Module:
     """The model as fms-hf-tuning's sft_trainer and TRL's SFTTrainer leave it for training.
     `assumed` collects what was assumed (LoRA's targets where the requested ones are not this
     architecture's)."""
@@ -237,7 +238,7 @@ def build_model(spec: StepSpec, assumed: list[str] | None = None) -> Any:
     return model
 
 
-def _with_peft(model: Any, spec: StepSpec, assumed: list[str]) -> Any:
+def _with_peft(model: Module, spec: StepSpec, assumed: list[str]) -> Module:
     """TRL 0.19's SFTTrainer._prepare_peft_model: under reentrant checkpointing the embedding's
     output is made to require grad (_enable_gradient_checkpointing), then get_peft_model."""
     import peft
@@ -268,7 +269,7 @@ FUSED_ATTENTION = ("qkv_proj", "query_key_value", "Wqkv", "c_attn")
 """The fused query-key-value projections of architectures without q_proj and v_proj."""
 
 
-def lora_targets(model: Any, requested: tuple[str, ...], assumed: list[str]) -> Any:
+def lora_targets(model: Module, requested: tuple[str, ...], assumed: list[str]) -> Any:
     """LoRA's target_modules for `model`: the requested names where the model has any of them
     (PEFT adapts those), else what PEFT adapts by default for its model type, else its fused
     query-key-value projection, else every linear but the head ("all-linear"). A run asked for
@@ -297,7 +298,7 @@ def lora_targets(model: Any, requested: tuple[str, ...], assumed: list[str]) -> 
     return chosen
 
 
-def _optimizer(model: Any) -> Any:
+def _optimizer(model: Module) -> Any:
     """transformers' Trainer.create_optimizer for adamw_torch: a decay group and a no-decay
     group (norms, biases), weight decay 0 (the experiments' constant), foreach as on CUDA."""
     import torch
@@ -329,7 +330,7 @@ def _batch(spec: StepSpec, vocab: int) -> dict[str, Any]:
     }
 
 
-def _train(model: Any, spec: StepSpec, tracker: Any) -> None:
+def _train(model: Module, spec: StepSpec, tracker: Any) -> None:
     """transformers' Trainer inner loop (training_step, clip, step, zero_grad), counted."""
     import torch
 
@@ -359,7 +360,7 @@ def _train(model: Any, spec: StepSpec, tracker: Any) -> None:
     tracker.rest = dict(tracker.parts)  # while the optimizer (and its state) is alive
 
 
-def _forward(model: Any, spec: StepSpec, vocab: int) -> Any:
+def _forward(model: Module, spec: StepSpec, vocab: int) -> Tensor:
     """Trainer.compute_loss and TRL 0.19.1 SFTTrainer.compute_loss: the model's own loss, then
     the token count and token accuracy TRL logs (a contiguous copy of the logits, argmax)."""
     import torch
