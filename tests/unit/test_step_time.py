@@ -310,6 +310,46 @@ def test_the_meta_count_agrees_with_the_counter_where_both_count(name):
     assert meta.attention_layers == counted.layers
 
 
+TINY_MPT = {
+    # MPT's own names (d_model, n_heads, n_layers), which transformers maps onto the common
+    # ones; a 2-matrix GELU MLP of expansion_ratio x d_model
+    "model_type": "mpt",
+    "d_model": 64,
+    "n_heads": 2,
+    "n_layers": 3,
+    "expansion_ratio": 4,
+    "max_seq_len": 128,
+    "vocab_size": 100,
+}
+
+
+def test_a_family_with_its_own_config_names_is_counted_by_transformers_names():
+    pytest.importorskip("transformers")
+    from ado_actuators.sfttrainer.plan.model.architecture import Trainable
+    from ado_actuators.sfttrainer.plan.speed.prediction import model_shape
+
+    shape = model_shape(TINY_MPT, Trainable("none"), "Vanilla")
+    assert (shape.layers, shape.hidden, shape.head_dim) == (3, 64, 32)
+    assert shape.attention_width == 64
+    # hidden + the one up projection's 4 x 64 (not a gated MLP's two)
+    assert shape.activated_width == 64 + 4 * 64
+
+
+@pytest.mark.parametrize("name", ["llama3.1-8b", "granite-3.1-8b-instruct"])
+def test_the_meta_shape_agrees_with_the_counter_on_a_gated_mlp(name):
+    pytest.importorskip("transformers")
+    from ado_actuators.sfttrainer.catalog.model_shapes import shipped_shape
+    from ado_actuators.sfttrainer.plan.model.architecture import Trainable
+    from ado_actuators.sfttrainer.plan.model.meta_shape import meta_counts
+    from ado_actuators.sfttrainer.plan.speed.prediction import _meta_shape, model_shape
+
+    config = shipped_shape(name).config
+    counted = model_shape(config, Trainable("none"), "Vanilla")
+    meta = _meta_shape(meta_counts(config), config, Trainable("none"), None)
+    assert meta.activated_width == counted.activated_width
+    assert (meta.head_dim, meta.attention_width) == (counted.head_dim, counted.attention_width)
+
+
 def test_gptq_lora_runs_the_fused_kernels_its_experiment_passes():
     from ado_actuators.sfttrainer.catalog.entity import entity_values
     from ado_actuators.sfttrainer.catalog.experiments import catalog_data

@@ -29,6 +29,7 @@ class MetaCounts:
     layers: int
     attention_layers: int
     hidden: int
+    heads: int  # query heads (0: transformers' config names none)
     total: int
     linear: int  # every nn.Linear weight, the LM head's included
     attention_linear: int  # those inside attention modules
@@ -99,10 +100,17 @@ def _counts(config_json: str) -> MetaCounts:
         stacked = parameter.dim() == 3 and parameter.shape[0] == count and "conv" not in path
         experts += parameter.numel() if stacked else 0
     share = int(config.get("num_experts_per_tok") or 1) / count if count > 1 else 1.0
+    # the built config: transformers maps each family's own names (MPT's n_layers, d_model,
+    # n_heads; GPT-2's n_layer, n_embd) onto the common ones
+    built = model.config
+    layers = int(getattr(built, "num_hidden_layers", 0) or 0)
+    if layers <= 0:
+        raise MetaCountUnavailable("transformers' config names no number of layers")
     return MetaCounts(
-        layers=int(config.get("num_hidden_layers") or config.get("n_layer") or 0),
+        layers=layers,
         attention_layers=len(attention_layers),
-        hidden=int(config.get("hidden_size") or config.get("n_embd") or 0),
+        hidden=int(getattr(built, "hidden_size", 0) or 0),
+        heads=int(getattr(built, "num_attention_heads", 0) or 0),
         total=sum(p.numel() for p in model.parameters()),
         linear=linear,
         attention_linear=attention_linear,

@@ -77,16 +77,31 @@ META_NOTE = (
 )
 
 
-def _head_dim(config: dict[str, Any], hidden: int) -> int:
+def _heads(config: dict[str, Any], known: int = 0) -> int:
+    """Query heads: `known` where transformers' own config gave them, else config.json's."""
     text = language_config(config)
-    heads = int(text.get("num_attention_heads") or text.get("n_head") or 1)
-    return int(text.get("head_dim") or hidden // heads)
+    return known or int(text.get("num_attention_heads") or text.get("n_head") or 1)
 
 
-def _attention_width(config: dict[str, Any], hidden: int) -> int:
+def _head_dim(config: dict[str, Any], hidden: int, heads: int = 0) -> int:
     text = language_config(config)
-    heads = int(text.get("num_attention_heads") or text.get("n_head") or 1)
-    return heads * _head_dim(config, hidden)
+    return int(text.get("head_dim") or hidden // _heads(config, heads))
+
+
+def _attention_width(config: dict[str, Any], hidden: int, heads: int = 0) -> int:
+    return _heads(config, heads) * _head_dim(config, hidden, heads)
+
+
+def _activated_width(counts: MetaCounts, mlp_per_layer: float) -> int:
+    """The hidden width plus the MLP's widths a token activates, from the MLP's weights per
+    layer: a down projection of `inner` inputs leaves `weights / hidden - inner` for the up
+    projections (2 x inner gated, 1 x inner for a 2-matrix MLP such as MPT's). Where no down
+    projection shows (experts, odd layouts), a gated MLP is assumed."""
+    hidden = counts.hidden
+    downs = [i for _, i, o, _ in counts.linears if o == hidden and i > hidden]
+    if not downs:
+        return int(hidden + 2 / 3 * mlp_per_layer / hidden)
+    return int(hidden + max(mlp_per_layer / hidden - max(downs), 0))
 
 
 def _meta_shape(
@@ -103,8 +118,8 @@ def _meta_shape(
     }.get(trainable.method, counts.total)
     return ModelShape(
         layers=counts.layers,
-        attention_width=_attention_width(config, counts.hidden),
-        activated_width=int(counts.hidden + 2 / 3 * per_layer / counts.hidden),
+        attention_width=_attention_width(config, counts.hidden, counts.heads),
+        activated_width=_activated_width(counts, per_layer),
         matmul_params=int(counts.active_matmul),
         total_params=counts.total,
         trainable_params=trained,
@@ -113,7 +128,7 @@ def _meta_shape(
         adapted_width=sum((i + o) * c for i, o, c in adapted) if lora else 0,
         adapters_per_layer=sum(c for *_, c in adapted) // counts.layers if lora else 0,
         attention_layers=counts.attention_layers,
-        head_dim=_head_dim(config, counts.hidden),
+        head_dim=_head_dim(config, counts.hidden, counts.heads),
         hidden=counts.hidden,
     )
 
