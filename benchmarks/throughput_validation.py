@@ -1,6 +1,8 @@
 """The predicted step time (plan/speed/step_time.py) on public throughput it was not fitted on:
 other frameworks, devices and clusters (benchmarks/data/public_throughput.yaml, each run's source
-cited there) and fms-acceleration's L40 table (benchmarks/data/fms_acceleration_l40.csv). The
+cited there), fms-acceleration's L40 table (benchmarks/data/fms_acceleration_l40.csv) and
+llm-foundry's MPT pretraining tables on A100 and H100 (benchmarks/data/llm_foundry_throughput.csv;
+MPT's shape counted by transformers on the meta device, as the preview counts it). The
 constants are the shipped ones (FITTED, fitted on fms-acceleration's A100 table only); nothing
 is fitted here. Prints the error per regime (device, one node or several, sequence length) and
 every run with --rows. The regimes' figures are what plan/speed/validated.py states on each
@@ -13,22 +15,44 @@ preview row.
 from __future__ import annotations
 
 import argparse
+import csv
 import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
+from scipy.stats import spearmanr
 from throughput_prediction import Observed, errors, load_l40
 
 from ado_actuators.sfttrainer.plan.memory.bound import Training
+from ado_actuators.sfttrainer.plan.model.architecture import Trainable
 from ado_actuators.sfttrainer.plan.speed.devices import DEFAULT_NETWORK_GBPS, device_named
 from ado_actuators.sfttrainer.plan.speed.prediction import model_shape
 from ado_actuators.sfttrainer.plan.speed.step_time import FITTED, Run
 from ado_actuators.sfttrainer.plan.speed.validated import regime
 
 DATA = Path(__file__).parent / "data" / "public_throughput.yaml"
+FOUNDRY_DATA = Path(__file__).parent / "data" / "llm_foundry_throughput.csv"
+MPT_SIZES = {
+    # d_model, n_heads, n_layers of llm-foundry's scripts/train/yamls/pretrain/mpt-*.yaml at
+    # 495218376830947dce625efabc4d86be7c47cc45 (expansion_ratio 4, vocabulary 50,368 in all)
+    "125m": (768, 12, 12),
+    "350m": (1024, 16, 24),
+    "760m": (1536, 12, 24),
+    "1b": (2048, 16, 24),
+    "3b": (2560, 20, 32),
+    "7b": (4096, 32, 32),
+    "13b": (5120, 40, 40),
+    "30b": (7168, 56, 48),
+    "70b": (8192, 64, 80),
+}
+FOUNDRY_NETWORK_GBPS = {"NVIDIA-A100-SXM4-80GB": 200.0, "NVIDIA-A100-SXM4-40GB": 200.0}
+"""The A100 tables' '1600 Gbps node-node interconnect (RoCE)' per node; the H100 table states
+none (the default)."""
+GPUS_PER_NODE = 8
 RECOMPUTING = {"full", "yes", "selective", "selective layer"}
 """Checkpointing as the sources name it that recomputes every layer here (the data file says
 why)."""
@@ -71,6 +95,49 @@ def load(path: Path = DATA) -> list[Observed]:
     return [_observed(row, raw["models"]) for row in raw["runs"]]
 
 
+def _foundry(row: dict[str, str]) -> Observed:
+    d_model, heads, layers = MPT_SIZES[row["model"]]
+    length, gpus = int(row["seq_len"]), int(row["gpus"])
+    config = {
+        "model_type": "mpt",
+        "d_model": d_model,
+        "n_heads": heads,
+        "n_layers": layers,
+        "expansion_ratio": 4,
+        "max_seq_len": length,
+        "vocab_size": 50368,
+    }
+    run = Run(
+        method="full",
+        per_device_batch=int(row["micro_batch"]),
+        sequence_length=length,
+        gradient_accumulation_steps=int(row["grad_accum"]),
+        gpus=gpus,
+        nodes=max(1, gpus // GPUS_PER_NODE),
+        gradient_checkpointing=row["activation_checkpointing"] == "True",
+    )
+    network = FOUNDRY_NETWORK_GBPS.get(row["gpu"], DEFAULT_NETWORK_GBPS)
+    return Observed(
+        model=f"MPT-{row['model']}",
+        family="llm_foundry",
+        framework=f"llm_foundry ({row['precision']}, checkpointing {row['activation_checkpointing']})",
+        shape=model_shape(config, Trainable("none"), "Vanilla"),
+        run=run,
+        tokens_per_second=float(row["tokens_per_second_per_gpu"]),
+        device=device_named(row["gpu"], network),
+    )
+
+
+def load_foundry(path: Path = FOUNDRY_DATA) -> list[Observed]:
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
+    return [_foundry(row) for row in csv.DictReader(lines)]
+
+
+def load_all() -> list[Observed]:
+    """Every run the validation scores: other frameworks', the L40 table, llm-foundry's."""
+    return load() + load_l40() + load_foundry()
+
+
 def by_regime(pairs: list[tuple[Observed, float]]) -> dict[str, list[float]]:
     """Each run's error under every regime it belongs to (plan/speed/validated.regime)."""
     found: dict[str, list[float]] = {}
@@ -89,15 +156,45 @@ def report(pairs: list[tuple[Observed, float]], show: Callable[[str], None] = pr
         )
 
 
+GROUPS: dict[str, Callable[[Observed], bool]] = {
+    "one node, up to 8k tokens": lambda o: o.run.nodes == 1 and o.run.sequence_length <= 8192,
+    "H100": lambda o: "H100" in o.device.name,
+    "L40": lambda o: o.device.name == "NVIDIA-L40",
+    "several nodes": lambda o: o.run.nodes > 1,
+    "16k tokens and longer": lambda o: o.run.sequence_length >= 16384,
+}
+"""The groups issue 43 sets its goals on."""
+
+
+def groups(pairs: list[tuple[Observed, float]], show: Callable[[str], None] = print) -> None:
+    """Median and 90th percentile |error| per group, and Spearman over every run."""
+    for name, member in GROUPS.items():
+        absolute = [abs(e) for o, e in pairs if member(o)]
+        show(
+            f"  {name:<28} {len(absolute):>3} runs  median |error| "
+            f"{statistics.median(absolute):6.1%}  90th percentile "
+            f"{float(np.percentile(absolute, 90)):6.1%}"
+        )
+    measured = [o.tokens_per_second for o, _ in pairs]
+    guessed = [o.tokens_per_second * (1 + e) for o, e in pairs]
+    show(f"  Spearman over all {len(pairs)} runs: {spearmanr(guessed, measured).statistic:.3f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", action="store_true", help="print every run's prediction")
     args = parser.parse_args(argv)
-    public, l40 = load(), load_l40()
-    pairs = list(zip(public + l40, errors(public + l40, FITTED), strict=True))
+    public, l40, foundry = load(), load_l40(), load_foundry()
+    runs = load_all()
+    pairs = list(zip(runs, errors(runs, FITTED), strict=True))
     print(f"the shipped constants: {FITTED}")
-    print(f"{len(public)} public runs of other frameworks, {len(l40)} fms-acceleration L40 runs:")
+    print(
+        f"{len(public)} public runs of other frameworks, {len(l40)} fms-acceleration L40 runs, "
+        f"{len(foundry)} llm-foundry MPT runs:"
+    )
     report(pairs)
+    print("as issue 43 groups them:")
+    groups(pairs)
     if args.rows:
         for observed, error in pairs:
             run = observed.run

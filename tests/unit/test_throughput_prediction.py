@@ -48,7 +48,8 @@ def test_each_validated_regime_states_what_the_validation_measured(bench):
     from ado_actuators.sfttrainer.plan.speed.step_time import FITTED
     from ado_actuators.sfttrainer.plan.speed.validated import VALIDATED
 
-    runs = throughput_validation.load() + bench.load_l40()
+    pytest.importorskip("transformers")  # MPT's shape is counted on the meta device
+    runs = throughput_validation.load_all()
     found = throughput_validation.by_regime(
         list(zip(runs, bench.errors(runs, FITTED), strict=True))
     )

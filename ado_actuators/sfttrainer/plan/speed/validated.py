@@ -26,22 +26,51 @@ FITTED_ON = Validated(
     "(benchmarks/throughput_prediction.py)",
 )
 VALIDATED: dict[str, Validated] = {
-    "NVIDIA-A100-SXM4-80GB, several nodes": Validated(
-        0.096, 12, "PyTorch's FSDP blog (16 nodes) and torchtitan (8 nodes), Llama 2 and 3"
+    "NVIDIA-A100-SXM4-80GB, up to 8k tokens": Validated(
+        0.075,
+        55,
+        "llm-foundry's MPT, torchtitan, PyTorch's FSDP blog and xtuner on A100s, 512-8k tokens",
     ),
-    "NVIDIA-H100-80GB-HBM3, several nodes": Validated(
-        0.132, 4, "PyTorch's FSDP blog (12 nodes of H100), Llama 2 7B-70B"
+    "NVIDIA-A100-SXM4-80GB, one node": Validated(
+        0.094, 65, "llm-foundry's MPT 125M-30B on 8 A100s (512-65k tokens) and xtuner's Llama 3 8B"
+    ),
+    "NVIDIA-A100-SXM4-80GB, several nodes": Validated(
+        0.096,
+        14,
+        "PyTorch's FSDP blog (16 nodes), torchtitan (8 nodes) and llm-foundry (4-8 nodes)",
     ),
     "NVIDIA-A100-SXM4-80GB, 16k tokens and longer": Validated(
-        0.071, 4, "xtuner's Llama 3 8B on 8 A100s at 16k-128k tokens, sequence parallel"
+        0.232, 24, "llm-foundry's MPT (16k-65k tokens) and xtuner's Llama 3 8B (16k-128k)"
+    ),
+    "NVIDIA-A100-SXM4-40GB, up to 8k tokens": Validated(
+        0.066, 58, "llm-foundry's MPT 125M-70B on A100-40GBs, 512-8k tokens, 1-8 nodes"
+    ),
+    "NVIDIA-A100-SXM4-40GB, one node": Validated(
+        0.119, 46, "llm-foundry's MPT 125M-13B on 8 A100-40GBs, 512-65k tokens"
+    ),
+    "NVIDIA-A100-SXM4-40GB, several nodes": Validated(
+        0.045, 23, "llm-foundry's MPT 125M-70B on 2-8 nodes of A100-40GB, 2k tokens"
+    ),
+    "NVIDIA-A100-SXM4-40GB, 16k tokens and longer": Validated(
+        0.219, 11, "llm-foundry's MPT on 8 A100-40GBs, 16k-65k tokens"
+    ),
+    "NVIDIA-H100-80GB-HBM3, up to 8k tokens": Validated(
+        0.106, 44, "llm-foundry's MPT 760M-70B on 1-8 nodes of H100 and PyTorch's FSDP blog"
+    ),
+    "NVIDIA-H100-80GB-HBM3, one node": Validated(
+        0.164, 37, "llm-foundry's MPT 760M-30B on 8 H100s, 512-65k tokens"
+    ),
+    "NVIDIA-H100-80GB-HBM3, several nodes": Validated(
+        0.114, 19, "PyTorch's FSDP blog (12 nodes) and llm-foundry (2-8 nodes) on H100s"
+    ),
+    "NVIDIA-H100-80GB-HBM3, 16k tokens and longer": Validated(
+        0.313, 12, "llm-foundry's MPT on 8 H100s, 16k-65k tokens"
     ),
     "16k tokens and longer": Validated(
-        0.071,
-        4,
-        "xtuner's Llama 3 8B on 8 A100s at 16k-128k tokens, sequence parallel; no other device",
+        0.236, 47, "llm-foundry's MPT and xtuner's Llama 3 8B on A100s and H100s, 16k-128k tokens"
     ),
     "several nodes": Validated(
-        0.108, 16, "PyTorch's FSDP blog and torchtitan, A100 and H100, 8-16 nodes"
+        0.078, 56, "PyTorch's FSDP blog, torchtitan and llm-foundry, A100 and H100, 2-16 nodes"
     ),
     "NVIDIA-L40, one node": Validated(
         0.146, 20, "fms-acceleration's L40 table (Mistral, Mixtral; 1 and 2 GPUs)"
@@ -55,7 +84,9 @@ def regime(run: Run, gpu_model: str) -> tuple[str, ...]:
     """The regimes `run` on `gpu_model` belongs to, most specific first."""
     nodes = "several nodes" if run.nodes > 1 else "one node"
     length = "16k tokens and longer" if run.sequence_length >= 16384 else "up to 8k tokens"
-    return (f"{gpu_model}, {nodes}", f"{gpu_model}, {length}", length, nodes)
+    if run.nodes > 1:  # the network dominates what is left to know
+        return (f"{gpu_model}, {nodes}", f"{gpu_model}, {length}", nodes, length)
+    return (f"{gpu_model}, {length}", f"{gpu_model}, {nodes}", length, nodes)
 
 
 def validated_note(run: Run, gpu_model: str) -> str:
