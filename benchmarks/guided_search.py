@@ -28,7 +28,9 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import math
 import random
+import statistics
 import subprocess
 import sys
 from collections.abc import Callable
@@ -50,6 +52,12 @@ from throughput_prediction import (
 )
 
 from ado_actuators.sfttrainer.engine.bill import start_seconds, training_time
+from ado_actuators.sfttrainer.ledger.calibration import (
+    REFERENCE_DEVICE,
+    Prior,
+    fit_level_spreads,
+    prior_for,
+)
 from ado_actuators.sfttrainer.ledger.guided import Candidate, Result, Settings, decide, judge
 from ado_actuators.sfttrainer.plan.speed.prediction import device_of
 from ado_actuators.sfttrainer.trainer.stopping import WARMUP_60S_STABLE_120S_OR_10_STEPS
@@ -130,9 +138,87 @@ def l40_space() -> list[Config]:
     ]
 
 
+def subgroup_of(c: Config) -> str:
+    """The configurations of a group that differ by their batch size alone."""
+    return f"{c.group}, {c.observed.run.gpus} GPUs, {c.observed.run.sequence_length} tokens"
+
+
+def residual_groups(space: list[Config], centred: bool = False) -> list[list[list[float]]]:
+    """The log errors of the speed model (measured over predicted): per group, one list per
+    subgroup; `centred`: less the mean of the space's rows of the same method (what a device's
+    and a method's factors take up)."""
+    errors = {c.key: math.log(c.speed / c.predicted) for c in space if not c.oom}
+    by_method: dict[str, list[float]] = {}
+    for c in space:
+        if c.key in errors:
+            by_method.setdefault(c.observed.run.method, []).append(errors[c.key])
+    found: dict[str, dict[str, list[float]]] = {}
+    for c in space:
+        if c.key in errors:
+            shift = statistics.mean(by_method[c.observed.run.method]) if centred else 0.0
+            at = found.setdefault(c.group, {}).setdefault(subgroup_of(c), [])
+            at.append(errors[c.key] - shift)
+    return [list(g.values()) for g in found.values()]
+
+
+def fitted_prior(device: str, a100: list[list[Config]]) -> Prior:
+    """The device's prior, its group levels (ledger/calibration.py's GROUP_SD, SUBGROUP_SD and
+    WITHIN_SUBGROUP) fitted here on the A100 families `a100`'s errors, about zero (on the
+    reference device the device's and the method's factors are held near 0)."""
+    found = fit_level_spreads(g for s in a100 for g in residual_groups(s))
+    group_sd, subgroup_sd, within = found
+    return dataclasses.replace(
+        prior_for(device), group_sd=group_sd, subgroup_sd=subgroup_sd, spread=within
+    )
+
+
+Space = tuple[list[Config], str, Prior]
+
+
+def spaces_to_walk() -> tuple[dict[str, Space], dict[str, Space]]:
+    """fms-acceleration's spaces and llm-foundry's, each with its device and its prior: an
+    A100 family's group levels fitted on the other four families, every other space's on all
+    five."""
+    a100 = a100_spaces()
+    fms = {}
+    for name, space in a100.items():
+        others = [s for n, s in a100.items() if n != name]
+        fms[name] = (space, REFERENCE_DEVICE, fitted_prior(REFERENCE_DEVICE, others))
+    fms["L40"] = (l40_space(), "NVIDIA-L40", fitted_prior("NVIDIA-L40", list(a100.values())))
+    foundry = {}
+    for name, space in foundry_spaces().items():
+        device = space[0].observed.device.name
+        foundry[name] = (space, device, fitted_prior(device, list(a100.values())))
+    return fms, foundry
+
+
+def foundry_spaces() -> dict[str, list[Config]]:
+    """llm-foundry's MPT pretraining tables (benchmarks/data/llm_foundry_throughput.csv, read as
+    benchmarks/throughput_validation.py reads them), one space per device, predicted with the
+    shipped constants: another framework, nothing fitted on it. A group: one model, precision
+    and checkpointing on one device, across GPU counts, micro-batches and sequence lengths."""
+    from throughput_validation import load_foundry
+
+    spaces: dict[str, list[Config]] = {}
+    for i, o in enumerate(load_foundry()):
+        guess = predicted(o, FITTED) * o.run.gpus
+        group = f"{o.device.name} {o.model} {o.framework}"
+        config = Config(f"{i}", group, o, False, guess, _cost(o, False, guess))
+        spaces.setdefault(f"llm-foundry {o.device.name}", []).append(config)
+    return spaces
+
+
 def _candidates(space: list[Config], device: str) -> list[Candidate]:
     return [
-        Candidate(c.key, c.group, device, c.predicted, c.cost, method=c.observed.run.method)
+        Candidate(
+            c.key,
+            c.group,
+            device,
+            c.predicted,
+            c.cost,
+            method=c.observed.run.method,
+            subgroup=subgroup_of(c),
+        )
         for c in space
     ]
 
@@ -153,21 +239,18 @@ def walk(space: list[Config], device: str, pick: Picker) -> dict[str, Result]:
     return results
 
 
-def guided(candidates: list[Candidate], results: dict[str, Result]) -> Candidate | None:
-    return decide(candidates, results, settings=Settings()).next
+def guided(settings: Settings) -> Picker:
+    def pick(candidates: list[Candidate], results: dict[str, Result]) -> Candidate | None:
+        return decide(candidates, results, settings=settings).next
+
+    return pick
 
 
-def guided_without_ties(
-    candidates: list[Candidate], results: dict[str, Result]
-) -> Candidate | None:
-    return decide(candidates, results, settings=Settings(measure_ties=False)).next
-
-
-def randomly(seed: int) -> Picker:
+def randomly(seed: int, settings: Settings) -> Picker:
     chooser = random.Random(seed)
 
     def pick(candidates: list[Candidate], results: dict[str, Result]) -> Candidate | None:
-        open_, _, _ = judge(candidates, results)
+        open_, _, _ = judge(candidates, results, settings=settings)
         return chooser.choice(open_)[1] if open_ else None
 
     return pick
@@ -232,7 +315,7 @@ def _groups(space: list[Config]) -> dict[str, list[Config]]:
     return {g: cs for g, cs in found.items() if len(cs) > 1 and any(not c.oom for c in cs)}
 
 
-def simulate(spaces: dict[str, tuple[list[Config], str]], seeds: int) -> dict[str, Score]:
+def simulate(spaces: dict[str, Space], seeds: int) -> dict[str, Score]:
     names = (
         "full walk",
         "random order, same rule",
@@ -242,20 +325,23 @@ def simulate(spaces: dict[str, tuple[list[Config], str]], seeds: int) -> dict[st
         ORACLE,
     )
     scores = {name: Score() for name in names}
-    for space, device in spaces.values():
+    for space, device, prior in spaces.values():
         groups = _groups(space)
         kept = [c for cs in groups.values() for c in cs]
+        settings = Settings(priors={device: prior})
         runs = {
             "full walk": walk(kept, device, full),
-            "guided": walk(kept, device, guided),
-            GUIDED_NO_TIES: walk(kept, device, guided_without_ties),
+            "guided": walk(kept, device, guided(settings)),
+            GUIDED_NO_TIES: walk(
+                kept, device, guided(dataclasses.replace(settings, measure_ties=False))
+            ),
             ORACLE: {c.key: _result(c) for c in map(_true_fastest, groups.values())},
         }
         for name, results in runs.items():
             for group in groups.values():
                 scores[name].add(group, results)
         for seed in range(seeds):
-            shuffled = walk(kept, device, randomly(seed))
+            shuffled = walk(kept, device, randomly(seed, settings))
             for group in groups.values():
                 scores["random order, same rule"].add(group, shuffled)
                 budget = sum(c.cost for c in group if c.key in runs["guided"])
@@ -286,26 +372,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=5, help="random orders and TPE runs")
     args = parser.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    spaces = {name: (space, "NVIDIA-A100-SXM4-80GB") for name, space in a100_spaces().items()}
-    spaces["L40"] = (l40_space(), "NVIDIA-L40")
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
     print(f"{date.today()}, commit {commit}; random order and TPE: mean of {args.seeds} seeds")
-    for name, (space, _) in spaces.items():
-        print(f"{name}: {len(_groups(space))} groups, {len(space)} configurations")
-    scores = simulate(spaces, args.seeds)
-    print("\n".join(table(scores)))
+    for label, spaces in zip(("fms-acceleration", "llm-foundry"), spaces_to_walk(), strict=True):
+        print(f"\n{label}:")
+        for name, (space, _, _) in spaces.items():
+            print(f"{name}: {len(_groups(space))} groups, {len(space)} configurations")
+        scores = simulate(spaces, args.seeds)
+        print("\n".join(table(scores)))
+        for goal, met in goals(scores).items():
+            print(f"goal ({label}): {goal}: {'met' if met else 'NOT met'}")
+    return 0
+
+
+def goals(scores: dict[str, Score]) -> dict[str, bool]:
     guided_, full_, tpe_ = scores["guided"], scores["full walk"], scores["Optuna TPE"]
-    goals = {
+    return {
         "right in >= 95 % of groups": guided_.right / guided_.groups >= 0.95,
         "<= 25 % of the full walk's GPU-hours": guided_.hours <= 0.25 * full_.hours,
         "more groups right than TPE at equal budget": guided_.right / guided_.groups
         > tpe_.right / tpe_.groups,
     }
-    for goal, met in goals.items():
-        print(f"goal: {goal}: {'met' if met else 'NOT met'}")
-    return 0
 
 
 if __name__ == "__main__":

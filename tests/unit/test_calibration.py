@@ -15,7 +15,10 @@ from ado_actuators.sfttrainer.ledger.calibration import (
     Row,
     calibrate,
     calibrate_devices,
+    fit_level_spreads,
     prior_for,
+    scaled,
+    t_quantile,
 )
 
 L40 = "NVIDIA-L40"
@@ -29,10 +32,32 @@ def test_no_rows_is_the_prior_alone():
     found = calibrate(L40, [])
     assert found.rows == 0 and found.factor() == 1.0
     interval = found.interval(1000.0)
-    sd = math.sqrt(DATASHEET_DEVICE.shift_sd**2 + DATASHEET_DEVICE.method_sd**2)
-    sd = math.hypot(sd, DATASHEET_DEVICE.spread)
+    prior = DATASHEET_DEVICE
+    levels = (prior.shift_sd, prior.method_sd, prior.group_sd, prior.subgroup_sd, prior.spread)
+    sd = math.sqrt(sum(v**2 for v in levels))
     assert interval.central == 1000.0
-    assert interval.high == pytest.approx(1000.0 * math.exp(1.959964 * sd), rel=1e-5)
+    # the datasheet's spreads are carried from the A100: Student's t with `weight` degrees
+    assert interval.high == pytest.approx(1000.0 * math.exp(3.182446 * sd), rel=3e-3)
+    fitted = calibrate(REFERENCE_DEVICE, []).interval(1000.0)
+    prior = FITTED_DEVICE
+    levels = (prior.shift_sd, prior.method_sd, prior.group_sd, prior.subgroup_sd, prior.spread)
+    sd = math.sqrt(sum(v**2 for v in levels))
+    assert fitted.high == pytest.approx(1000.0 * math.exp(1.959964 * sd), rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("freedom", "expected"), [(3, 3.182446), (5, 2.570582), (10, 2.228139), (math.inf, 1.959964)]
+)
+def test_t_quantiles(freedom, expected):
+    assert t_quantile(0.975, freedom) == pytest.approx(expected, rel=2e-3)
+
+
+def test_t_intervals_narrow_towards_normal_as_rows_accumulate():
+    few, many = calibrate(L40, rows(0.8, 1)), calibrate(L40, rows(0.8, 30))
+    assert (
+        few.freedom == DATASHEET_DEVICE.weight + 1 and many.freedom == DATASHEET_DEVICE.weight + 30
+    )
+    assert calibrate(REFERENCE_DEVICE, rows(0.8, 1, REFERENCE_DEVICE)).freedom == math.inf
 
 
 def test_few_rows_stay_near_the_prior_and_many_follow_the_rows():
@@ -85,3 +110,89 @@ def test_coverage_widens_the_interval():
 def test_one_calibration_per_device():
     found = calibrate_devices(rows(0.8, 2) + rows(0.5, 3, CPU))
     assert sorted(found) == [CPU, L40] and found[CPU].rows == 3
+
+
+def test_level_spreads_from_rows():
+    # two groups at +-0.1; in each, two GPU counts at +-0.03 about it; rows +-0.01 about those
+    def group(level: float) -> list[list[float]]:
+        return [
+            [level + 0.03 + 0.01, level + 0.03 - 0.01],
+            [level - 0.03 + 0.01, level - 0.03 - 0.01],
+        ]
+
+    found_group, found_sub, within = fit_level_spreads([group(0.1), group(-0.1)])
+    assert within == pytest.approx(math.sqrt(8 * 0.01**2 / 4))
+    # subgroup means +-0.03 about the group's: sum of squares 2 * 0.03^2 over 1 degree, less noise
+    assert found_sub == pytest.approx(math.sqrt(2 * 0.03**2 - within**2 / 2 * 2 / 2))
+    expected = 0.1**2 - (2 * (found_sub**2 + within**2 / 2)) / 4
+    assert found_group == pytest.approx(math.sqrt(expected))
+    assert fit_level_spreads([[[0.0, 0.1, -0.1]]])[0] == 0.0  # a mean within its rows' noise
+
+
+def test_one_row_of_a_group_calibrates_the_rest_of_it():
+    prior = FITTED_DEVICE
+    seen = [Row(REFERENCE_DEVICE, 1000.0, 1100.0, "lora", "g", "g 2")]
+    found = calibrate(REFERENCE_DEVICE, seen)
+    same, other_gpus = (
+        found.interval(2000.0, 0.95, "", "g", "g 2"),
+        found.interval(2000.0, 0.95, "", "g", "g 4"),
+    )
+    stranger = found.interval(2000.0, 0.95, "", "h", "h 2")
+    assert same.central > other_gpus.central > 2000.0 * 1.03 > stranger.central
+    assert same.half_width < other_gpus.half_width < stranger.half_width
+    # the group's factor: its share of the row's variance, a Gaussian mean
+    total = prior.group_sd**2 + prior.subgroup_sd**2 + prior.spread**2
+    share = prior.group_sd**2 / total
+    assert math.log(found.factor("", "g")) == pytest.approx(math.log(1.1) * share, rel=0.05)
+
+
+def test_rows_without_a_group_count_its_spread_as_noise():
+    named = calibrate(REFERENCE_DEVICE, [Row(REFERENCE_DEVICE, 1000.0, 1200.0, "", "g", "s")])
+    bare = calibrate(REFERENCE_DEVICE, [Row(REFERENCE_DEVICE, 1000.0, 1200.0)])
+    assert bare.groups == () and named.groups == ("g",) and named.subgroups == ("s",)
+    assert bare.interval(1000.0).half_width == pytest.approx(
+        named.interval(1000.0, 0.95, "", "h", "t").half_width, rel=0.02
+    )
+
+
+def test_rows_that_stray_more_than_the_prior_says_widen_every_level():
+    def rows_of(spread: float) -> list[Row]:
+        return [
+            Row(L40, 1000.0, 1000.0 * math.exp(sign * spread), "lora", "g", "s")
+            for sign in (1, -1, 1, -1, 1, -1)
+        ]
+
+    wild, tame = calibrate(L40, rows_of(0.3)), calibrate(L40, rows_of(0.001))
+    prior = DATASHEET_DEVICE
+    assert wild.spread > prior.spread > tame.spread
+    assert wild.group_sd / prior.group_sd == pytest.approx(wild.spread / prior.spread)
+    assert wild.subgroup_sd / prior.subgroup_sd == pytest.approx(wild.spread / prior.spread)
+    assert (
+        scaled(prior, 2.0).group_sd == 2 * prior.group_sd
+        and scaled(prior, 2.0).shift_sd == prior.shift_sd
+    )
+
+
+def test_the_left_out_residuals_are_exact():
+    """Sherman-Morrison's left-out residuals against refitting without each row."""
+    from ado_actuators.sfttrainer.ledger import calibration as c
+
+    given = [
+        Row(L40, 1000.0, 1000.0 * r, m, g, g + s)
+        for r, m, g, s in [
+            (0.8, "lora", "a", "1"),
+            (0.9, "lora", "a", "2"),
+            (0.7, "full", "b", "1"),
+            (0.75, "full", "c", "1"),
+        ]
+    ]
+    prior = DATASHEET_DEVICE
+    levels = c._Levels.of(given, prior)
+    squares = 0.0
+    for i, row in enumerate(given):
+        fit = c._posterior([*given[:i], *given[i + 1 :]], levels, prior)
+        x = levels.columns([row])[0]
+        noise = prior.spread**2 + levels.unshared([row], prior)[0]
+        squares += (row.log_ratio - x @ fit.mean) ** 2 / (x @ fit.covariance @ x + noise)
+    expected = math.sqrt((prior.weight + squares) / (prior.weight + 4))
+    assert c._left_out_scale(given, levels, prior) == pytest.approx(expected)

@@ -99,7 +99,7 @@ def test_a_walk_run_again_measures_nothing_twice():
 def test_the_measuring_order_recalibrates():
     rows = {"a": Row(L40, 1000.0, 700.0), "b": Row(L40, 3000.0, 2000.0)}
     order = measuring_order(
-        [("a", 1000.0, ""), ("b", 3000.0, "")],
+        [("a", 1000.0, "", ""), ("b", 3000.0, "", "")],
         lambda done: calibrate(L40, [rows[k] for k in done]),
         2,
     )
@@ -110,3 +110,49 @@ def test_a_row_that_did_not_train_is_never_the_fastest():
     untrained = {"b": Result("b", True, 3000.0, trained=False)}
     decision = decide(SPACE, untrained)
     assert decision.next == SPACE[2] and not decision.unmeasured.get("a", "").startswith("pred")
+
+
+def test_a_groups_first_row_calibrates_its_siblings():
+    """The model is 20 % too fast on the group's first row: a sibling at the same GPU count
+    predicted 17 % below it is ruled out by that row; one at another GPU count, whose factor
+    is only partly shared, stays open; so does one of another group."""
+    from ado_actuators.sfttrainer.ledger.calibration import REFERENCE_DEVICE
+
+    def at(key: str, predicted: float, group: str, subgroup: str) -> Candidate:
+        return Candidate(key, group, REFERENCE_DEVICE, predicted, 1.0, "", "lora", subgroup)
+
+    space = [
+        at("top", 3000.0, "g", "g 4 GPUs"),
+        at("sibling", 2500.0, "g", "g 4 GPUs"),
+        at("cousin", 2500.0, "g", "g 2 GPUs"),
+        at("stranger", 2500.0, "h", "h 4 GPUs"),
+    ]
+    decision = decide(space, {"top": Result("top", True, 2400.0)})
+    assert decision.unmeasured["sibling"].startswith("predicted")
+    assert "cousin" not in decision.unmeasured or not decision.unmeasured["cousin"].startswith(
+        "predicted"
+    )
+    assert decision.next is not None and decision.next.key in ("cousin", "stranger")
+
+
+def test_the_engine_names_each_candidates_subgroup():
+    """engine/guided.py: configurations that differ by their batch size alone share a subgroup;
+    another GPU count or sequence length is another subgroup of the same group."""
+    from ado_actuators.sfttrainer.engine.guided import candidates
+    from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
+
+    def point(gpus: int, length: int, batch: int) -> tuple[str, dict, dict]:
+        values = {
+            "model_name": "llama-8b",
+            "number_gpus": gpus,
+            "gpu_model": "NVIDIA-A100-SXM4-80GB",
+            "model_max_length": length,
+            "batch_size": batch,
+        }
+        return "finetune_full_benchmark-v1.0.0", values, {"stop_after_seconds": 600}
+
+    points = [point(2, 2048, 8), point(2, 2048, 16), point(4, 2048, 16), point(2, 4096, 8)]
+    found = candidates(points, MeasurementSettings())
+    assert len({c.group for c in found}) == 1
+    assert found[0].subgroup == found[1].subgroup
+    assert len({found[1].subgroup, found[2].subgroup, found[3].subgroup}) == 3

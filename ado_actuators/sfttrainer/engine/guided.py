@@ -44,6 +44,12 @@ def group_of(experiment: str, point: Mapping[str, Any], varying: Sequence[str]) 
     return ", ".join(parts)
 
 
+def subgroup_of(group: str, point: Mapping[str, Any]) -> str:
+    """The configurations of a group that differ by their batch size alone."""
+    gpus, length = canonical(point.get("number_gpus")), canonical(point.get("model_max_length"))
+    return f"{group}, {gpus} GPUs, {length} tokens"
+
+
 def _device(row: PreviewRow) -> str:
     if row.gpus == 0:
         return CPU
@@ -83,15 +89,17 @@ def candidates(points: Sequence[Point], settings: MeasurementSettings) -> list[C
     found = []
     for experiment, point, fixed in points:
         row = preview_entity({**point, **fixed}, experiment, settings)
+        group = group_of(experiment, point, varying)
         found.append(
             Candidate(
                 key=point_key(experiment, point),
-                group=group_of(experiment, point, varying),
+                group=group,
                 device=_device(row),
                 predicted=_predicted(row, settings),
                 gpu_hours=row.gpu_hours or 0.0,
                 skip=_skip(row),
                 method=experiment,
+                subgroup=subgroup_of(group, point),
             )
         )
     return found

@@ -1,21 +1,29 @@
 """A device learned from its own measured rows: the predicted throughput corrected by a factor
-per device and training method, with an interval that narrows as the device's rows accumulate.
+per device, training method, answer group and GPU count, with an interval that narrows as the
+device's rows accumulate.
 
-The model, per device d, training method m and row i:
-log(measured_i) = log(predicted_i) + shift_d + shift_dm + noise_i. The speed model's fit is the
-prior: shift_d is 0 give or take `Prior.shift_sd` (small on the
+The model, per device d, training method m, answer group g (one model, method and framework:
+sfttrainer_plot's "Fastest valid" groups), subgroup s (the group's configurations at one GPU
+count and sequence length: only the batch size varies inside) and row i:
+log(measured_i) = log(predicted_i) + shift_d + shift_dm + shift_g + shift_s + noise_i.
+The speed model's fit is the prior: shift_d is 0 give or take `Prior.shift_sd` (small on the
 device the constants were fitted on, wider on a device priced from its datasheet, wide on a
-device the speed model cannot price), each method's shift_dm 0 give or take
-`Prior.method_sd` (LoRA's adapters and full fine-tuning's optimizer run at rates of their own on
-each device), so a device with one row moves only part of the way
-towards it and a device with many rows follows them (a Gaussian prior on a Gaussian mean).
+device the speed model cannot price), each method's shift_dm 0 give or take `Prior.method_sd`
+(LoRA's adapters and full fine-tuning's optimizer run at rates of their own on each device),
+each group's 0 give or take `Prior.group_sd` and each subgroup's 0 give or take
+`Prior.subgroup_sd` (the speed model errs alike for the configurations of one group, and more
+alike at one GPU count and length). So a level with one row moves part of the way towards it,
+one with many rows follows them (Gaussian priors on Gaussian means), and a group's first
+measured row tells how far the model is off for the rest of the group.
 
-The noise is how far one configuration strays from its device's factor. Its spread comes from
-the rows themselves, each predicted with the factor fitted on the others (leave one out), pooled
-with the prior's spread counted as `Prior.weight` rows; so it is honest with two rows and
-settles as rows accumulate. An interval adds the factor's own uncertainty to that spread.
+The noise is how far one configuration strays from its subgroup's factor. How far the device's
+rows stray, against what the prior says, comes from the rows themselves, each predicted with
+the factors fitted on the others (leave one out), pooled with the prior's word counted as
+`Prior.weight` rows; every level below the method's scales with it. An interval adds the
+factors' own uncertainty to that spread; where the spreads were carried from another device
+it is Student's t (their own uncertainty), else normal.
 
-Pure: rows in, calibrations out (numpy for a 4 x 4 solve). Every figure it returns is a
+Pure: rows in, calibrations out (numpy for the small solve). Every figure it returns is a
 prediction.
 """
 
@@ -36,28 +44,65 @@ CPU = "CPU"
 
 @dataclasses.dataclass(frozen=True)
 class Prior:
-    """What is believed of a device before any of its rows: its factor's spread (log scale),
-    each training method's own factor's spread on top of it, and one row's spread about them,
-    worth `weight` rows."""
+    """What is believed of a device before any of its rows (spreads on the log scale): its
+    factor's spread, each training method's on top of it, each answer group's on top of that
+    (`group_sd`), each subgroup's on top of that (`subgroup_sd`), and one row's spread about
+    them (`spread`), worth `weight` rows. A spread of 0 for a level leaves it out."""
 
     shift_sd: float
     spread: float
     method_sd: float = 0.10
     weight: float = 3.0
+    group_sd: float = 0.0
+    subgroup_sd: float = 0.0
+    known_spreads: bool = False
+    """True: the spreads were fitted on this device's own rows, and its intervals are normal.
+    False: they are carried from another device, worth `weight` rows, and its intervals are
+    Student's t with `weight` + its rows degrees of freedom (the spreads' own uncertainty)."""
 
 
-FITTED_DEVICE = Prior(shift_sd=0.01, spread=0.07, method_sd=0.01)
+GROUP_SD = 0.058
+"""An answer group's own factor (log scale), on top of its device's and its method's: the speed
+model is off by much the same for every configuration of one model, method, framework and
+device. Fitted by benchmarks/calibration.py (ledger/calibration.py's fit_level_spreads) on
+fms-acceleration's A100 tables, each of the five model families predicted by the speed model
+fitted without it: 48 groups, 244 rows."""
+SUBGROUP_SD = 0.046
+"""A group's configurations at one GPU count share a factor of their own on top of the group's
+(the speed model's multi-GPU efficiency errs alike at every batch size), from the same fit."""
+WITHIN_SUBGROUP = 0.038
+"""One configuration's spread (log scale) about its subgroup's factor, from the same fit: the
+relative speeds across batch sizes at one GPU count are predicted better than across GPU
+counts, and both better than the level. Tested where it was not fitted: on the L40 table, and
+on each A100 family with the constants fitted on the other four (benchmarks/calibration.py,
+docs/benchmarks/guided.md)."""
+FITTED_DEVICE = Prior(
+    shift_sd=0.01,
+    spread=WITHIN_SUBGROUP,
+    method_sd=0.01,
+    group_sd=GROUP_SD,
+    subgroup_sd=SUBGROUP_SD,
+    known_spreads=True,
+)
 """The reference device: the left-one-family-out error is 3.3 % median, 10 % at the 90th
 percentile (docs/benchmarks/throughput.md), and no family strays as a whole: its factor barely
-moves."""
-DATASHEET_DEVICE = Prior(shift_sd=0.35, spread=0.10, method_sd=0.2)
+moves; what a family's groups stray by is their own factors'."""
+DATASHEET_DEVICE = Prior(
+    shift_sd=0.35,
+    spread=WITHIN_SUBGROUP,
+    method_sd=0.2,
+    group_sd=GROUP_SD,
+    subgroup_sd=SUBGROUP_SD,
+)
 """A device priced from what it achieves, the framework's constants fitted on another: the L40's
 runs were up to 33 % slower than predicted before calibration, LoRA's more than full
-fine-tuning's."""
-UNPRICED_DEVICE = Prior(shift_sd=4.0, spread=1.0, method_sd=0.3)
+fine-tuning's. Its groups and rows stray about its factors as the A100's do."""
+UNPRICED_DEVICE = Prior(shift_sd=4.0, spread=1.0, method_sd=0.3, known_spreads=True)
 """A device the speed model cannot price (CPUs): the reference device's prediction says only
 which configuration is faster, not by how much (a tiny model's batch 32 over batch 1: 30 times
-on the reference GPU, 3 times measured on 2 CPU cores); the first row sets the scale."""
+on the reference GPU, 3 times measured on 2 CPU cores); the first row sets the scale. No group
+levels (the ratios within a group are no better known than the level); its wide spread is
+taken as known (normal intervals)."""
 
 
 def prior_for(device: str) -> Prior:
@@ -77,10 +122,28 @@ class Row:
     predicted: float
     measured: float
     method: str = ""
+    group: str = ""
+    subgroup: str = ""  # the group's configurations at one GPU count
 
     @property
     def log_ratio(self) -> float:
         return math.log(self.measured / self.predicted)
+
+
+def t_quantile(p: float, freedom: float) -> float:
+    """Student's t quantile (Hill's expansion about the normal's, within 0.2 % from 3 degrees
+    of freedom up: 3.1786 for 3.1824 at 3, exact in the limit)."""
+    z = NormalDist().inv_cdf(p)
+    if math.isinf(freedom):
+        return z
+    n = freedom
+    return (
+        z
+        + (z**3 + z) / (4 * n)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * n**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * n**3)
+        + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * n**4)
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,83 +162,187 @@ class Interval:
 
 @dataclasses.dataclass(frozen=True)
 class Calibration:
-    """A device's factors (log scale): the device's own and each method's on top of it, their
-    joint posterior, the spread of one row about them, and how many rows made them."""
+    """A device's factors (log scale): the device's own, each method's on top of it, each
+    answer group's on top of that and each group's GPU count's on top of that; their joint
+    posterior, the spread of one row about them, and how many rows made them."""
 
     device: str
     rows: int
     methods: tuple[str, ...]
-    mean: tuple[float, ...]  # the device's shift, then one per method
+    mean: tuple[float, ...]  # the device's shift, then one per method, group, subgroup
     covariance: tuple[tuple[float, ...], ...]
     spread: float
     method_sd: float
+    groups: tuple[str, ...] = ()
+    group_sd: float = 0.0
+    subgroups: tuple[str, ...] = ()
+    subgroup_sd: float = 0.0
+    freedom: float = math.inf
 
-    def _shift(self, method: str) -> tuple[float, float]:
-        """The log factor of `method` on this device, and its variance."""
-        index = [0] + ([1 + self.methods.index(method)] if method in self.methods else [])
+    def _shift(self, method: str, group: str = "", subgroup: str = "") -> tuple[float, float]:
+        """The log factor of a configuration of `method`, answer group `group` and subgroup
+        `subgroup` on this device, and its variance: a level without rows adds its prior
+        spread."""
+        index, unseen, offset = [0], 0.0, 1
+        levels = (
+            (self.methods, method, self.method_sd, True),
+            (self.groups, group, self.group_sd, bool(group)),
+            (self.subgroups, subgroup, self.subgroup_sd, bool(subgroup)),
+        )
+        for names, name, sd, named in levels:
+            if named and name in names:
+                index.append(offset + names.index(name))
+            else:
+                unseen += sd**2
+            offset += len(names)
         mean = sum(self.mean[i] for i in index)
         variance = sum(self.covariance[i][j] for i in index for j in index)
-        if method not in self.methods:
-            variance += self.method_sd**2
-        return mean, variance
+        return mean, variance + unseen
 
-    def factor(self, method: str = "") -> float:
-        return math.exp(self._shift(method)[0])
+    def factor(self, method: str = "", group: str = "", subgroup: str = "") -> float:
+        return math.exp(self._shift(method, group, subgroup)[0])
 
-    def interval(self, predicted: float, coverage: float = 0.95, method: str = "") -> Interval:
-        """The calibrated prediction of a configuration the speed model predicts at
-        `predicted`, and its interval."""
-        z = NormalDist().inv_cdf(0.5 + coverage / 2)
-        shift, variance = self._shift(method)
+    def interval(
+        self,
+        predicted: float,
+        coverage: float = 0.95,
+        method: str = "",
+        group: str = "",
+        subgroup: str = "",
+    ) -> Interval:
+        """The calibrated prediction of a configuration of `method`, answer group `group` and
+        subgroup `subgroup` that the speed model predicts at `predicted`, and its interval."""
+        z = t_quantile(0.5 + coverage / 2, self.freedom)
+        shift, variance = self._shift(method, group, subgroup)
         sd = math.sqrt(variance + self.spread**2)
         central = predicted * math.exp(shift)
         return Interval(central, central * math.exp(-z * sd), central * math.exp(z * sd), coverage)
 
 
-def _design(rows: Sequence[Row], methods: Sequence[str]) -> np.ndarray:
-    return np.array([[1.0] + [float(r.method == m) for m in methods] for r in rows])
+@dataclasses.dataclass(frozen=True)
+class _Levels:
+    """The names each level's factors go by, in the design's column order."""
+
+    methods: list[str]
+    groups: list[str]
+    subgroups: list[str]
+
+    @classmethod
+    def of(cls, rows: Sequence[Row], prior: Prior) -> _Levels:
+        def named(found: Iterable[str], sd: float) -> list[str]:
+            return sorted({f for f in found if f}) if sd > 0 else []
+
+        return cls(
+            sorted({r.method for r in rows}),
+            named((r.group for r in rows), prior.group_sd),
+            named((r.subgroup for r in rows), prior.subgroup_sd),
+        )
+
+    def columns(self, rows: Sequence[Row]) -> np.ndarray:
+        """One line per row: the device's factor, then one column per method, group and
+        subgroup."""
+        x = np.zeros((len(rows), 1 + len(self.methods) + len(self.groups) + len(self.subgroups)))
+        for i, row in enumerate(rows):
+            x[i, 0] = 1.0
+            offset = 1
+            for names, name in (
+                (self.methods, row.method),
+                (self.groups, row.group),
+                (self.subgroups, row.subgroup),
+            ):
+                if name in names:
+                    x[i, offset + names.index(name)] = 1.0
+                offset += len(names)
+        return x
+
+    def unshared(self, rows: Sequence[Row], prior: Prior) -> np.ndarray:
+        """Each row's variance from the levels it names no factor of (noise to it)."""
+        return np.array(
+            [
+                (0.0 if r.group in self.groups else prior.group_sd**2)
+                + (0.0 if r.subgroup in self.subgroups else prior.subgroup_sd**2)
+                for r in rows
+            ]
+        )
+
+    def prior_sds(self, prior: Prior) -> np.ndarray:
+        return np.array(
+            [prior.shift_sd]
+            + [prior.method_sd] * len(self.methods)
+            + [prior.group_sd] * len(self.groups)
+            + [prior.subgroup_sd] * len(self.subgroups)
+        )
 
 
-def _posterior(
-    rows: Sequence[Row], methods: Sequence[str], prior: Prior, spread: float
-) -> tuple[np.ndarray, np.ndarray]:
+@dataclasses.dataclass(frozen=True)
+class _Fit:
+    """The factors' posterior, and each row's line of the design, weight (one over its
+    variance about the factors) and log ratio."""
+
+    mean: np.ndarray
+    covariance: np.ndarray
+    x: np.ndarray
+    weights: np.ndarray
+    y: np.ndarray
+
+
+def _posterior(rows: Sequence[Row], levels: _Levels, prior: Prior) -> _Fit:
     """The factors' posterior mean and covariance (a Gaussian prior, Gaussian rows)."""
-    x = _design(rows, methods).reshape(len(rows), 1 + len(methods))
+    x = levels.columns(rows)
     y = np.array([r.log_ratio for r in rows])
-    prior_precision = np.diag([prior.shift_sd**-2] + [prior.method_sd**-2] * len(methods))
-    covariance = np.linalg.inv(prior_precision + x.T @ x / spread**2)
-    return covariance @ (x.T @ y) / spread**2, covariance
+    weights = 1.0 / (prior.spread**2 + levels.unshared(rows, prior))
+    precision = np.diag(levels.prior_sds(prior) ** -2.0) + (x.T * weights) @ x
+    covariance = np.linalg.inv(precision)
+    return _Fit(covariance @ (x.T @ (weights * y)), covariance, x, weights, y)
 
 
-def _left_out_spread(rows: Sequence[Row], methods: Sequence[str], prior: Prior) -> float:
-    """One row's spread about the factors: each row against the factors fitted without it,
-    less those factors' own uncertainty, pooled with the prior's spread worth `prior.weight`
-    rows."""
+def _left_out_scale(rows: Sequence[Row], levels: _Levels, prior: Prior) -> float:
+    """How far the device's rows stray about their factors, as a multiple of what the prior
+    says: each row against the factors fitted without it (exactly, by Sherman-Morrison: its
+    residual over 1 - w h, with the factors' variance h / (1 - w h)), its square over the
+    variance the prior gives it there; their mean pooled with 1 worth `prior.weight` rows.
+    A device whose rows stray more widens every level below its factor alike."""
     if len(rows) < 2:
-        return prior.spread
-    squares = 0.0
-    for i, row in enumerate(rows):
-        mean, covariance = _posterior([*rows[:i], *rows[i + 1 :]], methods, prior, prior.spread)
-        x = _design([row], methods)[0]
-        squares += max((row.log_ratio - float(x @ mean)) ** 2 - float(x @ covariance @ x), 0.0)
-    return math.sqrt((prior.weight * prior.spread**2 + squares) / (prior.weight + len(rows)))
+        return 1.0
+    fit = _posterior(rows, levels, prior)
+    leverage = np.einsum("ij,jk,ik->i", fit.x, fit.covariance, fit.x)
+    kept = 1.0 - fit.weights * leverage
+    residual = (fit.y - fit.x @ fit.mean) / kept
+    variance = leverage / kept + 1.0 / fit.weights
+    squares = float((residual**2 / variance).sum())
+    return math.sqrt((prior.weight + squares) / (prior.weight + len(rows)))
+
+
+def scaled(prior: Prior, scale: float) -> Prior:
+    """The prior with its spreads below the device's and the method's factors times `scale`."""
+    return dataclasses.replace(
+        prior,
+        spread=prior.spread * scale,
+        group_sd=prior.group_sd * scale,
+        subgroup_sd=prior.subgroup_sd * scale,
+    )
 
 
 def calibrate(device: str, rows: Iterable[Row], prior: Prior | None = None) -> Calibration:
     """The device's calibration from its measured rows (none: the prior alone)."""
     prior = prior or prior_for(device)
     kept = [r for r in rows if r.predicted > 0 and r.measured > 0]
-    methods = sorted({r.method for r in kept})
-    spread = _left_out_spread(kept, methods, prior)
-    mean, covariance = _posterior(kept, methods, prior, spread)
+    levels = _Levels.of(kept, prior)
+    prior = scaled(prior, _left_out_scale(kept, levels, prior))
+    fit = _posterior(kept, levels, prior)
     return Calibration(
         device,
         len(kept),
-        tuple(methods),
-        tuple(float(v) for v in mean),
-        tuple(tuple(float(v) for v in line) for line in covariance),
-        spread,
+        tuple(levels.methods),
+        tuple(float(v) for v in fit.mean),
+        tuple(tuple(float(v) for v in line) for line in fit.covariance),
+        prior.spread,
         prior.method_sd,
+        tuple(levels.groups),
+        prior.group_sd,
+        tuple(levels.subgroups),
+        prior.subgroup_sd,
+        math.inf if prior.known_spreads else prior.weight + len(kept),
     )
 
 
@@ -185,3 +352,34 @@ def calibrate_devices(rows: Iterable[Row]) -> dict[str, Calibration]:
     for row in rows:
         by_device.setdefault(row.device, []).append(row)
     return {device: calibrate(device, found) for device, found in sorted(by_device.items())}
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def fit_level_spreads(groups: Iterable[Sequence[Sequence[float]]]) -> tuple[float, float, float]:
+    """(an answer group's factor's spread about zero, a subgroup's about its group's, one
+    row's about its subgroup's) from measured log ratios: per group, one sequence per subgroup.
+    Moments, each level's spread less what the level below puts in its means: the rows' pooled
+    spread about their subgroup's mean; the subgroups' means about their group's (unweighted)
+    mean; the groups' means about zero."""
+    found = [[list(s) for s in g if len(s)] for g in groups]
+    found = [g for g in found if g]
+    subs = [s for g in found for s in g]
+    freedom = sum(len(s) - 1 for s in subs)
+    within = sum(sum((v - _mean(s)) ** 2 for v in s) for s in subs) / freedom if freedom else 0.0
+    spread, count = 0.0, 0
+    for g in found:
+        means = [_mean(s) for s in g]
+        if len(g) > 1:
+            noise = sum(within / len(s) for s in g) * (len(g) - 1) / len(g)
+            spread += sum((m - _mean(means)) ** 2 for m in means) - noise
+            count += len(g) - 1
+    subgroup = max(spread / count, 0.0) if count else 0.0
+    between = [
+        _mean([_mean(s) for s in g]) ** 2 - sum(subgroup + within / len(s) for s in g) / len(g) ** 2
+        for g in found
+    ]
+    group = max(_mean(between), 0.0) if between else 0.0
+    return math.sqrt(group), math.sqrt(subgroup), math.sqrt(within)

@@ -3,10 +3,11 @@
 Per answer group (the groups of sfttrainer_plot's "Fastest valid": the experiment and every
 varying field but the GPU count, the batch size and the sequence length), the configurations
 that fit are measured in order of their predicted upper bound, each device calibrated on its
-rows measured so far (calibration.py). A group stops once no unmeasured configuration's upper
-bound reaches the measured fastest's lower bound (its interval's low end at the same coverage,
-its stored 95 % interval scaled; its figure where the row has no interval). Each configuration
-left unmeasured gets its reason.
+rows measured so far (calibration.py), each group and each of its GPU counts and sequence
+lengths on its own rows too: a group's first measured row narrows the rest of the group. A
+group stops once no unmeasured configuration's upper bound reaches the measured fastest's
+lower bound (its interval's low end at the same coverage, its stored 95 % interval scaled; its
+figure where the row has no interval). Each configuration left unmeasured gets its reason.
 
 Pure and stateless: candidates and the results measured so far in, a decision out. So a walk
 that was killed and run again decides from what was stored, and measures nothing twice.
@@ -20,7 +21,13 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from statistics import NormalDist
 from typing import TypeVar
 
-from ado_actuators.sfttrainer.ledger.calibration import Calibration, Interval, Row, calibrate
+from ado_actuators.sfttrainer.ledger.calibration import (
+    Calibration,
+    Interval,
+    Prior,
+    Row,
+    calibrate,
+)
 
 K = TypeVar("K", bound=Hashable)
 
@@ -38,6 +45,7 @@ class Candidate:
     gpu_hours: float = 0.0
     skip: str = ""
     method: str = ""
+    subgroup: str = ""  # its group's configurations at its GPU count and sequence length
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +74,9 @@ class Settings:
     coverage: float = 0.95
     budget_gpu_hours: float | None = None
     measure_ties: bool = True
+    priors: Mapping[str, Prior] = dataclasses.field(default_factory=dict)
+    """Per device, a prior in place of calibration.py's (the benchmarks' constants fitted
+    without the rows they are tested on)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,16 +90,21 @@ class Decision:
 
 
 def calibrations(
-    candidates: Iterable[Candidate], results: Mapping[str, Result]
+    candidates: Iterable[Candidate],
+    results: Mapping[str, Result],
+    priors: Mapping[str, Prior] | None = None,
 ) -> dict[str, Calibration]:
-    """Each device's calibration on its valid measured rows that the speed model predicted."""
+    """Each device's calibration on its valid measured rows that the speed model predicted,
+    each row in its answer group."""
     rows: dict[str, list[Row]] = {}
     for c in candidates:
         rows.setdefault(c.device, [])
         found = results.get(c.key)
         if found and found.valid and found.speed and c.predicted:
-            rows[c.device].append(Row(c.device, c.predicted, found.speed, c.method))
-    return {device: calibrate(device, found) for device, found in rows.items()}
+            row = Row(c.device, c.predicted, found.speed, c.method, c.group, c.subgroup)
+            rows[c.device].append(row)
+    given = priors or {}
+    return {device: calibrate(device, found, given.get(device)) for device, found in rows.items()}
 
 
 def interval_of(
@@ -96,7 +112,10 @@ def interval_of(
 ) -> Interval | None:
     if candidate.predicted is None or candidate.predicted <= 0:
         return None
-    return found[candidate.device].interval(candidate.predicted, coverage, candidate.method)
+    calibration = found[candidate.device]
+    return calibration.interval(
+        candidate.predicted, coverage, candidate.method, candidate.group, candidate.subgroup
+    )
 
 
 def _figure(value: float) -> str:
@@ -162,7 +181,7 @@ def judge(
     """The configurations that can still win (upper bound, candidate), highest first; those
     that cannot, with their reasons; and the devices' calibrations."""
     in_flight = set(pending)
-    found = calibrations(candidates, results)
+    found = calibrations(candidates, results, settings.priors)
     fastest = _fastest(candidates, results)
     unmeasured: dict[str, str] = {}
     open_: list[tuple[float, Candidate]] = []
@@ -210,15 +229,16 @@ def decide(
 
 
 def measuring_order(
-    candidates: Sequence[tuple[K, float, str]],
+    candidates: Sequence[tuple[K, float, str, str, str]],
     calibration_of: Callable[[list[K]], Calibration],
     count: int,
 ) -> list[K]:
-    """The first `count` keys a walk of one device's candidates (key, predicted, method)
-    measures: the highest upper bound first, the device recalibrated after each."""
+    """The first `count` keys a walk of one device's candidates (key, predicted, method,
+    group, subgroup) measures: the highest upper bound first, the device recalibrated after
+    each."""
     done: list[K] = []
     for _ in range(min(count, len(candidates))):
         found = calibration_of(done)
         rest = [c for c in candidates if c[0] not in done]
-        done.append(max(rest, key=lambda c: found.interval(c[1], method=c[2]).high)[0])
+        done.append(max(rest, key=lambda c: found.interval(c[1], 0.95, *c[2:]).high)[0])
     return done
