@@ -89,6 +89,24 @@ def test_the_cost_in_words_never_calls_cpu_time_gpu_time():
     ]
 
 
+def test_the_cost_block_adds_what_a_guided_walk_saved():
+    from ado_actuators.sfttrainer.contract.guided import GuidedRecord, Unmeasured
+
+    def left(hours: float) -> Unmeasured:
+        return Unmeasured("finetune_full_benchmark-v1.0.0", {"batch_size": 8}, "g", "why", hours)
+
+    record = GuidedRecord(
+        "space-1", 0.95, None, True, 3, 1.5, (left(2.0), left(0.25), left(0)), False
+    )
+    lines = cost_lines(cost(space_table(space())), record)
+    assert lines[:-1] == cost_lines(cost(space_table(space())))
+    assert lines[-1] == (
+        "Saved by the guided walk: about 2.25 GPU-hours (predicted) on 2 configurations it left "
+        "unmeasured, against 1.5 spent on 3 measurements; the walk had not finished; the "
+        "configurations and reasons: 'Left unmeasured by the guided walk'"
+    )
+
+
 def test_a_csv_without_metadata_says_the_answers_are_not_known_and_counts_them_untimed():
     rows = [
         {k: v for k, v in r.items() if k not in ("answered_by", "invalid_reason")} for r in space()

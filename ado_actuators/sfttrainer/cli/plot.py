@@ -144,6 +144,7 @@ def plot(
 
 
 def _plot(space_id, csv_file, context, output_dir, name, other):
+    from ado_actuators.sfttrainer.contract.guided import read_record
     from ado_actuators.sfttrainer.report import compare, files, sources, table
 
     if (space_id is None) == (csv_file is None):
@@ -178,8 +179,9 @@ def _plot(space_id, csv_file, context, output_dir, name, other):
             data, table.space_table(other_rows, f"--compare {other}"), other_name
         )
         title += f" compared with {other_name}"
+    guided = None if space_id is None else read_record(space_id)
     written = files.write_report(
-        data, output_dir, stem, f"SFTTrainer measurements: {title}", comparison
+        data, output_dir, stem, f"SFTTrainer measurements: {title}", comparison, guided
     )
     return written, comparison
 

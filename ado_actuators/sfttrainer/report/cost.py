@@ -1,5 +1,6 @@
 """What a space cost: the device-hours its stored measurements reserved, valid and invalid
-apart, and the configurations skipped without launching, by the rule that skipped them.
+apart, the configurations skipped without launching, by the rule that skipped them, and what a
+guided walk over the space saved by leaving configurations unmeasured.
 
 Pure: a SpaceTable's stored rows in, a Cost and its words out.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from ado_actuators.sfttrainer.contract.guided import GuidedRecord
 from ado_actuators.sfttrainer.contract.outcomes import (
     ANSWERED_WITHOUT_LAUNCHING,
     CERTAIN_OOM,
@@ -142,8 +144,10 @@ def _timed(row: Stored, launched: list[bool]) -> tuple[list[tuple[bool, float]],
     return [], len(launched)
 
 
-def cost_lines(found: Cost) -> list[str]:
-    """The space's cost in words: GPU time and CPU time are never added together."""
+def cost_lines(found: Cost, guided: GuidedRecord | None = None) -> list[str]:
+    """The space's cost in words: GPU time and CPU time are never added together; with the
+    record of a guided walk over the space, what the configurations it left unmeasured would
+    have cost."""
     lines = []
     if found.gpu.measurements:
         lines.append(
@@ -168,7 +172,20 @@ def cost_lines(found: Cost) -> list[str]:
             )
             + ")"
         )
-    return [*lines, _answered_line(found)]
+    return [*lines, _answered_line(found), *([saved_line(guided)] if guided else [])]
+
+
+def saved_line(record: GuidedRecord) -> str:
+    """What the guided walk saved: the GPU-hours its unmeasured configurations that fit were
+    predicted to cost (those skipped without launching are counted above, at none)."""
+    fitting = [u for u in record.unmeasured if u.predicted_gpu_hours > 0]
+    done = "" if record.finished else "; the walk had not finished"
+    return (
+        f"Saved by the guided walk: about {_figure(record.saved_gpu_hours)} GPU-hours "
+        f"(predicted) on {_count(len(fitting), 'configuration')} it left unmeasured, against "
+        f"{_figure(record.spent_gpu_hours)} spent on {_count(record.measured, 'measurement')}"
+        f"{done}; the configurations and reasons: 'Left unmeasured by the guided walk'"
+    )
 
 
 def _hours(hours: Hours, unit: str) -> str:

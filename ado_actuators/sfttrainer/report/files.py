@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from ado_actuators.sfttrainer.contract.guided import GuidedRecord
 from ado_actuators.sfttrainer.host.atomic import write_atomically
 from ado_actuators.sfttrainer.report.answers import answers
 from ado_actuators.sfttrainer.report.compare import Comparison
@@ -29,15 +30,21 @@ class ReportFiles:
 
 
 def write_report(
-    table: SpaceTable, out_dir: Path, stem: str, title: str, comparison: Comparison | None = None
+    table: SpaceTable,
+    out_dir: Path,
+    stem: str,
+    title: str,
+    comparison: Comparison | None = None,
+    guided: GuidedRecord | None = None,
 ) -> ReportFiles:
-    """Writes OUT_DIR/STEM.png and OUT_DIR/STEM.html; each appears whole or not at all."""
+    """Writes OUT_DIR/STEM.png and OUT_DIR/STEM.html; each appears whole or not at all.
+    `guided`: the record of a guided walk over the space, whose savings the cost block adds."""
     groups = answers(table)
     predicted = error_block(table)
     blocks = [
         *answer_blocks(groups),
         *([predicted] if predicted else []),
-        (COST_HEADING, cost_lines(cost(table))),
+        (COST_HEADING, cost_lines(cost(table), guided)),
         *([comparison_block(comparison)] if comparison else []),
     ]
     valid = sum(p.valid for p in table.points)
