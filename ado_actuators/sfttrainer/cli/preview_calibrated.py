@@ -4,6 +4,7 @@ interval. Every figure is a prediction."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from ado_actuators.sfttrainer.catalog.experiments import short_name
@@ -25,7 +26,9 @@ def _device_line(device: str, found: Calibration) -> str:
         return f"{device or 'no gpu_model'}: no measured row, the speed model alone"
     factors = ", ".join(f"{short_name(m)} x{found.factor(m):.2f}" for m in found.methods)
     rows = f"{found.rows} measured row{'s' if found.rows != 1 else ''}"
-    return f"{device}: {rows}, {factors}, one row strays {found.spread:.0%}"
+    # the rows here name no answer group: their group's and subgroup's spreads are theirs too
+    strays = math.sqrt(found.spread**2 + found.group_sd**2 + found.subgroup_sd**2)
+    return f"{device}: {rows}, {factors}, one row strays {strays:.0%}"
 
 
 def lines(
