@@ -123,13 +123,17 @@ class MemoryAssessment:
             f"{self.device_bytes / GIB:g} GiB. Not launched: use more GPUs, LoRA or a smaller "
             f"model, or set the actuator parameter memory_bound_check: false to measure anyway"
         )
+        return self._out_of_memory(reason, CERTAIN_OOM)
+
+    def _out_of_memory(self, reason: str, answered_by: str) -> Invalid:
+        """An OOM answered without launching, with what the bound and the prediction said."""
         return Invalid(
             reason=reason,
             gpu_oom=True,
             metadata={
                 METADATA: self.metadata(),
                 PREDICTED_METADATA: self.prediction_metadata(),
-                ANSWERED_BY: CERTAIN_OOM,
+                ANSWERED_BY: answered_by,
             },
             properties=self.properties(),
         )
@@ -164,16 +168,7 @@ class MemoryAssessment:
             f"CUDA context). Not launched: set the actuator parameter skip_predicted_oom: false "
             f"to measure it anyway"
         )
-        return Invalid(
-            reason=reason,
-            gpu_oom=True,
-            metadata={
-                METADATA: self.metadata(),
-                PREDICTED_METADATA: self.prediction_metadata(),
-                ANSWERED_BY: PREDICTED_OOM,
-            },
-            properties=self.properties(),
-        )
+        return self._out_of_memory(reason, PREDICTED_OOM)
 
     def answer(self, skip_predicted_oom: bool) -> Invalid | None:
         """is_valid = 0, skipped without launching, where the device's memory settles it: a
