@@ -33,11 +33,13 @@ def test_no_rows_is_the_prior_alone():
     assert found.rows == 0 and found.factor() == 1.0
     interval = found.interval(1000.0)
     prior = DATASHEET_DEVICE
-    levels = (prior.shift_sd, prior.method_sd, prior.group_sd, prior.subgroup_sd, prior.spread)
-    sd = math.sqrt(sum(v**2 for v in levels))
+    # the device's and method's factors normal; the levels carried from the A100 (group,
+    # subgroup, row) Student's t with `weight` degrees of freedom
+    known = prior.shift_sd**2 + prior.method_sd**2
+    carried = prior.group_sd**2 + prior.subgroup_sd**2 + prior.spread**2
+    half = math.sqrt(1.959964**2 * known + 3.182446**2 * carried)
     assert interval.central == 1000.0
-    # the datasheet's spreads are carried from the A100: Student's t with `weight` degrees
-    assert interval.high == pytest.approx(1000.0 * math.exp(3.182446 * sd), rel=3e-3)
+    assert interval.high == pytest.approx(1000.0 * math.exp(half), rel=2e-3)
     fitted = calibrate(REFERENCE_DEVICE, []).interval(1000.0)
     prior = FITTED_DEVICE
     levels = (prior.shift_sd, prior.method_sd, prior.group_sd, prior.subgroup_sd, prior.spread)

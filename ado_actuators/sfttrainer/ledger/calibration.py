@@ -179,25 +179,31 @@ class Calibration:
     subgroup_sd: float = 0.0
     freedom: float = math.inf
 
-    def _shift(self, method: str, group: str = "", subgroup: str = "") -> tuple[float, float]:
+    def _shift(
+        self, method: str, group: str = "", subgroup: str = ""
+    ) -> tuple[float, float, float]:
         """The log factor of a configuration of `method`, answer group `group` and subgroup
-        `subgroup` on this device, and its variance: a level without rows adds its prior
-        spread."""
-        index, unseen, offset = [0], 0.0, 1
+        `subgroup` on this device, and its variance in two parts: the device's and the
+        method's factors', then the rest (the group's and subgroup's factors' and one row's
+        spread, which the rows scale). A level without rows adds its prior spread."""
+        index, unseen, offset = [0], [0.0, 0.0], 1
         levels = (
             (self.methods, method, self.method_sd, True),
             (self.groups, group, self.group_sd, bool(group)),
             (self.subgroups, subgroup, self.subgroup_sd, bool(subgroup)),
         )
-        for names, name, sd, named in levels:
+        for level, (names, name, sd, named) in enumerate(levels):
             if named and name in names:
                 index.append(offset + names.index(name))
             else:
-                unseen += sd**2
+                unseen[min(level, 1)] += sd**2
             offset += len(names)
         mean = sum(self.mean[i] for i in index)
-        variance = sum(self.covariance[i][j] for i in index for j in index)
-        return mean, variance + unseen
+        device = [i for i in index if i <= len(self.methods)]
+        known = sum(self.covariance[i][j] for i in device for j in device)
+        total = sum(self.covariance[i][j] for i in index for j in index)
+        carried = max(total - known, 0.0) + unseen[1] + self.spread**2
+        return mean, known + unseen[0], carried
 
     def factor(self, method: str = "", group: str = "", subgroup: str = "") -> float:
         return math.exp(self._shift(method, group, subgroup)[0])
@@ -211,12 +217,15 @@ class Calibration:
         subgroup: str = "",
     ) -> Interval:
         """The calibrated prediction of a configuration of `method`, answer group `group` and
-        subgroup `subgroup` that the speed model predicts at `predicted`, and its interval."""
-        z = t_quantile(0.5 + coverage / 2, self.freedom)
-        shift, variance = self._shift(method, group, subgroup)
-        sd = math.sqrt(variance + self.spread**2)
+        subgroup `subgroup` that the speed model predicts at `predicted`, and its interval:
+        the device's and method's part normal, the rest Student's t at `freedom` (normal where
+        the spreads are known), their half-widths added in quadrature."""
+        p = 0.5 + coverage / 2
+        shift, known, carried = self._shift(method, group, subgroup)
+        z, t = NormalDist().inv_cdf(p), t_quantile(p, self.freedom)
+        half = math.sqrt(z**2 * known + t**2 * carried)
         central = predicted * math.exp(shift)
-        return Interval(central, central * math.exp(-z * sd), central * math.exp(z * sd), coverage)
+        return Interval(central, central * math.exp(-half), central * math.exp(half), coverage)
 
 
 @dataclasses.dataclass(frozen=True)
