@@ -179,14 +179,21 @@ def linear_inputs_saved(block: Block) -> float:
     """Inputs a trained linear keeps for its weight's gradient (full fine-tuning): q/k/v share
     the norm's output, gate/up the next norm's, down_proj its product; o_proj reads the
     attention's output, which flash-attn already keeps, and a contiguous copy of it otherwise."""
+    return sum(linear_inputs(block))
+
+
+def linear_inputs(block: Block) -> tuple[float, float]:
+    """`linear_inputs_saved` in two: q/k/v's inputs, and those of the linears after the
+    attention (o_proj's and the MLP's), whose backward has run, and freed them, by the time
+    the attention's runs."""
     if not block.trains_weights:
-        return 0.0
+        return 0.0, 0.0
     w, h = block.width, block.hidden
     o_proj = 0 if block.attention == "flash_attention_2" else w * block.q_width
     # autocast's cast of a wider norm output is each linear's own (F.linear casts its input)
     qkv, gate_up = (3, 2) if block.recast else (1, 1)
     mlp = 0 if block.moe else w * (gate_up * h + block.intermediate)  # moe_saved: the experts'
-    return qkv * w * h + o_proj + mlp
+    return qkv * w * h, o_proj + mlp
 
 
 def mlp_saved(block: Block, gate: bool = True, up: bool = True) -> float:
@@ -253,13 +260,27 @@ def adapters_saved(block: Block, grad_in: dict[str, bool]) -> float:
     if block.method != "lora":
         return 0.0
     kept = 2 if block.autocast else FP32
+    # an fp32 input's cast to fp32 is the input itself, and without dropout lora_A reads it:
+    # the adapters of linears that read the same tensor (q, k, v; gate, up) keep it once
+    shared = block.width == FP32 and not block.autocast and not block.lora_dropout
+    seen: set[str] = set()
     total = 0.0
     for name in block.adapted:
         width = adapter_input_width(block, name)
         mask = MASK * width if (block.lora_dropout and grad_in.get(name, True)) else 0
         copies = block.experts_per_token if name.startswith("w") else 1
-        total += copies * (kept * width + mask + kept * block.lora_r)
+        source = SHARED_INPUTS.get(name, name)
+        repeated = shared and source in seen
+        seen.add(source)
+        total += copies * (kept * width * (not repeated) + mask + kept * block.lora_r)
     return total
+
+
+SHARED_INPUTS = {
+    **dict.fromkeys(("q_proj", "k_proj", "v_proj"), "first norm"),
+    **dict.fromkeys(("gate_proj", "up_proj"), "second norm"),
+}
+"""The linears that read one tensor (each other linear reads its own)."""
 
 
 def layer_saved(block: Block, length: int, first: bool = False, input_grads: bool = True) -> float:
@@ -321,7 +342,11 @@ def attention_backward(block: Block, length: int) -> float:
     # max(2 + 4, 4 + 4) less the freed 16-bit copy, 6 = 2 + 4; an fp32 gradient needs no
     # upcast: the gradient and the output, 4 + 4. Either way the gradient's width and 4.
     per_score = block.width + FP32
-    freed = mlp_saved(block) + norm_saved(block, True)
+    # the MLP's tensors, the second norm's, what trained linears after the attention kept
+    # (o_proj's and the MLP's inputs): their backward has run; and the expanded value, which
+    # only the probabilities' gradient read (the second matmul's backward, just run)
+    freed = mlp_saved(block) + norm_saved(block, True) + linear_inputs(block)[1]
+    freed += block.width * block.q_width
     arriving = block.residual * block.hidden + block.width * block.q_width
     return block.heads * length * per_score + arriving - freed
 
@@ -583,6 +608,29 @@ def weight_copies(block: Block, grad_in: bool) -> float:
         }
         total += sum(n for n, tensor in layer_linears(block) if reaches[tensor])
     return block.width * total + _adapter_copies(block)
+
+
+def copies_after_attention(block: Block) -> float:
+    """Bytes of the copies `weight_copies` counts for the linears after the attention (o_proj,
+    the MLP's, their adapters'): freed by the time the attention's backward runs, their own
+    backward done (not per token)."""
+    linears = 0.0
+    if block.casts != "none":
+        linears = sum(n for n, tensor in layer_linears(block) if tensor != "hidden")
+    adapters = 0.0
+    if block.autocast and block.method == "lora":
+        before = ("q_proj", "k_proj", "v_proj")
+        later = [(n, o) for name, n, o in _adapted_shapes(block) if name not in before]
+        adapters = sum(block.lora_r * (n + o) for n, o in later)
+    return block.width * (linears + adapters)
+
+
+def gradients_before_attention(block: Block) -> float:
+    """Elements of a layer's weight gradients its backward has made by the time it reaches the
+    attention, beyond down_proj's: o_proj's, the MLP's first linears' (and a router's), the
+    second norm's."""
+    after = sum(n for n, tensor in layer_linears(block) if tensor in ("attention", "mlp"))
+    return after + block.hidden
 
 
 def cached_copies(block: Block) -> float:

@@ -276,10 +276,24 @@ def layer_bytes(
     tokens = workload.per_device_batch * length
     grad_in = input_grads(training, workload)
     first = activations.layer_saved(block, length, True, grad_in)
-    backward = activations.layer_backward(block, length)
-    hooked = training.peft_method != "none" and workload.input_hook
+    held = 0.0
     if workload.gradient_checkpointing and workload.reentrant_checkpointing:
-        backward += block.residual * dims.hidden  # the recomputed output, held through backward
+        held = block.residual * dims.hidden  # the recomputed output, held through backward
+    # the MLP's backward (what it frees may outweigh what it adds: none, then)
+    backward = (max(activations.mlp_backward(block), 0.0) + held) * tokens
+    softmax = activations.attention_backward(block, length) * tokens
+    if softmax:
+        # eager attention's softmax backward, o_proj's and the MLP's weight copies freed and,
+        # under full fine-tuning, their gradients (but down_proj's: the moments count it) made
+        softmax -= activations.copies_after_attention(block)
+        if training.peft_method == "none":
+            grads = activations.gradients_before_attention(block)
+            softmax += DTYPE_BYTES[training.torch_dtype] * grads
+        # reentrant: the gradient at the layer's output stays an argument of the checkpoint's
+        # backward while the recomputed layer's own runs, beside the residual's gradient the
+        # attention's backward reads (a sum made in the MLP's backward)
+        backward = max(backward, softmax + 2 * held * tokens)
+    hooked = training.peft_method != "none" and workload.input_hook
     # the embedding's output is in the model's dtype (an embedding is no autocast op)
     model = DTYPE_BYTES[training.torch_dtype]
     real = model * dims.hidden * workload.tokens
@@ -288,7 +302,7 @@ def layer_bytes(
         **_copies(dims, block, workload, grad_in),
         "first": first * tokens,
         "other": activations.layer_saved(block, length) * tokens,
-        "backward": backward * tokens + activations.experts_backward(block, expert_weights),
+        "backward": backward + activations.experts_backward(block, expert_weights),
         "forward": activations.layer_forward(block, not workload.gradient_checkpointing, length)
         * tokens,
         "recomputed": activations.layer_forward(block, True, length) * tokens,

@@ -1,0 +1,89 @@
+"""What is alive at eager attention's softmax backward, and LoRA's fp32 inputs read by more
+than one adapter (plan/memory/activations.py, peak.layer_bytes), held to hand counts of the
+tensors a trace of transformers 4.55's code shows at that moment (issue 44)."""
+
+from __future__ import annotations
+
+from ado_actuators.sfttrainer.plan.memory import activations as A
+from ado_actuators.sfttrainer.plan.memory.bound import Training
+from ado_actuators.sfttrainer.plan.memory.peak import Dimensions, Workload, block_of, layer_bytes
+
+LORA = A.Block(
+    hidden=64, q_width=64, kv_width=32, heads=4, intermediate=128, width=2, method="lora",
+    attention="sdpa", adapted=("q_proj", "v_proj"), lora_r=8,
+)  # fmt: skip
+FULL = A.Block(**{**LORA.__dict__, "method": "none", "adapted": ()})
+
+
+def test_a_trained_layer_keeps_its_linears_inputs_before_and_after_the_attention():
+    # q/k/v share the norm's output (2 x 64); o_proj's contiguous input (2 x 64), gate/up's
+    # shared input (2 x 64) and down_proj's (2 x 128)
+    assert A.linear_inputs(FULL) == (128, 128 + 128 + 256)
+    assert A.linear_inputs_saved(FULL) == 640
+    # a wider stream under autocast: each linear casts the norm's output itself
+    wide = A.Block(**{**FULL.__dict__, "stream": 4, "autocast": True, "casts": "cached"})
+    assert A.linear_inputs(wide) == (3 * 128, 128 + 2 * 128 + 256)
+    flash = A.Block(**{**FULL.__dict__, "attention": "flash_attention_2"})
+    assert A.linear_inputs(flash) == (128, 128 + 256)  # flash-attn keeps o_proj's input
+    assert A.linear_inputs(LORA) == (0, 0)
+
+
+def test_the_copies_after_the_attention_are_freed_by_its_backward():
+    saved = A.Block(**{**LORA.__dict__, "stream": 4, "casts": "saved", "autocast": True})
+    # o_proj 64 x 64, gate and up 2 x 64 x 128, down 128 x 64, in 16 bits; q and v's
+    # adapters run before the attention
+    assert A.copies_after_attention(saved) == 2 * (4096 + 16384 + 8192)
+    later = A.Block(**{**saved.__dict__, "adapted": ("o_proj", "down_proj")})
+    # lora_A and lora_B of o_proj (8 x (64 + 64)) and of down_proj (8 x (128 + 64))
+    assert A.copies_after_attention(later) == 2 * (4096 + 16384 + 8192) + 2 * (1024 + 1536)
+    assert A.copies_after_attention(LORA) == 0.0
+
+
+def test_a_layers_gradients_before_its_attention():
+    # o_proj's, gate's and up's weights and the second norm's (down_proj's: counted apart)
+    assert A.gradients_before_attention(FULL) == 4096 + 16384 + 64
+
+
+def test_adapters_reading_one_fp32_input_keep_it_once():
+    qkv = ("q_proj", "k_proj", "v_proj")
+    fp32 = A.Block(**{**LORA.__dict__, "width": 4, "adapted": qkv, "lora_dropout": False})
+    # the norm's output itself (4 x 64) once, and each lora_A's output (4 x 8)
+    assert A.adapters_saved(fp32, {}) == 4 * 64 + 3 * 4 * 8
+    # dropout makes each adapter a tensor of its own, and a one-byte mask
+    dropped = A.Block(**{**fp32.__dict__, "lora_dropout": True})
+    assert A.adapters_saved(dropped, {}) == 3 * (4 * 64 + 64 + 4 * 8)
+    # a 16-bit input: each adapter casts it to fp32 itself
+    half = A.Block(**{**fp32.__dict__, "width": 2})
+    assert A.adapters_saved(half, {}) == 3 * (4 * 64 + 4 * 8)
+    mlp = A.Block(**{**fp32.__dict__, "adapted": ("gate_proj", "up_proj", "down_proj")})
+    assert A.adapters_saved(mlp, {}) == 4 * 64 + 4 * 128 + 3 * 4 * 8
+
+
+def _training(method: str) -> Training:
+    return Training(peft_method=method, torch_dtype="bfloat16", optim="adamw_torch", number_gpus=1)
+
+
+def test_the_softmax_backward_beside_the_reentrant_checkpoints_gradients():
+    dims = Dimensions("llama", 2, 64, 4, 64, 32, 16, 128)
+    reentrant = Workload(
+        per_device_batch=2, sequence_length=256, attention="eager", reentrant_checkpointing=True
+    )
+    tokens, held = 2 * 256, 2 * 64  # the recomputed output, 16 bits
+    lora = block_of(dims, _training("lora"), reentrant, ("q_proj", "v_proj"))
+    layer = layer_bytes(dims, _training("lora"), reentrant, ("q_proj", "v_proj"))
+    # the layer's output gradient, held by the checkpoint, and the residual's: 2 x held
+    expected = A.attention_backward(lora, 256) * tokens + 2 * held * tokens
+    assert expected > (A.mlp_backward(lora) + held) * tokens
+    assert layer["backward"] == expected
+    # full fine-tuning: o_proj's, gate's, up's and the norm's gradients (bf16) are made
+    full = block_of(dims, _training("none"), reentrant)
+    layer = layer_bytes(dims, _training("none"), reentrant)
+    gradients = 2 * (64 * 64 + 2 * 64 * 16 + 64)
+    assert layer["backward"] == A.attention_backward(full, 256) * tokens + 2 * held * tokens + (
+        gradients
+    )
+    # sdpa: the MLP's backward, and the held output
+    sdpa = Workload(per_device_batch=2, sequence_length=256, reentrant_checkpointing=True)
+    layer = layer_bytes(dims, _training("lora"), sdpa, ("q_proj", "v_proj"))
+    block = block_of(dims, _training("lora"), sdpa, ("q_proj", "v_proj"))
+    assert layer["backward"] == (A.mlp_backward(block) + held) * tokens
