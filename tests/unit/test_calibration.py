@@ -198,3 +198,26 @@ def test_the_left_out_residuals_are_exact():
         squares += (row.log_ratio - x @ fit.mean) ** 2 / (x @ fit.covariance @ x + noise)
     expected = math.sqrt((prior.weight + squares) / (prior.weight + 4))
     assert c._left_out_scale(given, levels, prior) == pytest.approx(expected)
+
+
+def test_the_preview_groups_a_csvs_rows_as_it_groups_its_own():
+    """engine/calibrated.py: a measured CSV's strings and a space's entity values name the same
+    group; how long a run lasts names none; the GPU count and length name the subgroup."""
+    from ado_actuators.sfttrainer.engine.calibrated import group_of
+
+    lora = "finetune_lora_benchmark-v1.0.0"
+    entity = {
+        "model_name": "llama3.1-8b",
+        "number_gpus": 4,
+        "gpu_model": "NVIDIA-H100-80GB-HBM3",
+        "model_max_length": 2048,
+        "batch_size": 8,
+        "auto_stop_method": "STEADY_CI95_1PCT",
+        "auto_stop_max_seconds": 600,
+    }
+    csv = {"model_name": "llama3.1-8b", "number_gpus": "4.0", "model_max_length": "2048"}
+    assert group_of(lora, entity) == group_of(lora, {**csv, "batch_size": "32"})
+    other_gpus = group_of(lora, {**csv, "number_gpus": "8"})
+    assert other_gpus[0] == group_of(lora, csv)[0] and other_gpus[1] != group_of(lora, csv)[1]
+    assert group_of(lora, {**csv, "torch_dtype": "float16"})[0] != group_of(lora, csv)[0]
+    assert group_of("finetune_full_benchmark-v1.0.0", csv)[0] != group_of(lora, csv)[0]

@@ -23,8 +23,12 @@ from ado_actuators.sfttrainer.ledger.calibration import (
 )
 from ado_actuators.sfttrainer.plan.speed.prediction import PREDICTED_PROPERTY
 
-__all__ = ["CalibratedRow", "Calibration", "calibrated", "measured_rows"]
+__all__ = ["CalibratedRow", "Calibration", "calibrated", "group_of", "measured_rows"]
 MEASURED = "dataset_tokens_per_second_per_gpu"
+AXES = ("batch_size", "model_max_length", "number_gpus", "gpu_model")
+"""What varies inside an answer group (and the device, calibrated apart)."""
+STOPPING = ("max_steps", "num_train_epochs", "stop_after_seconds", "auto_stop_")
+"""Fields that say how long a run lasts, not how fast it trains: no group of their own."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +55,27 @@ def experiment_of(identifier: str) -> str | None:
     name = identifier.removeprefix("SFTTrainer.")
     known = list(catalog_data().experiments)
     return next((k for k in known if name == k or name.startswith(k)), None)
+
+
+def _text(value: Any) -> str:  # "8", 8 and 8.0 alike, as a CSV and an entity give them
+    number = _number(value)
+    return str(value) if number is None else f"{number:g}"
+
+
+def group_of(experiment: str, values: Mapping[str, Any]) -> tuple[str, str]:
+    """The answer group (the experiment and every field given but the GPU count, the batch
+    size, the sequence length and the device) and subgroup (the group at one GPU count and
+    sequence length) of a configuration's entity values; how long it runs does not count.
+    Rows from another space, with other fields, fall in groups of their own: calibrated as
+    rows of no group would be."""
+    kept = sorted(
+        (k, _text(v))
+        for k, v in values.items()
+        if k not in AXES and not k.startswith(STOPPING) and v not in (None, "")
+    )
+    group = f"{experiment} " + ", ".join(f"{k} {v}" for k, v in kept)
+    gpus, length = values.get("number_gpus"), values.get("model_max_length")
+    return group, f"{group}; {_text(gpus)} GPUs, {_text(length)} tokens"
 
 
 def device_of_values(values: Mapping[str, Any]) -> str:
@@ -86,7 +111,11 @@ def measured_rows(
             entity = {k: values[k] for k in fields if values.get(k) not in (None, "")}
             predicted = _prior(preview_entity(entity, experiment, settings), settings)
         if predicted is not None:
-            found.append(Row(device_of_values(values), predicted, measured, experiment))
+            mine = {k: values[k] for k in fields if k in values}
+            group, subgroup = group_of(experiment, mine)
+            found.append(
+                Row(device_of_values(values), predicted, measured, experiment, group, subgroup)
+            )
     return found
 
 
@@ -105,10 +134,11 @@ def calibrated(
     for row in rows:
         device = device_of_values(row.effective or row.entity)
         prior = _prior(row, settings) if row.verdict in ("fits", "unknown") else None
+        group, subgroup = group_of(row.experiment, row.entity)
         interval = (
             None
             if prior is None
-            else calibrations[device].interval(prior, coverage, row.experiment)
+            else calibrations[device].interval(prior, coverage, row.experiment, group, subgroup)
         )
         found.append(CalibratedRow(row, device, interval, calibrations[device].rows))
     return found, calibrations
