@@ -8,7 +8,15 @@ What the CPU runs differently from a GPU, and how the measurement is made to run
   foreach (the one state-sized temporary the formula counts);
 - dropout: on a CPU ATen's dropout multiplies by a noise tensor of the input's dtype, on CUDA
   native_dropout keeps a one-byte mask (what the trace and the formula count): LoRA's dropout
-  is 0 here, so neither runs.
+  is 0 here, so neither runs;
+- autocast: on a CPU the Trainer wraps compute_loss in an autocast of its own ("cpu_amp",
+  Trainer.autocast_smart_context_manager), around accelerate's around the model's forward; on
+  CUDA it adds none. Autocast's weight cache (the bf16 copies of trained fp32 weights) lives
+  until the outermost autocast exits: on a CPU through the loss and TRL's token accuracy, on
+  CUDA only through the forward. The Trainer's is made CUDA's (none): without that, full
+  fine-tuning of fp32 weights under checkpointing measures every layer's copies at the loss,
+  1.9 % of the tiny model's peak at b4 x 256 with reentrant checkpointing (0.6 % at b1 x 128,
+  none without checkpointing, where the layers keep their copies anyway).
 What the instrument itself changes, and how it is kept out:
 - MemTracker registers a gradient hook on every parameter, which torch refuses for a frozen
   one: frozen parameters are given a no-op handle (their storage is still counted);
@@ -32,6 +40,7 @@ the virtual tokens: a size mismatch in the loss)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -113,7 +122,7 @@ def _measured(model_dir: Path, data: Path, out: Path) -> dict[tuple[Any, ...], i
 def _measure(model_dir: Path, data: Path, out: Path, case: tuple[Any, ...]) -> int:
     """MemTracker's peak over fms-hf-tuning's training call, two steps (the second holds the
     optimizer state)."""
-    from transformers import TrainerCallback
+    from transformers import Trainer, TrainerCallback
     from tuning import sft_trainer
     from tuning.config import configs, peft_config
 
@@ -134,6 +143,12 @@ def _measure(model_dir: Path, data: Path, out: Path, case: tuple[Any, ...]) -> i
             peak = tracker.get_tracker_snapshot("peak")
             found["peaks"] = [*found.get("peaks", []), sum(int(d["Total"]) for d in peak.values())]
 
+    # on CUDA the Trainer adds no autocast of its own around compute_loss (accelerate's around
+    # the model's forward is the one): its CPU-only one keeps autocast's weight cache through
+    # the loss (module docstring)
+    Trainer.autocast_smart_context_manager = lambda self, cache_enabled=True: (  # type: ignore[method-assign]
+        contextlib.nullcontext()
+    )
     kwargs = {"use_reentrant": checkpointing == "reentrant"} if checkpointing else None
     arguments = (
         # sdpa: what transformers runs for Llama without flash-attn (use_flash_attn false);
