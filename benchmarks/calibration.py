@@ -10,10 +10,16 @@ its answer group (benchmarks/guided_search.py's: one table, model, framework and
 - the A100 tables with each model family left out: the family is predicted with the constants
   fitted on the others, then calibrated on its own first rows (the family is the "device").
 
-The group level's two constants (an answer group's factor's spread, one row's spread about
-it) are fitted here on the A100 families' errors (calibration.fit_group_spreads): for an A100
-family, on the other four only; for the L40, on all five (the shipped GROUP_SD and
-WITHIN_GROUP). So no figure below is scored on rows that fitted its constants.
+The spreads of the levels (an answer group's factor's, a subgroup's on top of it, one row's
+about it) are fitted here by moments (calibration.fit_level_spreads), never on the rows they
+are scored on:
+- for an A100 family, on the speed model's errors on the other four families (the fitted
+  device's spreads, shipped as GROUP_SD, SUBGROUP_SD, WITHIN_SUBGROUP from all five);
+- for the L40 and llm-foundry (off the fitted device or framework), on the speed model's
+  errors on the public validation runs of every other source (throughput_validation.load_all:
+  other frameworks' runs, the L40 table, llm-foundry's; the source scored left out), shipped
+  as OFF_SOURCE_GROUP_SD, OFF_SOURCE_SUBGROUP_SD, OFF_SOURCE_WITHIN from all of them; and
+  another framework's shift on the A100 (FRAMEWORK_SHIFT_SD) likewise.
 
 Reported per k: the median |error| of the rows not used, the share of them inside their 95 %
 interval, and the interval's median half-width. Then within one group: calibrate on the
@@ -30,16 +36,22 @@ import statistics
 import sys
 
 from guided_search import (
+    FOUNDRY_SOURCE,
+    L40_SOURCE,
     Config,
     a100_spaces,
     fitted_prior,
     foundry_spaces,
+    framework_shift_sd,
     l40_space,
+    off_source_prior,
+    off_source_spreads,
     subgroup_of,
 )
 
 from ado_actuators.sfttrainer.ledger.calibration import (
-    FITTED_DEVICE,
+    DATASHEET_DEVICE,
+    FRAMEWORK_SHIFT_SD,
     REFERENCE_DEVICE,
     Prior,
     Row,
@@ -133,23 +145,38 @@ def report(label: str, rows: dict[str, Row], device: str, prior: Prior, into: Re
         print(line(label, k, found).replace(f"k={k}", f"k={k} in its group"))
 
 
-def l40(a100: dict[str, list[Config]]) -> Report:
-    prior = fitted_prior(L40, list(a100.values()))
+def off_source() -> None:
+    group_sd, subgroup_sd, within = off_source_spreads()
     print(
-        f"L40 (fms-acceleration, nothing fitted on it; the group levels fitted on the five A100 "
-        f"families: {levels(prior)}; shipped: {levels(FITTED_DEVICE)}):"
+        f"Off the fitted source, fitted on every public validation run (load_all): group "
+        f"{group_sd:.3f}, GPU count {subgroup_sd:.3f}, row {within:.3f}, another framework's "
+        f"shift on the A100 {framework_shift_sd():.3f}; shipped: {levels(DATASHEET_DEVICE)}, "
+        f"{FRAMEWORK_SHIFT_SD:.3f}"
+    )
+
+
+def l40() -> Report:
+    prior = off_source_prior(L40, L40_SOURCE)
+    print(
+        f"L40 (fms-acceleration, nothing fitted on it; the group levels fitted on the other "
+        f"validation sources, the L40 table left out: {levels(prior)}):"
     )
     found: Report = {}
     report("L40", _rows(l40_space(), L40), L40, prior, found)
     return found
 
 
-def foundry(a100: dict[str, list[Config]]) -> Report:
-    print("llm-foundry (another framework; nothing fitted on it; group levels as the L40's):")
+def foundry() -> Report:
+    prior = off_source_prior(L40, FOUNDRY_SOURCE)
+    print(
+        f"llm-foundry (another framework; nothing fitted on it; the group levels fitted on the "
+        f"other validation sources, llm-foundry left out: {levels(prior)}; on the A100 the "
+        f"framework's shift {off_source_prior(REFERENCE_DEVICE, FOUNDRY_SOURCE).shift_sd:.3f}):"
+    )
     pooled: Report = {}
     for name, space in foundry_spaces().items():
         device = space[0].observed.device.name
-        prior = fitted_prior(device, list(a100.values()))
+        prior = off_source_prior(device, FOUNDRY_SOURCE)
         report(
             name.removeprefix("llm-foundry NVIDIA-"), _rows(space, device), device, prior, pooled
         )
@@ -176,7 +203,8 @@ def a100_families(a100: dict[str, list[Config]]) -> Report:
 
 def main() -> int:
     a100 = a100_spaces()
-    on_l40, on_a100, on_foundry = l40(a100), a100_families(a100), foundry(a100)
+    off_source()
+    on_l40, on_a100, on_foundry = l40(), a100_families(a100), foundry()
 
     def median(found: list[Scored]) -> float:
         return statistics.median(abs(e) for e, *_ in found)
@@ -198,6 +226,9 @@ def main() -> int:
         ),
         "A100 families no worse than uncalibrated, on the same rows": all(
             median(on_a100[f"k={k}"]) <= before(on_a100[f"k={k}"]) + 1e-9 for k in KS
+        ),
+        "llm-foundry no worse than uncalibrated, on the same rows": all(
+            median(on_foundry[f"k={k}"]) <= before(on_foundry[f"k={k}"]) + 1e-9 for k in KS
         ),
     }
     for goal, met in goals.items():

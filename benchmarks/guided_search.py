@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import functools
 import math
 import random
 import statistics
@@ -47,7 +48,9 @@ from throughput_prediction import (
     PACKED_TABLES,
     Observed,
     _observed,
+    errors,
     fit,
+    load_l40,
     predicted,
 )
 
@@ -172,23 +175,80 @@ def fitted_prior(device: str, a100: list[list[Config]]) -> Prior:
     )
 
 
+L40_SOURCE = "fms-acceleration L40"
+FOUNDRY_SOURCE = "llm-foundry"
+
+
+@functools.cache
+def validation_errors() -> tuple[tuple[str, Observed, float], ...]:
+    """(source, run, log of measured over predicted) of every public run the speed model was
+    not fitted on (benchmarks/throughput_validation.load_all), predicted with the shipped
+    constants; a source: one framework's publication (the L40 table, llm-foundry's tables, each
+    of public_throughput.yaml's)."""
+    from throughput_validation import load, load_foundry
+
+    sourced = [(o.family, o) for o in load()]
+    sourced += [(L40_SOURCE, o) for o in load_l40()] + [(FOUNDRY_SOURCE, o) for o in load_foundry()]
+    found = errors([o for _, o in sourced], FITTED)
+    return tuple((s, o, -math.log1p(e)) for (s, o), e in zip(sourced, found, strict=True))
+
+
+def off_source_spreads(without: str = "") -> tuple[float, float, float]:
+    """(group, subgroup, row) spreads of the speed model's errors off the source it was fitted
+    on (calibration.py's OFF_SOURCE_*), by fit_level_spreads on every validation source but
+    `without`: a group is one source, device, model, framework and method, a subgroup its runs
+    at one GPU count and length; each source's device's and method's mean error taken out (what
+    the device's and method's factors take up)."""
+    found = [r for r in validation_errors() if r[0] != without]
+    means: dict[tuple[str, str, str], list[float]] = {}
+    for source, o, y in found:
+        means.setdefault((source, o.device.name, o.run.method), []).append(y)
+    groups: dict[tuple[str, ...], dict[tuple[int, int], list[float]]] = {}
+    for source, o, y in found:
+        group = (source, o.device.name, o.model, o.framework, o.run.method)
+        at = groups.setdefault(group, {}).setdefault((o.run.gpus, o.run.sequence_length), [])
+        at.append(y - statistics.mean(means[(source, o.device.name, o.run.method)]))
+    return fit_level_spreads(list(g.values()) for g in groups.values())
+
+
+def framework_shift_sd(without: str = "") -> float:
+    """How far another framework strays as a whole on the fitted device (calibration.py's
+    FRAMEWORK_SHIFT_SD): the root mean square of each source's mean error there, but
+    `without`'s."""
+    by_source: dict[str, list[float]] = {}
+    for source, o, y in validation_errors():
+        if source != without and o.device.name == REFERENCE_DEVICE:
+            by_source.setdefault(source, []).append(y)
+    return math.sqrt(statistics.mean(statistics.mean(v) ** 2 for v in by_source.values()))
+
+
+def off_source_prior(device: str, without: str) -> Prior:
+    """The prior of a device or framework the speed model was not fitted on, its spreads
+    fitted on the validation sources but `without` (the source it is scored on)."""
+    group_sd, subgroup_sd, within = off_source_spreads(without)
+    prior = prior_for(device, fitted_framework=False)
+    if device == REFERENCE_DEVICE:
+        prior = dataclasses.replace(prior, shift_sd=framework_shift_sd(without))
+    return dataclasses.replace(prior, group_sd=group_sd, subgroup_sd=subgroup_sd, spread=within)
+
+
 Space = tuple[list[Config], str, Prior]
 
 
 def spaces_to_walk() -> tuple[dict[str, Space], dict[str, Space]]:
     """fms-acceleration's spaces and llm-foundry's, each with its device and its prior: an
-    A100 family's group levels fitted on the other four families, every other space's on all
-    five."""
+    A100 family's group levels fitted on the other four families; the L40's and llm-foundry's
+    on the public validation runs of the other sources (off_source_prior)."""
     a100 = a100_spaces()
     fms = {}
     for name, space in a100.items():
         others = [s for n, s in a100.items() if n != name]
         fms[name] = (space, REFERENCE_DEVICE, fitted_prior(REFERENCE_DEVICE, others))
-    fms["L40"] = (l40_space(), "NVIDIA-L40", fitted_prior("NVIDIA-L40", list(a100.values())))
+    fms["L40"] = (l40_space(), "NVIDIA-L40", off_source_prior("NVIDIA-L40", L40_SOURCE))
     foundry = {}
     for name, space in foundry_spaces().items():
         device = space[0].observed.device.name
-        foundry[name] = (space, device, fitted_prior(device, list(a100.values())))
+        foundry[name] = (space, device, off_source_prior(device, FOUNDRY_SOURCE))
     return fms, foundry
 
 

@@ -3,6 +3,7 @@ and intervals that narrow as rows accumulate."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -11,7 +12,15 @@ from ado_actuators.sfttrainer.ledger.calibration import (
     CPU,
     DATASHEET_DEVICE,
     FITTED_DEVICE,
+    FRAMEWORK_SHIFT_SD,
+    GROUP_SD,
+    OFF_SOURCE_GROUP_SD,
+    OFF_SOURCE_SUBGROUP_SD,
+    OFF_SOURCE_WITHIN,
+    OTHER_FRAMEWORK,
     REFERENCE_DEVICE,
+    SUBGROUP_SD,
+    WITHIN_SUBGROUP,
     Row,
     calibrate,
     calibrate_devices,
@@ -86,7 +95,7 @@ def test_intervals_narrow_as_rows_accumulate(ratio):
         calibrate(L40, rows(ratio, n)).interval(1000.0, method="lora").half_width / 1000
         for n in (0, 1, 2, 4, 16)
     ]
-    assert widths == sorted(widths, reverse=True) and widths[-1] < widths[0] / 3
+    assert widths == sorted(widths, reverse=True) and widths[-1] < widths[0] / 2
 
 
 def test_the_spread_comes_from_the_rows_left_out():
@@ -94,7 +103,41 @@ def test_the_spread_comes_from_the_rows_left_out():
     scattered = calibrate(
         L40, [Row(L40, 1000.0, 1000.0 * r, "lora") for r in (0.6, 1.0, 0.7, 0.95, 0.65, 0.9)]
     )
-    assert steady.spread < DATASHEET_DEVICE.spread < scattered.spread
+    assert steady.spread == DATASHEET_DEVICE.spread < scattered.spread
+
+
+def test_carried_spreads_only_widen_and_known_ones_narrow_too():
+    """The first rows a walk measures are chosen alike: their agreement does not narrow spreads
+    carried from elsewhere, but it does narrow the fitted device's own."""
+    agreeing = [Row(L40, 1000.0, 800.0 * (1 + 0.001 * i), "lora") for i in range(8)]
+    assert calibrate(L40, agreeing).spread == DATASHEET_DEVICE.spread
+    known = dataclasses.replace(DATASHEET_DEVICE, known_spreads=True)
+    assert calibrate(L40, agreeing, known).spread < DATASHEET_DEVICE.spread
+
+
+def test_off_the_fitted_source_the_spreads_are_the_validations():
+    other = prior_for(REFERENCE_DEVICE, fitted_framework=False)
+    assert other is OTHER_FRAMEWORK and other.shift_sd == FRAMEWORK_SHIFT_SD
+    for prior in (DATASHEET_DEVICE, OTHER_FRAMEWORK):
+        assert (prior.group_sd, prior.subgroup_sd, prior.spread) == (
+            OFF_SOURCE_GROUP_SD,
+            OFF_SOURCE_SUBGROUP_SD,
+            OFF_SOURCE_WITHIN,
+        )
+        assert not prior.known_spreads
+    total = math.hypot(OFF_SOURCE_GROUP_SD, OFF_SOURCE_SUBGROUP_SD, OFF_SOURCE_WITHIN)
+    assert total > 1.5 * math.hypot(GROUP_SD, SUBGROUP_SD, WITHIN_SUBGROUP)
+
+
+def test_a_wider_spread_moves_the_device_factor_less():
+    """One row 30 % fast: another group's predicted factor follows it less when a group's and
+    a row's own error may be larger (the first rows are no more than one group's word)."""
+    row = [Row(L40, 1000.0, 1300.0, "lora", "g", "g 1")]
+    narrow = dataclasses.replace(
+        DATASHEET_DEVICE, group_sd=GROUP_SD, subgroup_sd=SUBGROUP_SD, spread=WITHIN_SUBGROUP
+    )
+    moved = [calibrate(L40, row, p).factor("lora", "h", "h 1") for p in (narrow, DATASHEET_DEVICE)]
+    assert 1.0 < moved[1] < moved[0] < 1.3
 
 
 def test_a_method_without_rows_keeps_its_own_uncertainty():
@@ -166,7 +209,7 @@ def test_rows_that_stray_more_than_the_prior_says_widen_every_level():
 
     wild, tame = calibrate(L40, rows_of(0.3)), calibrate(L40, rows_of(0.001))
     prior = DATASHEET_DEVICE
-    assert wild.spread > prior.spread > tame.spread
+    assert wild.spread > prior.spread == tame.spread
     assert wild.group_sd / prior.group_sd == pytest.approx(wild.spread / prior.spread)
     assert wild.subgroup_sd / prior.subgroup_sd == pytest.approx(wild.spread / prior.spread)
     assert (
@@ -188,7 +231,7 @@ def test_the_left_out_residuals_are_exact():
             (0.75, "full", "c", "1"),
         ]
     ]
-    prior = DATASHEET_DEVICE
+    prior = dataclasses.replace(DATASHEET_DEVICE, known_spreads=True)
     levels = c._Levels.of(given, prior)
     squares = 0.0
     for i, row in enumerate(given):
@@ -198,6 +241,8 @@ def test_the_left_out_residuals_are_exact():
         squares += (row.log_ratio - x @ fit.mean) ** 2 / (x @ fit.covariance @ x + noise)
     expected = math.sqrt((prior.weight + squares) / (prior.weight + 4))
     assert c._left_out_scale(given, levels, prior) == pytest.approx(expected)
+    carried = dataclasses.replace(prior, known_spreads=False)
+    assert c._left_out_scale(given, levels, carried) == pytest.approx(max(expected, 1.0))
 
 
 def test_the_preview_groups_a_csvs_rows_as_it_groups_its_own():
