@@ -87,3 +87,20 @@ def test_the_softmax_backward_beside_the_reentrant_checkpoints_gradients():
     layer = layer_bytes(dims, _training("lora"), sdpa, ("q_proj", "v_proj"))
     block = block_of(dims, _training("lora"), sdpa, ("q_proj", "v_proj"))
     assert layer["backward"] == (A.mlp_backward(block) + held) * tokens
+
+
+def test_prompt_tunings_fp32_embeddings_are_the_first_norms_copy():
+    from ado_actuators.sfttrainer.plan.memory.peak import _forward_moments
+
+    dims = Dimensions("llama", 2, 64, 4, 64, 32, 16, 128)
+    plain = Workload(per_device_batch=2, sequence_length=8, gradient_checkpointing=False)
+    zeros = dict.fromkeys(("inside", "returned"), 0.0)
+    tokens = 2 * (8 + 8)  # the virtual tokens joined
+    for dtype, width, embeddings in (("float32", 4, 0), ("bfloat16", 2, 1)):
+        training = Training(peft_method="pt", torch_dtype=dtype, optim="adamw_torch", number_gpus=1)
+        layer = layer_bytes(dims, training, plain)
+        assert layer["input"] == width * 64 * tokens
+        moments = _forward_moments(dims, training, plain, layer, {}, 0.0, zeros)
+        # the final norm's output, and the joined embeddings unless the first layer's norm
+        # keeps them as its fp32 copy (fp32 weights: the same tensor)
+        assert moments["loss"]["activations"] == layer["input"] * (1 + embeddings)

@@ -583,9 +583,12 @@ def _forward_moments(
     the last layer's forward at its largest."""
     # held through the loss: the final norm's output by the model's output (kept anyway as the
     # LM head's input when that trains); under prompt tuning, the joined input embeddings by
-    # PEFT's forward
+    # PEFT's forward (unless they are fp32 and the first layer's norm keeps them as its fp32
+    # copy, counted with what that layer keeps)
     held = 0.0 if training.peft_method == "none" else layer["input"]
-    held += layer["input"] if training.peft_method == "pt" else 0.0
+    if training.peft_method == "pt":
+        shared = 0.0 if workload.gradient_checkpointing else layer["shared_first"]
+        held += layer["input"] - shared
     # the model's own eager mask, kept by no layer without checkpointing: inside its forward
     mask = 0.0 if workload.gradient_checkpointing else layer["mask"]
     copies = layer["copies_kept"] + layer["copies_head"]

@@ -39,7 +39,13 @@ def attention_forward(
 ) -> tuple[Tensor, None]:
     query, key, value = (t.transpose(1, 2) for t in (query, key, value))
     if query.dtype == torch.float32:
-        dtype = next(m for m in module.modules() if isinstance(m, torch.nn.Linear)).weight.dtype
+        # transformers casts an fp32 query (rotary's fp32 tables promote it under autocast over
+        # fp32 weights) to CUDA autocast's dtype when that is on (torch.is_autocast_enabled(),
+        # CUDA's), else to the linears' weights': the trace's CPU autocast stands for CUDA's
+        if torch.is_autocast_enabled("cpu"):
+            dtype = torch.get_autocast_dtype("cpu")
+        else:
+            dtype = next(m for m in module.modules() if isinstance(m, torch.nn.Linear)).weight.dtype
         query, key, value = (t.to(dtype) for t in (query, key, value))
     out = FlashAttention.apply(query, key, value, kwargs.get("scaling"))  # type: ignore[no-untyped-call]  # torch's
     return out, None
