@@ -228,8 +228,12 @@ def test_the_speed_check_reads_the_entity_and_config_json():
     assert found.properties() == {PREDICTED_PROPERTY: round(found.tokens_per_second_per_gpu, 1)}
     assert found.metadata()["predicted"] is True and found.metadata()["measured"] is False
     assert any("priced by what it achieves" in note for note in found.notes)
-    # H100, one node, 4k tokens: no public run of that regime was at hand, and the row says so
-    assert found.notes[0].startswith("regime not validated")
+    # H100, one node, 4k tokens: the regime's validated error, and where it comes from
+    assert found.notes[0].startswith("regime validated (NVIDIA-H100-80GB-HBM3, up to 8k tokens)")
+    assert "public runs nothing was fitted on" in found.notes[0]
+    # an L40S: no public run of it was at hand, and the row says so
+    l40s = predicted(values.model_copy(update={"gpu_model": "NVIDIA-L40S"}))
+    assert l40s.notes[0].startswith("regime not validated")
     cpu = predicted(values.model_copy(update={"number_gpus": 0}))
     assert cpu.step is None and "CPUs" in cpu.skipped
     unknown = predicted(values.model_copy(update={"gpu_model": "Quantum-9"}))

@@ -144,8 +144,8 @@ def plot(
 
 
 def _plot(space_id, csv_file, context, output_dir, name, other):
-    from ado_actuators.sfttrainer.contract.guided import read_record
     from ado_actuators.sfttrainer.report import compare, files, sources, table
+    from ado_actuators.sfttrainer.report.guided import record_of
 
     if (space_id is None) == (csv_file is None):
         raise table.TableError("give either SPACE_ID or --csv FILE (exactly one)")
@@ -179,7 +179,7 @@ def _plot(space_id, csv_file, context, output_dir, name, other):
             data, table.space_table(other_rows, f"--compare {other}"), other_name
         )
         title += f" compared with {other_name}"
-    guided = None if space_id is None else read_record(space_id)
+    guided = None if space_id is None else record_of(space_id)
     written = files.write_report(
         data, output_dir, stem, f"SFTTrainer measurements: {title}", comparison, guided
     )

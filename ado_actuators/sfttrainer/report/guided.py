@@ -40,7 +40,12 @@ def guided_lines(record: GuidedRecord) -> list[str]:
     return lines
 
 
+def record_of(space: str) -> GuidedRecord | None:
+    """The guided walk's record of `space`, None where no guided walk left one."""
+    return read_record(space)
+
+
 def guided_text(space: str) -> str | None:
     """The section for `space`, or None where no guided walk left a record of it."""
-    record = read_record(space)
+    record = record_of(space)
     return None if record is None else "\n".join(guided_lines(record))
