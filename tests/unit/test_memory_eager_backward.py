@@ -104,3 +104,31 @@ def test_prompt_tunings_fp32_embeddings_are_the_first_norms_copy():
         # the final norm's output, and the joined embeddings unless the first layer's norm
         # keeps them as its fp32 copy (fp32 weights: the same tensor)
         assert moments["loss"]["activations"] == layer["input"] * (1 + embeddings)
+
+
+def test_down_projs_backward_and_its_copy():
+    # the gradient arriving (2 x 64), down_proj's input gradient (2 x 128)
+    assert A.down_backward(LORA) == 2 * 64 + 2 * 128
+    # a wider stream: the arriving gradient fp32 (4 x 64), cast to 16 bits (2 x 64)
+    wide = A.Block(**{**LORA.__dict__, "stream": 4, "casts": "saved", "autocast": True})
+    assert A.down_backward(wide) == 4 * 64 + 2 * 64 + 2 * 128
+    # its weight's 16-bit copy (128 x 64), freed before the product's backward
+    assert A.down_copy(wide) == 2 * 128 * 64
+    adapted = A.Block(**{**wide.__dict__, "adapted": ("down_proj",)})
+    assert A.down_copy(adapted) == 2 * 128 * 64 + 2 * 8 * (128 + 64)
+    assert A.down_copy(LORA) == 0.0
+    moe = A.Block(**{**wide.__dict__, "moe": "mixtral", "experts": 2})
+    assert A.down_backward(moe) == A.down_copy(moe) == 0.0
+
+
+def test_the_layers_backward_is_down_projs_when_its_copy_outweighs_the_products():
+    from ado_actuators.sfttrainer.plan.memory.peak import _layer_backward
+
+    wide = A.Block(**{**LORA.__dict__, "stream": 4, "casts": "saved", "autocast": True})
+    training = Training(peft_method="lora", torch_dtype="float32", optim="adamw_torch", number_gpus=1)
+    # one token: the product's gradients (3 x 2 x 128) less the copy (16384) is below
+    # down_proj's moment
+    assert _layer_backward(wide, training, 1, 1, 0.0) == A.down_backward(wide)
+    # many tokens: the product's
+    mlp = A.mlp_backward(wide) * 1000 - A.down_copy(wide)
+    assert _layer_backward(wide, training, 1, 1000, 0.0) == mlp

@@ -319,15 +319,19 @@ def attention_forward(block: Block, length: int, keeping: bool) -> float:
     """What eager attention's softmax holds per token at its largest, when the cast back runs:
     the masked scores (still named by the code), the fp32 probabilities and their cast (or,
     at the softmax, the upcast in place of the cast), and the residual. `keeping`: counted
-    beyond what the layer keeps (the probabilities and their cast, `attention_saved`)."""
+    beyond what the layer keeps (the probabilities and their cast, `attention_saved`), less
+    what it keeps only after the attention (the second norm's, the MLP's, o_proj's and the
+    MLP's inputs when they train), not made yet."""
     if block.attention != "eager" or block.family != "llama":
         return 0.0
     masked, upcast, copy = softmax_widths(block)
     scores = block.heads * length
     held: float = masked + FP32 + max(upcast, copy)
+    later = 0.0
     if keeping:
         held -= attention_saved(block, (True,) * 3, length) / max(1, scores)
-    return scores * max(held, 0) + block.residual * block.hidden
+        later = mlp_saved(block) + norm_saved(block, True) + linear_inputs(block)[1]
+    return scores * max(held, 0) + block.residual * block.hidden - later
 
 
 def attention_backward(block: Block, length: int) -> float:
@@ -383,6 +387,30 @@ def mlp_backward(block: Block) -> float:
     # the gradient arriving at the layer's output is the residual stream's dtype
     arriving = block.residual * block.hidden
     return arriving + rows * products * block.width * block.intermediate - freed
+
+
+def down_backward(block: Block) -> float:
+    """A gated MLP's down_proj backward, per token, beyond what the layer keeps: the gradient
+    arriving at the layer's output, its cast to autocast's 16 bits where the stream is wider
+    (the matmul's gradient is in its output's dtype), and down_proj's input gradient. Its
+    weight copy is still alive (`down_copy`); the factors' gradients not yet made. Other MLPs:
+    not counted apart (0)."""
+    if block.family != "llama" or block.moe:
+        return 0.0
+    cast = block.width * block.hidden if block.recast else 0
+    return block.residual * block.hidden + cast + block.width * block.intermediate
+
+
+def down_copy(block: Block) -> float:
+    """Bytes of down_proj's autocast copies (its weight's, and its adapter's under LoRA), freed
+    once its backward has run, before the MLP's product's (not per token; gated MLPs only)."""
+    if block.family != "llama" or block.moe:
+        return 0.0
+    weight = block.intermediate * block.hidden if block.casts != "none" else 0
+    adapter = 0
+    if block.autocast and block.method == "lora" and "down_proj" in block.adapted:
+        adapter = block.lora_r * (block.intermediate + block.hidden)
+    return block.width * (weight + adapter)
 
 
 def layer_forward(block: Block, keeping: bool, length: int = 0) -> float:

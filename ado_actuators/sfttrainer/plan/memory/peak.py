@@ -279,20 +279,7 @@ def layer_bytes(
     held = 0.0
     if workload.gradient_checkpointing and workload.reentrant_checkpointing:
         held = block.residual * dims.hidden  # the recomputed output, held through backward
-    # the MLP's backward (what it frees may outweigh what it adds: none, then)
-    backward = (max(activations.mlp_backward(block), 0.0) + held) * tokens
-    softmax = activations.attention_backward(block, length) * tokens
-    if softmax:
-        # eager attention's softmax backward, o_proj's and the MLP's weight copies freed and,
-        # under full fine-tuning, their gradients (but down_proj's: the moments count it) made
-        softmax -= activations.copies_after_attention(block)
-        if training.peft_method == "none":
-            grads = activations.gradients_before_attention(block)
-            softmax += DTYPE_BYTES[training.torch_dtype] * grads
-        # reentrant: the gradient at the layer's output stays an argument of the checkpoint's
-        # backward while the recomputed layer's own runs, beside the residual's gradient the
-        # attention's backward reads (a sum made in the MLP's backward)
-        backward = max(backward, softmax + 2 * held * tokens)
+    backward = _layer_backward(block, training, length, tokens, held)
     hooked = training.peft_method != "none" and workload.input_hook
     # the embedding's output is in the model's dtype (an embedding is no autocast op)
     model = DTYPE_BYTES[training.torch_dtype]
@@ -329,6 +316,31 @@ def layer_bytes(
         if hooked and (training.peft_method == "pt" or dims.transformed_embedding)
         else 0.0,
     }
+
+
+def _layer_backward(
+    block: activations.Block, training: Training, length: int, tokens: int, held: float
+) -> float:
+    """What a layer's backward adds at its largest (bytes; `held`: per token, the recomputed
+    output reentrant checkpointing holds): down_proj's backward, the MLP's once down_proj's
+    weight copy is freed, or eager attention's softmax backward."""
+    down = (activations.down_backward(block) + held) * tokens
+    # the MLP's (what it frees may outweigh what it adds: none, then)
+    mlp = (max(activations.mlp_backward(block), 0.0) + held) * tokens
+    backward = max(down, mlp - activations.down_copy(block))
+    softmax = activations.attention_backward(block, length) * tokens
+    if softmax:
+        # eager attention's softmax backward, o_proj's and the MLP's weight copies freed and,
+        # under full fine-tuning, their gradients (but down_proj's: the moments count it) made
+        softmax -= activations.copies_after_attention(block)
+        if training.peft_method == "none":
+            grads = activations.gradients_before_attention(block)
+            softmax += DTYPE_BYTES[training.torch_dtype] * grads
+        # reentrant: the gradient at the layer's output stays an argument of the checkpoint's
+        # backward while the recomputed layer's own runs, beside the residual's gradient the
+        # attention's backward reads (a sum made in the MLP's backward)
+        backward = max(backward, softmax + 2 * held * tokens)
+    return backward
 
 
 def _norm_keeps_input(block: activations.Block, input_width: int, grad_in: bool) -> float:
