@@ -125,7 +125,9 @@ def test_the_layers_backward_is_down_projs_when_its_copy_outweighs_the_products(
     from ado_actuators.sfttrainer.plan.memory.peak import _layer_backward
 
     wide = A.Block(**{**LORA.__dict__, "stream": 4, "casts": "saved", "autocast": True})
-    training = Training(peft_method="lora", torch_dtype="float32", optim="adamw_torch", number_gpus=1)
+    training = Training(
+        peft_method="lora", torch_dtype="float32", optim="adamw_torch", number_gpus=1
+    )
     # one token: the product's gradients (3 x 2 x 128) less the copy (16384) is below
     # down_proj's moment
     assert _layer_backward(wide, training, 1, 1, 0.0) == A.down_backward(wide)
