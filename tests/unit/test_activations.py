@@ -144,7 +144,16 @@ def test_a_layers_forward_at_its_largest():
     assert A.layer_forward(PT, keeping=False) == 2 * 2 * 64 + 4 * 2 * 128
     granite = dataclasses.replace(PT, moe="granitemoe", experts=4, experts_per_token=2)
     assert A.layer_forward(granite, keeping=False) == 2 * 2 * 64 + 2 * 2 * (64 + 4 * 128)
-    assert A.layer_forward(granite, keeping=True) == 2 * 2 * 64 + 2 * 2 * (128 - 64) - 2 * 2
+    # at the scatter back: the residual, the second norm's output and the zeros (3 x 2 x 64),
+    # the gated product (2 experts x 2 x 128) and the gathered rows (2 x 2 x 64)
+    assert A.layer_forward(granite, keeping=True) == 3 * 2 * 64 + 2 * 2 * 128 + 2 * 2 * 64
+    # an fp32 stream under autocast: the residual, norm output, zeros and gathered rows fp32
+    wide = dataclasses.replace(granite, stream=4, autocast=True)
+    assert A.layer_forward(wide, keeping=True) == 3 * 4 * 64 + 2 * 2 * 128 + 2 * 4 * 64
+    # full fine-tuning keeps the experts' inputs (gathered rows, product) and the router's
+    # (the norm's output): the residual and the zeros are left
+    full = dataclasses.replace(granite, method="none")
+    assert A.layer_forward(full, keeping=True) == 2 * 2 * 64
     mixtral = dataclasses.replace(granite, moe="mixtral")
     assert A.layer_forward(mixtral, keeping=True) == 3 * 2 * 64 + 0.5 * 2 * 64
     assert A.layer_forward(mixtral, keeping=False) == 3 * 2 * 64 + 0.5 * 2 * (64 + 4 * 128)

@@ -439,13 +439,27 @@ def _mlp_forward(block: Block, keeping: bool) -> float:
         return w * h if keeping else 2 * w * h + 2 * w * i
     if block.moe == "granitemoe":
         if keeping:
-            return 2 * w * h + k * w * (i - h) - w * k
+            return _granitemoe_scatter(block)
         return 2 * w * h + k * w * (h + 4 * i)
     if block.moe == "mixtral":
         return 3 * w * h + share * w * (h + (0 if keeping else 4 * i))
     if keeping:
         return w * h + (0 if block.trains_weights else w * (h + i))
     return 2 * w * h + 4 * w * i
+
+
+def _granitemoe_scatter(block: Block) -> float:
+    """GraniteMoE's MoE forward at its scatter back (`zeros.index_add`), per token, beyond
+    what the layer keeps: the residual, the second norm's output, the gathered rows and the
+    gated product (locals of the forward, alive to its end), and the zeros the sum starts
+    from; the residual stream's dtype but the product's. What trained weights keep of them
+    (the experts' inputs, the router's) is counted in `moe_saved`."""
+    w, s, h, i = block.width, block.residual, block.hidden, block.intermediate
+    k = block.experts_per_token
+    alive = 3 * s * h + k * w * i + k * s * h
+    if block.trains_weights:
+        alive -= k * w * (h + i) + w * h
+    return alive
 
 
 ADAPTER_CONTEXT = {
