@@ -154,6 +154,9 @@ def test_a_layers_forward_at_its_largest():
     # (the norm's output): the residual and the zeros are left
     full = dataclasses.replace(granite, method="none")
     assert A.layer_forward(full, keeping=True) == 2 * 2 * 64
+    # a wider stream: only the product is the experts' kept input itself
+    wide_full = dataclasses.replace(full, stream=4, autocast=True, casts="cached")
+    assert A.layer_forward(wide_full, keeping=True) == 3 * 4 * 64 + 2 * 4 * 64
     mixtral = dataclasses.replace(granite, moe="mixtral")
     assert A.layer_forward(mixtral, keeping=True) == 3 * 2 * 64 + 0.5 * 2 * 64
     assert A.layer_forward(mixtral, keeping=False) == 3 * 2 * 64 + 0.5 * 2 * (64 + 4 * 128)

@@ -134,3 +134,19 @@ def test_the_layers_backward_is_down_projs_when_its_copy_outweighs_the_products(
     # many tokens: the product's
     mlp = A.mlp_backward(wide) * 1000 - A.down_copy(wide)
     assert _layer_backward(wide, training, 1, 1000, 0.0) == mlp
+
+
+def test_granitemoes_experts_gradients_once_the_moes_kept_tensors_are_freed():
+    granite = A.Block(
+        **{**FULL.__dict__, "moe": "granitemoe", "experts": 4, "experts_per_token": 2}
+    )
+    # what the MoE keeps a token: 2 routes x (3 x 2 x 128 + 2 x 2 x 64 + 2), the router's
+    # 8 x 2 + 4 x 2 + 16 x 2, the trained experts' and router's inputs 2 x 2 x (64 + 128) + 2 x 64
+    assert A.moe_saved(granite) == 2 * 1026 + 56 + 896
+    # three weight-sized tensors, the arriving gradient (2 x 64) and the experts' input
+    # gradients (2 x 2 x 64, the gathered rows' width), the kept tensors but the gathered
+    # rows freed
+    assert A.experts_moment(granite, 1000, 1) == 3000 + (128 + 256) - (3004 - 256)
+    assert A.experts_moment(granite, 1000, 10) == 3000 + 10 * (384 - 2748)
+    lora = A.Block(**{**granite.__dict__, "method": "lora"})
+    assert A.experts_moment(lora, 1000, 1) == 0.0

@@ -458,7 +458,11 @@ def _granitemoe_scatter(block: Block) -> float:
     k = block.experts_per_token
     alive = 3 * s * h + k * w * i + k * s * h
     if block.trains_weights:
-        alive -= k * w * (h + i) + w * h
+        alive -= k * w * i  # the product is output_linear's kept input itself
+        if not block.recast:
+            # so are the gathered rows and the norm's output, the experts' and the router's
+            # inputs; a wider stream's are cast copies of their own (moe_saved's)
+            alive -= k * w * h + w * h
     return alive
 
 
@@ -557,6 +561,19 @@ def experts_backward(block: Block, expert_weights: float) -> float:
     if block.moe != "granitemoe" or not block.trains_weights:
         return 0.0
     return 3 * expert_weights
+
+
+def experts_moment(block: Block, expert_weights: float, tokens: int) -> float:
+    """GraniteMoE's experts' weight gradients (`experts_backward`, the last of the MoE's
+    backward) beside the gradient arriving at the layer and the experts' input gradients,
+    when everything else the MoE kept is freed, its backward run: bytes beyond what the
+    layer keeps (0 when the experts do not train)."""
+    weights = experts_backward(block, expert_weights)
+    if not weights:
+        return 0.0
+    gathered = block.experts_per_token * block.width * block.hidden
+    alive = block.residual * block.hidden + gathered  # the arriving gradient, the inputs'
+    return weights + (alive - (moe_saved(block) - gathered)) * tokens
 
 
 def bigcode_saved(block: Block, found: Needs | None = None) -> float:

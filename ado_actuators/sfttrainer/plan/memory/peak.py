@@ -284,12 +284,13 @@ def layer_bytes(
     # the embedding's output is in the model's dtype (an embedding is no autocast op)
     model = DTYPE_BYTES[training.torch_dtype]
     real = model * dims.hidden * workload.tokens
-    expert_weights = dims.experts * 2 * dims.intermediate * dims.hidden * block.width
+    # the select's backward is in the weights' dtype, whatever autocast computes in
+    expert_weights = dims.experts * 2 * dims.intermediate * dims.hidden * model
     return {
         **_copies(dims, block, workload, grad_in),
         "first": first * tokens,
         "other": activations.layer_saved(block, length) * tokens,
-        "backward": backward + activations.experts_backward(block, expert_weights),
+        "backward": max(backward, activations.experts_moment(block, expert_weights, tokens)),
         "forward": activations.layer_forward(block, not workload.gradient_checkpointing, length)
         * tokens,
         "recomputed": activations.layer_forward(block, True, length) * tokens,
