@@ -266,6 +266,33 @@ def _depth(config: dict[str, Any], layers: int) -> dict[str, Any]:
     return config
 
 
+def case_spec(
+    config: dict[str, Any],
+    method: str,
+    *,
+    torch_dtype: str,
+    mixed_precision: bool,
+    checkpointing: str | None,
+    attention: str,
+    batch: int,
+    length: int,
+) -> StepSpec:
+    """The step of a sweep's or a harness's case: LoRA on q and v, no dropout (ATen's CPU
+    dropout keeps a noise tensor where CUDA keeps a one-byte mask)."""
+    return StepSpec(
+        dict(config),
+        method,
+        ("q_proj", "v_proj") if method == "lora" else (),
+        lora_dropout=0.0,
+        torch_dtype=torch_dtype,
+        attention=attention,
+        checkpointing=checkpointing,
+        mixed_precision=mixed_precision,
+        batch=batch,
+        length=length,
+    )
+
+
 def training_of(spec: StepSpec, shards: int = 1) -> Training:
     return Training(
         peft_method=spec.peft_method,

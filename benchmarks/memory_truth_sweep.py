@@ -24,7 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import memory_truth
 
-from ado_actuators.sfttrainer.contract.memory_trace import StepSpec
 from ado_actuators.sfttrainer.plan.memory.trace.step import trace_step
 
 _TINY = {
@@ -54,15 +53,13 @@ def errors(config: dict) -> list[tuple[float, str]]:
     """(predicted / traced - 1, a label) of every configuration of AXES on `config`."""
     found = []
     for dtype, mixed, method, ckpt, attention, (batch, length) in itertools.product(*AXES):
-        spec = StepSpec(
-            dict(config),
+        spec = memory_truth.case_spec(
+            config,
             method,
-            ("q_proj", "v_proj") if method == "lora" else (),
-            lora_dropout=0.0,
             torch_dtype=dtype,
-            attention=attention,
-            checkpointing=ckpt,
             mixed_precision=mixed,
+            checkpointing=ckpt,
+            attention=attention,
             batch=batch,
             length=length,
         )

@@ -56,7 +56,6 @@ sys.path.insert(0, str(ROOT / "examples" / "local-cpu"))
 import memory_truth  # noqa: E402
 from tiny_model import build_tiny_model, write_text_dataset  # noqa: E402
 
-from ado_actuators.sfttrainer.contract.memory_trace import StepSpec  # noqa: E402
 from ado_actuators.sfttrainer.plan.memory.trace.step import trace_step  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -204,15 +203,13 @@ def test_tracer_and_formula_are_within_2_percent_of_memtracker(measured, case):
     model_dir, peaks = measured
     measured = peaks[case]
     dtype, mixed, method, checkpointing, batch, length, attention = case
-    spec = StepSpec(
+    spec = memory_truth.case_spec(
         json.loads((model_dir / "config.json").read_text()),
         method,
-        ("q_proj", "v_proj") if method == "lora" else (),
-        lora_dropout=0.0,
         torch_dtype=dtype,
-        attention=attention,
-        checkpointing=checkpointing,
         mixed_precision=mixed,
+        checkpointing=checkpointing,
+        attention=attention,
         batch=batch,
         length=length,
     )
