@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 
 from ado_actuators.sfttrainer.plan.memory import activations as A
+from ado_actuators.sfttrainer.plan.memory.bound import Training
+from ado_actuators.sfttrainer.plan.memory.peak import _layer_backward
 
 TINY = A.Block(
     hidden=6,
@@ -97,3 +99,81 @@ def test_down_backward_is_the_output_gradient_its_cast_and_downs_input_gradient(
     assert A.down_backward(dataclasses.replace(TINY, stream=2)) == 2 * 6 + 2 * 10
     assert A.down_backward(MOE) == 0
     assert A.down_backward(BIGCODE) == 0
+
+
+def test_adapters_reading_one_fp32_input_without_dropout_keep_it_once():
+    fp32 = dataclasses.replace(TINY, method="lora", adapted=ALL, width=4, lora_dropout=False)
+    # the first norm's output (4 x 6) once for q, k, v; o's input 4 x 8; the second norm's
+    # (4 x 6) once for gate and up; down's 4 x 10; and each lora_A's fp32 output 4 x 3
+    assert A.adapters_saved(fp32, {}) == 4 * (6 + 8 + 6 + 10) + 7 * 4 * 3
+    # only q and o: no input shared, each its own
+    assert A.adapters_saved(dataclasses.replace(fp32, adapted=("q_proj", "o_proj")), {}) == (
+        4 * (6 + 8) + 2 * 4 * 3
+    )
+    # with dropout each adapter's input is its own tensor, and a one-byte mask
+    dropped = dataclasses.replace(fp32, lora_dropout=True)
+    assert A.adapters_saved(dropped, {}) == 4 * (3 * 6 + 8 + 2 * 6 + 10) + (48) + 7 * 4 * 3
+    # 16 bits under autocast: 16-bit copies, each adapter its own (never shared)
+    half = dataclasses.replace(fp32, width=2, autocast=True)
+    assert A.adapters_saved(half, {}) == 2 * (3 * 6 + 8 + 2 * 6 + 10) + 7 * 2 * 3
+    # bf16 without autocast: each adapter casts the input to fp32 itself
+    bf16 = dataclasses.replace(fp32, width=2)
+    assert A.adapters_saved(bf16, {}) == 4 * (3 * 6 + 8 + 2 * 6 + 10) + 7 * 4 * 3
+    assert A.adapters_saved(dataclasses.replace(fp32, method="none"), {}) == 0
+
+
+def test_eager_softmax_backward_frees_what_the_mlp_and_the_later_linears_kept():
+    eager = dataclasses.replace(TINY, attention="eager")
+    # per score the bf16 gradient and the fp32 output (2 + 4), 2 heads x 32; the arriving
+    # gradient 2 x 6 and the value's gradient 2 x 8; less the MLP's three tensors (3 x 2 x 10),
+    # the second norm's fp32 input, rsqrt and bf16 copy (4 x 6 + 4 + 2 x 6), o_proj's input
+    # (2 x 8), gate/up's (2 x 6) and down's (2 x 10), and the expanded value (2 x 8)
+    freed = 60 + 40 + (16 + 12 + 20) + 16
+    assert A.attention_backward(eager, 32) == 2 * 32 * 6 + (12 + 16) - freed
+
+
+def test_eager_softmax_forward_before_the_later_tensors_exist():
+    eager = dataclasses.replace(TINY, attention="eager")
+    # per score: the bf16 masked scores, the fp32 probabilities, the upcast (4 > the cast's 2)
+    # = 10, over 2 heads x 16; and the residual 2 x 6
+    assert A.attention_forward(eager, 16, keeping=False) == 32 * 10 + 12
+    # keeping: less what the layer keeps, per score (q, expanded k and v 3 x 2 x 8 = 48 over
+    # 32 scores, and the fp32 and bf16 scores 4 + 2), and less the later tensors: the MLP's
+    # 60, the second norm's 40, o_proj's and the MLP's inputs 16 + 12 + 20
+    per_score = 10 - (48 / 32 + 6)
+    assert A.attention_forward(eager, 16, keeping=True) == 32 * per_score + 12 - (60 + 40 + 48)
+
+
+def test_the_experts_moment_is_nothing_when_the_experts_do_not_train():
+    moe = dataclasses.replace(MOE, moe="granitemoe", method="lora", adapted=("q_proj",))
+    assert A.experts_moment(moe, 1000.0, 4) == 0
+    assert A.experts_moment(dataclasses.replace(MOE, method="none"), 1000.0, 4) == 0
+
+
+def test_a_layers_backward_peak_under_full_fine_tuning_with_eager_attention():
+    eager = dataclasses.replace(TINY, attention="eager", casts="saved")
+    training = Training(
+        peft_method="none", torch_dtype="bfloat16", optim="adamw_torch", number_gpus=1
+    )
+    # the softmax backward (2 x 32 x 6 + 28 - 164 = 248 per token, 3 tokens), less the copies
+    # after the attention (2 x 228), plus those linears' bf16 gradients and the norm's
+    # (2 x 174), plus the reentrant gradient and the residual's (2 x 5 per token)
+    softmax = 248 * 3 - 2 * 228 + 2 * 174 + 2 * 5 * 3
+    # beats down_proj's backward ((32 + 5) x 3) and the MLP's less down's copy
+    assert _layer_backward(eager, training, 32, 3, 5.0) == softmax
+    lora = Training(peft_method="lora", torch_dtype="bfloat16", optim="adamw_torch", number_gpus=1)
+    assert _layer_backward(eager, lora, 32, 3, 5.0) == softmax - 2 * 174
+
+
+def test_a_layers_backward_when_the_mlp_frees_more_than_it_adds():
+    moe = dataclasses.replace(
+        MOE, moe="granitemoe", method="lora", adapted=("q_proj",), shared_intermediate=30
+    )
+    # arriving 2 x 6, 2 experts' rows x 3 products x 2 x 10 = 120, less the expert outputs
+    # (2 x 2 x 6 x 2 = 48) and the shared expert's (3 x 2 x 30 = 180): below 0, so nothing;
+    # a MoE's down_proj is not counted apart: only the held output, 5 per token
+    assert A.mlp_backward(moe) == 12 + 120 - 48 - 180
+    training = Training(
+        peft_method="lora", torch_dtype="bfloat16", optim="adamw_torch", number_gpus=1
+    )
+    assert _layer_backward(moe, training, 32, 3, 5.0) == 5 * 3
