@@ -112,7 +112,10 @@ def test_adapters_reading_one_fp32_input_without_dropout_keep_it_once():
     )
     # with dropout each adapter's input is its own tensor, and a one-byte mask
     dropped = dataclasses.replace(fp32, lora_dropout=True)
-    assert A.adapters_saved(dropped, {}) == 4 * (3 * 6 + 8 + 2 * 6 + 10) + (48) + 7 * 4 * 3
+    assert (
+        A.adapters_saved(dropped, {})
+        == 4 * (3 * 6 + 8 + 2 * 6 + 10) + (3 * 6 + 8 + 2 * 6 + 10) + 7 * 4 * 3
+    )
     # 16 bits under autocast: 16-bit copies, each adapter its own (never shared)
     half = dataclasses.replace(fp32, width=2, autocast=True)
     assert A.adapters_saved(half, {}) == 2 * (3 * 6 + 8 + 2 * 6 + 10) + 7 * 2 * 3
