@@ -86,6 +86,12 @@ def isolated_env(tmp_path_factory, marked_run):
         # ray.init() without an address attaches to any cluster `ray start`ed on this machine
         # (a developer's, or another test run's): every test starts its own unless it says so.
         "RAY_ADDRESS": "local",
+        # One thread per training: the suite runs a worker per core, and two trainings of two
+        # threads each on two cores spin against each other. A tiny model's batch 16 then
+        # measured 3,080 tokens/s beside another training and 45,284 alone (batch 1: 33,273
+        # alone), so which configuration is fastest depended on what the other worker ran;
+        # with one thread each: 29,450 beside another, 29,340 alone (batch 1: 23,539).
+        "OMP_NUM_THREADS": "1",
     }.items():
         mp.setenv(name, value)
     for name in _LEAKY:

@@ -330,9 +330,9 @@ def test_guided_walk_measures_only_what_can_win(ado, tmp_path):
     batch 16 is measured, batch 1's upper bound (its prediction scaled by that row, at most about
     2 times over at 50 % on a CPU calibrated on one row) lies below batch 16's lower bound (its
     stored 95 % interval scaled to 50 %: a third of it) for any interval narrower than
-    ±260 %, so the walk ends with one measurement of two. A full walk of the same space then
-    measures what was left (ado replays the rest) and names the same fastest; the plot prints
-    what the guided walk left, with its reason."""
+    ±260 %, so the walk ends with one measurement of two; run again, it measures nothing. A
+    full walk of the same space then measures what was left (ado replays the rest) and names
+    the same fastest; the plot prints what the guided walk left, with its reason."""
     model = build_tiny_model(tmp_path / "tiny-llama")
     data = tmp_path / "data"
     generate_text_dataset(data, "news-chars-512-entries-4096", 64)
@@ -394,6 +394,15 @@ def test_guided_walk_measures_only_what_can_win(ado, tmp_path):
     assert (
         left["reason"].startswith("predicted ") and "below the measured fastest's" in left["reason"]
     )
+    # the same walk run again, as after a kill: it decides from what the store holds, so it
+    # measures nothing a second time (the row is the same figure, not a new one) and leaves
+    # the same configuration for the same reason
+    measured = ado.measurements(space_id)
+    ado.create("operation", write_yaml(tmp_path / "guided-again.yaml", guided))
+    assert ado.measurements(space_id) == measured
+    again = json.loads((records / f"{space_id}.json").read_text())
+    assert again["finished"] and again["measured"] == 1
+    assert [u["reason"] for u in again["unmeasured"]] == [left["reason"]]
     # the full walk of the same space: the configuration left is measured, the other replayed
     full = yaml.safe_load((REPO / "examples" / "local-cpu" / "operation.yaml").read_text())
     full |= {"spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id]}
@@ -417,5 +426,6 @@ def test_guided_walk_measures_only_what_can_win(ado, tmp_path):
     assert plotted.returncode == 0, plotted.stderr + plotted.stdout
     print(plotted.stdout)  # for the record only (the how-to's output)
     assert "Left unmeasured by the guided walk: 1 configuration\n" in plotted.stdout
+    assert "GPU-hours (predicted) on 1 configuration it left unmeasured" in plotted.stdout
     assert f"Fastest valid: 0 GPUs (CPU), sequence length {TRAINS}, batch 16: " in plotted.stdout
     assert f"batch 1, sequence length {TRAINS}, CPU:\n    predicted " in plotted.stdout
