@@ -156,3 +156,32 @@ def test_the_engine_names_each_candidates_subgroup():
     assert len({c.group for c in found}) == 1
     assert found[0].subgroup == found[1].subgroup
     assert len({found[1].subgroup, found[2].subgroup, found[3].subgroup}) == 3
+
+
+def test_the_record_says_which_configurations_left_would_not_have_launched(tmp_path):
+    """engine/guided.py's record: a configuration left by the rule is counted at its predicted
+    GPU-hours; one that would not launch at all (here a configuration rule: 3 GPUs do not
+    divide the batch) saves nothing and is marked skipped."""
+    from ado_actuators.sfttrainer.engine.guided import Walk
+    from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
+
+    def point(gpus: int, batch: int) -> tuple[str, dict, dict]:
+        values = {
+            "model_name": "llama3-8b",  # a catalogue model: its shape is shipped
+            "number_gpus": gpus,
+            "gpu_model": "NVIDIA-A100-SXM4-80GB",
+            "model_max_length": 2048,
+            "batch_size": batch,
+        }
+        return "finetune_full_benchmark-v1.0.0", values, {"stop_after_seconds": 600}
+
+    settings = MeasurementSettings(hf_home=str(tmp_path))
+    walk = Walk.of("space-x", [point(4, 16), point(3, 16)], settings, Settings())
+    [fits, rule] = walk.candidates
+    assert not fits.skip and rule.skip
+    record = walk.record(walk.decide({}, set()), {})
+    assert [(u.entity["number_gpus"], u.skipped) for u in record.unmeasured] == [(3, True)]
+    assert record.unmeasured[0].predicted_gpu_hours == 0.0 and not record.finished
+    measured = {fits.key: Result(fits.key, True, 1000.0, 1.0, 0.5)}
+    done = walk.record(walk.decide(measured, set()), measured)
+    assert done.finished and done.measured == 1 and done.spent_gpu_hours == 0.5

@@ -92,11 +92,13 @@ def test_the_cost_in_words_never_calls_cpu_time_gpu_time():
 def test_the_cost_block_adds_what_a_guided_walk_saved():
     from ado_actuators.sfttrainer.contract.guided import GuidedRecord, Unmeasured
 
-    def left(hours: float) -> Unmeasured:
-        return Unmeasured("finetune_full_benchmark-v1.0.0", {"batch_size": 8}, "g", "why", hours)
+    def left(hours: float, skipped: bool = False) -> Unmeasured:
+        entity = {"batch_size": 8}
+        return Unmeasured("finetune_full_benchmark-v1.0.0", entity, "g", "why", hours, skipped)
 
+    # the third would not have launched (a predicted OOM): nothing saved by leaving it
     record = GuidedRecord(
-        "space-1", 0.95, None, True, 3, 1.5, (left(2.0), left(0.25), left(0)), False
+        "space-1", 0.95, None, True, 3, 1.5, (left(2.0), left(0.25), left(0, True)), False
     )
     lines = cost_lines(cost(space_table(space())), record)
     assert lines[:-1] == cost_lines(cost(space_table(space())))
@@ -104,6 +106,12 @@ def test_the_cost_block_adds_what_a_guided_walk_saved():
         "Saved by the guided walk: about 2.25 GPU-hours (predicted) on 2 configurations it left "
         "unmeasured, against 1.5 spent on 3 measurements; the walk had not finished; the "
         "configurations and reasons: 'Left unmeasured by the guided walk'"
+    )
+    # on CPUs a configuration left costs no GPU-hours, and is still one left
+    cpu = GuidedRecord("space-1", 0.5, None, True, 1, 0.0, (left(0.0),), True)
+    assert cost_lines(cost(space_table(space())), cpu)[-1].startswith(
+        "Saved by the guided walk: about 0 GPU-hours (predicted) on 1 configuration it left "
+        "unmeasured, against 0 spent on 1 measurement; the configurations"
     )
 
 

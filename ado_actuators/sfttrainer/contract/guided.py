@@ -25,13 +25,15 @@ ENVIRONMENT = "SFTTRAINER_GUIDED_RECORDS"
 @dataclasses.dataclass(frozen=True)
 class Unmeasured:
     """A configuration the guided walk left: its experiment, its entity values, its answer group,
-    why it was not measured, and the GPU-hours measuring it was predicted to cost."""
+    why it was not measured, the GPU-hours measuring it was predicted to cost, and whether it
+    would not have launched at all (a configuration rule, a predicted OOM: nothing saved)."""
 
     experiment: str
     entity: dict[str, Any]
     group: str
     reason: str
     predicted_gpu_hours: float = 0.0
+    skipped: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -160,6 +160,7 @@ class Walk:
                 group=by_key[key].group,
                 reason=reason,
                 predicted_gpu_hours=0.0 if by_key[key].skip else by_key[key].gpu_hours,
+                skipped=bool(by_key[key].skip),
             )
             for key, reason in decision.unmeasured.items()
         )

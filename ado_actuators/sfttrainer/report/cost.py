@@ -177,8 +177,9 @@ def cost_lines(found: Cost, guided: GuidedRecord | None = None) -> list[str]:
 
 def saved_line(record: GuidedRecord) -> str:
     """What the guided walk saved: the GPU-hours its unmeasured configurations that fit were
-    predicted to cost (those skipped without launching are counted above, at none)."""
-    fitting = [u for u in record.unmeasured if u.predicted_gpu_hours > 0]
+    predicted to cost (those skipped without launching are counted above, at none; on CPUs
+    the configurations left are counted, at no GPU-hours)."""
+    fitting = [u for u in record.unmeasured if not u.skipped]
     done = "" if record.finished else "; the walk had not finished"
     return (
         f"Saved by the guided walk: about {_figure(record.saved_gpu_hours)} GPU-hours "
