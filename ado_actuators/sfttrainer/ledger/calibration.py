@@ -127,10 +127,12 @@ OTHER_FRAMEWORK = dataclasses.replace(DATASHEET_DEVICE, shift_sd=FRAMEWORK_SHIFT
 its factor near 0 give or take FRAMEWORK_SHIFT_SD, its groups and rows as off the source."""
 UNPRICED_DEVICE = Prior(shift_sd=4.0, spread=1.0, method_sd=0.3, known_spreads=True)
 """A device the speed model cannot price (CPUs): the reference device's prediction says only
-which configuration is faster, not by how much (a tiny model's batch 32 over batch 1: 30 times
-on the reference GPU, 3 times measured on 2 CPU cores); the first row sets the scale. No group
-levels (the ratios within a group are no better known than the level); its wide spread is
-taken as known (normal intervals)."""
+which configuration is faster, not by how much; the first row sets the scale. No group levels
+(the ratios within a group are no better known than the level); its wide spread is taken as
+known (normal intervals). Too narrow for batch sizes far apart: a tiny model's batch 16 over
+batch 1 is 15.6 times on the reference GPU, and measured on 2 idle CPU cores 1.25 times (one
+thread) to 1.36 (two), 8 times on busy ones; batch 32 over batch 1, 30 times against 1.6 to 3.
+The order holds, and so a walk's answer; a CPU walk is for trying the walk, not for figures."""
 
 
 def prior_for(device: str, fitted_framework: bool = True) -> Prior:
