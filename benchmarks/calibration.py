@@ -75,6 +75,7 @@ def _rows(runs: list[Config], device: str) -> dict[str, Row]:
             c.observed.run.method,
             c.group,
             subgroup_of(c),
+            c.attention_share,
         )
         for c in runs
         if not c.oom
@@ -87,7 +88,7 @@ def levels(prior: Prior) -> str:
 
 def _scored(row: Row, calibration: object) -> Scored:
     interval = calibration.interval(  # type: ignore[attr-defined]
-        row.predicted, 0.95, row.method, row.group, row.subgroup
+        row.predicted, 0.95, row.method, row.group, row.subgroup, row.attention_share
     )
     return (
         interval.central / row.measured - 1,
@@ -100,7 +101,10 @@ def _scored(row: Row, calibration: object) -> Scored:
 def score(rows: dict[str, Row], device: str, prior: Prior, k: int) -> list[Scored]:
     """Each row past the first k the sampler measures, scored."""
     order = measuring_order(
-        [(key, r.predicted, r.method, r.group, r.subgroup) for key, r in rows.items()],
+        [
+            (key, r.predicted, r.method, r.group, r.subgroup, r.attention_share)
+            for key, r in rows.items()
+        ],
         lambda done: calibrate(device, [rows[i] for i in done], prior),
         k,
     )

@@ -63,6 +63,7 @@ from ado_actuators.sfttrainer.ledger.calibration import (
 )
 from ado_actuators.sfttrainer.ledger.guided import Candidate, Result, Settings, decide, judge
 from ado_actuators.sfttrainer.plan.speed.prediction import device_of
+from ado_actuators.sfttrainer.plan.speed.step_time import Fitted, step_time
 from ado_actuators.sfttrainer.trainer.stopping import WARMUP_60S_STABLE_120S_OR_10_STEPS
 
 TIE = 0.02
@@ -82,6 +83,7 @@ class Config:
     oom: bool
     predicted: float  # whole run, tokens/s
     cost: float  # GPU-hours to measure it
+    attention_share: float = 0.0  # of the predicted step, in the attention kernel
 
     @property
     def speed(self) -> float:
@@ -101,11 +103,17 @@ def _cost(o: Observed, oom: bool, guess: float) -> float:
     return o.run.gpus * seconds / 3600
 
 
-def _config(index: int, row: dict[str, str], o: Observed, fitted: object) -> Config:
+def attention_share(o: Observed, fitted: Fitted) -> float:
+    step = step_time(o.shape, o.run, o.device, fitted)
+    return step.parts.get("attention", 0.0) / step.seconds
+
+
+def _config(index: int, row: dict[str, str], o: Observed, fitted: Fitted) -> Config:
     oom = not row["train_tokens_per_second"].strip()
-    guess = predicted(o, fitted) * o.run.gpus  # type: ignore[arg-type]
+    guess = predicted(o, fitted) * o.run.gpus
     group = " ".join((row.get("table", "l40"), o.model, o.framework, o.run.method))
-    return Config(f"{index}", group, o, oom, guess, _cost(o, oom, guess))
+    share = attention_share(o, fitted)
+    return Config(f"{index}", group, o, oom, guess, _cost(o, oom, guess), share)
 
 
 def a100_spaces() -> dict[str, list[Config]]:
@@ -200,15 +208,34 @@ def off_source_spreads(without: str = "") -> tuple[float, float, float]:
     at one GPU count and length; each source's device's and method's mean error taken out (what
     the device's and method's factors take up)."""
     found = [r for r in validation_errors() if r[0] != without]
-    means: dict[tuple[str, str, str], list[float]] = {}
+    by_key: dict[tuple[str, str, str], list[tuple[Observed, float]]] = {}
     for source, o, y in found:
-        means.setdefault((source, o.device.name, o.run.method), []).append(y)
+        by_key.setdefault((source, o.device.name, o.run.method), []).append((o, y))
+    taken = {id(o): y for runs in by_key.values() for o, y in _device_factors_out(runs)}
     groups: dict[tuple[str, ...], dict[tuple[int, int], list[float]]] = {}
-    for source, o, y in found:
+    for source, o, _ in found:
         group = (source, o.device.name, o.model, o.framework, o.run.method)
         at = groups.setdefault(group, {}).setdefault((o.run.gpus, o.run.sequence_length), [])
-        at.append(y - statistics.mean(means[(source, o.device.name, o.run.method)]))
+        at.append(taken[id(o)])
     return fit_level_spreads(list(g.values()) for g in groups.values())
+
+
+ATTENTION = True
+"""Whether the calibration's attention-kernel factor is modelled (ledger/calibration.py's
+Prior.attention_sd); False: the calibration before it, for the comparison."""
+
+
+def _device_factors_out(runs: list[tuple[Observed, float]]) -> list[tuple[Observed, float]]:
+    """One source's runs on one device and method, less what the device's factors take up: the
+    mean, and (with ATTENTION) the attention kernel's factor times each run's attention share,
+    by least squares where the shares spread enough to tell it."""
+    shares = [attention_share(o, FITTED) for o, _ in runs]
+    ys = [y for _, y in runs]
+    if not ATTENTION or len(runs) < 3 or statistics.pstdev(shares) < 0.02:
+        mean = statistics.mean(ys)
+        return [(o, y - mean) for o, y in runs]
+    slope, intercept = statistics.linear_regression(shares, ys)
+    return [(o, y - intercept - slope * x) for (o, y), x in zip(runs, shares, strict=True)]
 
 
 def framework_shift_sd(without: str = "") -> float:
@@ -227,6 +254,8 @@ def off_source_prior(device: str, without: str) -> Prior:
     fitted on the validation sources but `without` (the source it is scored on)."""
     group_sd, subgroup_sd, within = off_source_spreads(without)
     prior = prior_for(device, fitted_framework=False)
+    if not ATTENTION:
+        prior = dataclasses.replace(prior, attention_sd=0.0)
     if device == REFERENCE_DEVICE:
         prior = dataclasses.replace(prior, shift_sd=framework_shift_sd(without))
     return dataclasses.replace(prior, group_sd=group_sd, subgroup_sd=subgroup_sd, spread=within)
@@ -263,7 +292,8 @@ def foundry_spaces() -> dict[str, list[Config]]:
     for i, o in enumerate(load_foundry()):
         guess = predicted(o, FITTED) * o.run.gpus
         group = f"{o.device.name} {o.model} {o.framework}"
-        config = Config(f"{i}", group, o, False, guess, _cost(o, False, guess))
+        share = attention_share(o, FITTED)
+        config = Config(f"{i}", group, o, False, guess, _cost(o, False, guess), share)
         spaces.setdefault(f"llm-foundry {o.device.name}", []).append(config)
     return spaces
 
@@ -278,6 +308,7 @@ def _candidates(space: list[Config], device: str) -> list[Candidate]:
             c.cost,
             method=c.observed.run.method,
             subgroup=subgroup_of(c),
+            attention_share=c.attention_share,
         )
         for c in space
     ]

@@ -99,7 +99,7 @@ def test_a_walk_run_again_measures_nothing_twice():
 def test_the_measuring_order_recalibrates():
     rows = {"a": Row(L40, 1000.0, 700.0), "b": Row(L40, 3000.0, 2000.0)}
     order = measuring_order(
-        [("a", 1000.0, "", ""), ("b", 3000.0, "", "")],
+        [("a", 1000.0, "", "", "", 0.0), ("b", 3000.0, "", "", "", 0.0)],
         lambda done: calibrate(L40, [rows[k] for k in done]),
         2,
     )
@@ -179,6 +179,8 @@ def test_the_record_says_which_configurations_left_would_not_have_launched(tmp_p
     walk = Walk.of("space-x", [point(4, 16), point(3, 16)], settings, Settings())
     [fits, rule] = walk.candidates
     assert not fits.skip and rule.skip
+    # the attention's share of its predicted step, which a device's attention factor scales
+    assert 0 < fits.attention_share < 0.5
     record = walk.record(walk.decide({}, set()), {})
     assert [(u.entity["number_gpus"], u.skipped) for u in record.unmeasured] == [(3, True)]
     assert record.unmeasured[0].predicted_gpu_hours == 0.0 and not record.finished

@@ -99,23 +99,22 @@ def measured_rows(
     given: Iterable[Mapping[str, Any]], settings: MeasurementSettings, fields: Sequence[str]
 ) -> list[Row]:
     """The valid measured rows as the calibration reads them: device, the speed model's
-    prediction (stored, or predicted again from the row's `fields`), the measured figure."""
+    prediction (stored, or predicted again from the row's `fields`), the measured figure, and
+    the attention's share of the step (previewed from the row's `fields`: not stored)."""
     found = []
     for values in given:
         measured = _number(values.get(MEASURED))
         experiment = experiment_of(str(values.get("experiment_id") or ""))
         if (_number(values.get("is_valid")) or 0) < 1 or measured is None or experiment is None:
             continue
-        predicted = _number(values.get(PREDICTED_PROPERTY))
-        if predicted is None:
-            entity = {k: values[k] for k in fields if values.get(k) not in (None, "")}
-            predicted = _prior(preview_entity(entity, experiment, settings), settings)
+        entity = {k: values[k] for k in fields if values.get(k) not in (None, "")}
+        previewed = preview_entity(entity, experiment, settings)
+        predicted = _number(values.get(PREDICTED_PROPERTY)) or _prior(previewed, settings)
         if predicted is not None:
             mine = {k: values[k] for k in fields if k in values}
             group, subgroup = group_of(experiment, mine)
-            found.append(
-                Row(device_of_values(values), predicted, measured, experiment, group, subgroup)
-            )
+            device, share = device_of_values(values), previewed.attention_share or 0.0
+            found.append(Row(device, predicted, measured, experiment, group, subgroup, share))
     return found
 
 
@@ -138,7 +137,9 @@ def calibrated(
         interval = (
             None
             if prior is None
-            else calibrations[device].interval(prior, coverage, row.experiment, group, subgroup)
+            else calibrations[device].interval(
+                prior, coverage, row.experiment, group, subgroup, row.attention_share or 0.0
+            )
         )
         found.append(CalibratedRow(row, device, interval, calibrations[device].rows))
     return found, calibrations

@@ -100,6 +100,7 @@ def candidates(points: Sequence[Point], settings: MeasurementSettings) -> list[C
                 skip=_skip(row),
                 method=experiment,
                 subgroup=subgroup_of(group, point),
+                attention_share=row.attention_share or 0.0,
             )
         )
     return found

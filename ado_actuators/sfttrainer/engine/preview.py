@@ -50,6 +50,7 @@ class PreviewRow:
     fewest_gpus: int | None = None
     tokens_per_second_per_gpu: float | None = None
     step_seconds: float | None = None
+    attention_share: float | None = None  # of the predicted step, in the attention kernel
     speed_notes: tuple[str, ...] = ()
     training_seconds: float | None = None
     training_how: str = ""
@@ -167,6 +168,7 @@ def _priced(
         row,
         tokens_per_second_per_gpu=speed.tokens_per_second_per_gpu,
         step_seconds=step,
+        attention_share=speed.attention_share,
         speed_notes=speed.notes or ((speed.skipped,) if speed.skipped else ()),
         training_seconds=bill.seconds,
         training_how=bill.how,

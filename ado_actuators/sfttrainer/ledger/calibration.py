@@ -65,6 +65,9 @@ class Prior:
     """True: the spreads were fitted on this device's own rows, and its intervals are normal.
     False: they are carried from another device, worth `weight` rows, and its intervals are
     Student's t with `weight` + its rows degrees of freedom (the spreads' own uncertainty)."""
+    attention_sd: float = 0.0
+    """The spread of the log rate of the attention kernel the device's runs use, against the
+    one the speed model priced: a factor on the attention's share of each step (0: none)."""
 
 
 GROUP_SD = 0.058
@@ -93,25 +96,37 @@ FITTED_DEVICE = Prior(
 """The reference device: the left-one-family-out error is 3.3 % median, 10 % at the 90th
 percentile (docs/benchmarks/throughput.md), and no family strays as a whole: its factor barely
 moves; what a family's groups stray by is their own factors'."""
-OFF_SOURCE_GROUP_SD = 0.060
+OFF_SOURCE_GROUP_SD = 0.084
 """An answer group's factor on a device or framework the speed model was not fitted on, about
-the device's and method's: from the speed model's errors on the public runs it was not fitted
-on (benchmarks/throughput_validation.load_all: other frameworks' runs, fms-acceleration's L40
-table, llm-foundry's MPT tables; 224 runs, 5 sources), by fit_level_spreads
-(benchmarks/guided_search.py's off_source_spreads). Each source is scored with the spreads
-fitted without it (docs/benchmarks/guided.md)."""
-OFF_SOURCE_SUBGROUP_SD = 0.126
-"""A subgroup's factor on top of its group's, off the fitted source, from the same fit: the
-speed model's errors there move with the sequence length and the GPU count (llm-foundry's by
-up to 70 % from 512 to 65,536 tokens), far more than on the runs it was fitted on."""
+the device's, method's and attention kernel's: from the speed model's errors on the public runs
+it was not fitted on (benchmarks/throughput_validation.load_all: other frameworks' runs,
+fms-acceleration's L40 table, llm-foundry's MPT tables; 224 runs, 5 sources), by
+fit_level_spreads (benchmarks/guided_search.py's off_source_spreads), each source's device
+factors taken out (its mean error per device and method, and its attention kernel's factor
+times each run's attention share). Each source is scored with the spreads fitted without it
+(docs/benchmarks/guided.md)."""
+OFF_SOURCE_SUBGROUP_SD = 0.029
+"""A subgroup's factor on top of its group's, off the fitted source, from the same fit. Small
+once the attention kernel's factor is out: what moved llm-foundry's errors by up to 70 % from
+512 to 65,536 tokens was its attention's share of the step (0.126 without that factor)."""
 OFF_SOURCE_WITHIN = 0.055
 """One configuration's spread about its subgroup's factor off the fitted source, same fit."""
+ATTENTION_KERNEL_SD = 0.36
+"""How far the attention kernel a device's runs use may run from the one the speed model priced
+(log of its rate over the priced one's), off the fitted source. The published kernels span
+-0.71 to +0.56 of flash-attention 2's rate: on the H100 at 4,096 tokens, head dimension 128,
+forward and backward (the backward 2.5 times the forward's FLOPs), standard attention 160,
+flash-attention 2 325 and flash-attention 3 566 TFLOP/s (FlashAttention-3 paper, figures 5
+and 6, as metrics/gpu_peaks.yaml holds them). 0.36 puts the farther of them at 1.96 spreads.
+A framework's kernel (llm-foundry's ALiBi attention, another release's SDPA, FA3) moves a
+run's speed by its attention share of the step: long sequences most, short ones barely."""
 DATASHEET_DEVICE = Prior(
     shift_sd=0.35,
     spread=OFF_SOURCE_WITHIN,
     method_sd=0.2,
     group_sd=OFF_SOURCE_GROUP_SD,
     subgroup_sd=OFF_SOURCE_SUBGROUP_SD,
+    attention_sd=ATTENTION_KERNEL_SD,
 )
 """A device priced from what it achieves, the framework's constants fitted on another: the L40's
 runs were up to 33 % slower than predicted before calibration, LoRA's more than full
@@ -157,6 +172,7 @@ class Row:
     method: str = ""
     group: str = ""
     subgroup: str = ""  # the group's configurations at one GPU count
+    attention_share: float = 0.0  # of its predicted step time, in the attention kernel
 
     @property
     def log_ratio(self) -> float:
@@ -211,14 +227,23 @@ class Calibration:
     subgroups: tuple[str, ...] = ()
     subgroup_sd: float = 0.0
     freedom: float = math.inf
+    attention_sd: float = 0.0  # above 0: the last factor is the attention kernel's
+
+    def _quadratic(self, weights: dict[int, float]) -> float:
+        return sum(
+            wi * wj * self.covariance[i][j]
+            for i, wi in weights.items()
+            for j, wj in weights.items()
+        )
 
     def _shift(
-        self, method: str, group: str = "", subgroup: str = ""
+        self, method: str, group: str = "", subgroup: str = "", share: float = 0.0
     ) -> tuple[float, float, float]:
         """The log factor of a configuration of `method`, answer group `group` and subgroup
-        `subgroup` on this device, and its variance in two parts: the device's and the
-        method's factors', then the rest (the group's and subgroup's factors' and one row's
-        spread, which the rows scale). A level without rows adds its prior spread."""
+        `subgroup` on this device, whose predicted step spends `share` of its time in the
+        attention kernel, and its variance in two parts: the device's, the method's and the
+        attention kernel's factors', then the rest (the group's and subgroup's factors' and
+        one row's spread, which the rows scale). A level without rows adds its prior spread."""
         index, unseen, offset = [0], [0.0, 0.0], 1
         levels = (
             (self.methods, method, self.method_sd, True),
@@ -231,15 +256,19 @@ class Calibration:
             else:
                 unseen[min(level, 1)] += sd**2
             offset += len(names)
-        mean = sum(self.mean[i] for i in index)
-        device = [i for i in index if i <= len(self.methods)]
-        known = sum(self.covariance[i][j] for i in device for j in device)
-        total = sum(self.covariance[i][j] for i in index for j in index)
-        carried = max(total - known, 0.0) + unseen[1] + self.spread**2
+        device = {i: 1.0 for i in index if i <= len(self.methods)}
+        if self.attention_sd > 0 and share:
+            device[len(self.mean) - 1] = share
+        weights = dict.fromkeys(index, 1.0) | device
+        mean = sum(self.mean[i] * w for i, w in weights.items())
+        known = self._quadratic(device)
+        carried = max(self._quadratic(weights) - known, 0.0) + unseen[1] + self.spread**2
         return mean, known + unseen[0], carried
 
-    def factor(self, method: str = "", group: str = "", subgroup: str = "") -> float:
-        return math.exp(self._shift(method, group, subgroup)[0])
+    def factor(
+        self, method: str = "", group: str = "", subgroup: str = "", share: float = 0.0
+    ) -> float:
+        return math.exp(self._shift(method, group, subgroup, share)[0])
 
     def interval(
         self,
@@ -248,13 +277,15 @@ class Calibration:
         method: str = "",
         group: str = "",
         subgroup: str = "",
+        attention_share: float = 0.0,
     ) -> Interval:
         """The calibrated prediction of a configuration of `method`, answer group `group` and
-        subgroup `subgroup` that the speed model predicts at `predicted`, and its interval:
-        the device's and method's part normal, the rest Student's t at `freedom` (normal where
-        the spreads are known), their half-widths added in quadrature."""
+        subgroup `subgroup` that the speed model predicts at `predicted`, `attention_share` of
+        its step in the attention kernel, and its interval: the device's, method's and
+        attention kernel's part normal, the rest Student's t at `freedom` (normal where the
+        spreads are known), their half-widths added in quadrature."""
         p = 0.5 + coverage / 2
-        shift, known, carried = self._shift(method, group, subgroup)
+        shift, known, carried = self._shift(method, group, subgroup, attention_share)
         z, t = NormalDist().inv_cdf(p), t_quantile(p, self.freedom)
         half = math.sqrt(z**2 * known + t**2 * carried)
         central = predicted * math.exp(shift)
@@ -268,6 +299,7 @@ class _Levels:
     methods: list[str]
     groups: list[str]
     subgroups: list[str]
+    attention: bool = False
 
     @classmethod
     def of(cls, rows: Sequence[Row], prior: Prior) -> _Levels:
@@ -278,12 +310,14 @@ class _Levels:
             sorted({r.method for r in rows}),
             named((r.group for r in rows), prior.group_sd),
             named((r.subgroup for r in rows), prior.subgroup_sd),
+            prior.attention_sd > 0,
         )
 
     def columns(self, rows: Sequence[Row]) -> np.ndarray:
         """One line per row: the device's factor, then one column per method, group and
-        subgroup."""
-        x = np.zeros((len(rows), 1 + len(self.methods) + len(self.groups) + len(self.subgroups)))
+        subgroup, then the attention kernel's (the row's attention share)."""
+        width = 1 + len(self.methods) + len(self.groups) + len(self.subgroups)
+        x = np.zeros((len(rows), width + self.attention))
         for i, row in enumerate(rows):
             x[i, 0] = 1.0
             offset = 1
@@ -295,6 +329,8 @@ class _Levels:
                 if name in names:
                     x[i, offset + names.index(name)] = 1.0
                 offset += len(names)
+            if self.attention:
+                x[i, width] = row.attention_share
         return x
 
     def unshared(self, rows: Sequence[Row], prior: Prior) -> np.ndarray:
@@ -313,6 +349,7 @@ class _Levels:
             + [prior.method_sd] * len(self.methods)
             + [prior.group_sd] * len(self.groups)
             + [prior.subgroup_sd] * len(self.subgroups)
+            + [prior.attention_sd] * self.attention
         )
 
 
@@ -388,6 +425,7 @@ def calibrate(device: str, rows: Iterable[Row], prior: Prior | None = None) -> C
         tuple(levels.subgroups),
         prior.subgroup_sd,
         math.inf if prior.known_spreads else prior.weight + len(kept),
+        prior.attention_sd,
     )
 
 

@@ -46,6 +46,7 @@ class Candidate:
     skip: str = ""
     method: str = ""
     subgroup: str = ""  # its group's configurations at its GPU count and sequence length
+    attention_share: float = 0.0  # of its predicted step, in the attention kernel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +102,15 @@ def calibrations(
         rows.setdefault(c.device, [])
         found = results.get(c.key)
         if found and found.valid and found.speed and c.predicted:
-            row = Row(c.device, c.predicted, found.speed, c.method, c.group, c.subgroup)
+            row = Row(
+                c.device,
+                c.predicted,
+                found.speed,
+                c.method,
+                c.group,
+                c.subgroup,
+                c.attention_share,
+            )
             rows[c.device].append(row)
     given = priors or {}
     return {device: calibrate(device, found, given.get(device)) for device, found in rows.items()}
@@ -114,7 +123,12 @@ def interval_of(
         return None
     calibration = found[candidate.device]
     return calibration.interval(
-        candidate.predicted, coverage, candidate.method, candidate.group, candidate.subgroup
+        candidate.predicted,
+        coverage,
+        candidate.method,
+        candidate.group,
+        candidate.subgroup,
+        candidate.attention_share,
     )
 
 
@@ -229,13 +243,13 @@ def decide(
 
 
 def measuring_order(
-    candidates: Sequence[tuple[K, float, str, str, str]],
+    candidates: Sequence[tuple[K, float, str, str, str, float]],
     calibration_of: Callable[[list[K]], Calibration],
     count: int,
 ) -> list[K]:
     """The first `count` keys a walk of one device's candidates (key, predicted, method,
-    group, subgroup) measures: the highest upper bound first, the device recalibrated after
-    each."""
+    group, subgroup, attention share) measures: the highest upper bound first, the device
+    recalibrated after each."""
     done: list[K] = []
     for _ in range(min(count, len(candidates))):
         found = calibration_of(done)

@@ -206,6 +206,10 @@ class SpeedPrediction:
     def step_seconds(self) -> float | None:
         return self.step.seconds if self.step else None
 
+    @property
+    def attention_share(self) -> float | None:
+        return self.step.attention_share if self.step else None
+
     def metadata(self) -> dict[str, Any]:
         if self.step is None:
             return {"predicted": False, "skipped": self.skipped}

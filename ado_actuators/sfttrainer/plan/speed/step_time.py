@@ -197,6 +197,12 @@ class StepTime:
     def tokens_per_second_per_gpu(self) -> float:
         return self.tokens_per_gpu / self.seconds
 
+    @property
+    def attention_share(self) -> float:
+        """The share of the step in the attention kernel: how much a faster or slower kernel
+        than the one priced moves the whole step."""
+        return self.parts.get("attention", 0.0) / self.seconds
+
     def as_metadata(self) -> dict[str, Any]:
         return {
             "step_seconds": round(self.seconds, 4),
