@@ -12,7 +12,9 @@ its answer group (benchmarks/guided_search.py's: one table, model, framework and
 
 The spreads of the levels (an answer group's factor's, a subgroup's on top of it, one row's
 about it) are fitted here by moments (calibration.fit_level_spreads), never on the rows they
-are scored on:
+are scored on; off the fitted source a factor for the attention kernel the device's runs use
+scales each row by its attention share (ATTENTION_KERNEL_SD, from published kernel rates, no
+throughput table), and each source's such factor is taken out before its spreads are fitted:
 - for an A100 family, on the speed model's errors on the other four families (the fitted
   device's spreads, shipped as GROUP_SD, SUBGROUP_SD, WITHIN_SUBGROUP from all five);
 - for the L40 and llm-foundry (off the fitted device or framework), on the speed model's
@@ -27,14 +29,16 @@ group's first 1 or 2 rows in the sampler's order (no other row of the device), p
 group's others. Goals: median <= 10 % after 2 rows, <= 6 % after 4; coverage >= 90 %; on the
 A100 families, no worse than the uncalibrated median.
 
-    python benchmarks/calibration.py
+    python benchmarks/calibration.py [--without-attention-factor]
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 
+import guided_search
 from guided_search import (
     FOUNDRY_SOURCE,
     L40_SOURCE,
@@ -205,7 +209,15 @@ def a100_families(a100: dict[str, list[Config]]) -> Report:
     return pooled
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--without-attention-factor",
+        action="store_true",
+        help="the calibration without the attention kernel's factor, for the comparison",
+    )
+    if parser.parse_args(argv).without_attention_factor:
+        guided_search.ATTENTION = False
     a100 = a100_spaces()
     off_source()
     on_l40, on_a100, on_foundry = l40(), a100_families(a100), foundry()

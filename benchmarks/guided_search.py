@@ -20,7 +20,7 @@ GPU-hours the guided walk spent on that group; the guided walk. Reported: GPU-ho
 of groups whose named fastest is the true fastest or within TIE of it, and the regret in
 tokens/s (the true fastest's throughput less the named one's, summed over the groups).
 
-    python benchmarks/guided_search.py [--seeds 5]
+    python benchmarks/guided_search.py [--seeds 5] [--without-attention-factor]
 """
 
 from __future__ import annotations
@@ -461,7 +461,14 @@ def table(scores: dict[str, Score]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5, help="random orders and TPE runs")
+    parser.add_argument(
+        "--without-attention-factor",
+        action="store_true",
+        help="the calibration without the attention kernel's factor, for the comparison",
+    )
     args = parser.parse_args(argv)
+    global ATTENTION
+    ATTENTION = not args.without_attention_factor
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
