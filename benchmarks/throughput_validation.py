@@ -10,6 +10,8 @@ preview row.
 
     python benchmarks/throughput_validation.py           # the figures per regime
     python benchmarks/throughput_validation.py --rows    # and every run
+    python benchmarks/throughput_validation.py --attention  # the error against the attention's
+                                                            # share, per source and device
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from ado_actuators.sfttrainer.plan.memory.bound import Training
 from ado_actuators.sfttrainer.plan.model.architecture import Trainable
 from ado_actuators.sfttrainer.plan.speed.devices import DEFAULT_NETWORK_GBPS, device_named
 from ado_actuators.sfttrainer.plan.speed.prediction import model_shape
-from ado_actuators.sfttrainer.plan.speed.step_time import FITTED, Run
+from ado_actuators.sfttrainer.plan.speed.step_time import FITTED, Run, step_time
 from ado_actuators.sfttrainer.plan.speed.validated import regime
 
 DATA = Path(__file__).parent / "data" / "public_throughput.yaml"
@@ -180,9 +182,38 @@ def groups(pairs: list[tuple[Observed, float]], show: Callable[[str], None] = pr
     show(f"  Spearman over all {len(pairs)} runs: {spearmanr(guessed, measured).statistic:.3f}")
 
 
+def attention_slopes(
+    pairs: list[tuple[Observed, float]], show: Callable[[str], None] = print
+) -> None:
+    """Per framework and device with 3 runs or more: the log error (measured over predicted)
+    against the attention's share of the predicted step, by least squares, and the spread
+    about the line against the spread about the mean (what the calibration's attention kernel
+    factor takes up; ledger/calibration.py's ATTENTION_KERNEL_SD)."""
+    by: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for observed, error in pairs:
+        step = step_time(observed.shape, observed.run, observed.device, FITTED)
+        share = step.parts.get("attention", 0.0) / step.seconds
+        key = (observed.framework, observed.device.name)
+        by.setdefault(key, []).append((share, -float(np.log1p(error))))
+    for (framework, device), found in sorted(by.items()):
+        shares, ys = [x for x, _ in found], [y for _, y in found]
+        if len(found) < 3 or statistics.pstdev(shares) < 0.02:
+            continue
+        slope, intercept = statistics.linear_regression(shares, ys)
+        left = statistics.pstdev([y - intercept - slope * x for x, y in found])
+        show(
+            f"  {framework}, {device}: {len(found)} runs, shares {min(shares):.2f}-"
+            f"{max(shares):.2f}, slope {slope:+.2f}, spread {left:.3f} about the line, "
+            f"{statistics.pstdev(ys):.3f} about the mean"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", action="store_true", help="print every run's prediction")
+    parser.add_argument(
+        "--attention", action="store_true", help="the error against the attention's share"
+    )
     args = parser.parse_args(argv)
     public, l40, foundry = load(), load_l40(), load_foundry()
     runs = load_all()
@@ -195,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     report(pairs)
     print("as issue 43 groups them:")
     groups(pairs)
+    if args.attention:
+        print("the log error against the attention's share of the step:")
+        attention_slopes(pairs)
     if args.rows:
         for observed, error in pairs:
             run = observed.run
