@@ -71,7 +71,7 @@ def test_measured_rows_calibrate_their_device_and_narrow_their_own_group_most(tm
     header = next(line for line in result.output.splitlines() if line.startswith("Calibrated on"))
     assert header.endswith("measured.csv; tokens/s per GPU, predicted (95 % interval):")
     h100 = _device_block(result.output, H100)
-    factor = re.search(r"2 measured rows, lora x(\d\.\d+), attention kernel x\d\.\d+,", h100[0])
+    factor = re.search(r"2 measured rows, lora x(\d\.\d+), attention x\d\.\d+,", h100[0])
     assert factor and float(factor.group(1)) < 1, h100[0]
     a100 = _device_block(result.output, A100)
     assert a100[0] == f"{A100}: no measured row, the speed model alone"
