@@ -326,13 +326,19 @@ def test_plot_of_an_unknown_space_names_it(ado, tmp_path):
 @pytest.mark.slow
 def test_guided_walk_measures_only_what_can_win(ado, tmp_path):
     """The guided sampler (examples/remote-raycluster/operation-guided.yaml, at a coverage of
-    50 %) through the real CLI on CPU. Batch 16 is predicted 16 times faster than batch 1; once
-    batch 16 is measured, batch 1's upper bound (its prediction scaled by that row, at most about
-    2 times over at 50 % on a CPU calibrated on one row) lies below batch 16's lower bound (its
-    stored 95 % interval scaled to 50 %: a third of it) for any interval narrower than
-    ±260 %, so the walk ends with one measurement of two; run again, it measures nothing. A
-    full walk of the same space then measures what was left (ado replays the rest) and names
-    the same fastest; the plot prints what the guided walk left, with its reason."""
+    50 %) through the real CLI on CPU, over batch 1 at TRAINS and at LENGTH tokens. Not batch 1
+    against batch 16: on 2 CPU cores a tiny model's batch 16 is only 1.25 times faster (one
+    thread each), and a training on the other test worker flipped them (13,111 against 17,901
+    tokens/s), so which was fastest said what ran beside it. At LENGTH tokens nothing trains
+    (every label masked), which the answers never name fastest, however fast it ran (about half
+    as fast, alone): the answer cannot depend on the schedule.
+    TRAINS is predicted 4 times faster than LENGTH; once it is measured, LENGTH's upper bound
+    (its prediction scaled by that row, at most about 2.6 times over at 50 % on a CPU
+    calibrated on one row) lies below TRAINS's lower bound (its stored 95 % interval scaled to
+    50 %: a third of it) for any interval narrower than ±100 %, so the walk ends with one
+    measurement of two; run again, it measures nothing. A full walk of the same space then
+    measures what was left (ado replays the rest) and names the same fastest; the plot prints
+    what the guided walk left, with its reason."""
     model = build_tiny_model(tmp_path / "tiny-llama")
     data = tmp_path / "data"
     generate_text_dataset(data, "news-chars-512-entries-4096", 64)
@@ -366,8 +372,11 @@ def test_guided_walk_measures_only_what_can_win(ado, tmp_path):
                 "entitySpace": [
                     {"identifier": "model_name", "propertyDomain": {"values": ["tiny-llama"]}},
                     {"identifier": "number_gpus", "propertyDomain": {"values": [0]}},
-                    {"identifier": "model_max_length", "propertyDomain": {"values": [TRAINS]}},
-                    {"identifier": "batch_size", "propertyDomain": {"values": [1, 16]}},
+                    {
+                        "identifier": "model_max_length",
+                        "propertyDomain": {"values": [LENGTH, TRAINS]},
+                    },
+                    {"identifier": "batch_size", "propertyDomain": {"values": [1]}},
                 ],
             },
         ),
@@ -386,11 +395,11 @@ def test_guided_walk_measures_only_what_can_win(ado, tmp_path):
     }
     ado.create("operation", write_yaml(tmp_path / "guided.yaml", guided))
     rows = ado.measurements(space_id)
-    assert [r["batch_size"] for r in rows] == ["16"], rows
+    assert [r["model_max_length"] for r in rows] == [str(TRAINS)], rows
     record = json.loads((records / f"{space_id}.json").read_text())
     assert record["finished"] and record["measured"] == 1
     [left] = record["unmeasured"]
-    assert left["entity"]["batch_size"] == 1
+    assert left["entity"]["model_max_length"] == LENGTH
     assert (
         left["reason"].startswith("predicted ") and "below the measured fastest's" in left["reason"]
     )
@@ -407,10 +416,14 @@ def test_guided_walk_measures_only_what_can_win(ado, tmp_path):
     full = yaml.safe_load((REPO / "examples" / "local-cpu" / "operation.yaml").read_text())
     full |= {"spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id]}
     ado.create("operation", write_yaml(tmp_path / "full.yaml", full))
-    rows = {
-        r["batch_size"]: float(r["dataset_tokens_per_second"]) for r in ado.measurements(space_id)
-    }
-    assert max(rows, key=rows.__getitem__) == "16", rows
+    rows = {int(r["model_max_length"]): r for r in ado.measurements(space_id)}
+    assert sorted(rows) == [LENGTH, TRAINS], rows
+    # replayed, not measured again: the same figure
+    figure = "dataset_tokens_per_second"
+    assert rows[TRAINS][figure] == measured[0][figure]
+    # what the answers read: the row left did not train (its loss), the one measured did
+    assert float(rows[LENGTH]["train_loss_finite"]) == 0, rows[LENGTH]
+    assert float(rows[TRAINS]["train_loss_finite"]) == 1, rows[TRAINS]
     plotted = subprocess.run(
         [
             str(Path(sys.executable).with_name("sfttrainer_plot")),
@@ -427,5 +440,5 @@ def test_guided_walk_measures_only_what_can_win(ado, tmp_path):
     print(plotted.stdout)  # for the record only (the how-to's output)
     assert "Left unmeasured by the guided walk: 1 configuration\n" in plotted.stdout
     assert "GPU-hours (predicted) on 1 configuration it left unmeasured" in plotted.stdout
-    assert f"Fastest valid: 0 GPUs (CPU), sequence length {TRAINS}, batch 16: " in plotted.stdout
-    assert f"batch 1, sequence length {TRAINS}, CPU:\n    predicted " in plotted.stdout
+    assert f"Fastest valid: 0 GPUs (CPU), sequence length {TRAINS}, batch 1: " in plotted.stdout
+    assert f"batch 1, sequence length {LENGTH}, CPU:\n    predicted " in plotted.stdout
