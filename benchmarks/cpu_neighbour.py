@@ -103,7 +103,11 @@ def beside(params: SFTTrainerParameters, batch: int, root: Path) -> tuple[float,
         time.sleep(8)  # past its start-up, into its steps
         return measured(params, batch)
     finally:
-        neighbour.wait(timeout=300)
+        try:
+            neighbour.wait(timeout=300)
+        except subprocess.TimeoutExpired:  # never left running past the benchmark
+            neighbour.kill()
+            neighbour.wait()
 
 
 def main(argv: list[str] | None = None) -> int:

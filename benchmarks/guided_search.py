@@ -104,8 +104,7 @@ def _cost(o: Observed, oom: bool, guess: float) -> float:
 
 
 def attention_share(o: Observed, fitted: Fitted) -> float:
-    step = step_time(o.shape, o.run, o.device, fitted)
-    return step.parts.get("attention", 0.0) / step.seconds
+    return step_time(o.shape, o.run, o.device, fitted).attention_share
 
 
 def _config(index: int, row: dict[str, str], o: Observed, fitted: Fitted) -> Config:

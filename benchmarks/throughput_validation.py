@@ -191,8 +191,7 @@ def attention_slopes(
     factor takes up; ledger/calibration.py's ATTENTION_KERNEL_SD)."""
     by: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for observed, error in pairs:
-        step = step_time(observed.shape, observed.run, observed.device, FITTED)
-        share = step.parts.get("attention", 0.0) / step.seconds
+        share = step_time(observed.shape, observed.run, observed.device, FITTED).attention_share
         key = (observed.framework, observed.device.name)
         by.setdefault(key, []).append((share, -float(np.log1p(error))))
     for (framework, device), found in sorted(by.items()):

@@ -168,12 +168,12 @@ def test_rows_at_long_sequences_teach_the_attention_kernels_factor():
     found = calibrate(L40, measured, prior)
     long, short = (found.interval(1000.0, 0.95, "lora", attention_share=s) for s in (0.6, 0.05))
     assert long.central < 800.0 and 950.0 < short.central < 1050.0
-    assert found.factor("lora", share=0.6) == pytest.approx(long.central / 1000.0)
+    assert found.factor("lora", attention_share=0.6) == pytest.approx(long.central / 1000.0)
     # the fitted device prices its own kernel: no attention factor, the share changes nothing
     fitted = calibrate(
         REFERENCE_DEVICE, [dataclasses.replace(r, device=REFERENCE_DEVICE) for r in measured]
     )
-    assert fitted.factor("lora", share=0.6) == fitted.factor("lora", share=0.05)
+    assert fitted.factor("lora", attention_share=0.6) == fitted.factor("lora", attention_share=0.05)
 
 
 def test_a_wider_spread_moves_the_device_factor_less():

@@ -266,9 +266,9 @@ class Calibration:
         return mean, known + unseen[0], carried
 
     def factor(
-        self, method: str = "", group: str = "", subgroup: str = "", share: float = 0.0
+        self, method: str = "", group: str = "", subgroup: str = "", attention_share: float = 0.0
     ) -> float:
-        return math.exp(self._shift(method, group, subgroup, share)[0])
+        return math.exp(self._shift(method, group, subgroup, attention_share)[0])
 
     def interval(
         self,
