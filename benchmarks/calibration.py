@@ -1,8 +1,8 @@
-"""Calibration from a device's own rows (ado_actuators/sfttrainer/ledger/calibration.py) on
+"""Calibration from a device's own rows (ado_actuators/sfttrainer/space/calibration.py) on
 devices whose rows fitted nothing: calibrate on k rows, predict the rest, for k = 0, 1, 2, 4.
 
 The k rows are those the guided sampler measures first: the fastest predicted upper bound, the
-calibration redone after each row (ledger/guided.py's order). Two sets of devices, each row in
+calibration redone after each row (space/guided_rule.py's order). Two sets of devices, each row in
 its answer group (benchmarks/guided_search.py's: one table, model, framework and method):
 
 - fms-acceleration's L40 table (benchmarks/data/fms_acceleration_l40.csv): no constant was
@@ -53,7 +53,7 @@ from guided_search import (
     subgroup_of,
 )
 
-from ado_actuators.sfttrainer.ledger.calibration import (
+from ado_actuators.sfttrainer.space.calibration import (
     DATASHEET_DEVICE,
     FRAMEWORK_SHIFT_SD,
     REFERENCE_DEVICE,
@@ -61,7 +61,7 @@ from ado_actuators.sfttrainer.ledger.calibration import (
     Row,
     calibrate,
 )
-from ado_actuators.sfttrainer.ledger.guided import measuring_order
+from ado_actuators.sfttrainer.space.guided_rule import measuring_order
 
 KS = (0, 1, 2, 4)
 Scored = tuple[float, bool, float, float]

@@ -10,7 +10,7 @@ each other; the test suite runs two workers, so its trainings run one thread eac
 (tests/conftest.py). Prints each measurement's dataset tokens/s, its 95 % interval and the
 ratio beside/alone; and the ratio of the batch sizes' speeds, alone, against the speed model's
 prediction of one reference GPU, the prediction a CPU walk starts from
-(ledger/calibration.py's UNPRICED_DEVICE).
+(space/calibration.py's UNPRICED_DEVICE).
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.cli.generate_dataset_text import generate
 from ado_actuators.sfttrainer.engine.measurement import measure
-from ado_actuators.sfttrainer.engine.preview import preview_entity
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
 from ado_actuators.sfttrainer.execute.environment import installed_fms_hf_tuning
-from ado_actuators.sfttrainer.ledger.calibration import REFERENCE_DEVICE
+from ado_actuators.sfttrainer.space.calibration import REFERENCE_DEVICE
+from ado_actuators.sfttrainer.space.preview import preview_entity
 
 DATASET = "news-chars-512-entries-4096"
 EXPERIMENT = "finetune_full_benchmark-v1.0.0"

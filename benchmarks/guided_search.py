@@ -10,7 +10,7 @@ Spaces, each one device's calibration:
 An answer group is what sfttrainer_plot's "Fastest valid" compares: one table, model, framework
 and method, across GPU counts and batch sizes. Its runs that did not finish are OOMs (the
 tables strip the error). The bill of one measurement: the process start and the checkpoint's
-read (engine/bill.py's start_seconds), then the spec's stop method
+read (space/bill.py's start_seconds), then the spec's stop method
 (WARMUP_60S_STABLE_120S_OR_10_STEPS) at the published step time; an OOM pays its start and one
 step (the predicted one), on every GPU.
 
@@ -54,16 +54,16 @@ from throughput_prediction import (
     predicted,
 )
 
-from ado_actuators.sfttrainer.engine.bill import start_seconds, training_time
-from ado_actuators.sfttrainer.ledger.calibration import (
+from ado_actuators.sfttrainer.plan.speed.prediction import device_of
+from ado_actuators.sfttrainer.plan.speed.step_time import Fitted, step_time
+from ado_actuators.sfttrainer.space.bill import start_seconds, training_time
+from ado_actuators.sfttrainer.space.calibration import (
     REFERENCE_DEVICE,
     Prior,
     fit_level_spreads,
     prior_for,
 )
-from ado_actuators.sfttrainer.ledger.guided import Candidate, Result, Settings, decide, judge
-from ado_actuators.sfttrainer.plan.speed.prediction import device_of
-from ado_actuators.sfttrainer.plan.speed.step_time import Fitted, step_time
+from ado_actuators.sfttrainer.space.guided_rule import Candidate, Result, Settings, decide, judge
 from ado_actuators.sfttrainer.trainer.stopping import WARMUP_60S_STABLE_120S_OR_10_STEPS
 
 TIE = 0.02
@@ -172,7 +172,7 @@ def residual_groups(space: list[Config], centred: bool = False) -> list[list[lis
 
 
 def fitted_prior(device: str, a100: list[list[Config]]) -> Prior:
-    """The device's prior, its group levels (ledger/calibration.py's GROUP_SD, SUBGROUP_SD and
+    """The device's prior, its group levels (space/calibration.py's GROUP_SD, SUBGROUP_SD and
     WITHIN_SUBGROUP) fitted here on the A100 families `a100`'s errors, about zero (on the
     reference device the device's and the method's factors are held near 0)."""
     found = fit_level_spreads(g for s in a100 for g in residual_groups(s))
@@ -220,7 +220,7 @@ def off_source_spreads(without: str = "") -> tuple[float, float, float]:
 
 
 ATTENTION = True
-"""Whether the calibration's attention-kernel factor is modelled (ledger/calibration.py's
+"""Whether the calibration's attention-kernel factor is modelled (space/calibration.py's
 Prior.attention_sd); False: the calibration before it, for the comparison."""
 
 

@@ -188,7 +188,7 @@ def attention_slopes(
     """Per framework and device with 3 runs or more: the log error (measured over predicted)
     against the attention's share of the predicted step, by least squares, and the spread
     about the line against the spread about the mean (what the calibration's attention kernel
-    factor takes up; ledger/calibration.py's ATTENTION_KERNEL_SD)."""
+    factor takes up; space/calibration.py's ATTENTION_KERNEL_SD)."""
     by: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for observed, error in pairs:
         share = step_time(observed.shape, observed.run, observed.device, FITTED).attention_share

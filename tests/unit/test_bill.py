@@ -1,11 +1,11 @@
-"""The training seconds of one measurement under each stop method, by hand (engine/bill.py)."""
+"""The training seconds of one measurement under each stop method, by hand (space/bill.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from ado_actuators.sfttrainer.catalog.entity import entity_values
-from ado_actuators.sfttrainer.engine.bill import (
+from ado_actuators.sfttrainer.space.bill import (
     LOAD_GBPS,
     START_SECONDS,
     start_seconds,

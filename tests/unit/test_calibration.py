@@ -1,4 +1,4 @@
-"""ledger/calibration.py: a device's factor from its rows, shrunk towards the speed model's fit,
+"""space/calibration.py: a device's factor from its rows, shrunk towards the speed model's fit,
 and intervals that narrow as rows accumulate."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from ado_actuators.sfttrainer.ledger.calibration import (
+from ado_actuators.sfttrainer.space.calibration import (
     ATTENTION_KERNEL_SD,
     CPU,
     DATASHEET_DEVICE,
@@ -267,7 +267,7 @@ def test_rows_that_stray_more_than_the_prior_says_widen_every_level():
 
 def test_the_left_out_residuals_are_exact():
     """Sherman-Morrison's left-out residuals against refitting without each row."""
-    from ado_actuators.sfttrainer.ledger import calibration as c
+    from ado_actuators.sfttrainer.space import calibration as c
 
     given = [
         Row(L40, 1000.0, 1000.0 * r, m, g, g + s)
@@ -293,9 +293,9 @@ def test_the_left_out_residuals_are_exact():
 
 
 def test_the_preview_groups_a_csvs_rows_as_it_groups_its_own():
-    """engine/calibrated.py: a measured CSV's strings and a space's entity values name the same
+    """space/calibrated.py: a measured CSV's strings and a space's entity values name the same
     group; how long a run lasts names none; the GPU count and length name the subgroup."""
-    from ado_actuators.sfttrainer.engine.calibrated import group_of
+    from ado_actuators.sfttrainer.space.calibrated import group_of
 
     lora = "finetune_lora_benchmark-v1.0.0"
     entity = {

@@ -15,7 +15,7 @@ from ado.core.discoveryspace.config import DiscoverySpaceConfiguration
 from ado.core.operation.config import DiscoveryOperationResourceConfiguration
 
 from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
-from ado_actuators.sfttrainer.engine.preview import entities
+from ado_actuators.sfttrainer.space.preview import entities
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

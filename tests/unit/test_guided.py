@@ -1,10 +1,10 @@
-"""ledger/guided.py: the guided walk's order, its stopping rule, its reasons and its resumption,
+"""space/guided_rule.py: the guided walk's order, its stopping rule, its reasons and its resumption,
 pure."""
 
 from __future__ import annotations
 
-from ado_actuators.sfttrainer.ledger.calibration import Row, calibrate
-from ado_actuators.sfttrainer.ledger.guided import (
+from ado_actuators.sfttrainer.space.calibration import Row, calibrate
+from ado_actuators.sfttrainer.space.guided_rule import (
     Candidate,
     Result,
     Settings,
@@ -116,7 +116,7 @@ def test_a_groups_first_row_calibrates_its_siblings():
     """The model is 20 % too fast on the group's first row: a sibling at the same GPU count
     predicted 17 % below it is ruled out by that row; one at another GPU count, whose factor
     is only partly shared, stays open; so does one of another group."""
-    from ado_actuators.sfttrainer.ledger.calibration import REFERENCE_DEVICE
+    from ado_actuators.sfttrainer.space.calibration import REFERENCE_DEVICE
 
     def at(key: str, predicted: float, group: str, subgroup: str) -> Candidate:
         return Candidate(key, group, REFERENCE_DEVICE, predicted, 1.0, "", "lora", subgroup)
@@ -136,10 +136,10 @@ def test_a_groups_first_row_calibrates_its_siblings():
 
 
 def test_the_engine_names_each_candidates_subgroup():
-    """engine/guided.py: configurations that differ by their batch size alone share a subgroup;
+    """space/guided_walk.py: configurations that differ by their batch size alone share a subgroup;
     another GPU count or sequence length is another subgroup of the same group."""
-    from ado_actuators.sfttrainer.engine.guided import candidates
     from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
+    from ado_actuators.sfttrainer.space.guided_walk import candidates
 
     def point(gpus: int, length: int, batch: int) -> tuple[str, dict, dict]:
         values = {
@@ -159,11 +159,11 @@ def test_the_engine_names_each_candidates_subgroup():
 
 
 def test_the_record_says_which_configurations_left_would_not_have_launched(tmp_path):
-    """engine/guided.py's record: a configuration left by the rule is counted at its predicted
+    """space/guided_walk.py's record: a configuration left by the rule is counted at its predicted
     GPU-hours; one that would not launch at all (here a configuration rule: 3 GPUs do not
     divide the batch) saves nothing and is marked skipped."""
-    from ado_actuators.sfttrainer.engine.guided import Walk
     from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
+    from ado_actuators.sfttrainer.space.guided_walk import Walk
 
     def point(gpus: int, batch: int) -> tuple[str, dict, dict]:
         values = {

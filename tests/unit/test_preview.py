@@ -12,7 +12,7 @@ from cli_checks import one_line_error
 from typer.testing import CliRunner
 
 from ado_actuators.sfttrainer.cli.preview import app
-from ado_actuators.sfttrainer.engine.preview import SpaceError, entities
+from ado_actuators.sfttrainer.space.preview import SpaceError, entities
 
 LLAMA_8B = {
     "model_type": "llama",

@@ -1,5 +1,5 @@
 """`sfttrainer_preview SPACE --calibrate-from MEASURED`: the calibrated section the CLI prints
-(cli/preview_calibrated.py over engine/calibrated.py), from a CSV of measured rows as
+(cli/preview_calibrated.py over space/calibrated.py), from a CSV of measured rows as
 `ado show entities ... measurements` writes them."""
 
 from __future__ import annotations

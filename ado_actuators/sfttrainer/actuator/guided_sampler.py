@@ -9,7 +9,7 @@ the fastest of their answer group, in order of their predicted upper bound.
 
 Each time the walk asks for a configuration, the sampler reads what the space has measured so
 far (through the remote discovery space on a Ray cluster), recalibrates each device on its rows
-(ledger/calibration.py) and decides (ledger/guided.py); it writes the configurations it leaves
+(space/calibration.py) and decides (space/guided_rule.py); it writes the configurations it leaves
 unmeasured, with their reasons, where sfttrainer_plot reads them (contract/guided.py). It keeps
 nothing else: a killed operation run again continues from what was stored, and measures
 nothing twice. Give the walk `batchSize: 1` for the strict order; a larger batch decides with
@@ -28,7 +28,8 @@ from ado.modules.operators.discovery_space_manager import DiscoverySpaceManager
 from ado.schema.entity import Entity
 
 from ado_actuators.sfttrainer.contract.guided import write_record
-from ado_actuators.sfttrainer.engine.guided import (
+from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
+from ado_actuators.sfttrainer.space.guided_walk import (
     Point,
     Result,
     Settings,
@@ -36,7 +37,6 @@ from ado_actuators.sfttrainer.engine.guided import (
     point_key,
     result_of,
 )
-from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
 
 
 class GuidedSamplerParameters(pydantic.BaseModel):
@@ -94,7 +94,7 @@ def _results(space: DiscoverySpace, entities: list[Entity]) -> dict[str, Result]
 
 
 class GuidedSampler(BaseSampler):
-    """ado's sampler interface (ado.core.discoveryspace.samplers.BaseSampler) over engine/guided.py."""
+    """ado's sampler interface (ado.core.discoveryspace.samplers.BaseSampler) over space/guided_walk.py."""
 
     def __init__(self, parameters: GuidedSamplerParameters | None = None) -> None:
         self.parameters = parameters or GuidedSamplerParameters()

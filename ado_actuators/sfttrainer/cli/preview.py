@@ -89,7 +89,7 @@ def preview(
     outputs = [f for f in (csv_file, json_file, html_file) if f is not None]
     with one_line_errors(outputs[0] if outputs else None, "Interrupted; nothing was launched."):
         from ado_actuators.sfttrainer.cli import preview_output as output
-        from ado_actuators.sfttrainer.engine.preview_bill import space_bill
+        from ado_actuators.sfttrainer.space.preview_bill import space_bill
 
         rows, settings = _rows(space, actuator_config)
         bill = space_bill(rows, settings)
@@ -155,7 +155,7 @@ def _parameters_of(document: Any, path: Path) -> dict[str, Any]:  # YAML as writ
 
 def _rows(space: Path, actuator_config: Path | None):
     from ado_actuators.sfttrainer.catalog.models import merged_model_map
-    from ado_actuators.sfttrainer.engine.preview import (
+    from ado_actuators.sfttrainer.space.preview import (
         SpaceError,
         entities,
         preview_entity,
@@ -183,9 +183,9 @@ def _print(rows: Any, bill: Any, settings: Any, measured: str | None) -> None:
     from ado_actuators.sfttrainer.catalog.entity import FIELDS
     from ado_actuators.sfttrainer.cli import preview_calibrated as section
     from ado_actuators.sfttrainer.cli import preview_output as output
-    from ado_actuators.sfttrainer.engine.calibrated import calibrated, measured_rows
     from ado_actuators.sfttrainer.report import sources
     from ado_actuators.sfttrainer.report.table import TableError
+    from ado_actuators.sfttrainer.space.calibrated import calibrated, measured_rows
 
     output.print_table(rows, bill, WIDTH)
     if measured is None:

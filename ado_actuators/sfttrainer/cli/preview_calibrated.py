@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from ado_actuators.sfttrainer.catalog.experiments import short_name
-from ado_actuators.sfttrainer.engine.calibrated import CalibratedRow, Calibration
+from ado_actuators.sfttrainer.space.calibrated import CalibratedRow, Calibration
 
 
 def _configuration(line: CalibratedRow) -> str:

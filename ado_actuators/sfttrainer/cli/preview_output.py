@@ -20,10 +20,10 @@ from ado_actuators.sfttrainer.catalog.model_shapes import (
     HUB,
     SHIPPED,
 )
-from ado_actuators.sfttrainer.engine.preview import PreviewRow
-from ado_actuators.sfttrainer.engine.preview_bill import SpaceBill
 from ado_actuators.sfttrainer.host.atomic import write_atomically
 from ado_actuators.sfttrainer.report.devices import short_gpu
+from ado_actuators.sfttrainer.space.preview import PreviewRow
+from ado_actuators.sfttrainer.space.preview_bill import SpaceBill
 
 if TYPE_CHECKING:  # rich is imported where a table is drawn
     from rich.console import JustifyMethod

@@ -77,7 +77,7 @@ def resolve(
 ) -> Resolved | Invalid | Failed:
     """The entity's values, its model's location and config.json, and its training
     configuration; or the outcome that needs no launch (a configuration rule, a value outside
-    the domain, an unknown model). The preview (engine/preview.py) answers with the same, and
+    the domain, an unknown model). The preview (space/preview.py) answers with the same, and
     asks the hub (`hub`) for a config.json found nowhere else."""
     try:
         values = entity_values(values_in, overrides=definition.default_overrides())

@@ -1,5 +1,5 @@
 """The guided walk without ado: a space's configurations as the preview predicts them, turned into
-ledger/guided.py's candidates; stored measurements turned into its results; each decision
+space/guided_rule.py's candidates; stored measurements turned into its results; each decision
 turned into the record sfttrainer_plot prints (contract/guided.py). The sampler ado loads
 (actuator/guided_sampler.py) and the simulation (benchmarks/guided_search.py) drive it.
 """
@@ -13,10 +13,10 @@ from typing import Any
 
 from ado_actuators.sfttrainer.contract import loss
 from ado_actuators.sfttrainer.contract.guided import GuidedRecord, Unmeasured
-from ado_actuators.sfttrainer.engine.preview import PreviewRow, preview_entity
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
-from ado_actuators.sfttrainer.ledger.calibration import CPU, REFERENCE_DEVICE
-from ado_actuators.sfttrainer.ledger.guided import Candidate, Decision, Result, Settings, decide
+from ado_actuators.sfttrainer.space.calibration import CPU, REFERENCE_DEVICE
+from ado_actuators.sfttrainer.space.guided_rule import Candidate, Decision, Result, Settings, decide
+from ado_actuators.sfttrainer.space.preview import PreviewRow, preview_entity
 
 AXES = ("batch_size", "model_max_length", "number_gpus")
 """The fields sfttrainer_plot's answer groups compare across (report/table.py's X, LINE, ROW):

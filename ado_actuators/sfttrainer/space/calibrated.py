@@ -1,5 +1,5 @@
 """The preview calibrated on rows measured before: each device's factor learned from its own
-measured rows (ledger/calibration.py), and every previewed configuration re-predicted with its
+measured rows (space/calibration.py), and every previewed configuration re-predicted with its
 95 % interval. Rows come as sfttrainer_plot reads them (ado's CSV or its store); a row without
 its stored prediction is predicted again here. Every figure is still a prediction.
 """
@@ -11,9 +11,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
-from ado_actuators.sfttrainer.engine.preview import PreviewRow, preview_entity
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
-from ado_actuators.sfttrainer.ledger.calibration import (
+from ado_actuators.sfttrainer.plan.speed.prediction import PREDICTED_PROPERTY
+from ado_actuators.sfttrainer.space.calibration import (
     CPU,
     REFERENCE_DEVICE,
     Calibration,
@@ -21,7 +21,7 @@ from ado_actuators.sfttrainer.ledger.calibration import (
     Row,
     calibrate,
 )
-from ado_actuators.sfttrainer.plan.speed.prediction import PREDICTED_PROPERTY
+from ado_actuators.sfttrainer.space.preview import PreviewRow, preview_entity
 
 __all__ = ["CalibratedRow", "Calibration", "calibrated", "group_of", "measured_rows"]
 MEASURED = "dataset_tokens_per_second_per_gpu"

@@ -41,11 +41,15 @@ from collections.abc import Iterable, Sequence
 from statistics import NormalDist
 
 import numpy as np
+import numpy.typing as npt
 
-from ado_actuators.sfttrainer.plan.speed.devices import REFERENCE_NAME as REFERENCE_DEVICE
+from ado_actuators.sfttrainer.plan.speed.devices import REFERENCE_NAME
 
 CPU = "CPU"
 """The device name of rows trained on CPUs (number_gpus 0)."""
+REFERENCE_DEVICE = REFERENCE_NAME
+"""The device the speed model's constants were fitted on: it prices its own attention kernel."""
+Array = npt.NDArray[np.float64]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +77,7 @@ class Prior:
 GROUP_SD = 0.058
 """An answer group's own factor (log scale), on top of its device's and its method's: the speed
 model is off by much the same for every configuration of one model, method, framework and
-device. Fitted by benchmarks/calibration.py (ledger/calibration.py's fit_level_spreads) on
+device. Fitted by benchmarks/calibration.py (space/calibration.py's fit_level_spreads) on
 fms-acceleration's A100 tables, each of the five model families predicted by the speed model
 fitted without it: 48 groups, 244 rows."""
 SUBGROUP_SD = 0.046
@@ -313,7 +317,7 @@ class _Levels:
             prior.attention_sd > 0,
         )
 
-    def columns(self, rows: Sequence[Row]) -> np.ndarray:
+    def columns(self, rows: Sequence[Row]) -> Array:
         """One line per row: the device's factor, then one column per method, group and
         subgroup, then the attention kernel's (the row's attention share)."""
         width = 1 + len(self.methods) + len(self.groups) + len(self.subgroups)
@@ -333,7 +337,7 @@ class _Levels:
                 x[i, width] = row.attention_share
         return x
 
-    def unshared(self, rows: Sequence[Row], prior: Prior) -> np.ndarray:
+    def unshared(self, rows: Sequence[Row], prior: Prior) -> Array:
         """Each row's variance from the levels it names no factor of (noise to it)."""
         return np.array(
             [
@@ -343,7 +347,7 @@ class _Levels:
             ]
         )
 
-    def prior_sds(self, prior: Prior) -> np.ndarray:
+    def prior_sds(self, prior: Prior) -> Array:
         return np.array(
             [prior.shift_sd]
             + [prior.method_sd] * len(self.methods)
@@ -358,11 +362,11 @@ class _Fit:
     """The factors' posterior, and each row's line of the design, weight (one over its
     variance about the factors) and log ratio."""
 
-    mean: np.ndarray
-    covariance: np.ndarray
-    x: np.ndarray
-    weights: np.ndarray
-    y: np.ndarray
+    mean: Array
+    covariance: Array
+    x: Array
+    weights: Array
+    y: Array
 
 
 def _posterior(rows: Sequence[Row], levels: _Levels, prior: Prior) -> _Fit:

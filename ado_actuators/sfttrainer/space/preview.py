@@ -16,11 +16,11 @@ from ado_actuators.sfttrainer.catalog.entity import FIELDS, EntityValues
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.contract.outcomes import Invalid
 from ado_actuators.sfttrainer.contract.units import GIB
-from ado_actuators.sfttrainer.engine.bill import TrainingTime, start_seconds, training_time
 from ado_actuators.sfttrainer.engine.measurement import Resolved, resolve
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
 from ado_actuators.sfttrainer.plan.memory.verdict import MemoryAssessment, assess, fewest_gpus
 from ado_actuators.sfttrainer.plan.speed.prediction import SpeedPrediction, predict_speed
+from ado_actuators.sfttrainer.space.bill import TrainingTime, start_seconds, training_time
 
 LAUNCHED = ("fits", "unknown", "predicted OOM")
 """Verdicts launched under the default settings (skip_predicted_oom false)."""

@@ -1,6 +1,6 @@
 """The bill of a whole previewed space: its GPU-hours, those of the configurations that would
 launch, what skipping the predicted OOMs saves, and, apart, model loading and package
-environments. Every figure is predicted from the rows (engine/preview.py)."""
+environments. Every figure is predicted from the rows (space/preview.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import dataclasses
 from collections import Counter
 from typing import Any
 
-from ado_actuators.sfttrainer.engine.bill import (
+from ado_actuators.sfttrainer.space.bill import (
     ENVIRONMENT_BUILD_SECONDS,
     LOAD_GBPS,
     START_SECONDS,
 )
-from ado_actuators.sfttrainer.engine.preview import PreviewRow, installed_fms_hf_tuning
+from ado_actuators.sfttrainer.space.preview import PreviewRow, installed_fms_hf_tuning
 from ado_actuators.sfttrainer.trainer.steady import MIN_STEADY_STEPS, WARMUP_WINDOW
 
 

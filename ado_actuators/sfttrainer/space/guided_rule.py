@@ -21,7 +21,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from statistics import NormalDist
 from typing import TypeVar
 
-from ado_actuators.sfttrainer.ledger.calibration import (
+from ado_actuators.sfttrainer.space.calibration import (
     Calibration,
     Interval,
     Prior,
