@@ -29,8 +29,8 @@ from ado_actuators.sfttrainer.space.calibration import (
     fit_level_spreads,
     prior_for,
     scaled,
-    t_quantile,
 )
+from ado_actuators.sfttrainer.stats.interval import t_quantile
 
 L40 = "NVIDIA-L40"
 
@@ -295,7 +295,7 @@ def test_the_left_out_residuals_are_exact():
 def test_the_preview_groups_a_csvs_rows_as_it_groups_its_own():
     """space/calibrated.py: a measured CSV's strings and a space's entity values name the same
     group; how long a run lasts names none; the GPU count and length name the subgroup."""
-    from ado_actuators.sfttrainer.space.calibrated import group_of
+    from ado_actuators.sfttrainer.space.calibrated import groups_of as group_of
 
     lora = "finetune_lora_benchmark-v1.0.0"
     entity = {

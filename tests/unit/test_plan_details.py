@@ -7,7 +7,7 @@ import pytest
 from test_plan import inputs, option
 
 from ado_actuators.sfttrainer.plan.launch.launch_plan import PlanError, plan_launch, plan_resources
-from ado_actuators.sfttrainer.trainer.stopping import WARMUP_60S_STABLE_120S_OR_10_STEPS
+from ado_actuators.sfttrainer.stopping.warmup_stable import WARMUP_60S_STABLE_120S_OR_10_STEPS
 
 COMMON_ENV = {
     "HF_HOME": "/hf",
@@ -146,7 +146,7 @@ def test_the_per_device_batch_splits_the_batch_over_the_devices_at_least_one_eac
     (plan/model/training.py): batch_size over the GPUs (one CPU rank a node without them),
     floored, and never below one sample."""
     from ado_actuators.sfttrainer.catalog.entity import entity_values
-    from ado_actuators.sfttrainer.plan.launch.geometry import per_device_batch
+    from ado_actuators.sfttrainer.plan.model.geometry import per_device_batch
 
     values = entity_values(
         {

@@ -1,5 +1,6 @@
 """plan/'s sub-packages keep their concerns apart: the memory and speed models meet only through
-the model's description (plan/model/) and the launch geometry (plan/launch/geometry.py); the
+the model's description and the configuration's parts (plan/model/, the device geometry
+included); no two sub-packages import each other, and plan/model/ imports none of the others; the
 trace of a model's own code (plan/memory/trace/) runs in a process of its own, so nothing else in
 the package imports it; and no module of plan/ imports itself back through another."""
 
@@ -48,12 +49,28 @@ def test_plan_holds_only_its_sub_packages():
     assert packages == SUB_PACKAGES
 
 
-def test_memory_and_speed_meet_only_through_the_model_and_the_launch_geometry():
+def test_memory_and_speed_meet_only_through_the_model():
     for module, imports in plan_imports().items():
         if module.startswith("plan.memory"):
             assert not {i for i in imports if i.startswith("plan.speed")}, module
         if module.startswith("plan.speed"):
             assert not {i for i in imports if i.startswith("plan.memory")}, module
+
+
+def _sub_package_ties() -> set[tuple[str, str]]:
+    return {
+        (module.split(".")[1], i.split(".")[1])
+        for module, imports in plan_imports().items()
+        for i in imports
+        if module.count(".") and i.count(".") and module.split(".")[1] != i.split(".")[1]
+    }
+
+
+def test_no_two_sub_packages_import_each_other_and_the_model_imports_none():
+    ties = _sub_package_ties()
+    assert ("launch", "model") in ties and ("memory", "model") in ties  # the rule reads real ties
+    assert not {(a, b) for a, b in ties if (b, a) in ties}
+    assert not {b for a, b in ties if a == "model"}
 
 
 def _in_trace(module: str) -> bool:

@@ -20,6 +20,7 @@ from ado_actuators.sfttrainer.catalog.model_shapes import (
     HUB,
     SHIPPED,
 )
+from ado_actuators.sfttrainer.contract.properties import THROUGHPUT_PREDICTED
 from ado_actuators.sfttrainer.host.atomic import write_atomically
 from ado_actuators.sfttrainer.report.devices import short_gpu
 from ado_actuators.sfttrainer.space.preview import PreviewRow
@@ -288,7 +289,7 @@ def _plot_row(row: PreviewRow) -> dict[str, Any]:
     cells = {"experiment_id": row.experiment, **row.entity}
     cells["is_valid"] = 1 if row.verdict in ("fits", "unknown") else 0
     if row.tokens_per_second_per_gpu is not None:
-        cells["dataset_tokens_per_second_per_gpu_predicted"] = row.tokens_per_second_per_gpu
+        cells[THROUGHPUT_PREDICTED] = row.tokens_per_second_per_gpu
     if row.predicted_gib is not None:
         cells["gpu_memory_predicted_gib"] = row.predicted_gib
     return cells

@@ -25,8 +25,8 @@ from ado_actuators.sfttrainer.execute.reservations import (
     held_by_callers,
 )
 from ado_actuators.sfttrainer.execute.stages import node_task_options, run_nodes, task_resources
-from ado_actuators.sfttrainer.plan.launch.geometry import batch_devices, world_size
 from ado_actuators.sfttrainer.plan.launch.launch_plan import ResourceRequest
+from ado_actuators.sfttrainer.plan.model.geometry import batch_devices, world_size
 
 SPREAD_CPUS = 0.01
 """CPUs of a multi-node bundle on nodes whose CPUs are all reserved by others."""

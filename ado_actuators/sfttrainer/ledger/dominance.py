@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from ado_actuators.sfttrainer.catalog.entity import EntityValues
 from ado_actuators.sfttrainer.contract.outcomes import Invalid, MeasurementOutcome, launched
-from ado_actuators.sfttrainer.plan.launch.geometry import batch_devices
+from ado_actuators.sfttrainer.plan.model.geometry import batch_devices
 
 SIZE_FIELDS = ("batch_size", "model_max_length")
 """The entity fields a dominating configuration may exceed; every other one must be equal."""

@@ -13,6 +13,11 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 
+from ado_actuators.sfttrainer.contract.properties import (
+    THROUGHPUT,
+    THROUGHPUT_CI95,
+    THROUGHPUT_PER_GPU,
+)
 from ado_actuators.sfttrainer.contract.trainer_io import GpuSample, RankReport, StepTiming
 from ado_actuators.sfttrainer.contract.units import GIB
 from ado_actuators.sfttrainer.metrics import flops, gpu_peaks, loss, precision
@@ -195,8 +200,8 @@ def benchmark_properties(
     rank0_steps = per_rank[rank0.rank]
     props: dict[str, float] = {
         "train_runtime": runtime,
-        "dataset_tokens_per_second": tokens / runtime,
-        "dataset_tokens_per_second_per_gpu": tokens / runtime / devices,
+        THROUGHPUT: tokens / runtime,
+        THROUGHPUT_PER_GPU: tokens / runtime / devices,
         **_sampled_properties(reports, since),
         "is_valid": 1,
     }
@@ -212,7 +217,7 @@ def benchmark_properties(
         props["warmup_seconds"] = rank0_steps[0].start - rank0.steps[0].start
     interval = throughput_interval(reports, since)
     if interval.percent is not None:
-        props["dataset_tokens_per_second_ci95_percent"] = interval.percent
+        props[THROUGHPUT_CI95] = interval.percent
     props |= _device_properties(
         reports, since, (tokens, runtime, devices), number_gpus=number_gpus, gpu_model=gpu_model
     )

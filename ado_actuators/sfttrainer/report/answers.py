@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ado_actuators.sfttrainer.report.table import THROUGHPUT, Point, SpaceTable
+from ado_actuators.sfttrainer.contract.properties import THROUGHPUT
+from ado_actuators.sfttrainer.report.table import Point, SpaceTable
 
 # What "fastest" means: the throughput of the whole run, as the user pays for it.
 SPEED = THROUGHPUT

@@ -14,6 +14,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ado_actuators.sfttrainer.contract.properties import THROUGHPUT_PER_GPU
 from ado_actuators.sfttrainer.report.answers import SPEED, GroupAnswers, speed
 from ado_actuators.sfttrainer.report.compare import THRESHOLD, Comparison
 from ado_actuators.sfttrainer.report.devices import short_gpu
@@ -38,7 +39,7 @@ FLAG_LABEL = (
 )
 BARS_LABEL = "bars: 95 % interval (else range of repeats)"
 # The per-GPU figure is the total over number_gpus: its interval is the same share of it.
-INTERVAL_COLUMNS = (SPEED, "dataset_tokens_per_second_per_gpu")
+INTERVAL_COLUMNS = (SPEED, THROUGHPUT_PER_GPU)
 
 
 def render_png(

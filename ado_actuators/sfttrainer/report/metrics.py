@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from ado_actuators.sfttrainer.contract.properties import (
+    THROUGHPUT,
+    THROUGHPUT_PER_GPU,
+    THROUGHPUT_PREDICTED,
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class Metric:
@@ -20,17 +26,17 @@ class Metric:
 
 METRICS: tuple[Metric, ...] = (
     Metric(
-        "dataset_tokens_per_second",
+        THROUGHPUT,
         "dataset tokens/s, all devices",
         "dataset tokens/s",
         required=True,
     ),
     # The prediction beside the measurement (plan/speed/step_time.py), as for memory below.
     Metric(
-        "dataset_tokens_per_second_per_gpu",
+        THROUGHPUT_PER_GPU,
         "dataset tokens/s per GPU: measured —, predicted - -",
         "dataset tokens/s per GPU",
-        companions=("dataset_tokens_per_second_per_gpu_predicted",),
+        companions=(THROUGHPUT_PREDICTED,),
         required=True,
     ),
     Metric(
@@ -54,7 +60,7 @@ METRICS: tuple[Metric, ...] = (
 
 PREDICTED_METRICS: tuple[Metric, ...] = (
     Metric(
-        "dataset_tokens_per_second_per_gpu_predicted",
+        THROUGHPUT_PREDICTED,
         "dataset tokens/s per GPU (predicted)",
         "dataset tokens/s per GPU predicted",
         required=True,
@@ -69,7 +75,7 @@ PREDICTED_METRICS: tuple[Metric, ...] = (
 """What `sfttrainer_preview --html` draws on the same page: nothing measured yet."""
 
 COMPANION_TITLES = {
-    "dataset_tokens_per_second_per_gpu_predicted": "dataset tokens/s per GPU predicted",
+    THROUGHPUT_PREDICTED: "dataset tokens/s per GPU predicted",
     "train_step_seconds_p90": "step time p90 (s)",
     "gpu_memory_predicted_gib": "GPU memory predicted (GiB)",
 }

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import statistics
 
+from ado_actuators.sfttrainer.contract.properties import THROUGHPUT_PER_GPU, THROUGHPUT_PREDICTED
 from ado_actuators.sfttrainer.report.summary import Block, configuration, format_value
 from ado_actuators.sfttrainer.report.table import Point, SpaceTable
 
-MEASURED = "dataset_tokens_per_second_per_gpu"
-PREDICTED = "dataset_tokens_per_second_per_gpu_predicted"
+MEASURED, PREDICTED = THROUGHPUT_PER_GPU, THROUGHPUT_PREDICTED
 HEADING = "Throughput: predicted beside measured"
 SHOWN = 3
 

@@ -19,16 +19,17 @@ from ado_actuators.sfttrainer.catalog.entity import FIELDS
 from ado_actuators.sfttrainer.catalog.experiments import short_name
 from ado_actuators.sfttrainer.contract import loss as loss_names
 from ado_actuators.sfttrainer.contract.outcomes import ANSWERED_BY, INVALID_REASON, MACHINE
+from ado_actuators.sfttrainer.contract.properties import THROUGHPUT, THROUGHPUT_CI95
 from ado_actuators.sfttrainer.report.loss import RowLoss, row_loss
 from ado_actuators.sfttrainer.report.machine import Fingerprint, of_measurements
 from ado_actuators.sfttrainer.report.metrics import METRICS, Metric
+from ado_actuators.sfttrainer.space.groups import AXES
 
-# The axes of every panel: x, one line per value, and the row facet.
-X, LINE, ROW = "batch_size", "model_max_length", "number_gpus"
+# The axes of every panel: x, one line per value, and the row facet (an answer group's axes).
+X, LINE, ROW = AXES
 EXPERIMENT = "experiment_id"
 VALIDITY = "is_valid"
-THROUGHPUT = "dataset_tokens_per_second"
-INTERVAL = "dataset_tokens_per_second_ci95_percent"  # metrics/precision.py
+INTERVAL = THROUGHPUT_CI95
 SECONDS = "measurement_seconds"  # how long its devices were reserved (execute/cluster.py)
 # A result's metadata, which ado's table of properties leaves out: sources.py adds them to the
 # rows it reads through ado's API, one per measurement; ado's CSV has neither. The reason is

@@ -44,9 +44,9 @@ import numpy as np
 import numpy.typing as npt
 
 from ado_actuators.sfttrainer.plan.speed.devices import REFERENCE_NAME
+from ado_actuators.sfttrainer.space.groups import CPU
+from ado_actuators.sfttrainer.stats.interval import COVERAGE, Interval, t_quantile
 
-CPU = "CPU"
-"""The device name of rows trained on CPUs (number_gpus 0)."""
 REFERENCE_DEVICE = REFERENCE_NAME
 """The device the speed model's constants were fitted on: it prices its own attention kernel."""
 Array = npt.NDArray[np.float64]
@@ -183,36 +183,6 @@ class Row:
         return math.log(self.measured / self.predicted)
 
 
-def t_quantile(p: float, freedom: float) -> float:
-    """Student's t quantile (Hill's expansion about the normal's, within 0.2 % from 3 degrees
-    of freedom up: 3.1786 for 3.1824 at 3, exact in the limit)."""
-    z = NormalDist().inv_cdf(p)
-    if math.isinf(freedom):
-        return z
-    n = freedom
-    return (
-        z
-        + (z**3 + z) / (4 * n)
-        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * n**2)
-        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * n**3)
-        + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * n**4)
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class Interval:
-    """A predicted throughput and its interval (low, high), at `coverage`."""
-
-    central: float
-    low: float
-    high: float
-    coverage: float
-
-    @property
-    def half_width(self) -> float:
-        return (self.high - self.low) / 2
-
-
 @dataclasses.dataclass(frozen=True)
 class Calibration:
     """A device's factors (log scale): the device's own, each method's on top of it, each
@@ -277,7 +247,7 @@ class Calibration:
     def interval(
         self,
         predicted: float,
-        coverage: float = 0.95,
+        coverage: float = COVERAGE,
         method: str = "",
         group: str = "",
         subgroup: str = "",

@@ -23,11 +23,11 @@ from typing import TypeVar
 
 from ado_actuators.sfttrainer.space.calibration import (
     Calibration,
-    Interval,
     Prior,
     Row,
     calibrate,
 )
+from ado_actuators.sfttrainer.stats.interval import COVERAGE, Interval
 
 K = TypeVar("K", bound=Hashable)
 
@@ -62,7 +62,7 @@ class Result:
     gpu_hours: float | None = None
     trained: bool = True  # False: its loss was not finite or rose: never the fastest
 
-    def lower(self, coverage: float = 0.95) -> float:
+    def lower(self, coverage: float = COVERAGE) -> float:
         """The low end of its interval at `coverage` (its 95 % interval scaled, as a normal
         one scales); its figure where the row has none."""
         speed = self.speed or 0.0
@@ -72,7 +72,7 @@ class Result:
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    coverage: float = 0.95
+    coverage: float = COVERAGE
     budget_gpu_hours: float | None = None
     measure_ties: bool = True
     priors: Mapping[str, Prior] = dataclasses.field(default_factory=dict)
@@ -254,5 +254,5 @@ def measuring_order(
     for _ in range(min(count, len(candidates))):
         found = calibration_of(done)
         rest = [c for c in candidates if c[0] not in done]
-        done.append(max(rest, key=lambda c: found.interval(c[1], 0.95, *c[2:]).high)[0])
+        done.append(max(rest, key=lambda c: found.interval(c[1], COVERAGE, *c[2:]).high)[0])
     return done

@@ -13,18 +13,15 @@ from typing import Any
 
 from ado_actuators.sfttrainer.contract import loss
 from ado_actuators.sfttrainer.contract.guided import GuidedRecord, Unmeasured
+from ado_actuators.sfttrainer.contract.properties import THROUGHPUT, THROUGHPUT_CI95
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
-from ado_actuators.sfttrainer.space.calibration import CPU, REFERENCE_DEVICE
+from ado_actuators.sfttrainer.space.calibration import REFERENCE_DEVICE
+from ado_actuators.sfttrainer.space.groups import device_of, group_of, subgroup_of, varying
 from ado_actuators.sfttrainer.space.guided_rule import Candidate, Decision, Result, Settings, decide
 from ado_actuators.sfttrainer.space.preview import PreviewRow, preview_entity
 
-AXES = ("batch_size", "model_max_length", "number_gpus")
-"""The fields sfttrainer_plot's answer groups compare across (report/table.py's X, LINE, ROW):
-every other field that varies makes a group of its own."""
 FITS = ("fits", "unknown")
 __all__ = ["Candidate", "Decision", "Point", "Result", "Settings", "Walk", "candidates"]
-THROUGHPUT = "dataset_tokens_per_second"
-INTERVAL = "dataset_tokens_per_second_ci95_percent"
 
 
 def canonical(value: Any) -> Any:  # an entity value as ado or YAML gives it
@@ -37,23 +34,6 @@ def point_key(experiment: str, point: Mapping[str, Any]) -> str:
     """One configuration's key: its experiment and its entity values, whatever their types."""
     values = {k: canonical(v) for k, v in sorted(point.items())}
     return f"{experiment} {json.dumps(values, sort_keys=True, default=str)}"
-
-
-def group_of(experiment: str, point: Mapping[str, Any], varying: Sequence[str]) -> str:
-    parts = [experiment.split("-v")[0]] + [f"{n} {point[n]}" for n in varying if n in point]
-    return ", ".join(parts)
-
-
-def subgroup_of(group: str, point: Mapping[str, Any]) -> str:
-    """The configurations of a group that differ by their batch size alone."""
-    gpus, length = canonical(point.get("number_gpus")), canonical(point.get("model_max_length"))
-    return f"{group}, {gpus} GPUs, {length} tokens"
-
-
-def _device(row: PreviewRow) -> str:
-    if row.gpus == 0:
-        return CPU
-    return str(row.effective.get("gpu_model") or "")
 
 
 def _predicted(row: PreviewRow, settings: MeasurementSettings) -> float | None:
@@ -80,21 +60,16 @@ experiment's parameterization."""
 
 def candidates(points: Sequence[Point], settings: MeasurementSettings) -> list[Candidate]:
     """The space's configurations as the walk sees them before measuring."""
-    names = sorted({n for _, p, _ in points for n in p})
-    varying = [
-        n
-        for n in names
-        if n not in AXES and len({json.dumps(p.get(n), default=str) for _, p, _ in points}) > 1
-    ]
+    names = varying([p for _, p, _ in points])
     found = []
     for experiment, point, fixed in points:
         row = preview_entity({**point, **fixed}, experiment, settings)
-        group = group_of(experiment, point, varying)
+        group = group_of(experiment, point, names)
         found.append(
             Candidate(
                 key=point_key(experiment, point),
                 group=group,
-                device=_device(row),
+                device=device_of(row.effective or row.entity),
                 predicted=_predicted(row, settings),
                 gpu_hours=row.gpu_hours or 0.0,
                 skip=_skip(row),
@@ -123,7 +98,7 @@ def result_of(key: str, properties: Mapping[str, Any], gpus: int) -> Result:
         key=key,
         valid=valid,
         speed=number(THROUGHPUT) if valid else None,
-        ci95_percent=number(INTERVAL),
+        ci95_percent=number(THROUGHPUT_CI95),
         gpu_hours=None if seconds is None else seconds * gpus / 3600,
         trained=number(loss.FINITE) != 0 and number(loss.ROSE) != 1,  # as report/loss.py reads
     )

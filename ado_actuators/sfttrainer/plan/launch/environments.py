@@ -18,7 +18,6 @@ import dataclasses
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
@@ -26,9 +25,11 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from ado_actuators.sfttrainer.catalog.entity import EntityValues
-
-PACKAGES_DIR = Path(__file__).parent.parent / "packages"
-FMS = "fms-hf-tuning"
+from ado_actuators.sfttrainer.plan.model.releases import FMS as FMS
+from ado_actuators.sfttrainer.plan.model.releases import PACKAGES_DIR as PACKAGES_DIR
+from ado_actuators.sfttrainer.plan.model.releases import NoEnvironment as NoEnvironment
+from ado_actuators.sfttrainer.plan.model.releases import list_path as list_path
+from ado_actuators.sfttrainer.plan.model.releases import read_package_list as read_package_list
 
 GPU_ONLY_PATTERNS = (
     "flash-attn",
@@ -80,10 +81,6 @@ SKIP_PREPARE_DATASET_VERSIONS: frozenset[str] = frozenset()
 decides it itself (pre-tokenised datasets in 2.x, vision datasets in 3.x)."""
 
 
-class NoEnvironment(ValueError):
-    """The requested version cannot be given an environment (a user-fixable reason)."""
-
-
 @dataclasses.dataclass(frozen=True)
 class EnvironmentSpec:
     """What an environment for one fms-hf-tuning version holds."""
@@ -109,19 +106,6 @@ class EnvironmentSpec:
 def package_name(line: str) -> str:
     """The canonical name a requirement line installs."""
     return canonicalize_name(re.split(r"[\s=<>!~;\[@]", line, maxsplit=1)[0])
-
-
-def list_path(version: str, directory: Path | None = None) -> Path:
-    return (directory or PACKAGES_DIR) / f"{FMS}_v{version}.txt"
-
-
-def read_package_list(version: str, directory: Path | None = None) -> list[str]:
-    path = list_path(version, directory)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise NoEnvironment(f"no package list for fms-hf-tuning {version}: {error}") from None
-    return [s for line in text.splitlines() if (s := line.split(" #")[0].strip()) and s[0] != "#"]
 
 
 def _is_url(line: str) -> bool:

@@ -14,7 +14,7 @@ from ado_actuators.sfttrainer.contract.trainer_io import JOB_FLAG, TrainerJob
 from ado_actuators.sfttrainer.contract.workspace import Workspace
 from ado_actuators.sfttrainer.plan.launch.accelerate import accelerate_config
 from ado_actuators.sfttrainer.plan.launch.environments import skip_prepare_dataset_problem
-from ado_actuators.sfttrainer.plan.launch.geometry import (
+from ado_actuators.sfttrainer.plan.model.geometry import (
     DATA_PARALLEL,
     per_device_batch,
     processes_per_node,

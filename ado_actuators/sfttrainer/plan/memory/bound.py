@@ -15,8 +15,8 @@ import dataclasses
 from typing import Any
 
 from ado_actuators.sfttrainer.contract.units import GIB, MIB
-from ado_actuators.sfttrainer.plan.launch.geometry import DATA_PARALLEL
 from ado_actuators.sfttrainer.plan.model.architecture import DTYPE_BYTES, ParameterCounts, Trainable
+from ado_actuators.sfttrainer.plan.model.geometry import DATA_PARALLEL
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 
 CUDA_CONTEXT_FLOOR_BYTES = 256 * MIB

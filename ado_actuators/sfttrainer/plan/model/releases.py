@@ -11,14 +11,35 @@ from __future__ import annotations
 import functools
 import re
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ado_actuators.sfttrainer.contract.memory_trace import Attention
 
+PACKAGES_DIR = Path(__file__).parent.parent / "packages"
+FMS = "fms-hf-tuning"
 RECORD = "transformers-loss.yaml"
 """Under plan/packages: per transformers release and family, what its source does."""
+
+
+class NoEnvironment(ValueError):
+    """The requested version cannot be given an environment (a user-fixable reason)."""
+
+
+def list_path(version: str, directory: Path | None = None) -> Path:
+    return (directory or PACKAGES_DIR) / f"{FMS}_v{version}.txt"
+
+
+def read_package_list(version: str, directory: Path | None = None) -> list[str]:
+    """The requirement lines fms-hf-tuning `version` pins (plan/packages), comments left out."""
+    path = list_path(version, directory)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise NoEnvironment(f"no package list for fms-hf-tuning {version}: {error}") from None
+    return [s for line in text.splitlines() if (s := line.split(" #")[0].strip()) and s[0] != "#"]
 
 
 @functools.cache
@@ -30,8 +51,6 @@ def record() -> dict[str, Any]:
 
 def pinned_release(fms_hf_tuning_version: str, package: str) -> str | None:
     """The release of `package` the version's package list pins (plan/packages)."""
-    from ado_actuators.sfttrainer.plan.launch.environments import read_package_list
-
     for line in read_package_list(fms_hf_tuning_version):
         if pinned := re.fullmatch(rf"{package}==([\w.]+)", line.strip()):
             return pinned.group(1)

@@ -14,12 +14,12 @@ from ado_actuators.sfttrainer.catalog.datasets import get_shape
 from ado_actuators.sfttrainer.catalog.entity import EntityValues
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
 from ado_actuators.sfttrainer.contract.memory_trace import Attention
-from ado_actuators.sfttrainer.plan.launch.geometry import per_device_batch
 from ado_actuators.sfttrainer.plan.model.architecture import (
     PROMPT_TUNING_VIRTUAL_TOKENS,
     Trainable,
     language_config,
 )
+from ado_actuators.sfttrainer.plan.model.geometry import per_device_batch
 from ado_actuators.sfttrainer.plan.model.releases import attention_for
 
 PeftMethod = Literal["none", "lora", "pt"]

@@ -1,0 +1,15 @@
+"""The throughput properties of a benchmark row, named once: metrics/aggregate.py computes the
+measured ones from the rank reports, plan/speed/prediction.py predicts one before launch, and
+report/ and space/ read them back from ado's store (the picture, the answers, the calibration,
+the guided walk). catalog/experiments.yaml declares them as targets."""
+
+from __future__ import annotations
+
+THROUGHPUT = "dataset_tokens_per_second"
+"""Every non-padding token trained, over the measured window's seconds, all devices together."""
+THROUGHPUT_PER_GPU = "dataset_tokens_per_second_per_gpu"
+"""THROUGHPUT over max(1, number_gpus)."""
+THROUGHPUT_PREDICTED = "dataset_tokens_per_second_per_gpu_predicted"
+"""The speed model's THROUGHPUT_PER_GPU, computed before launch: a prediction, never measured."""
+THROUGHPUT_CI95 = "dataset_tokens_per_second_ci95_percent"
+"""The relative half-width of THROUGHPUT's 95 % interval over batch means (stats/batch_means.py)."""
