@@ -1,5 +1,5 @@
 """What FSDP keeps through backward when its layer units hold only frozen weights (CPU, gloo,
-one rank, a few seconds): the evidence for memory_peak.held_input_gradient_bytes.
+one rank, a few seconds): the evidence for plan/memory/fsdp.held_input_gradient_bytes.
 
     python benchmarks/fsdp_frozen_layers.py
 

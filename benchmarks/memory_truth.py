@@ -305,7 +305,7 @@ def training_of(spec: StepSpec, shards: int = 1) -> Training:
 
 
 def workload_of(spec: StepSpec, model_type: str) -> Workload:
-    """What plan/memory_check._workload builds for the same entity under fms-hf-tuning 3.2.2."""
+    """What plan/memory/verdict.workload_of builds for the same entity under fms-hf-tuning 3.2.2."""
     asked = spec.checkpointing is not None
     style = checkpointing(RELEASE, model_type)
     honoured = style != "none"

@@ -104,7 +104,7 @@ def compare(
 ) -> dict:
     """The three runs of each (batch_size, model_max_length) of `configurations` over the
     entity fields `base` (model, GPUs, dtype, dataset); prints a line per configuration and
-    the summary, writes both to out/stopping.json. benchmarks/gpu/stopping.py calls it too."""
+    the summary, writes both to out/stopping.json. benchmarks/gpu/stopping_gpu.py calls it too."""
     results = []
     for shape in configurations:
         batch, length, accumulation = shape

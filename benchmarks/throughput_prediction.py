@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = load()
     fitted = fit(runs)
     print(f"fitted on all {len(runs)} runs: {fitted}")
-    print(f"shipped (plan/step_time.FITTED): {FITTED}")
+    print(f"shipped (plan/speed/step_time.FITTED): {FITTED}")
     summary("all runs, the shipped constants", list(zip(runs, errors(runs, FITTED), strict=True)))
     print("leave one family out (each family predicted with the constants fitted on the others):")
     pairs = leave_one_family_out(runs)

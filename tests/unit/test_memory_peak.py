@@ -752,7 +752,7 @@ def test_the_notes_say_what_was_left_out_and_what_was_assumed():
     )
     assert predict_peak(counts, dims, LORA_QV, bound, ignored).notes == (
         "gradient checkpointing asked for, but this transformers release's layers of the "
-        "family ignore it (logits_memory.read_checkpointing): predicted without it",
+        "family ignore it (plan/memory/logits.read_checkpointing): predicted without it",
     )
 
 

@@ -2,7 +2,7 @@
 from the release itself: its wheel, fetched once from the package registry, through the same
 `read_loss_code` the record was written with. Fails when plan/packages/transformers-loss.yaml
 and the releases disagree, or when a version pins a release the record lacks. The same for
-TRL's copy of the logits (logits_memory.trl_copies_logits): each pinned TRL release's
+TRL's copy of the logits (plan/memory/logits.trl_copies_logits): each pinned TRL release's
 SFTTrainer, read from its wheel.
 
     python tests/unit/test_transformers_releases.py --write DIR   # rewrite the record from
@@ -113,7 +113,7 @@ def test_every_pinned_release_is_in_the_record():
 SFT_TRAINER = "trl/trainer/sft_trainer.py"
 TRL_BOUNDARY = ("0.14.0", "0.15.0")
 """The last release without TRL's copy of the logits and the first with it
-(logits_memory.TRL_TOKEN_ACCURACY): read from their wheels beside the pinned ones."""
+(plan/memory/logits.TRL_TOKEN_ACCURACY): read from their wheels beside the pinned ones."""
 
 
 def sft_copies_logits(source: str) -> bool:
@@ -167,13 +167,13 @@ def write(directory: Path) -> None:
         "# Read by plan/memory/logits.py. What each transformers release pinned by an offered\n"
         "# fms-hf-tuning version does to the logits of a causal LM's loss, read from the\n"
         "# release's own source (models/<family>/modeling_<family>.py, loss/loss_utils.py) by\n"
-        "# logits_memory.read_loss_code. Written by tests/unit/test_transformers_releases.py\n"
-        "# --write; the same test checks it against the wheels. upcast: where the logits become\n"
-        "# fp32 (model | loss | none); shifts: what the loss shifts (logits: a copy | labels);\n"
-        "# checkpoints: how the family's layers are checkpointed (layer: by the layer itself;\n"
-        "# model: by the model's forward around each layer; none: not at all;\n"
-        "# logits_memory.read_checkpointing); attention: what runs when flash-attn is not\n"
-        "# asked for (sdpa | eager; logits_memory.read_attention).\n"
+        "# plan/memory/logits.read_loss_code. Written by\n"
+        "# tests/unit/test_transformers_releases.py --write; the same test checks it against the\n"
+        "# wheels. upcast: where the logits become fp32 (model | loss | none); shifts: what the\n"
+        "# loss shifts (logits: a copy | labels); checkpoints: how the family's layers are\n"
+        "# checkpointed (layer: by the layer itself; model: by the model's forward around each\n"
+        "# layer; none: not at all; plan/memory/logits.read_checkpointing); attention: what runs\n"
+        "# when flash-attn is not asked for (sdpa | eager; plan/memory/logits.read_attention).\n"
     )
     body = {"pinned_by": {r: pins[r] for r in sorted(pins)}, "releases": releases}
     RECORD.write_text(header + yaml.safe_dump(body, sort_keys=True, default_flow_style=None))

@@ -29,7 +29,7 @@ RULE_WORDS = {
 }
 # Rows stored before the configuration rules and the certain bound wrote answered_by carry only
 # their reason: its first words name the rule. The configuration rules' texts are
-# catalog/validity.configuration_problems' and plan/environments.vision_problem's
+# catalog/validity.configuration_problems' and plan/launch/environments.vision_problem's
 # (tests/unit/test_report_cost.py holds each of them to these).
 _CONFIGURATION_REASON = re.compile(
     r"(batch_size \S+ is not divisible by number_gpus"

@@ -128,7 +128,7 @@ class Workload:
     attention: str = "flash_attention_2"  # flash_attention_2 | sdpa | eager
     gradient_accumulation_steps: int = 1
     loss: LossCode | None = None
-    fused_loss: str | None = None  # None | "in_place" | "chunked" (logits_memory.LossCode)
+    fused_loss: str | None = None  # None | "in_place" | "chunked" (plan/memory/logits.LossCode)
     fast_rms_layernorm: bool = False
     autocast: bool = False  # bf16/fp16 mixed precision: autocast, outputs converted to fp32
     autocast_dtype: str | None = None
@@ -142,7 +142,7 @@ class Workload:
     checkpointing_ignored: bool = False  # asked for, but the release's layers do not honour it
     checkpointed_by_model: bool = False
     """The model's forward checkpoints each layer (transformers before 4.52): an FSDP unit then
-    runs inside the checkpoint (logits_memory.read_checkpointing's "model")."""
+    runs inside the checkpoint (plan/memory/logits.read_checkpointing's "model")."""
 
     @property
     def tokens(self) -> int:
@@ -569,7 +569,7 @@ def _notes(bound: MemoryBound, workload: Workload, upcast_notes: list[str]) -> l
     if workload.checkpointing_ignored:
         notes.append(
             "gradient checkpointing asked for, but this transformers release's layers of the "
-            "family ignore it (logits_memory.read_checkpointing): predicted without it"
+            "family ignore it (plan/memory/logits.read_checkpointing): predicted without it"
         )
     return notes
 

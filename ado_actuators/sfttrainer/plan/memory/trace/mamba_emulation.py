@@ -19,9 +19,9 @@ kernel replaced by `SplitConv1dScanCombined`, which allocates what the kernel al
   gradient and the RMSNorm's, the recomputed dt, states and C·B with their gradients (fp32), and
   the parameters' gradients.
 
-Real tensors get zeros for values (the memory is the point; step_trace's fake-against-real check
-runs a model without Mamba layers). Imports torch at the top: imported only by step_trace,
-lazily.
+Real tensors get zeros for values (the memory is the point; trace/step.py's fake-against-real
+check runs a model without Mamba layers). Imports torch at the top: imported only by
+trace/step.py, lazily.
 """
 
 from __future__ import annotations

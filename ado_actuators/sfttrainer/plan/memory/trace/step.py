@@ -160,7 +160,7 @@ def trace_step(
 
 
 def inventory(model: Module) -> dict[str, Any]:
-    """The parameters of a built model, as plan/architecture.ParameterCounts counts them: the
+    """The parameters of a built model, as plan/model/architecture.ParameterCounts counts them: the
     input embeddings, an untied LM head, the norms, the decoder layers (the model's largest
     ModuleList), and every nn.Linear by the name LoRA's target_modules match (its last path
     component), with its shape and how often it occurs. Trainable: what the method trains."""
