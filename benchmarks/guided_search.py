@@ -64,7 +64,7 @@ from ado_actuators.sfttrainer.space.calibration import (
     prior_for,
 )
 from ado_actuators.sfttrainer.space.guided_rule import Candidate, Result, Settings, decide, judge
-from ado_actuators.sfttrainer.trainer.stopping import WARMUP_60S_STABLE_120S_OR_10_STEPS
+from ado_actuators.sfttrainer.stopping.warmup_stable import WARMUP_60S_STABLE_120S_OR_10_STEPS
 
 TIE = 0.02
 """Two throughputs closer than this count as the same: fms-acceleration publishes one run per

@@ -11,7 +11,7 @@ benchmark can. Each configuration is measured three times, one right
 after the other, through the engine (engine.measurement.measure; no ado, no Ray):
 
 1. spec:   auto_stop_method WARMUP_60S_STABLE_120S_OR_10_STEPS;
-2. steady: auto_stop_method STEADY_CI95_1PCT, its default cap (trainer/steady.py);
+2. steady: auto_stop_method STEADY_CI95_1PCT, its default cap (stopping/steady.py);
 3. truth:  max_steps = --truth-factor (>= 10) x the steps the steady run trained (at most
    10,000, max_steps' domain: it warns when that is fewer), no early stop. Its figure is
    dataset tokens per second over its steps after the steady run's warm-up count (at least
@@ -40,8 +40,8 @@ from ado_actuators.sfttrainer.engine.measurement import measure
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
 from ado_actuators.sfttrainer.execute.environment import installed_fms_hf_tuning
 from ado_actuators.sfttrainer.metrics.precision import step_series
-from ado_actuators.sfttrainer.trainer.steady import STEADY_CI95_1PCT
-from ado_actuators.sfttrainer.trainer.stopping import WARMUP_60S_STABLE_120S_OR_10_STEPS
+from ado_actuators.sfttrainer.stopping.steady import STEADY_CI95_1PCT
+from ado_actuators.sfttrainer.stopping.warmup_stable import WARMUP_60S_STABLE_120S_OR_10_STEPS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # when imported from benchmarks/gpu
 import demo_kit  # noqa: F401  (examples/local-cpu on the path)

@@ -259,9 +259,9 @@ def gpu_models() -> str:
 
 
 def stop_methods() -> str:
-    from ado_actuators.sfttrainer.trainer import stopping
+    from ado_actuators.sfttrainer.stopping import methods
 
-    return ", ".join(code(m) for m in stopping.AUTO_STOP_METHODS)
+    return ", ".join(code(m) for m in methods.AUTO_STOP_METHODS)
 
 
 # ---- the actuator's parameters ----------------------------------------------------------------

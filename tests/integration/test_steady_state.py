@@ -18,10 +18,8 @@ from ado_actuators.sfttrainer.contract.outcomes import Measured
 from ado_actuators.sfttrainer.contract.trainer_io import RankReport
 from ado_actuators.sfttrainer.engine.measurement import measure
 from ado_actuators.sfttrainer.execute.environment import installed_fms_hf_tuning
-from ado_actuators.sfttrainer.trainer.stopping import (
-    STEADY_CI95_1PCT,
-    WARMUP_60S_STABLE_120S_OR_10_STEPS,
-)
+from ado_actuators.sfttrainer.stopping.steady import STEADY_CI95_1PCT
+from ado_actuators.sfttrainer.stopping.warmup_stable import WARMUP_60S_STABLE_120S_OR_10_STEPS
 
 pytestmark = pytest.mark.slow
 DATASET = "news-chars-512-entries-4096"

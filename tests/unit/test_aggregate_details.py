@@ -110,7 +110,7 @@ def test_figures_hugging_face_did_not_report_are_left_out_not_zero():
 
 
 def test_a_time_limit_of_0_is_no_limit_and_of_1_s_is_one():
-    # the trainer stops by time only for stop_after_seconds > 0 (trainer/stopping.py)
+    # the trainer stops by time only for stop_after_seconds > 0 (stopping/seconds.py)
     unlimited = props([report(steps=TWO_STEPS)], stop_after_seconds=0)
     assert (
         unlimited["train_samples_per_second"] == 3.0

@@ -20,7 +20,10 @@ from ado_actuators.sfttrainer.execute.classify import auto_stop_note, launch_out
 from ado_actuators.sfttrainer.execute.node import NodeRun
 from ado_actuators.sfttrainer.stats.batch_means import throughput_interval
 from ado_actuators.sfttrainer.stats.trend import Trend, mann_kendall
-from ado_actuators.sfttrainer.trainer.steady import (
+from ado_actuators.sfttrainer.stopping.any_of import AnyOf
+from ado_actuators.sfttrainer.stopping.methods import make_policy
+from ado_actuators.sfttrainer.stopping.seconds import StopAfterSeconds
+from ado_actuators.sfttrainer.stopping.steady import (
     DEFAULT_MAX_SECONDS,
     MIN_STEADY_STEPS,
     STEADY_CI95_1PCT,
@@ -28,7 +31,6 @@ from ado_actuators.sfttrainer.trainer.steady import (
     SteadyInterval,
     added_seconds,
 )
-from ado_actuators.sfttrainer.trainer.stopping import AnyOf, StopAfterSeconds, make_policy
 
 # every step carries 100 tokens, at epoch-sized clocks as time.time() gives
 drive = functools.partial(stop_drive.drive, tokens=100, t0=1.7e9)

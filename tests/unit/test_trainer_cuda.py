@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import types
 
-from ado_actuators.sfttrainer.trainer import cuda, stopping
+from ado_actuators.sfttrainer.stopping.methods import make_policy
+from ado_actuators.sfttrainer.trainer import cuda
 from ado_actuators.sfttrainer.trainer.callback import MeasurementCallback
 from ado_actuators.sfttrainer.trainer.tokens import TokenMeter
 
@@ -74,7 +75,7 @@ def test_a_step_ends_when_the_device_has_finished_it():
 
     callback = MeasurementCallback(
         meter=TokenMeter(),
-        policy=stopping.make_policy(-1, None),
+        policy=make_policy(-1, None),
         synchronize=synchronize,
         clock=clock,
     )

@@ -11,15 +11,12 @@ import textwrap
 import pytest
 from stop_drive import drive
 
-from ado_actuators.sfttrainer.trainer.stopping import (
-    AnyOf,
-    Decision,
-    NeverStop,
-    StopAfterSeconds,
-    WarmupThenStable,
-    agree,
-    make_policy,
-)
+from ado_actuators.sfttrainer.stopping.any_of import AnyOf
+from ado_actuators.sfttrainer.stopping.methods import make_policy
+from ado_actuators.sfttrainer.stopping.policy import Decision
+from ado_actuators.sfttrainer.stopping.seconds import NeverStop, StopAfterSeconds
+from ado_actuators.sfttrainer.stopping.warmup_stable import WarmupThenStable
+from ado_actuators.sfttrainer.trainer.stopping import agree
 
 
 def test_never_stop_needs_no_agreement():
@@ -109,7 +106,8 @@ _AGREE_SCRIPT = textwrap.dedent(
     """
     import json, os, sys
     import torch.distributed as dist
-    from ado_actuators.sfttrainer.trainer.stopping import Decision, agree, shared_step
+    from ado_actuators.sfttrainer.stopping.policy import Decision
+    from ado_actuators.sfttrainer.trainer.stopping import agree, shared_step
     # a file rendezvous: no port to choose, so none another process can take meanwhile
     dist.init_process_group("gloo", init_method=os.environ["INIT_METHOD"],
                             rank=int(os.environ["RANK"]), world_size=2)

@@ -19,7 +19,7 @@ from ado_actuators.sfttrainer.catalog import datasets
 
 # generated from FIELDS below (catalog/entity_codegen.py), so a type checker sees every field
 from ado_actuators.sfttrainer.catalog.entity_values import EntityValues as EntityValues
-from ado_actuators.sfttrainer.trainer import steady, stopping
+from ado_actuators.sfttrainer.stopping import methods, steady
 
 
 class Domain(enum.StrEnum):
@@ -126,7 +126,7 @@ OPTIMIZERS = (
     "schedule_free_sgd",
 )
 
-AUTO_STOP_METHODS = (None, *stopping.AUTO_STOP_METHODS)
+AUTO_STOP_METHODS = (None, *methods.AUTO_STOP_METHODS)
 
 FAST_KERNEL_SETTINGS = (
     None,

@@ -10,7 +10,9 @@ package environment). Pure arithmetic.
   trend test's window, then the interval's floor of steps), at most its cap;
 - bounded by epochs: the dataset's entries over the samples of a step, times the epochs.
 
-Whichever limit comes first ends training, as the trainer's policies do (trainer/stopping.py).
+Whichever limit comes first ends training, as the trainer's policies do (stopping/any_of.py).
+The two auto-stop methods' seconds are their own modules' (stopping/methods.py): the bill asks
+the method the entity names.
 """
 
 from __future__ import annotations
@@ -20,15 +22,8 @@ import math
 
 from ado_actuators.sfttrainer.catalog.datasets import get_shape
 from ado_actuators.sfttrainer.catalog.entity import EntityValues
-from ado_actuators.sfttrainer.trainer.steady import (
-    MIN_STEADY_STEPS,
-    STEADY_CI95_1PCT,
-    WARMUP_WINDOW,
-)
-from ado_actuators.sfttrainer.trainer.stopping import (
-    WARMUP_60S_STABLE_120S_OR_10_STEPS,
-    WarmupThenStable,
-)
+from ado_actuators.sfttrainer.stopping.method import Expected
+from ado_actuators.sfttrainer.stopping.methods import method_named
 
 LOAD_GBPS = 1.0
 """Bytes per second a node reads a checkpoint at (a shared volume): an assumption, not a
@@ -49,18 +44,6 @@ class TrainingTime:
     exact: bool = False
 
 
-def _spec_method(step: float) -> float:
-    method = WarmupThenStable()
-    warmup = math.ceil(method.warmup / step) * step
-    stable = max(math.ceil(method.stable_seconds / step), method.stable_steps) * step
-    return warmup + stable
-
-
-def _steady(step: float, cap: float) -> float:
-    steps = 1 + WARMUP_WINDOW + MIN_STEADY_STEPS
-    return min(cap, steps * step)
-
-
 def _epochs(values: EntityValues, step: float) -> float:
     assert values.dataset_id is not None  # catalog.domain_problems refused None
     entries = get_shape(values.dataset_id).entries
@@ -71,35 +54,31 @@ def _epochs(values: EntityValues, step: float) -> float:
 def training_time(values: EntityValues, step: float | None, repeats: int = 1) -> TrainingTime:
     """The seconds one measurement (`repeats` runs of it) trains for; `step` is the predicted
     seconds of one optimizer step, None where none is predicted."""
-    method = (values.auto_stop_method or "").upper()
     limit = values.stop_after_seconds if values.stop_after_seconds > 0 else math.inf
-    if method == WARMUP_60S_STABLE_120S_OR_10_STEPS:
-        found = (
-            (_spec_method(step), f"{WARMUP_60S_STABLE_120S_OR_10_STEPS} from the predicted step")
-            if step
-            else None
-        )
-    elif method == STEADY_CI95_1PCT:
-        cap = values.auto_stop_max_seconds
-        found = (
-            (_steady(step, cap), f"{STEADY_CI95_1PCT} from the predicted step")
-            if step
-            else ((cap, f"{STEADY_CI95_1PCT}: its cap"))
-        )
-    elif values.max_steps and values.max_steps > 0:
-        found = (values.max_steps * step, "max_steps x the predicted step") if step else None
-    elif limit < math.inf:
-        found = None
-    else:
-        found = (_epochs(values, step), "epochs x the predicted step") if step else None
+    found = _until_the_end(values, step, limit)
     if found is None:
         if limit < math.inf:
             return TrainingTime(limit * repeats, "stop_after_seconds: exact", exact=True)
         return TrainingTime(None, "no step time predicted")
-    seconds, how = found
-    if limit < seconds:
+    if limit < found.seconds:
         return TrainingTime(limit * repeats, "stop_after_seconds, before the method's end")
-    return TrainingTime(seconds * repeats, how)
+    return TrainingTime(found.seconds * repeats, found.how)
+
+
+def _until_the_end(values: EntityValues, step: float | None, limit: float) -> Expected | None:
+    """The seconds to the end the configuration sets apart from stop_after_seconds (`limit`):
+    its auto-stop method's own expectation, else max_steps, else its epochs; None where that
+    end cannot be told (no step predicted, or only the time limit bounds it)."""
+    method = method_named(values.auto_stop_method)
+    if method is not None:
+        return method.expected(step, values.auto_stop_max_seconds)
+    if not step:
+        return None
+    if values.max_steps and values.max_steps > 0:
+        return Expected(values.max_steps * step, "max_steps x the predicted step")
+    if limit < math.inf:
+        return None
+    return Expected(_epochs(values, step), "epochs x the predicted step")
 
 
 def start_seconds(checkpoint_bytes: float) -> float:

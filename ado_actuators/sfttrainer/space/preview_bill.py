@@ -14,7 +14,7 @@ from ado_actuators.sfttrainer.space.bill import (
     START_SECONDS,
 )
 from ado_actuators.sfttrainer.space.preview import PreviewRow, installed_fms_hf_tuning
-from ado_actuators.sfttrainer.trainer.steady import MIN_STEADY_STEPS, WARMUP_WINDOW
+from ado_actuators.sfttrainer.stopping.steady import STEADY_STEPS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +57,7 @@ class SpaceBill:
             f"each; the installed fms-hf-tuning needs none).",
             "Training time per stop method: stop_after_seconds exactly; max_steps, epochs, "
             "WARMUP_60S_STABLE_120S_OR_10_STEPS (whole steps to 60 s, then to both 120 s and "
-            f"10 steps) and STEADY_CI95_1PCT ({1 + WARMUP_WINDOW + MIN_STEADY_STEPS} steps of a "
+            f"10 steps) and STEADY_CI95_1PCT ({STEADY_STEPS} steps of a "
             "steady step time, at most its cap) from the "
             "predicted step time. All predicted, none measured.",
         ]

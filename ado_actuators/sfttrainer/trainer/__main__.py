@@ -34,7 +34,9 @@ from ado_actuators.sfttrainer.contract.trainer_io import (
 )
 from ado_actuators.sfttrainer.contract.workspace import ReportDirectory
 from ado_actuators.sfttrainer.host.pdeathsig import die_with
-from ado_actuators.sfttrainer.trainer import adapt, cuda, fms, lazy_dataset, stopping
+from ado_actuators.sfttrainer.stopping.methods import make_policy
+from ado_actuators.sfttrainer.stopping.policy import StopPolicy
+from ado_actuators.sfttrainer.trainer import adapt, cuda, fms, lazy_dataset
 from ado_actuators.sfttrainer.trainer.callback import MeasurementCallback
 from ado_actuators.sfttrainer.trainer.failures import classify
 from ado_actuators.sfttrainer.trainer.faults import Fault
@@ -129,7 +131,7 @@ class Measurement:
             versions=library_versions(),
         )
         self.aim: AimRecorder | None = None
-        self.policy: stopping.StopPolicy | None = None
+        self.policy: StopPolicy | None = None
         self.monitor: SystemMonitor | None = None
         self.callback: MeasurementCallback | None = None
 
@@ -148,7 +150,7 @@ class Measurement:
             if note:
                 notes.append(note)
         self.report.flash_attention = bool(args.model_args.use_flash_attn)
-        self.policy = policy = stopping.make_policy(
+        self.policy = policy = make_policy(
             self.job.stop_after_seconds, self.job.auto_stop_method, self.job.auto_stop_max_seconds
         )
         self._open_aim()

@@ -17,6 +17,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from ado_actuators.sfttrainer.contract.trainer_io import HfTrainMetrics, ModelParameters, StepTiming
+from ado_actuators.sfttrainer.stopping.policy import StopPolicy
 from ado_actuators.sfttrainer.trainer import adapt, cuda, model_size, stopping
 from ado_actuators.sfttrainer.trainer.faults import Fault
 from ado_actuators.sfttrainer.trainer.monitor import SystemMonitor
@@ -30,7 +31,7 @@ class MeasurementCallback(TrainerCallback):
         self,
         *,
         meter: TokenMeter,
-        policy: stopping.StopPolicy,
+        policy: StopPolicy,
         monitor: SystemMonitor | None = None,
         fault: Fault | None = None,
         appends_eos: bool = False,

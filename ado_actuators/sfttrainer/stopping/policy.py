@@ -1,5 +1,9 @@
-"""What a stop policy answers at a step end, and the bookkeeping every policy shares
-(trainer/stopping.py describes the protocol; the policies live there and in steady.py)."""
+"""What a stop policy answers at a step end, and the bookkeeping every policy shares.
+
+A policy is a pure state machine fed with step timings: begin() at every step's start, then
+propose() and commit() at its end, with the ranks' agreement between the two (the collectives,
+which need torch, are trainer/stopping.py's). The policies live one method a module beside this
+one (seconds.py, warmup_stable.py, steady.py), combined by any_of.py."""
 
 from __future__ import annotations
 

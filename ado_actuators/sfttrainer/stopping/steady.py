@@ -16,8 +16,9 @@ At `max_seconds` after the first step's start it stops whatever it found, and th
 report (AutoStopOutcome) says whether the target was reached and whether a steady state was
 found at all. Without one, nothing was identified as warm-up, so the figures cover every step.
 
-Pure: a state machine fed with the steps every rank saw (stopping.shared_step), so every rank
-proposes the same decision.
+Pure: a state machine fed with the steps every rank saw (trainer/stopping.shared_step), so
+every rank proposes the same decision. The bill's expectation where the step time is steady from
+the start: STEADY_STEPS steps, at most the cap (SteadyMethod.expected).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import itertools
 from ado_actuators.sfttrainer.contract.trainer_io import AutoStopOutcome
 from ado_actuators.sfttrainer.stats.batch_means import Interval, throughput_interval
 from ado_actuators.sfttrainer.stats.trend import MIN_LENGTH, mann_kendall
-from ado_actuators.sfttrainer.trainer.stop_decision import Decision, PolicyBase
+from ado_actuators.sfttrainer.stopping.method import Expected
+from ado_actuators.sfttrainer.stopping.policy import Decision, PolicyBase
 
 STEADY_CI95_1PCT = "STEADY_CI95_1PCT"
 TARGET_PERCENT = 1.0
@@ -44,6 +46,9 @@ DEFAULT_MAX_SECONDS = 80.0
 a margin for the step that ends past the cap. A GPU step of a 1B to 8B model takes 0.1 to 2 s:
 80 s holds 40 to 800 of them, room for the warm-up (at least 11 steps) and the 20-step floor up
 to steps of 2.5 s, and far more steps than a CV of a few percent needs."""
+STEADY_STEPS = 1 + WARMUP_WINDOW + MIN_STEADY_STEPS
+"""The fewest steps it trains, reached where the step time is steady from the start: the first
+step (never judged), the trend test's window, then the interval's floor of measured steps."""
 
 
 class SteadyInterval(PolicyBase):
@@ -113,3 +118,24 @@ def added_seconds(steps: list[tuple[float, float, int]]) -> list[float]:
     if not steps:
         return []
     return [steps[0][1] - steps[0][0]] + [b[1] - a[1] for a, b in itertools.pairwise(steps)]
+
+
+class SteadyMethod:
+    """The method as the rest of the package asks for it (stopping/method.py)."""
+
+    name = STEADY_CI95_1PCT
+
+    def policy(self, max_seconds: float | None) -> SteadyInterval:
+        return SteadyInterval(max_seconds)
+
+    def expected(self, step: float | None, max_seconds: float) -> Expected:
+        """STEADY_STEPS steps of the predicted time, at most the cap; the cap where no step time
+        is predicted, since it bounds the method whatever the steps take."""
+        if not step:
+            return Expected(max_seconds, f"{STEADY_CI95_1PCT}: its cap")
+        return Expected(
+            min(max_seconds, STEADY_STEPS * step), f"{STEADY_CI95_1PCT} from the predicted step"
+        )
+
+
+METHOD = SteadyMethod()
