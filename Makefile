@@ -61,7 +61,7 @@ lint: env typecheck
 	$(BIN)/ruff format --check .
 
 # mypy over the package, as pyproject.toml's [tool.mypy] sets it (strict on contract/, catalog/,
-# plan/, engine/). Its cache, .mypy_cache/, makes a re-run a few seconds; the first 40 s to 2 min.
+# plan/, engine/, space/, ledger/, stopping/, stats/). Its cache, .mypy_cache/, makes a re-run a few seconds; the first 40 s to 2 min.
 typecheck: env
 	$(BIN)/mypy
 
