@@ -58,11 +58,8 @@ from ado_actuators.sfttrainer.plan.memory.peak import (
     predict_peak,
 )
 from ado_actuators.sfttrainer.plan.memory.trace.step import trace_step
-from ado_actuators.sfttrainer.plan.model.architecture import (
-    COUNTED,
-    count_parameters,
-    language_config,
-)
+from ado_actuators.sfttrainer.plan.model.architecture import COUNTED, count_parameters
+from ado_actuators.sfttrainer.plan.model.shape import ModelShape
 
 RELEASE = "4.55.4"
 """The transformers release this environment trains with (fms-hf-tuning 3.2.2's)."""
@@ -329,7 +326,7 @@ def workload_of(spec: StepSpec, model_type: str) -> Workload:
 def predicted(spec: StepSpec, shards: int = 1) -> PeakPrediction:
     """The product's prediction for the step: by formula where plan/model/architecture.py counts the
     model, else from a trace of its code (plan/memory/traced.py, run as the product runs it)."""
-    model_type = str(language_config(spec.config).get("model_type"))
+    model_type = ModelShape.of(spec.config).model_type
     training = training_of(spec, shards)
     workload = workload_of(spec, model_type)
     if model_type in COUNTED:

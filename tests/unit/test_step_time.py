@@ -345,11 +345,12 @@ def test_the_meta_shape_agrees_with_the_counter_on_a_gated_mlp(name):
     from ado_actuators.sfttrainer.catalog.model_shapes import shipped_shape
     from ado_actuators.sfttrainer.plan.model.architecture import Trainable
     from ado_actuators.sfttrainer.plan.model.meta_shape import meta_counts
+    from ado_actuators.sfttrainer.plan.model.shape import ModelShape
     from ado_actuators.sfttrainer.plan.speed.prediction import _meta_shape, model_shape
 
     config = shipped_shape(name).config
     counted = model_shape(config, Trainable("none"), "Vanilla")
-    meta = _meta_shape(meta_counts(config), config, Trainable("none"), None)
+    meta = _meta_shape(meta_counts(config), ModelShape.of(config), Trainable("none"), None)
     assert meta.activated_width == counted.activated_width
     assert (meta.head_dim, meta.attention_width) == (counted.head_dim, counted.attention_width)
 

@@ -17,24 +17,16 @@ import re
 
 from packaging.version import Version
 
+from ado_actuators.sfttrainer.plan.model.families.registry import FAMILIES
 from ado_actuators.sfttrainer.plan.model.releases import (
     pinned_release,
     record,
     transformers_release,
 )
 
-FAMILY_MODULES = {
-    "llama": "llama",
-    "mistral": "mistral",
-    "granite": "granite",
-    "qwen2": "qwen2",
-    "qwen3": "qwen3",
-    "mixtral": "mixtral",
-    "granitemoe": "granitemoe",
-    "granitemoeshared": "granitemoeshared",
-    "gpt_bigcode": "gpt_bigcode",
-}
-"""config.json's model_type -> the folder of transformers/models/ holding its modeling file."""
+FAMILY_MODULES = {model_type: family.modeling_folder for model_type, family in FAMILIES.items()}
+"""config.json's model_type -> the folder of transformers/models/ holding its modeling file, for
+every family counted by hand (plan/model/families/)."""
 
 
 @dataclasses.dataclass(frozen=True)

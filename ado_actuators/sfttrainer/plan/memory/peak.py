@@ -34,8 +34,11 @@ from ado_actuators.sfttrainer.plan.model.architecture import (
     DTYPE_BYTES,
     PROMPT_TUNING_VIRTUAL_TOKENS,
     ParameterCounts,
-    language_config,
 )
+from ado_actuators.sfttrainer.plan.model.families.gpt_bigcode import DEFAULT_POSITIONS
+from ado_actuators.sfttrainer.plan.model.families.registry import family_of
+from ado_actuators.sfttrainer.plan.model.families.spec import Dispatch, Family, Layout
+from ado_actuators.sfttrainer.plan.model.shape import ModelShape
 
 ALLOCATOR_HEADROOM = 0.007
 """What the caching allocator holds beyond the allocated peak (cached blocks, fragmentation,
@@ -47,7 +50,6 @@ runs left out). Fitted by benchmarks/memory_prediction.fit_headroom."""
 ADAPTER_BYTES = 4
 """PEFT (0.12 on, every pinned release) keeps LoRA and prompt-tuning weights in fp32
 (autocast_adapter_dtype): their gradients and AdamW state are fp32 too."""
-MOE_DISPATCH = {"mixtral": "mixtral", "granitemoe": "granitemoe", "granitemoeshared": "granitemoe"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,47 +76,50 @@ class Dimensions:
     buffers: int = 0  # bytes of buffers beside the parameters
 
     @classmethod
-    def of(cls, config: dict[str, Any]) -> Dimensions:
-        config = language_config(config)
-        model_type = str(config.get("model_type"))
-        if model_type == "gpt_bigcode":
-            hidden, heads = config["n_embd"], config["n_head"]
-            return cls(
-                model_type,
-                config["n_layer"],
-                hidden,
-                heads,
-                hidden,
-                hidden // heads if config.get("multi_query", True) else hidden,
-                config.get("n_inner") or 4 * hidden,
-                config["vocab_size"],
-                rotary=False,
-                transformed_embedding=True,
-                # GPTBigCodeConfig's default is 0.1
-                residual_dropout=config.get("resid_pdrop", 0.1) > 0,
-                # the model's causal mask: a bool [positions, positions] buffer (n_positions,
-                # also spelled max_position_embeddings; GPTBigCodeConfig's default is 1024)
-                buffers=(config.get("n_positions") or config.get("max_position_embeddings") or 1024)
-                ** 2,
-            )
-        hidden, heads = config["hidden_size"], config["num_attention_heads"]
-        head_dim = config.get("head_dim") or hidden // heads
-        kv = config.get("num_key_value_heads") or heads
-        return cls(
-            model_type=model_type,
-            layers=config["num_hidden_layers"],
-            hidden=hidden,
-            heads=heads,
-            q_width=heads * head_dim,
-            kv_width=kv * head_dim,
-            intermediate=config["intermediate_size"],
-            vocab=config["vocab_size"],
-            experts_per_token=config.get("num_experts_per_tok") or 1,
-            qk_norm=model_type == "qwen3",
-            transformed_embedding=model_type.startswith("granite"),
-            experts=config.get("num_local_experts") or 1,
-            shared_intermediate=config.get("shared_intermediate_size") or 0,
+    def of(cls, model: ModelShape | dict[str, Any]) -> Dimensions:
+        """From the model's shape (or its parsed config.json); KeyError naming a shape it lacks."""
+        shape = model if isinstance(model, ModelShape) else ModelShape.of(model)
+        family = shape.family
+        dims = cls(
+            model_type=shape.model_type,
+            layers=shape.needed("layers"),
+            hidden=shape.needed("hidden"),
+            heads=shape.needed("heads"),
+            q_width=shape.q_width,
+            kv_width=shape.kv_width,
+            intermediate=shape.intermediate,
+            vocab=shape.needed("vocab"),
+            transformed_embedding=bool(family and family.transformed_embedding),
         )
+        if family and family.layout == "gpt_bigcode":
+            # the model's causal mask: a bool [positions, positions] buffer
+            buffers = (shape.positions or DEFAULT_POSITIONS) ** 2
+            return dataclasses.replace(
+                dims, rotary=False, residual_dropout=shape.residual_dropout, buffers=buffers
+            )
+        return dataclasses.replace(
+            dims,
+            experts_per_token=shape.experts_per_token,
+            qk_norm=bool(family and family.qk_norm),
+            experts=shape.experts,
+            shared_intermediate=shape.shared_intermediate,
+        )
+
+    @property
+    def family(self) -> Family | None:
+        return family_of(self.model_type)
+
+    @property
+    def layout(self) -> Layout:
+        """The layer's code (plan/memory/activations.py's Block.family): Llama's for any
+        family counted otherwise."""
+        family = self.family
+        return family.layout if family else "llama"
+
+    @property
+    def moe(self) -> Dispatch | None:
+        family = self.family
+        return family.moe if family else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,10 +248,10 @@ def block_of(
         # the family's code dispatches to its experts however many it has: a one-expert
         # Mixtral or GraniteMoE still runs its router and experts (benchmarks/memory_truth.py's
         # one-expert row), not a dense MLP
-        moe=MOE_DISPATCH.get(dims.model_type),
+        moe=dims.moe,
         experts=dims.experts,
         shared_intermediate=dims.shared_intermediate,
-        family="gpt_bigcode" if dims.model_type == "gpt_bigcode" else "llama",
+        family=dims.layout,
         residual_dropout=dims.residual_dropout,
     )
 
@@ -385,7 +390,7 @@ def head_bytes(dims: Dimensions, training: Training, workload: Workload) -> floa
     trains, the token ids the embedding keeps when it trains, the int64 labels."""
     width = DTYPE_BYTES[training.torch_dtype]
     full = training.peft_method == "none"
-    if dims.model_type == "gpt_bigcode":
+    if dims.layout == "gpt_bigcode":
         # LayerNorm: its input, a mean and an rstd in the dtype; the embedding dropout's mask;
         # the LM head's input and both embeddings' ids when they train
         per_token = width * dims.hidden + 2 * width + 8
@@ -486,7 +491,7 @@ def _final_norm_moment(
     benchmarks/memory_truth.py's small rows). Above the first layer's backward when that
     layer's MLP is narrow or LoRA leaves its MLP alone. LayerNorm (GPTBigCode) and the fused
     kernel run other backwards: not counted."""
-    if dims.model_type == "gpt_bigcode" or workload.fast_rms_layernorm:
+    if dims.layout == "gpt_bigcode" or workload.fast_rms_layernorm:
         return {}
     tokens = workload.per_device_batch * model_length(training, workload)
     kept = _kept(dims, workload, layer) + activations.FP32 * dims.hidden * tokens

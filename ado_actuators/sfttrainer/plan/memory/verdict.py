@@ -52,13 +52,12 @@ from ado_actuators.sfttrainer.plan.memory.peak import (
 )
 from ado_actuators.sfttrainer.plan.memory.traced import TraceUnavailable
 from ado_actuators.sfttrainer.plan.model.architecture import (
-    COUNTED,
     ParameterCounts,
     UnsupportedArchitecture,
     count_parameters,
-    language_config,
     quantized_bits,
 )
+from ado_actuators.sfttrainer.plan.model.shape import ModelShape
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 
 PROPERTY = "gpu_memory_lower_bound_gib"
@@ -260,12 +259,13 @@ def judge(
     plan/model/architecture.py counts is predicted by its formula (plan/memory/peak.py); any
     other, from a trace of its own code (plan/memory/traced.py), kept under `traces`."""
     config = configuration.config or {}
+    shape = configuration.shape or ModelShape.of(config)
     try:
         bits = quantized_bits(config)
-        if language_config(config).get("model_type") in COUNTED:
-            found = _by_formula(configuration, config, bits)
+        if shape.family is not None:
+            found = _by_formula(configuration, shape, bits)
         else:
-            found = _by_trace(configuration, config, bits, traces)
+            found = _by_trace(configuration, shape, bits, traces)
     except (UnsupportedArchitecture, KeyError, TypeError, TraceUnavailable) as error:
         why = f"no bound from the model's config.json: {error}"
         return MemoryAssessment(skipped=why, prediction_skipped=why)
@@ -292,10 +292,10 @@ def _training(configuration: TrainingConfiguration, bits: int | None) -> Trainin
 
 
 def _by_formula(
-    configuration: TrainingConfiguration, config: dict[str, Any], bits: int | None
+    configuration: TrainingConfiguration, shape: ModelShape, bits: int | None
 ) -> MemoryAssessment:
-    counts = count_parameters(config)
-    dims = Dimensions.of(config)
+    counts = count_parameters(shape)
+    dims = Dimensions.of(shape)
     training = _training(configuration, bits)
     bound = memory_bound(counts, training)
     workload = workload_of(configuration, dims.model_type)
@@ -312,7 +312,7 @@ def _by_formula(
 
 def _by_trace(
     configuration: TrainingConfiguration,
-    config: dict[str, Any],
+    shape: ModelShape,
     bits: int | None,
     traces: Path | None,
 ) -> MemoryAssessment:
@@ -320,7 +320,7 @@ def _by_trace(
     quantized checkpoint traced at the model's dtype, its block weights then as the bound
     counts them)."""
     training = _training(configuration, bits)
-    workload = workload_of(configuration, str(language_config(config).get("model_type")))
+    workload = workload_of(configuration, shape.model_type)
     found = traced_parts.traced(traced_parts.request(configuration, workload), traces)
     counts = traced_parts.counts_of(found.inventory)
     bound = memory_bound(counts, training)
@@ -328,7 +328,7 @@ def _by_trace(
     quantized = plain.parts["weights"] - bound.parts["weights"]
     prediction = traced_parts.predict(found, training, bound, workload, quantized)
     try:
-        dims: Dimensions | None = Dimensions.of(config)
+        dims: Dimensions | None = Dimensions.of(shape)
     except (KeyError, TypeError):
         dims = None
     return MemoryAssessment(

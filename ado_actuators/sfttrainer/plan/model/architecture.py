@@ -10,29 +10,32 @@ the count takes the smaller reading, and an architecture not understood raises
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
+
+from ado_actuators.sfttrainer.plan.model.families.registry import COUNTED
+from ado_actuators.sfttrainer.plan.model.families.spec import Family
+from ado_actuators.sfttrainer.plan.model.shape import (
+    ModelShape,
+    UnsupportedArchitecture,
+)
+
+__all__ = [
+    "COUNTED",
+    "DTYPE_BYTES",
+    "PROMPT_TUNING_VIRTUAL_TOKENS",
+    "LinearShape",
+    "ParameterCounts",
+    "Trainable",
+    "UnsupportedArchitecture",
+    "count_parameters",
+    "quantized_bits",
+]
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 """Bytes per element of each torch_dtype the entity can ask for."""
 PROMPT_TUNING_VIRTUAL_TOKENS = 8
 """fms-hf-tuning's PromptTuningConfig.num_virtual_tokens default (the experiments set none)."""
-
-
-class UnsupportedArchitecture(ValueError):
-    """config.json names a model this module cannot count; the bound is then not computed."""
-
-
-# Decoders whose blocks are Llama's: q/k/v/o projections (GQA by num_key_value_heads), a gated
-# MLP (gate/up/down) or MoE experts of the same shape, RMSNorm before attention and MLP.
-_LLAMA_LIKE = {"llama", "mistral", "granite", "qwen2", "qwen3"}
-_MOE = {"mixtral", "granitemoe", "granitemoeshared"}
-_SUPPORTED = _LLAMA_LIKE | _MOE | {"gpt_bigcode"}
-COUNTED = frozenset(_SUPPORTED)
-"""The model types counted by hand here and in plan/memory/activations.py; any other is traced
-(plan/memory/traced.py)."""
-# transformers' own default where a config omits the key (MistralConfig/MixtralConfig: 8 kv
-# heads; the others: as many as query heads).
-_DEFAULT_KV_HEADS = {"mistral": 8, "mixtral": 8}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,51 +77,35 @@ class ParameterCounts:
         }
 
 
-def language_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The language model's settings: multimodal configs nest them under text_config (the
-    vision tower is then not counted: a smaller count, as a lower bound wants)."""
-    text = config.get("text_config")
-    return text if isinstance(text, dict) and text.get("model_type") else config
+def count_parameters(model: ModelShape | dict[str, Any]) -> ParameterCounts:
+    """Parameters of the model `model` describes: its shape, or a parsed config.json."""
+    return _counted(model if isinstance(model, ModelShape) else ModelShape.of(model))
 
 
-def _int(config: dict[str, Any], *names: str, default: int | None = None) -> int:
-    for name in names:
-        value = config.get(name)
-        if value is not None:
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise UnsupportedArchitecture(f"config.json {name} {value!r} is not a count")
-            return value
-    if default is not None:
-        return default
-    raise UnsupportedArchitecture(f"config.json lacks {' / '.join(names)}")
-
-
-def count_parameters(config: dict[str, Any]) -> ParameterCounts:
-    """Parameters of the model `config` (a parsed config.json) describes."""
-    config = language_config(config)
-    model_type = str(config.get("model_type") or "")
-    if model_type not in _SUPPORTED:
+@functools.lru_cache(maxsize=1024)
+def _counted(shape: ModelShape) -> ParameterCounts:
+    """Once per shape: the memory verdict and the step time of a configuration both ask."""
+    family = shape.family
+    if family is None:
         raise UnsupportedArchitecture(
-            f"model_type {model_type or '(none)'!r} is not one the bound counts "
-            f"({', '.join(sorted(_SUPPORTED))})"
+            f"model_type {shape.model_type or '(none)'!r} is not one the bound counts "
+            f"({', '.join(sorted(COUNTED))})"
         )
-    if model_type == "gpt_bigcode":
-        return _gpt_bigcode(config)
-    return _llama_like(config, model_type)
+    if family.layout == "gpt_bigcode":
+        return _gpt_bigcode(shape)
+    return _llama_like(shape, family)
 
 
-def _llama_like(config: dict[str, Any], model_type: str) -> ParameterCounts:
-    vocab, hidden = _int(config, "vocab_size"), _int(config, "hidden_size")
-    layers, heads = _int(config, "num_hidden_layers"), _int(config, "num_attention_heads")
-    if not heads or (hidden % heads and not config.get("head_dim")):
+def _llama_like(shape: ModelShape, family: Family) -> ParameterCounts:
+    vocab, hidden = shape.count("vocab"), shape.count("hidden")
+    layers, heads = shape.count("layers"), shape.count("heads")
+    if not heads or (hidden % heads and not shape.head_dim_given):
         raise UnsupportedArchitecture(f"hidden_size {hidden} / num_attention_heads {heads}")
-    kv = _int(config, "num_key_value_heads", default=_DEFAULT_KV_HEADS.get(model_type, heads))
-    head_dim = _int(config, "head_dim", default=hidden // heads)
-    inter = _int(config, "intermediate_size")
-    q_width, kv_width = heads * head_dim, kv * head_dim
-    qkv_bias = model_type == "qwen2" or bool(config.get("attention_bias"))
+    head_dim, inter = shape.head_dim, shape.count("intermediate_given")
+    q_width, kv_width = shape.q_width, shape.kv_width
+    qkv_bias = family.qkv_bias or shape.attention_bias
     attention_bias = (q_width + 2 * kv_width) if qkv_bias else 0
-    if config.get("attention_bias") and model_type != "qwen2":
+    if shape.attention_bias and not family.qkv_bias:
         attention_bias += hidden  # o_proj's bias too (Llama's attention_bias covers all four)
     linears = [
         LinearShape("q_proj", hidden, q_width, layers),
@@ -128,12 +115,12 @@ def _llama_like(config: dict[str, Any], model_type: str) -> ParameterCounts:
     ]
     attention = layers * (2 * hidden * q_width + 2 * hidden * kv_width + attention_bias)
     norms_per_layer = 2 * hidden
-    if model_type == "qwen3":
+    if family.qk_norm:
         norms_per_layer += 2 * head_dim  # q_norm and k_norm
-    if model_type in _MOE:
-        mlp, quantizable_mlp = _moe_mlp(config, model_type, hidden, inter, layers, linears)
+    if family.moe:
+        mlp, quantizable_mlp = _moe_mlp(shape, family, hidden, inter, layers, linears)
     else:
-        mlp_bias = (2 * inter + hidden) if config.get("mlp_bias") else 0
+        mlp_bias = (2 * inter + hidden) if shape.mlp_bias else 0
         linears += [
             LinearShape("gate_proj", hidden, inter, layers),
             LinearShape("up_proj", hidden, inter, layers),
@@ -143,21 +130,21 @@ def _llama_like(config: dict[str, Any], model_type: str) -> ParameterCounts:
         quantizable_mlp = layers * 3 * hidden * inter
     embedding = vocab * hidden
     return ParameterCounts(
-        model_type=model_type,
+        model_type=shape.model_type,
         hidden_size=hidden,
         embedding=embedding,
         attention=attention,
         mlp=mlp,
         norms=layers * norms_per_layer + hidden,
-        lm_head=0 if _tied(config) else embedding,
+        lm_head=0 if shape.tied_embeddings else embedding,
         quantizable=layers * (2 * hidden * q_width + 2 * hidden * kv_width) + quantizable_mlp,
         linears=tuple(linears),
     )
 
 
 def _moe_mlp(
-    config: dict[str, Any],
-    model_type: str,
+    shape: ModelShape,
+    family: Family,
     hidden: int,
     inter: int,
     layers: int,
@@ -165,40 +152,29 @@ def _moe_mlp(
 ) -> tuple[int, int]:
     """A mixture of experts' MLP parameters, all and quantizable; the experts' linears are
     added to `linears` where LoRA can target them."""
-    experts = _int(config, "num_local_experts")
+    experts = shape.count("experts_given")
     router = hidden * experts
-    if model_type == "mixtral":
-        # each expert: w1 (gate) and w3 (up) hidden->inter, w2 (down) inter->hidden
+    if family.expert_linears:
+        # each expert: gate and up hidden->inter, down inter->hidden
+        gate, up, down = family.expert_linears
         linears += [
-            LinearShape("w1", hidden, inter, layers * experts),
-            LinearShape("w3", hidden, inter, layers * experts),
-            LinearShape("w2", inter, hidden, layers * experts),
+            LinearShape(gate, hidden, inter, layers * experts),
+            LinearShape(up, hidden, inter, layers * experts),
+            LinearShape(down, inter, hidden, layers * experts),
         ]
-    # granitemoe's experts are fused ParallelExperts tensors, not nn.Linear: LoRA cannot
-    # target them, so they get no LinearShape.
     expert_params = experts * 3 * hidden * inter
-    shared = 0
-    if model_type == "granitemoeshared":
-        shared = 3 * hidden * _int(config, "shared_intermediate_size", default=0)
+    shared = 3 * hidden * shape.shared_intermediate if family.shared_experts else 0
     return layers * (expert_params + router + shared), layers * (expert_params + shared)
 
 
-def _tied(config: dict[str, Any]) -> bool:
-    # Absent means tied in PretrainedConfig but untied in LlamaConfig and its kin: a tied LM
-    # head is the smaller count, so an absent key reads as tied.
-    return bool(config.get("tie_word_embeddings", True))
-
-
-def _gpt_bigcode(config: dict[str, Any]) -> ParameterCounts:
+def _gpt_bigcode(shape: ModelShape) -> ParameterCounts:
     """GPTBigCode (granite-13b/20b/34b-code, santacoder): learned positions, LayerNorms and
     biases everywhere, multi-query attention (one shared key/value head), a 2-matrix GELU MLP,
     LM head always tied to the token embedding."""
-    vocab, hidden = _int(config, "vocab_size"), _int(config, "n_embd", "hidden_size")
-    layers, heads = _int(config, "n_layer", "num_hidden_layers"), _int(config, "n_head")
-    positions = _int(config, "n_positions", default=0)
-    inter = _int(config, "n_inner", default=4 * hidden)
-    head_dim = hidden // heads
-    kv_width = head_dim if config.get("multi_query", True) else hidden
+    vocab, hidden = shape.count("vocab"), shape.count("hidden")
+    layers = shape.count("layers")
+    shape.count("heads")  # raises where n_head is missing: a head's width is hidden / n_head
+    inter, kv_width = shape.intermediate, shape.kv_width
     qkv = hidden + 2 * kv_width
     linears = (
         LinearShape("c_attn", hidden, qkv, layers),
@@ -211,7 +187,7 @@ def _gpt_bigcode(config: dict[str, Any]) -> ParameterCounts:
     return ParameterCounts(
         model_type="gpt_bigcode",
         hidden_size=hidden,
-        embedding=(vocab + positions) * hidden,
+        embedding=(vocab + (shape.positions or 0)) * hidden,
         attention=attention,
         mlp=mlp,
         norms=(2 * layers + 1) * 2 * hidden,

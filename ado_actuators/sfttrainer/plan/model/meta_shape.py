@@ -17,6 +17,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from ado_actuators.sfttrainer.plan.model.shape import ModelShape, language_config
+
 ATTENTION_WORDS = ("attn", "attention")
 
 
@@ -41,11 +43,6 @@ class MetaCounts:
     @property
     def active_matmul(self) -> float:
         return self.linear + self.experts * self.expert_share
-
-
-def _text_config(config: dict[str, Any]) -> dict[str, Any]:
-    text = config.get("text_config")
-    return text if isinstance(text, dict) and text.get("model_type") else config
 
 
 @contextlib.contextmanager
@@ -78,7 +75,8 @@ def _model(config: dict[str, Any]) -> Any:
 def _counts(config_json: str) -> MetaCounts:
     import torch
 
-    config = _text_config(json.loads(config_json))
+    config = language_config(json.loads(config_json))
+    shape = ModelShape.of(config)
     model = _model(config)
     linears: dict[tuple[str, int, int], int] = {}
     linear = attention_linear = lm_head = experts = 0
@@ -95,11 +93,11 @@ def _counts(config_json: str) -> MetaCounts:
             if any(word in path.lower() for word in ATTENTION_WORDS):
                 attention_linear += size
                 attention_layers.add(path.rsplit(".", 2)[0])
-    count = int(config.get("num_local_experts") or 0)
+    count = shape.experts_given or 0
     for path, parameter in model.named_parameters():
         stacked = parameter.dim() == 3 and parameter.shape[0] == count and "conv" not in path
         experts += parameter.numel() if stacked else 0
-    share = int(config.get("num_experts_per_tok") or 1) / count if count > 1 else 1.0
+    share = shape.experts_per_token / count if count > 1 else 1.0
     # the built config: transformers maps each family's own names (MPT's n_layers, d_model,
     # n_heads; GPT-2's n_layer, n_embd) onto the common ones
     built = model.config

@@ -14,13 +14,10 @@ from ado_actuators.sfttrainer.catalog.datasets import get_shape
 from ado_actuators.sfttrainer.catalog.entity import EntityValues
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
 from ado_actuators.sfttrainer.contract.memory_trace import Attention
-from ado_actuators.sfttrainer.plan.model.architecture import (
-    PROMPT_TUNING_VIRTUAL_TOKENS,
-    Trainable,
-    language_config,
-)
+from ado_actuators.sfttrainer.plan.model.architecture import PROMPT_TUNING_VIRTUAL_TOKENS, Trainable
 from ado_actuators.sfttrainer.plan.model.geometry import per_device_batch
 from ado_actuators.sfttrainer.plan.model.releases import attention_for
+from ado_actuators.sfttrainer.plan.model.shape import ModelShape
 
 PeftMethod = Literal["none", "lora", "pt"]
 Checkpointing = Literal["none", "reentrant", "non_reentrant"]
@@ -65,7 +62,9 @@ def _word_to_bool(word: str) -> bool:
 @dataclasses.dataclass(frozen=True)
 class TrainingConfiguration:
     """What is trained, how and where, for one measurement; `config` is the model's config.json
-    (None, with `config_problem` saying why, where it could not be found)."""
+    (None, with `config_problem` saying why, where it could not be found), `shape` its shapes,
+    read once from it (plan/model/shape.py): a dataclasses.replace of `config` passes
+    `shape=None` beside it, or the old shape is kept."""
 
     model_name: str
     method: PeftMethod
@@ -96,6 +95,12 @@ class TrainingConfiguration:
     dataset_id: str
     config: dict[str, Any] | None = None
     config_problem: str | None = None
+    shape: ModelShape | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # built with a config.json but no shape (a test's, a replaced config's): read it here
+        if self.shape is None and self.config is not None:
+            object.__setattr__(self, "shape", ModelShape.of(self.config))
 
     @property
     def virtual_tokens(self) -> int:
@@ -132,6 +137,7 @@ class TrainingConfiguration:
         the model's config.json."""
         version = _named(values.fms_hf_tuning_version, "fms_hf_tuning_version")
         mixed = precision_of(values, definition)
+        shape = ModelShape.of(config) if config is not None else None
         checkpointing: Checkpointing = "none"
         if values.gradient_checkpointing:
             reentrant = values.gradient_checkpointing_use_reentrant
@@ -158,7 +164,9 @@ class TrainingConfiguration:
             mixed_precision=mixed is not None,
             autocast_dtype=AUTOCAST_DTYPES.get(mixed or ""),
             flash_attention=bool(values.flash_attn),
-            attention=attention_for(version, _model_type(config), bool(values.flash_attn)),
+            attention=attention_for(
+                version, shape.model_type if shape else "", bool(values.flash_attn)
+            ),
             fast_kernels=FastKernels.of(fast_kernel_words(values, definition)),
             fused_lora=bool(definition.sft_trainer_arguments.get("fused_lora")),
             lora_r=values.r,
@@ -170,6 +178,7 @@ class TrainingConfiguration:
             dataset_id=_named(values.dataset_id, "dataset_id"),
             config=config,
             config_problem=config_problem,
+            shape=shape,
         )
 
 
@@ -189,10 +198,6 @@ def precision_of(values: EntityValues, definition: ExperimentDefinition) -> str 
             return flag
     accelerate = values.accelerate_config_mixed_precision
     return accelerate if accelerate and accelerate != "no" else None
-
-
-def _model_type(config: dict[str, Any] | None) -> str:
-    return str(language_config(config or {}).get("model_type") or "")
 
 
 def fast_kernel_words(values: EntityValues, definition: ExperimentDefinition) -> list[str] | None:

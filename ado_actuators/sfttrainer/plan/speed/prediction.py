@@ -20,7 +20,6 @@ from ado_actuators.sfttrainer.plan.model.architecture import (
     Trainable,
     UnsupportedArchitecture,
     count_parameters,
-    language_config,
     quantized_bits,
 )
 from ado_actuators.sfttrainer.plan.model.meta_shape import (
@@ -28,6 +27,7 @@ from ado_actuators.sfttrainer.plan.model.meta_shape import (
     MetaCountUnavailable,
     meta_counts,
 )
+from ado_actuators.sfttrainer.plan.model.shape import ModelShape as ConfigShape
 from ado_actuators.sfttrainer.plan.model.training import CHARS_PER_TOKEN, TrainingConfiguration
 from ado_actuators.sfttrainer.plan.speed.devices import DEFAULT_NETWORK_GBPS, device_named
 from ado_actuators.sfttrainer.plan.speed.step_time import (
@@ -63,11 +63,10 @@ def _quantization(config: dict[str, Any], weights_format: str) -> str | None:
     return None
 
 
-def _active_mlp(counts: ParameterCounts, config: dict[str, Any]) -> tuple[float, int]:
+def _active_mlp(counts: ParameterCounts, config: ConfigShape) -> tuple[float, int]:
     """The MLP weights one token passes through, and how many experts it uses."""
-    text = language_config(config)
-    experts = int(text.get("num_local_experts") or 1)
-    per_token = int(text.get("num_experts_per_tok") or 1) if experts > 1 else 1
+    experts = config.experts
+    per_token = config.experts_per_token if experts > 1 else 1
     return counts.mlp * per_token / experts, per_token
 
 
@@ -77,18 +76,16 @@ META_NOTE = (
 )
 
 
-def _heads(config: dict[str, Any], known: int = 0) -> int:
+def _heads(config: ConfigShape, known: int = 0) -> int:
     """Query heads: `known` where transformers' own config gave them, else config.json's."""
-    text = language_config(config)
-    return known or int(text.get("num_attention_heads") or text.get("n_head") or 1)
+    return known or config.heads or 1
 
 
-def _head_dim(config: dict[str, Any], hidden: int, heads: int = 0) -> int:
-    text = language_config(config)
-    return int(text.get("head_dim") or hidden // _heads(config, heads))
+def _head_dim(config: ConfigShape, hidden: int, heads: int = 0) -> int:
+    return config.head_dim_given or hidden // _heads(config, heads)
 
 
-def _attention_width(config: dict[str, Any], hidden: int, heads: int = 0) -> int:
+def _attention_width(config: ConfigShape, hidden: int, heads: int = 0) -> int:
     return _heads(config, heads) * _head_dim(config, hidden, heads)
 
 
@@ -105,7 +102,7 @@ def _activated_width(counts: MetaCounts, mlp_per_layer: float) -> int:
 
 
 def _meta_shape(
-    counts: MetaCounts, config: dict[str, Any], trainable: Trainable, quantization: str | None
+    counts: MetaCounts, config: ConfigShape, trainable: Trainable, quantization: str | None
 ) -> ModelShape:
     """The step time's shape of a model transformers built on the meta device."""
     per_layer = (counts.active_matmul - counts.attention_linear - counts.lm_head) / counts.layers
@@ -133,32 +130,36 @@ def _meta_shape(
     )
 
 
-def model_shape(config: dict[str, Any], trainable: Trainable, weights_format: str) -> ModelShape:
+def model_shape(
+    config: dict[str, Any],
+    trainable: Trainable,
+    weights_format: str,
+    read: ConfigShape | None = None,
+) -> ModelShape:
     """From plan/model/architecture.py's counts, or, for an architecture it does not count, from
-    transformers' model on the meta device (plan/model/meta_shape.py). Raises
-    UnsupportedArchitecture, MetaCountUnavailable (or KeyError/TypeError) where neither can."""
+    transformers' model on the meta device (plan/model/meta_shape.py); `read` is config.json's
+    shape where the caller holds it already. Raises UnsupportedArchitecture,
+    MetaCountUnavailable (or KeyError/TypeError) where neither can."""
+    shape = read or ConfigShape.of(config)
     quantization = _quantization(config, weights_format)
     try:
-        counts = count_parameters(config)
+        counts = count_parameters(shape)
     except UnsupportedArchitecture:
-        return _meta_shape(meta_counts(config), config, trainable, quantization)
+        return _meta_shape(meta_counts(config), shape, trainable, quantization)
     if quantized_bits(config) is None and quantization is None:
         quantized = 0
     else:
         quantized = counts.quantizable
-    mlp, per_token = _active_mlp(counts, config)
-    text = language_config(config)
-    found: Any = text.get("num_hidden_layers") or text.get("n_layer")  # config.json's JSON
-    layers = int(found)
-    gated = counts.model_type != "gpt_bigcode"
-    intermediate = int(
-        text.get("intermediate_size") or text.get("n_inner") or 4 * counts.hidden_size
-    )
+    mlp, per_token = _active_mlp(counts, shape)
+    layers = shape.needed("layers")
+    family = shape.family
+    gated = bool(family and family.gated_mlp)
+    intermediate = shape.intermediate
     adapted = [s for s in counts.linears if s.name in set(trainable.target_modules)]
     lora = trainable.method == "lora"
     return ModelShape(
         layers=layers,
-        attention_width=_attention_width(config, counts.hidden_size),
+        attention_width=_attention_width(shape, counts.hidden_size),
         activated_width=counts.hidden_size + intermediate * (2 if gated else 1) * per_token,
         matmul_params=int(counts.attention + mlp + (counts.lm_head or counts.embedding)),
         total_params=counts.total,
@@ -167,7 +168,7 @@ def model_shape(config: dict[str, Any], trainable: Trainable, weights_format: st
         quantization=quantization if quantized else None,
         adapted_width=sum((s.inputs + s.outputs) * s.count for s in adapted) if lora else 0,
         adapters_per_layer=sum(s.count for s in adapted) // layers if lora else 0,
-        head_dim=_head_dim(config, counts.hidden_size),
+        head_dim=_head_dim(shape, counts.hidden_size),
         hidden=counts.hidden_size,
     )
 
@@ -272,7 +273,10 @@ def predict_speed(
         )
     try:
         shape = model_shape(
-            configuration.config, configuration.trainable, configuration.weights_format
+            configuration.config,
+            configuration.trainable,
+            configuration.weights_format,
+            configuration.shape,
         )
     except (
         UnsupportedArchitecture,

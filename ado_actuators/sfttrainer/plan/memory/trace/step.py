@@ -202,7 +202,7 @@ def model_config(config: dict[str, Any]) -> Any:
     multimodal one: fms-hf-tuning trains the language model's weights the same way)."""
     from transformers import AutoConfig
 
-    from ado_actuators.sfttrainer.plan.model.architecture import language_config
+    from ado_actuators.sfttrainer.plan.model.shape import language_config
 
     values = dict(language_config(config))
     model_type = values.pop("model_type")
