@@ -72,7 +72,11 @@ configuration, so no spread is published; 2 % is the spread this project's stead
 interval aims at (STEADY_CI95_1PCT's 1 % half-width, both sides)."""
 GUIDED_NO_TIES = "guided, ties not measured"
 ORACLE = "the floor: only each group's true fastest"
-SPEC = SimpleNamespace(auto_stop_method=WARMUP_60S_STABLE_120S_OR_10_STEPS, stop_after_seconds=0)
+SPEC = SimpleNamespace(
+    auto_stop_method=WARMUP_60S_STABLE_120S_OR_10_STEPS,
+    auto_stop_max_seconds=0,  # the method has no cap: space/bill.py passes it to every method
+    stop_after_seconds=0,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +100,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 
 def _cost(o: Observed, oom: bool, guess: float) -> float:
-    tokens = o.run.per_device_batch * o.run.sequence_length
+    tokens = o.run.per_device_batch * o.run.sample_tokens
     step = tokens / (guess / o.run.gpus if oom else o.tokens_per_second)
     start = start_seconds(o.shape.total_params * 2)
     seconds = start + (step if oom else training_time(SPEC, step).seconds or 0.0)
@@ -150,7 +154,7 @@ def l40_space() -> list[Config]:
 
 def subgroup_of(c: Config) -> str:
     """The configurations of a group that differ by their batch size alone."""
-    return f"{c.group}, {c.observed.run.gpus} GPUs, {c.observed.run.sequence_length} tokens"
+    return f"{c.group}, {c.observed.run.gpus} GPUs, {c.observed.run.sample_tokens} tokens"
 
 
 def residual_groups(space: list[Config], centred: bool = False) -> list[list[list[float]]]:
@@ -214,7 +218,7 @@ def off_source_spreads(without: str = "") -> tuple[float, float, float]:
     groups: dict[tuple[str, ...], dict[tuple[int, int], list[float]]] = {}
     for source, o, _ in found:
         group = (source, o.device.name, o.model, o.framework, o.run.method)
-        at = groups.setdefault(group, {}).setdefault((o.run.gpus, o.run.sequence_length), [])
+        at = groups.setdefault(group, {}).setdefault((o.run.gpus, o.run.sample_tokens), [])
         at.append(taken[id(o)])
     return fit_level_spreads(list(g.values()) for g in groups.values())
 

@@ -78,6 +78,10 @@ START = Fitted(
 constants its own runs shaped."""
 
 
+METHOD_WORDS = {"none": "full"}
+"""The method as the tables and the benchmark pages name it: full fine-tuning trains every weight."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Observed:
     model: str
@@ -90,7 +94,8 @@ class Observed:
 
     def label(self) -> str:
         return (
-            f"{self.model.split('/')[-1]} {self.run.method} x{self.run.gpus} "
+            f"{self.model.split('/')[-1]} {METHOD_WORDS.get(self.run.method, self.run.method)} "
+            f"x{self.run.gpus} "
             f"bs{self.run.per_device_batch} {self.framework}"
         )
 
@@ -116,9 +121,9 @@ def _observed(
         target_modules=tuple(row["target_modules"].split()),
     )
     run = Run(
-        method="lora" if lora else "full",
+        method="lora" if lora else "none",
         per_device_batch=int(row["per_device_train_batch_size"]),
-        sequence_length=min(4096, config.get("n_positions") or 4096),
+        sample_tokens=min(4096, config.get("n_positions") or 4096),
         gpus=int(row["num_gpus"]),
         fast_kernels="foak" in framework,
         fused_lora="foak" in framework and "peft" in framework,

@@ -43,7 +43,7 @@ SHAPE = ModelShape(
     total_params=120,
     trainable_params=100,
 )
-FULL = Run(method="full", per_device_batch=2, sequence_length=8)  # 16 tokens a micro-batch
+FULL = Run(method="none", per_device_batch=2, sample_tokens=8)  # 16 tokens a micro-batch
 
 
 def parts(shape=SHAPE, run=FULL, device=SLOW):
@@ -57,16 +57,16 @@ def test_full_fine_tuning_flops_count_forward_recompute_both_gradients_and_causa
 
 
 def test_lora_and_prompt_tuning_compute_no_weight_gradients_of_frozen_weights():
-    lora = Run(method="lora", per_device_batch=2, sequence_length=8)
-    prompt = Run(method="pt", per_device_batch=2, sequence_length=8)
+    lora = Run(method="lora", per_device_batch=2, sample_tokens=8)
+    prompt = Run(method="pt", per_device_batch=2, sample_tokens=8)
     assert hardware_flops_per_token(SHAPE, lora) == 600 + 128 * 4.5
     assert hardware_flops_per_token(SHAPE, prompt) == 600 + 128 * 4.5
 
 
 def test_without_checkpointing_nothing_is_recomputed_and_without_flash_the_mask_costs():
-    plain = Run(method="full", per_device_batch=2, sequence_length=8, gradient_checkpointing=False)
+    plain = Run(method="none", per_device_batch=2, sample_tokens=8, gradient_checkpointing=False)
     assert hardware_flops_per_token(SHAPE, plain) == 400 + 200 + 128 * 3.5
-    eager = Run(method="full", per_device_batch=2, sequence_length=8, flash_attention=False)
+    eager = Run(method="none", per_device_batch=2, sample_tokens=8, attention_kernel="eager")
     assert hardware_flops_per_token(SHAPE, eager) == 800 + 256 * 4.5
 
 
@@ -85,23 +85,23 @@ def test_one_device_step_by_part():
 
 
 def test_fast_kernels_cut_the_elementwise_bytes():
-    fast = Run(method="full", per_device_batch=2, sequence_length=8, fast_kernels=True)
+    fast = Run(method="none", per_device_batch=2, sample_tokens=8, fast_kernels=True)
     assert parts(run=fast)["elementwise"] == pytest.approx(0.5 * parts()["elementwise"])
 
 
 def test_lora_adapters_cost_per_pass_and_fused_kernels_cut_them():
     shape = ModelShape(2, 4, 10, 100, 120, trainable_params=5, adapted_width=20)
-    lora = Run(method="lora", per_device_batch=2, sequence_length=8)
+    lora = Run(method="lora", per_device_batch=2, sample_tokens=8)
     assert parts(shape, lora)["adapters"] == pytest.approx(2 * 20 * 3 * 16)
-    fused = Run(method="lora", per_device_batch=2, sequence_length=8, fused_lora=True)
+    fused = Run(method="lora", per_device_batch=2, sample_tokens=8, fused_lora=True)
     assert parts(shape, fused)["adapters"] == pytest.approx(2 * 20 * 3 * 16 * 0.5)
     assert parts(shape, lora)["optimizer"] == pytest.approx(OPTIMIZER_BYTES * 5)
 
 
 def test_quantized_weights_are_unpacked_once_per_pass_whatever_the_batch():
     gptq = ModelShape(2, 4, 10, 100, 120, 5, quantized_params=60, quantization="gptq")
-    small = Run(method="lora", per_device_batch=1, sequence_length=8)
-    large = Run(method="lora", per_device_batch=8, sequence_length=8)
+    small = Run(method="lora", per_device_batch=1, sample_tokens=8)
+    large = Run(method="lora", per_device_batch=8, sample_tokens=8)
     assert parts(gptq, small)["dequantization"] == pytest.approx(2 * 60 * 3)
     assert parts(gptq, large)["dequantization"] == pytest.approx(2 * 60 * 3)
     bnb = ModelShape(2, 4, 10, 100, 120, 5, quantized_params=60, quantization="bnb")
@@ -127,15 +127,15 @@ def test_only_the_counted_bytes_follow_the_device_s_bandwidth_the_fit_s_excess_k
 
 
 def test_gradient_accumulation_repeats_the_micro_batch_not_the_optimizer():
-    once, thrice = parts(), parts(run=Run("full", 2, 8, gradient_accumulation_steps=3))
+    once, thrice = parts(), parts(run=Run("none", 2, 8, gradient_accumulation_steps=3))
     for name in ("gemm", "attention", "elementwise", "latency"):
         assert thrice[name] == pytest.approx(3 * once[name])
     assert thrice["optimizer"] == once["optimizer"]
-    assert step_time(SHAPE, Run("full", 2, 8, 3), SLOW, UNITS).tokens_per_gpu == 48
+    assert step_time(SHAPE, Run("none", 2, 8, 3), SLOW, UNITS).tokens_per_gpu == 48
 
 
 def test_fsdp_gathers_the_weights_twice_and_reduces_the_gradients_each_micro_batch():
-    run = Run("full", 2, 8, gpus=2)
+    run = Run("none", 2, 8, gpus=2)
     found = parts(run=run)
     # (n - 1) / n x (2 x 120 weights x 2 bytes + 100 gradients x 2 bytes) at 1 byte/s, less
     # what the micro-batch's compute hides
@@ -159,7 +159,7 @@ def test_fsdp_moves_quantized_weights_at_half_a_byte_and_counts_adapter_units():
 
 
 def test_ddp_all_reduces_the_trainable_gradients_once_a_step_and_shards_nothing():
-    found = parts(run=Run("full", 2, 8, gradient_accumulation_steps=2, gpus=2, backend="DDP"))
+    found = parts(run=Run("none", 2, 8, gradient_accumulation_steps=2, gpus=2, backend="DDP"))
     # the all-reduce overlaps the last micro-batch's backward (2/3 of its compute)
     assert found["communication"] == pytest.approx(2 * 0.5 * 100 * 2 / 2)
     assert found["optimizer"] == pytest.approx(OPTIMIZER_BYTES * 100)
@@ -170,7 +170,7 @@ def test_between_nodes_the_network_per_node_is_the_link_and_is_not_scaled_again(
     slow_network = Device(
         "slow", tflops=1e-9, memory_gbps=1e-9, interconnect_gbps=1.0, network_gbps=0.5e-9
     )
-    found = parts(run=Run("full", 2, 8, gpus=2, nodes=2), device=slow_network)
+    found = parts(run=Run("none", 2, 8, gpus=2, nodes=2), device=slow_network)
     compute = sum(found[k] for k in ("gemm", "attention", "elementwise"))
     traffic = 0.5 * (2 * 240 + 200) / 0.5  # at half a byte a second, the network's
     assert found["communication"] == pytest.approx(max(traffic - compute, traffic / 2))
@@ -395,7 +395,7 @@ def test_attention_runs_at_the_kernels_measured_rate_by_length_and_head_dimensio
     assert device.attention_tflops("fa2", 96, 1024, True, "forward") == 100  # nearest, larger
     assert device.attention_tflops("sdpa", 128, 1024, True, "backward") == 50  # fa2's kernels
     shape = SHAPE
-    run = Run("full", 1, 4096)  # recompute: forward twice at 200, backward 2.5x at 100
+    run = Run("none", 1, 4096)  # recompute: forward twice at 200, backward 2.5x at 100
     flops = 4 * 2 * 4 * 4096 / 2
     from ado_actuators.sfttrainer.plan.speed.step_time import attention_seconds_per_token
 
@@ -426,7 +426,7 @@ def test_l2_serves_the_re_read_share_where_a_layers_activations_fit():
     shape = dataclasses.replace(SHAPE, hidden=5)
     cached = Device("c", tflops=1e-9, memory_gbps=1e-9, interconnect_gbps=1, l2_mb=1.0)
     uncached = Device("u", tflops=1e-9, memory_gbps=1e-9, interconnect_gbps=1)
-    small = Run("full", 1, 8)
+    small = Run("none", 1, 8)
     with_l2 = step_time(shape, small, cached, UNITS).parts["elementwise"]
     without = step_time(shape, small, uncached, UNITS).parts["elementwise"]
     # half the bytes re-read, half of the width is the hidden one, at a third of the time

@@ -104,7 +104,7 @@ def test_the_attention_that_runs_is_one_reading_for_memory_and_speed():
         assert configuration.attention == runs
         assert workload_of(configuration, "llama").attention == runs
         run = run_of(configuration)
-        assert run.flash_attention  # both skip the causal mask's upper half
+        assert run.fused_attention  # both skip the causal mask's upper half
         assert run.attention_kernel == ("fa2" if flash else "sdpa")
 
 

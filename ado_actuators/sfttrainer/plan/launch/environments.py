@@ -30,6 +30,7 @@ from ado_actuators.sfttrainer.plan.model.releases import PACKAGES_DIR as PACKAGE
 from ado_actuators.sfttrainer.plan.model.releases import NoEnvironment as NoEnvironment
 from ado_actuators.sfttrainer.plan.model.releases import list_path as list_path
 from ado_actuators.sfttrainer.plan.model.releases import read_package_list as read_package_list
+from ado_actuators.sfttrainer.plan.model.training import fast_kernel_words
 
 GPU_ONLY_PATTERNS = (
     "flash-attn",
@@ -190,7 +191,7 @@ def requested_features(
     `on_gpus`: the measurement trains on GPUs (not number_gpus ranks run on CPUs, as in tests).
     """
     wanted = {}
-    if values.fast_kernels is not None or "fast_kernels" in sft_trainer_arguments:
+    if fast_kernel_words(values, sft_trainer_arguments) is not None:
         wanted["fast_kernels"] = "fast_kernels"
     if values.fast_moe:
         wanted["fast_moe"] = "fast_moe"

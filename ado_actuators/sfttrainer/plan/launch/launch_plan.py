@@ -161,7 +161,7 @@ def sft_trainer_arguments(inputs: PlanInputs, training_data_path: Path) -> list[
     if values.fast_moe:
         args += ["--fast_moe", str(values.fast_moe)]
     fixed_arguments = dict(definition.sft_trainer_arguments)
-    if (kernels := fast_kernel_words(values, definition)) is not None:
+    if (kernels := fast_kernel_words(values, definition.sft_trainer_arguments)) is not None:
         fixed_arguments["fast_kernels"] = kernels
     for name, words in fixed_arguments.items():
         args += [f"--{name}", *words]

@@ -32,9 +32,9 @@ from ado_actuators.sfttrainer.plan.memory.bound import MemoryBound, Training
 from ado_actuators.sfttrainer.plan.memory.logits import LossCode
 from ado_actuators.sfttrainer.plan.model.architecture import (
     DTYPE_BYTES,
-    PROMPT_TUNING_VIRTUAL_TOKENS,
     ParameterCounts,
 )
+from ado_actuators.sfttrainer.plan.model.architecture import model_length as architecture_length
 from ado_actuators.sfttrainer.plan.model.families.gpt_bigcode import DEFAULT_POSITIONS
 from ado_actuators.sfttrainer.plan.model.families.registry import family_of
 from ado_actuators.sfttrainer.plan.model.families.spec import Dispatch, Family, Layout
@@ -258,8 +258,7 @@ def block_of(
 
 def model_length(training: Training, workload: Workload) -> int:
     """The sequence the layers see: prompt tuning prepends its virtual tokens."""
-    virtual = PROMPT_TUNING_VIRTUAL_TOKENS if training.peft_method == "pt" else 0
-    return workload.sequence_length + virtual
+    return architecture_length(training.peft_method, workload.sequence_length)
 
 
 def input_grads(training: Training, workload: Workload) -> bool:

@@ -97,7 +97,7 @@ def request(configuration: TrainingConfiguration, workload: Workload) -> StepSpe
         checkpointing=None if checkpointing == "none" else checkpointing,
         mixed_precision=configuration.mixed_precision,
         batch=configuration.per_device_batch,
-        length=configuration.sequence_length,
+        length=configuration.model_max_length,
         accumulation=2 if configuration.gradient_accumulation_steps > 1 else 1,
         steps=1,
     )

@@ -216,7 +216,7 @@ def workload_of(configuration: TrainingConfiguration, model_type: str) -> Worklo
     asked = configuration.gradient_checkpointing
     return Workload(
         per_device_batch=configuration.per_device_batch,
-        sequence_length=configuration.sequence_length,
+        sequence_length=configuration.model_max_length,
         gradient_checkpointing=asked and honoured,
         checkpointing_ignored=asked and not honoured,
         checkpointed_by_model=style == "model",

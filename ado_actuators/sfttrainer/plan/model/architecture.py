@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Iterable
 from typing import Any
 
 from ado_actuators.sfttrainer.plan.model.families.registry import COUNTED
@@ -29,13 +30,26 @@ __all__ = [
     "Trainable",
     "UnsupportedArchitecture",
     "count_parameters",
+    "model_length",
     "quantized_bits",
+    "virtual_tokens",
 ]
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 """Bytes per element of each torch_dtype the entity can ask for."""
 PROMPT_TUNING_VIRTUAL_TOKENS = 8
 """fms-hf-tuning's PromptTuningConfig.num_virtual_tokens default (the experiments set none)."""
+
+
+def virtual_tokens(method: str) -> int:
+    """The tokens prompt tuning prepends to every sample (none for another method)."""
+    return PROMPT_TUNING_VIRTUAL_TOKENS if method == "pt" else 0
+
+
+def model_length(method: str, model_max_length: int) -> int:
+    """The sequence the layers see: the padded sample and, under prompt tuning, its virtual
+    tokens."""
+    return model_max_length + virtual_tokens(method)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,16 +240,20 @@ class Trainable:
     target_modules: tuple[str, ...] = ()
 
     def count(self, counts: ParameterCounts) -> int:
+        linears = ((s.name, s.inputs, s.outputs, s.count) for s in counts.linears)
+        return self.count_of(linears, counts.hidden_size, counts.total)
+
+    def count_of(
+        self, linears: Iterable[tuple[str, int, int, int]], hidden: int, total: int
+    ) -> int:
+        """The trainable parameters of a model of `total` parameters and `hidden` width whose
+        linear layers are (name, inputs, outputs, count)."""
         if self.method == "lora":
             # PEFT matches a target name against the end of every module's name, so a name can
             # match several shapes (GPTBigCode's attn.c_proj and mlp.c_proj); names this cannot
             # size (e.g. a model-specific module) add nothing.
             wanted = set(self.target_modules)
-            return sum(
-                self.lora_r * (shape.inputs + shape.outputs) * shape.count
-                for shape in counts.linears
-                if shape.name in wanted
-            )
+            return sum(self.lora_r * (i + o) * c for name, i, o, c in linears if name in wanted)
         if self.method == "pt":
-            return PROMPT_TUNING_VIRTUAL_TOKENS * counts.hidden_size
-        return counts.total
+            return PROMPT_TUNING_VIRTUAL_TOKENS * hidden
+        return total

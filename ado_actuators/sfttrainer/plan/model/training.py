@@ -8,13 +8,14 @@ and nowhere else, under one name.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from ado_actuators.sfttrainer.catalog.datasets import get_shape
 from ado_actuators.sfttrainer.catalog.entity import EntityValues
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
 from ado_actuators.sfttrainer.contract.memory_trace import Attention
-from ado_actuators.sfttrainer.plan.model.architecture import PROMPT_TUNING_VIRTUAL_TOKENS, Trainable
+from ado_actuators.sfttrainer.plan.model.architecture import Trainable, model_length, virtual_tokens
 from ado_actuators.sfttrainer.plan.model.geometry import per_device_batch
 from ado_actuators.sfttrainer.plan.model.releases import attention_for
 from ado_actuators.sfttrainer.plan.model.shape import ModelShape
@@ -78,7 +79,7 @@ class TrainingConfiguration:
     fast_moe: int
     gpu_model: str | None
     per_device_batch: int
-    sequence_length: int  # model_max_length: every sample padded or truncated to it
+    model_max_length: int  # every sample padded or truncated to it
     sample_tokens: int  # the tokens a sample of the dataset holds, at most sequence_length
     gradient_accumulation_steps: int
     checkpointing: Checkpointing
@@ -105,12 +106,12 @@ class TrainingConfiguration:
     @property
     def virtual_tokens(self) -> int:
         """Prompt tuning's virtual tokens, prepended to every sample."""
-        return PROMPT_TUNING_VIRTUAL_TOKENS if self.method == "pt" else 0
+        return virtual_tokens(self.method)
 
     @property
     def model_length(self) -> int:
         """The sequence the layers see: the sample and, under prompt tuning, its virtual tokens."""
-        return self.sequence_length + self.virtual_tokens
+        return model_length(self.method, self.model_max_length)
 
     @property
     def gradient_checkpointing(self) -> bool:
@@ -155,7 +156,7 @@ class TrainingConfiguration:
             fast_moe=values.fast_moe,
             gpu_model=values.gpu_model,
             per_device_batch=per_device_batch(values),
-            sequence_length=values.model_max_length,
+            model_max_length=values.model_max_length,
             sample_tokens=sample_tokens(
                 _named(values.dataset_id, "dataset_id"), values.model_max_length
             ),
@@ -167,7 +168,9 @@ class TrainingConfiguration:
             attention=attention_for(
                 version, shape.model_type if shape else "", bool(values.flash_attn)
             ),
-            fast_kernels=FastKernels.of(fast_kernel_words(values, definition)),
+            fast_kernels=FastKernels.of(
+                fast_kernel_words(values, definition.sft_trainer_arguments)
+            ),
             fused_lora=bool(definition.sft_trainer_arguments.get("fused_lora")),
             lora_r=values.r,
             lora_alpha=values.lora_alpha,
@@ -200,12 +203,15 @@ def precision_of(values: EntityValues, definition: ExperimentDefinition) -> str 
     return accelerate if accelerate and accelerate != "no" else None
 
 
-def fast_kernel_words(values: EntityValues, definition: ExperimentDefinition) -> list[str] | None:
+def fast_kernel_words(
+    values: EntityValues, sft_trainer_arguments: Mapping[str, list[str]]
+) -> list[str] | None:
     """The words fms-hf-tuning is given after `--fast_kernels`: the entity's own, in place of its
-    experiment's (GPTQ-LoRA passes `true true true`); None where neither asks for the kernels."""
+    experiment's arguments' (GPTQ-LoRA passes `true true true`); None where neither asks for
+    the kernels."""
     if values.fast_kernels is not None:
         return [str(word).lower() for word in values.fast_kernels]
-    return definition.sft_trainer_arguments.get("fast_kernels")
+    return sft_trainer_arguments.get("fast_kernels")
 
 
 def _named(value: str | None, field: str) -> str:

@@ -15,7 +15,6 @@ from ado_actuators.sfttrainer.catalog.models import GPTQ_QUANTIZED
 from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, MeasurementOutcome
 from ado_actuators.sfttrainer.plan.model.architecture import (
     DTYPE_BYTES,
-    PROMPT_TUNING_VIRTUAL_TOKENS,
     ParameterCounts,
     Trainable,
     UnsupportedArchitecture,
@@ -109,10 +108,7 @@ def _meta_shape(
     wanted = set(trainable.target_modules)
     adapted = [(i, o, c) for name, i, o, c in counts.linears if name in wanted]
     lora = trainable.method == "lora"
-    trained = {
-        "lora": sum(trainable.lora_r * (i + o) * c for i, o, c in adapted),
-        "pt": PROMPT_TUNING_VIRTUAL_TOKENS * counts.hidden,
-    }.get(trainable.method, counts.total)
+    trained = trainable.count_of(counts.linears, counts.hidden, counts.total)
     return ModelShape(
         layers=counts.layers,
         attention_width=_attention_width(config, counts.hidden, counts.heads),
@@ -173,20 +169,23 @@ def model_shape(
     )
 
 
+ATTENTION_KERNELS = {"flash_attention_2": "fa2", "sdpa": "sdpa", "eager": "eager"}
+"""The step time's kernel for each attention transformers runs (contract/memory_trace.Attention):
+SDPA's causal kernels skip the masked half as flash-attn does; eager computes it all."""
+
+
 def run_of(configuration: TrainingConfiguration) -> Run:
     """What of the one training configuration the step time reads."""
     return Run(
-        method={"none": "full"}.get(configuration.method, configuration.method),
+        method=configuration.method,
         per_device_batch=configuration.per_device_batch,
-        sequence_length=configuration.sample_tokens,
+        sample_tokens=configuration.sample_tokens,
         gradient_accumulation_steps=max(1, configuration.gradient_accumulation_steps),
         gpus=max(1, configuration.gpus),
         nodes=max(1, configuration.nodes),
         backend=configuration.backend,
         gradient_checkpointing=configuration.gradient_checkpointing,
-        # SDPA's causal kernels skip the masked half as flash-attn does; eager computes it all
-        flash_attention=configuration.attention != "eager",
-        attention_kernel="fa2" if configuration.attention == "flash_attention_2" else "sdpa",
+        attention_kernel=ATTENTION_KERNELS[configuration.attention],
         fast_kernels=configuration.fast_kernels.any,
         fused_lora=configuration.fused_lora,
         weight_bytes=float(DTYPE_BYTES.get(configuration.torch_dtype, 2)),
@@ -248,9 +247,9 @@ def _notes(configuration: TrainingConfiguration, run: Run, device: Device) -> tu
             f"{run.nodes} nodes: the network moves {device.network_gbps:g} GB/s per node "
             f"(actuator parameter inter_node_gbps)"
         )
-    if run.sequence_length < configuration.sequence_length:
+    if run.sample_tokens < configuration.model_max_length:
         notes.append(
-            f"samples of about {run.sequence_length} tokens ({configuration.dataset_id}, "
+            f"samples of about {run.sample_tokens} tokens ({configuration.dataset_id}, "
             f"{CHARS_PER_TOKEN} characters a token)"
         )
     if run.gpus > 1 and run.backend != "FSDP":

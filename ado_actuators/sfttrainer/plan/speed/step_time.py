@@ -93,23 +93,32 @@ class ModelShape:
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    method: str  # full | lora | pt
+    """What of a training run the step time reads, in the training configuration's words
+    (plan/model/training.py): built from one (speed/prediction.run_of) or from a public table's
+    row (the benchmarks)."""
+
+    method: str  # none | lora | pt, TrainingConfiguration.method's words
     per_device_batch: int
-    sequence_length: int
+    sample_tokens: int  # the tokens one sample trains: padded to model_max_length, or shorter
     gradient_accumulation_steps: int = 1
     gpus: int = 1
     nodes: int = 1
     backend: str = "FSDP"  # FSDP | DDP | None
     gradient_checkpointing: bool = True
-    flash_attention: bool = True
     fast_kernels: bool = False
     fused_lora: bool = False  # fms-acceleration's fused LoRA kernels over quantized weights
     weight_bytes: float = 2.0  # the training dtype's bytes per weight
-    attention_kernel: str = "fa2"  # with flash_attention: fa2 | fa3 | sdpa
+    attention_kernel: str = "fa2"  # eager | sdpa | fa2 | fa3: the kernel that runs
+
+    @property
+    def fused_attention(self) -> bool:
+        """A fused kernel (SDPA's or flash-attn's): the causal mask's upper half is skipped and
+        the scores never reach memory; eager attention computes and stores them all."""
+        return self.attention_kernel != "eager"
 
     @property
     def tokens_per_micro_batch(self) -> int:
-        return self.per_device_batch * self.sequence_length
+        return self.per_device_batch * self.sample_tokens
 
 
 REFERENCE = device_named(REFERENCE_NAME)
@@ -227,8 +236,8 @@ def attention_forward_flops(shape: ModelShape, run: Run) -> float:
     """QK^T and AV of one token's forward, all layers: causal flash attention skips the masked
     half, eager attention computes it."""
     layers = shape.layers if shape.attention_layers is None else shape.attention_layers
-    flops = 4 * layers * shape.attention_width * run.sequence_length
-    return flops / 2 if run.flash_attention else flops
+    flops = 4 * layers * shape.attention_width * run.sample_tokens
+    return flops / 2 if run.fused_attention else flops
 
 
 def hardware_flops_per_token(shape: ModelShape, run: Run) -> float:
@@ -241,9 +250,9 @@ def hardware_flops_per_token(shape: ModelShape, run: Run) -> float:
 def attention_seconds_per_token(shape: ModelShape, run: Run, device: Device) -> float:
     """Attention's forward (and recompute) at the kernel's forward rate, its backward (2.5 times
     the forward's FLOPs) at its backward rate, for the head dimension and length."""
-    kernel = run.attention_kernel if run.flash_attention else "eager"
-    causal = run.flash_attention
-    length, head = run.sequence_length, shape.head_dim
+    kernel = run.attention_kernel
+    causal = run.fused_attention
+    length, head = run.sample_tokens, shape.head_dim
     forward = device.attention_tflops(kernel, head, length, causal, "forward") * 1e12
     backward = device.attention_tflops(kernel, head, length, causal, "backward") * 1e12
     flops = attention_forward_flops(shape, run)

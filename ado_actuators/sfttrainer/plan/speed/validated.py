@@ -83,7 +83,7 @@ records its date and commit)."""
 def regime(run: Run, gpu_model: str) -> tuple[str, ...]:
     """The regimes `run` on `gpu_model` belongs to, most specific first."""
     nodes = "several nodes" if run.nodes > 1 else "one node"
-    length = "16k tokens and longer" if run.sequence_length >= 16384 else "up to 8k tokens"
+    length = "16k tokens and longer" if run.sample_tokens >= 16384 else "up to 8k tokens"
     if run.nodes > 1:  # the network dominates what is left to know
         return (f"{gpu_model}, {nodes}", f"{gpu_model}, {length}", nodes, length)
     return (f"{gpu_model}, {length}", f"{gpu_model}, {nodes}", length, nodes)
@@ -94,7 +94,7 @@ def validated_note(run: Run, gpu_model: str) -> str:
     fitted = (
         gpu_model == REFERENCE.name
         and run.nodes == 1
-        and run.sequence_length <= 8192
+        and run.sample_tokens <= 8192
         and run.gpus <= 8
     )
     if fitted:
@@ -111,5 +111,5 @@ def validated_note(run: Run, gpu_model: str) -> str:
             )
     return (
         f"regime not validated: no public run of {gpu_model} with {run.nodes} node(s) at "
-        f"{run.sequence_length} tokens was at hand (benchmarks/throughput_validation.py)"
+        f"{run.sample_tokens} tokens was at hand (benchmarks/throughput_validation.py)"
     )
