@@ -65,13 +65,13 @@ def test_gptq_loras_fast_kernels_are_on_for_memory_and_speed_alike():
 
 def test_the_per_device_batch_and_the_model_length_are_read_once_for_every_reader():
     configuration = configuration_of(values(), PROMPT_TUNING, {})
-    assert configuration.per_device_batch == 4
+    assert configuration.batch.per_device_batch == 4
     assert configuration.model_length == 512 + PROMPT_TUNING_VIRTUAL_TOKENS
     workload = workload_of(configuration, "mistral")
     assert workload.per_device_batch == run_of(configuration).per_device_batch == 4
     lora = configuration_of(values(), LORA, {})
-    assert lora.model_length == 512 and lora.adapted_modules == lora.target_modules
-    assert configuration.adapted_modules == ()
+    assert lora.model_length == 512 and lora.tuning.adapted_modules == lora.tuning.target_modules
+    assert configuration.tuning.adapted_modules == ()
 
 
 def test_resolve_reads_config_json_once_and_carries_it(tmp_path, monkeypatch):
@@ -101,7 +101,7 @@ def test_the_attention_that_runs_is_one_reading_for_memory_and_speed():
     llama = {"model_type": "llama"}
     for flash, runs in [(True, "flash_attention_2"), (False, "sdpa")]:
         configuration = configuration_of(values(flash_attn=flash), LORA, llama)
-        assert configuration.attention == runs
+        assert configuration.kernels.attention == runs
         assert workload_of(configuration, "llama").attention == runs
         run = run_of(configuration)
         assert run.fused_attention  # both skip the causal mask's upper half
@@ -112,7 +112,7 @@ def test_mixed_precision_is_read_from_the_entity_the_experiment_and_accelerate()
     """GPTQ-LoRA's experiment passes `--fp16 true`: autocast in float16 over its float16 weights,
     so the returned logits are converted to fp32 as under any mixed precision."""
     gptq = configuration_of(values(torch_dtype="float16"), GPTQ_LORA, {})
-    assert (gptq.mixed_precision, gptq.autocast_dtype) == (True, "float16")
+    assert (gptq.precision.mixed_precision, gptq.precision.autocast_dtype) == (True, "float16")
     assert workload_of(gptq, "mistral").autocast
     for entity, expected in [
         ({}, (False, None)),
@@ -121,4 +121,4 @@ def test_mixed_precision_is_read_from_the_entity_the_experiment_and_accelerate()
         ({"accelerate_config_mixed_precision": "fp8"}, (True, None)),
     ]:
         found = configuration_of(values(**entity), LORA, {})
-        assert (found.mixed_precision, found.autocast_dtype) == expected, entity
+        assert (found.precision.mixed_precision, found.precision.autocast_dtype) == expected, entity

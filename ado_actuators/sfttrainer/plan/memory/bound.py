@@ -110,16 +110,16 @@ class Training:
     def of(cls, configuration: TrainingConfiguration, quantized_bits: int | None) -> Training:
         """What of the one training configuration the bound reads."""
         return cls(
-            peft_method=configuration.method,
-            torch_dtype=configuration.torch_dtype,
-            optim=configuration.optim,
-            number_gpus=configuration.gpus,
-            number_nodes=configuration.nodes,
-            distributed_backend=configuration.backend,
-            fsdp_sharding_strategy=configuration.fsdp_sharding_strategy,
-            fast_moe=configuration.fast_moe,
-            lora_r=configuration.lora_r,
-            target_modules=configuration.target_modules,
+            peft_method=configuration.tuning.method,
+            torch_dtype=configuration.precision.torch_dtype,
+            optim=configuration.precision.optim,
+            number_gpus=configuration.parallelism.gpus,
+            number_nodes=configuration.parallelism.nodes,
+            distributed_backend=configuration.parallelism.backend,
+            fsdp_sharding_strategy=configuration.parallelism.fsdp_sharding_strategy,
+            fast_moe=configuration.parallelism.fast_moe,
+            lora_r=configuration.tuning.lora_r,
+            target_modules=configuration.tuning.target_modules,
             quantized_bits=quantized_bits,
         )
 

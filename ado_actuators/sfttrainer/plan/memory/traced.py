@@ -84,21 +84,21 @@ def request(configuration: TrainingConfiguration, workload: Workload) -> StepSpe
     """The StepSpec of a measurement: a trace at the device's batch and length, with the code
     paths `workload` says the release takes (its attention), a second micro-batch when
     accumulating (its forward then runs beside the first's gradients)."""
-    checkpointing = configuration.checkpointing
+    checkpointing = configuration.kernels.checkpointing
     return StepSpec(
         config=configuration.config or {},
-        peft_method=configuration.method,
-        target_modules=configuration.adapted_modules,
-        lora_r=configuration.lora_r,
-        lora_alpha=configuration.lora_alpha,
+        peft_method=configuration.tuning.method,
+        target_modules=configuration.tuning.adapted_modules,
+        lora_r=configuration.tuning.lora_r,
+        lora_alpha=configuration.tuning.lora_alpha,
         prompt_tokens=PROMPT_TUNING_VIRTUAL_TOKENS,
-        torch_dtype=configuration.torch_dtype,
+        torch_dtype=configuration.precision.torch_dtype,
         attention=attention_named(workload.attention),
         checkpointing=None if checkpointing == "none" else checkpointing,
-        mixed_precision=configuration.mixed_precision,
-        batch=configuration.per_device_batch,
-        length=configuration.model_max_length,
-        accumulation=2 if configuration.gradient_accumulation_steps > 1 else 1,
+        mixed_precision=configuration.precision.mixed_precision,
+        batch=configuration.batch.per_device_batch,
+        length=configuration.batch.model_max_length,
+        accumulation=2 if configuration.batch.gradient_accumulation_steps > 1 else 1,
         steps=1,
     )
 

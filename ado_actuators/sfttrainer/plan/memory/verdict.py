@@ -213,22 +213,23 @@ def workload_of(configuration: TrainingConfiguration, model_type: str) -> Worklo
     version = configuration.fms_hf_tuning_version
     style = checkpointing_for(version, model_type)
     honoured = style != "none"
-    asked = configuration.gradient_checkpointing
+    asked = configuration.kernels.gradient_checkpointing
     return Workload(
-        per_device_batch=configuration.per_device_batch,
-        sequence_length=configuration.model_max_length,
+        per_device_batch=configuration.batch.per_device_batch,
+        sequence_length=configuration.batch.model_max_length,
         gradient_checkpointing=asked and honoured,
         checkpointing_ignored=asked and not honoured,
         checkpointed_by_model=style == "model",
-        reentrant_checkpointing=configuration.checkpointing == "reentrant",
-        attention=configuration.attention,
-        gradient_accumulation_steps=configuration.gradient_accumulation_steps,
+        reentrant_checkpointing=configuration.kernels.checkpointing == "reentrant",
+        attention=configuration.kernels.attention,
+        gradient_accumulation_steps=configuration.batch.gradient_accumulation_steps,
         loss=loss_code_for(version, model_type),
-        fused_loss="in_place" if configuration.fast_kernels.fast_loss else None,
-        fast_rms_layernorm=configuration.fast_kernels.fast_rms_layernorm,
-        autocast=configuration.mixed_precision,
-        autocast_dtype=configuration.autocast_dtype,
-        fsdp_upcast=configuration.mixed_precision and configuration.backend == "FSDP",
+        fused_loss="in_place" if configuration.kernels.fast_kernels.fast_loss else None,
+        fast_rms_layernorm=configuration.kernels.fast_kernels.fast_rms_layernorm,
+        autocast=configuration.precision.mixed_precision,
+        autocast_dtype=configuration.precision.autocast_dtype,
+        fsdp_upcast=configuration.precision.mixed_precision
+        and configuration.parallelism.backend == "FSDP",
         logits_copy=copies_logits(version),
     )
 
@@ -243,7 +244,7 @@ def assess(
 ) -> MemoryAssessment:
     """The bound and the predicted peak of `configuration`, and whether they fit; traced
     architectures are kept under hf_home."""
-    if configuration.gpus < 1:
+    if configuration.parallelism.gpus < 1:
         why = "number_gpus 0 trains on CPUs: no GPU memory to bound"
         return MemoryAssessment(skipped=why, prediction_skipped=why)
     if configuration.config is None:
@@ -269,7 +270,7 @@ def judge(
     except (UnsupportedArchitecture, KeyError, TypeError, TraceUnavailable) as error:
         why = f"no bound from the model's config.json: {error}"
         return MemoryAssessment(skipped=why, prediction_skipped=why)
-    gpu_model = configuration.gpu_model
+    gpu_model = configuration.parallelism.gpu_model
     device = device_memory_bytes(gpu_model)
     found = dataclasses.replace(
         found,
@@ -299,7 +300,7 @@ def _by_formula(
     training = _training(configuration, bits)
     bound = memory_bound(counts, training)
     workload = workload_of(configuration, dims.model_type)
-    adapted = configuration.adapted_modules
+    adapted = configuration.tuning.adapted_modules
     prediction = predict_peak(counts, dims, training, bound, workload, adapted)
     return MemoryAssessment(
         bound=bound,
@@ -345,8 +346,9 @@ def fewest_gpus(configuration: TrainingConfiguration, *, hf_home: str) -> int | 
     MAX_GPUS_TRIED; None when none does or nothing can be predicted."""
     if configuration.config is None:
         return None
-    for gpus in range(max(1, configuration.gpus) + 1, MAX_GPUS_TRIED + 1):
-        trial = dataclasses.replace(configuration, gpus=gpus, nodes=1)
+    for gpus in range(max(1, configuration.parallelism.gpus) + 1, MAX_GPUS_TRIED + 1):
+        on_one_node = dataclasses.replace(configuration.parallelism, gpus=gpus, nodes=1)
+        trial = dataclasses.replace(configuration, parallelism=on_one_node)
         found = judge(trial, enabled=True, traces=traces_directory(hf_home))
         if found.prediction is None or found.skipped:
             return None

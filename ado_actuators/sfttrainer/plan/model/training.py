@@ -61,39 +61,97 @@ def _word_to_bool(word: str) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainingConfiguration:
-    """What is trained, how and where, for one measurement; `config` is the model's config.json
-    (None, with `config_problem` saying why, where it could not be found), `shape` its shapes,
-    read once from it (plan/model/shape.py): a dataclasses.replace of `config` passes
-    `shape=None` beside it, or the old shape is kept."""
+class Tuning:
+    """What trains: every weight (method none), LoRA's adapters, or prompt tuning's virtual
+    tokens."""
 
-    model_name: str
-    method: PeftMethod
-    weights_format: str
-    torch_dtype: str
-    optim: str
-    gpus: int
-    nodes: int
-    backend: str  # FSDP | DDP | "None" (torch DataParallel on one node)
-    fsdp_sharding_strategy: str
-    fast_moe: int
-    gpu_model: str | None
-    per_device_batch: int
-    model_max_length: int  # every sample padded or truncated to it
-    sample_tokens: int  # the tokens a sample of the dataset holds, at most sequence_length
-    gradient_accumulation_steps: int
-    checkpointing: Checkpointing
-    mixed_precision: bool  # bf16/fp16 autocast: the bf16 flag, the experiment's, or accelerate's
-    autocast_dtype: str | None  # what autocast computes in; None: the weights' own 16 bits
-    flash_attention: bool  # the entity asks for flash-attn 2 (--use_flash_attn)
-    attention: Attention  # what runs: flash-attn 2, or the pinned release's default for the family
-    fast_kernels: FastKernels
-    fused_lora: bool
-    lora_r: int
-    lora_alpha: int
-    target_modules: tuple[str, ...]
-    fms_hf_tuning_version: str
-    dataset_id: str
+    method: PeftMethod = "none"
+    lora_r: int = 8
+    lora_alpha: int = 16
+    target_modules: tuple[str, ...] = ()
+    fused_lora: bool = False  # fms-acceleration's fused LoRA kernels (GPTQ-LoRA's experiment)
+
+    @property
+    def trainable(self) -> Trainable:
+        return Trainable(self.method, self.lora_r, self.target_modules)
+
+    @property
+    def adapted_modules(self) -> tuple[str, ...]:
+        """The modules LoRA adapts (none for another method)."""
+        return self.target_modules if self.method == "lora" else ()
+
+    @property
+    def virtual_tokens(self) -> int:
+        """Prompt tuning's virtual tokens, prepended to every sample."""
+        return virtual_tokens(self.method)
+
+
+@dataclasses.dataclass(frozen=True)
+class Parallelism:
+    """Where it trains: the devices, the nodes they are spread over, and how they share work."""
+
+    gpus: int = 1  # 0 trains on the CPU
+    nodes: int = 1
+    backend: str = "FSDP"  # FSDP | DDP | "None" (torch DataParallel on one node)
+    fsdp_sharding_strategy: str = "FULL_SHARD"
+    fast_moe: int = 0  # expert-parallel degree, 0 off
+    gpu_model: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """What one device trains per optimizer step."""
+
+    per_device_batch: int = 1  # samples per micro-batch on each device
+    model_max_length: int = 1024  # every sample padded or truncated to it
+    sample_tokens: int = 1024  # the tokens a sample of the dataset holds, at most the above
+    gradient_accumulation_steps: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Precision:
+    """The weights' dtype, the autocast over them, and the optimizer that keeps their states."""
+
+    torch_dtype: str = "bfloat16"
+    # bf16/fp16 autocast: the entity's bf16 flag, the experiment's, or accelerate's
+    mixed_precision: bool = False
+    autocast_dtype: str | None = None  # what autocast computes in; None: the weights' own bits
+    optim: str = "adamw_torch"
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernels:
+    """The kernels the step runs: attention, fms-acceleration's fused ones, checkpointing."""
+
+    flash_attention: bool = False  # the entity asks for flash-attn 2 (--use_flash_attn)
+    # what runs: flash-attn 2 where asked for, else the pinned release's default for the family
+    attention: Attention = "sdpa"
+    fast_kernels: FastKernels = FastKernels()
+    checkpointing: Checkpointing = "none"
+
+    @property
+    def gradient_checkpointing(self) -> bool:
+        return self.checkpointing != "none"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfiguration:
+    """What is trained, how and where, for one measurement, in small parts that memory, speed,
+    the trace and the launch read directly; `config` is the model's config.json (None, with
+    `config_problem` saying why, where it could not be found), `shape` its shapes, read once
+    from it (plan/model/shape.py): a dataclasses.replace of `config` passes `shape=None` beside
+    it, or the old shape is kept. Every part has defaults, so a test or a benchmark states only
+    what it varies."""
+
+    model_name: str = ""
+    weights_format: str = "Vanilla"
+    tuning: Tuning = Tuning()
+    parallelism: Parallelism = Parallelism()
+    batch: Batch = Batch()
+    precision: Precision = Precision()
+    kernels: Kernels = Kernels()
+    fms_hf_tuning_version: str = ""
+    dataset_id: str = ""
     config: dict[str, Any] | None = None
     config_problem: str | None = None
     shape: ModelShape | None = dataclasses.field(default=None, compare=False, repr=False)
@@ -104,27 +162,9 @@ class TrainingConfiguration:
             object.__setattr__(self, "shape", ModelShape.of(self.config))
 
     @property
-    def virtual_tokens(self) -> int:
-        """Prompt tuning's virtual tokens, prepended to every sample."""
-        return virtual_tokens(self.method)
-
-    @property
     def model_length(self) -> int:
         """The sequence the layers see: the sample and, under prompt tuning, its virtual tokens."""
-        return model_length(self.method, self.model_max_length)
-
-    @property
-    def gradient_checkpointing(self) -> bool:
-        return self.checkpointing != "none"
-
-    @property
-    def trainable(self) -> Trainable:
-        return Trainable(self.method, self.lora_r, self.target_modules)
-
-    @property
-    def adapted_modules(self) -> tuple[str, ...]:
-        """The modules LoRA adapts (none for another method)."""
-        return self.target_modules if self.method == "lora" else ()
+        return model_length(self.tuning.method, self.batch.model_max_length)
 
     @classmethod
     def of(
@@ -137,45 +177,33 @@ class TrainingConfiguration:
         """From the entity's values (the experiment's fixed values applied), its experiment and
         the model's config.json."""
         version = _named(values.fms_hf_tuning_version, "fms_hf_tuning_version")
-        mixed = precision_of(values, definition)
         shape = ModelShape.of(config) if config is not None else None
-        checkpointing: Checkpointing = "none"
-        if values.gradient_checkpointing:
-            reentrant = values.gradient_checkpointing_use_reentrant
-            checkpointing = "reentrant" if reentrant else "non_reentrant"
+        model_type = shape.model_type if shape else ""
         return cls(
             model_name=_named(values.model_name, "model_name"),
-            method=_peft_method(definition.peft_method),
             weights_format=definition.weights_format,
-            torch_dtype=_named(values.torch_dtype, "torch_dtype"),
-            optim=_named(values.optim, "optim"),
-            gpus=values.number_gpus,
-            nodes=values.number_nodes,
-            backend=str(values.distributed_backend),
-            fsdp_sharding_strategy=_named(values.fsdp_sharding_strategy, "fsdp_sharding_strategy"),
-            fast_moe=values.fast_moe,
-            gpu_model=values.gpu_model,
-            per_device_batch=per_device_batch(values),
-            model_max_length=values.model_max_length,
-            sample_tokens=sample_tokens(
-                _named(values.dataset_id, "dataset_id"), values.model_max_length
+            tuning=_tuning(values, definition),
+            parallelism=Parallelism(
+                gpus=values.number_gpus,
+                nodes=values.number_nodes,
+                backend=str(values.distributed_backend),
+                fsdp_sharding_strategy=_named(
+                    values.fsdp_sharding_strategy, "fsdp_sharding_strategy"
+                ),
+                fast_moe=values.fast_moe,
+                gpu_model=values.gpu_model,
             ),
-            gradient_accumulation_steps=values.gradient_accumulation_steps,
-            checkpointing=checkpointing,
-            mixed_precision=mixed is not None,
-            autocast_dtype=AUTOCAST_DTYPES.get(mixed or ""),
-            flash_attention=bool(values.flash_attn),
-            attention=attention_for(
-                version, shape.model_type if shape else "", bool(values.flash_attn)
+            batch=Batch(
+                per_device_batch=per_device_batch(values),
+                model_max_length=values.model_max_length,
+                sample_tokens=sample_tokens(
+                    _named(values.dataset_id, "dataset_id"), values.model_max_length
+                ),
+                gradient_accumulation_steps=values.gradient_accumulation_steps,
             ),
-            fast_kernels=FastKernels.of(
-                fast_kernel_words(values, definition.sft_trainer_arguments)
-            ),
-            fused_lora=bool(definition.sft_trainer_arguments.get("fused_lora")),
-            lora_r=values.r,
-            lora_alpha=values.lora_alpha,
-            target_modules=tuple(
-                catalog_data().target_modules(_named(values.model_name, "model_name"))
+            precision=_precision(values, definition),
+            kernels=_kernels(
+                values, definition, attention_for(version, model_type, bool(values.flash_attn))
             ),
             fms_hf_tuning_version=version,
             dataset_id=_named(values.dataset_id, "dataset_id"),
@@ -183,6 +211,43 @@ class TrainingConfiguration:
             config_problem=config_problem,
             shape=shape,
         )
+
+
+def _tuning(values: EntityValues, definition: ExperimentDefinition) -> Tuning:
+    return Tuning(
+        method=_peft_method(definition.peft_method),
+        lora_r=values.r,
+        lora_alpha=values.lora_alpha,
+        target_modules=tuple(
+            catalog_data().target_modules(_named(values.model_name, "model_name"))
+        ),
+        fused_lora=bool(definition.sft_trainer_arguments.get("fused_lora")),
+    )
+
+
+def _precision(values: EntityValues, definition: ExperimentDefinition) -> Precision:
+    mixed = precision_of(values, definition)
+    return Precision(
+        torch_dtype=_named(values.torch_dtype, "torch_dtype"),
+        mixed_precision=mixed is not None,
+        autocast_dtype=AUTOCAST_DTYPES.get(mixed or ""),
+        optim=_named(values.optim, "optim"),
+    )
+
+
+def _kernels(
+    values: EntityValues, definition: ExperimentDefinition, attention: Attention
+) -> Kernels:
+    checkpointing: Checkpointing = "none"
+    if values.gradient_checkpointing:
+        reentrant = values.gradient_checkpointing_use_reentrant
+        checkpointing = "reentrant" if reentrant else "non_reentrant"
+    return Kernels(
+        flash_attention=bool(values.flash_attn),
+        attention=attention,
+        fast_kernels=FastKernels.of(fast_kernel_words(values, definition.sft_trainer_arguments)),
+        checkpointing=checkpointing,
+    )
 
 
 AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}

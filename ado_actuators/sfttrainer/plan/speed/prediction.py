@@ -177,18 +177,18 @@ SDPA's causal kernels skip the masked half as flash-attn does; eager computes it
 def run_of(configuration: TrainingConfiguration) -> Run:
     """What of the one training configuration the step time reads."""
     return Run(
-        method=configuration.method,
-        per_device_batch=configuration.per_device_batch,
-        sample_tokens=configuration.sample_tokens,
-        gradient_accumulation_steps=max(1, configuration.gradient_accumulation_steps),
-        gpus=max(1, configuration.gpus),
-        nodes=max(1, configuration.nodes),
-        backend=configuration.backend,
-        gradient_checkpointing=configuration.gradient_checkpointing,
-        attention_kernel=ATTENTION_KERNELS[configuration.attention],
-        fast_kernels=configuration.fast_kernels.any,
-        fused_lora=configuration.fused_lora,
-        weight_bytes=float(DTYPE_BYTES.get(configuration.torch_dtype, 2)),
+        method=configuration.tuning.method,
+        per_device_batch=configuration.batch.per_device_batch,
+        sample_tokens=configuration.batch.sample_tokens,
+        gradient_accumulation_steps=max(1, configuration.batch.gradient_accumulation_steps),
+        gpus=max(1, configuration.parallelism.gpus),
+        nodes=max(1, configuration.parallelism.nodes),
+        backend=configuration.parallelism.backend,
+        gradient_checkpointing=configuration.kernels.gradient_checkpointing,
+        attention_kernel=ATTENTION_KERNELS[configuration.kernels.attention],
+        fast_kernels=configuration.kernels.fast_kernels.any,
+        fused_lora=configuration.tuning.fused_lora,
+        weight_bytes=float(DTYPE_BYTES.get(configuration.precision.torch_dtype, 2)),
     )
 
 
@@ -247,7 +247,7 @@ def _notes(configuration: TrainingConfiguration, run: Run, device: Device) -> tu
             f"{run.nodes} nodes: the network moves {device.network_gbps:g} GB/s per node "
             f"(actuator parameter inter_node_gbps)"
         )
-    if run.sample_tokens < configuration.model_max_length:
+    if run.sample_tokens < configuration.batch.model_max_length:
         notes.append(
             f"samples of about {run.sample_tokens} tokens ({configuration.dataset_id}, "
             f"{CHARS_PER_TOKEN} characters a token)"
@@ -260,20 +260,20 @@ def _notes(configuration: TrainingConfiguration, run: Run, device: Device) -> tu
 def predict_speed(
     configuration: TrainingConfiguration, network_gbps: float = DEFAULT_NETWORK_GBPS
 ) -> SpeedPrediction:
-    if configuration.gpus < 1:
+    if configuration.parallelism.gpus < 1:
         return SpeedPrediction(skipped="number_gpus 0 trains on CPUs: no GPU to predict")
     if configuration.config is None:
         return SpeedPrediction(skipped=str(configuration.config_problem))
-    device = device_of(configuration.gpu_model, network_gbps)
+    device = device_of(configuration.parallelism.gpu_model, network_gbps)
     if device is None:
         return SpeedPrediction(
-            skipped=f"gpu_model {configuration.gpu_model!r} has no peak, bandwidth and "
+            skipped=f"gpu_model {configuration.parallelism.gpu_model!r} has no peak, bandwidth and "
             f"interconnect in metrics/gpu_peaks.yaml"
         )
     try:
         shape = model_shape(
             configuration.config,
-            configuration.trainable,
+            configuration.tuning.trainable,
             configuration.weights_format,
             configuration.shape,
         )
