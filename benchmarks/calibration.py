@@ -76,7 +76,7 @@ def _rows(runs: list[Config], device: str) -> dict[str, Row]:
             device,
             c.predicted,
             c.speed,
-            c.observed.run.method,
+            c.observed.configuration.tuning.method,
             c.group,
             subgroup_of(c),
             c.attention_share,

@@ -91,7 +91,8 @@ class Config:
 
     @property
     def speed(self) -> float:
-        return 0.0 if self.oom else self.observed.tokens_per_second * self.observed.run.gpus
+        gpus = self.observed.configuration.parallelism.gpus
+        return 0.0 if self.oom else self.observed.tokens_per_second * gpus
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -100,21 +101,21 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 
 def _cost(o: Observed, oom: bool, guess: float) -> float:
-    tokens = o.run.per_device_batch * o.run.sample_tokens
-    step = tokens / (guess / o.run.gpus if oom else o.tokens_per_second)
+    tokens = o.configuration.batch.per_device_batch * o.configuration.batch.sample_tokens
+    step = tokens / (guess / o.configuration.parallelism.gpus if oom else o.tokens_per_second)
     start = start_seconds(o.shape.total_params * 2)
     seconds = start + (step if oom else training_time(SPEC, step).seconds or 0.0)
-    return o.run.gpus * seconds / 3600
+    return o.configuration.parallelism.gpus * seconds / 3600
 
 
 def attention_share(o: Observed, fitted: Fitted) -> float:
-    return step_time(o.shape, o.run, o.device, fitted).attention_share
+    return step_time(o.shape, o.configuration, o.device, fitted).attention_share
 
 
 def _config(index: int, row: dict[str, str], o: Observed, fitted: Fitted) -> Config:
     oom = not row["train_tokens_per_second"].strip()
-    guess = predicted(o, fitted) * o.run.gpus
-    group = " ".join((row.get("table", "l40"), o.model, o.framework, o.run.method))
+    guess = predicted(o, fitted) * o.configuration.parallelism.gpus
+    group = " ".join((row.get("table", "l40"), o.model, o.framework, o.configuration.tuning.method))
     share = attention_share(o, fitted)
     return Config(f"{index}", group, o, oom, guess, _cost(o, oom, guess), share)
 
@@ -154,7 +155,9 @@ def l40_space() -> list[Config]:
 
 def subgroup_of(c: Config) -> str:
     """The configurations of a group that differ by their batch size alone."""
-    return f"{c.group}, {c.observed.run.gpus} GPUs, {c.observed.run.sample_tokens} tokens"
+    configuration = c.observed.configuration
+    gpus, tokens = configuration.parallelism.gpus, configuration.batch.sample_tokens
+    return f"{c.group}, {gpus} GPUs, {tokens} tokens"
 
 
 def residual_groups(space: list[Config], centred: bool = False) -> list[list[list[float]]]:
@@ -165,11 +168,12 @@ def residual_groups(space: list[Config], centred: bool = False) -> list[list[lis
     by_method: dict[str, list[float]] = {}
     for c in space:
         if c.key in errors:
-            by_method.setdefault(c.observed.run.method, []).append(errors[c.key])
+            by_method.setdefault(c.observed.configuration.tuning.method, []).append(errors[c.key])
     found: dict[str, dict[str, list[float]]] = {}
     for c in space:
         if c.key in errors:
-            shift = statistics.mean(by_method[c.observed.run.method]) if centred else 0.0
+            method = c.observed.configuration.tuning.method
+            shift = statistics.mean(by_method[method]) if centred else 0.0
             at = found.setdefault(c.group, {}).setdefault(subgroup_of(c), [])
             at.append(errors[c.key] - shift)
     return [list(g.values()) for g in found.values()]
@@ -213,12 +217,14 @@ def off_source_spreads(without: str = "") -> tuple[float, float, float]:
     found = [r for r in validation_errors() if r[0] != without]
     by_key: dict[tuple[str, str, str], list[tuple[Observed, float]]] = {}
     for source, o, y in found:
-        by_key.setdefault((source, o.device.name, o.run.method), []).append((o, y))
+        by_key.setdefault((source, o.device.name, o.configuration.tuning.method), []).append((o, y))
     taken = {id(o): y for runs in by_key.values() for o, y in _device_factors_out(runs)}
     groups: dict[tuple[str, ...], dict[tuple[int, int], list[float]]] = {}
     for source, o, _ in found:
-        group = (source, o.device.name, o.model, o.framework, o.run.method)
-        at = groups.setdefault(group, {}).setdefault((o.run.gpus, o.run.sample_tokens), [])
+        group = (source, o.device.name, o.model, o.framework, o.configuration.tuning.method)
+        at = groups.setdefault(group, {}).setdefault(
+            (o.configuration.parallelism.gpus, o.configuration.batch.sample_tokens), []
+        )
         at.append(taken[id(o)])
     return fit_level_spreads(list(g.values()) for g in groups.values())
 
@@ -293,7 +299,7 @@ def foundry_spaces() -> dict[str, list[Config]]:
 
     spaces: dict[str, list[Config]] = {}
     for i, o in enumerate(load_foundry()):
-        guess = predicted(o, FITTED) * o.run.gpus
+        guess = predicted(o, FITTED) * o.configuration.parallelism.gpus
         group = f"{o.device.name} {o.model} {o.framework}"
         share = attention_share(o, FITTED)
         config = Config(f"{i}", group, o, False, guess, _cost(o, False, guess), share)
@@ -309,7 +315,7 @@ def _candidates(space: list[Config], device: str) -> list[Candidate]:
             device,
             c.predicted,
             c.cost,
-            method=c.observed.run.method,
+            method=c.observed.configuration.tuning.method,
             subgroup=subgroup_of(c),
             attention_share=c.attention_share,
         )
@@ -357,7 +363,13 @@ def full(candidates: list[Candidate], results: dict[str, Result]) -> Candidate |
 def tpe(group: list[Config], budget: float, seed: int) -> dict[str, Result]:
     """Optuna's TPE over one group's configurations (GPU count and batch size), each trial one
     measurement, until the next would pass `budget` GPU-hours (one at least)."""
-    by_point = {(c.observed.run.gpus, c.observed.run.per_device_batch): c for c in group}
+    by_point = {
+        (
+            c.observed.configuration.parallelism.gpus,
+            c.observed.configuration.batch.per_device_batch,
+        ): c
+        for c in group
+    }
     gpus = sorted({g for g, _ in by_point})
     batches = sorted({b for _, b in by_point})
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))

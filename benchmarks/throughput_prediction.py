@@ -37,7 +37,15 @@ from memory_bound import load_configs
 from scipy.optimize import least_squares
 from scipy.stats import spearmanr
 
-from ado_actuators.sfttrainer.plan.memory.bound import Training
+from ado_actuators.sfttrainer.plan.model.training import (
+    Batch,
+    FastKernels,
+    Kernels,
+    Parallelism,
+    Precision,
+    TrainingConfiguration,
+    Tuning,
+)
 from ado_actuators.sfttrainer.plan.speed.prediction import device_of, model_shape
 from ado_actuators.sfttrainer.plan.speed.step_time import (
     FITTED,
@@ -45,7 +53,6 @@ from ado_actuators.sfttrainer.plan.speed.step_time import (
     Device,
     Fitted,
     ModelShape,
-    Run,
     step_time,
 )
 
@@ -88,15 +95,16 @@ class Observed:
     family: str
     framework: str
     shape: ModelShape
-    run: Run
+    configuration: TrainingConfiguration
     tokens_per_second: float
     device: Device = REFERENCE
 
     def label(self) -> str:
+        method = self.configuration.tuning.method
         return (
-            f"{self.model.split('/')[-1]} {METHOD_WORDS.get(self.run.method, self.run.method)} "
-            f"x{self.run.gpus} "
-            f"bs{self.run.per_device_batch} {self.framework}"
+            f"{self.model.split('/')[-1]} {METHOD_WORDS.get(method, method)} "
+            f"x{self.configuration.parallelism.gpus} "
+            f"bs{self.configuration.batch.per_device_batch} {self.framework}"
         )
 
 
@@ -111,29 +119,34 @@ def _observed(
     config = dict(configs[model])
     if "bnb" in framework:
         config["quantization_config"] = BNB
-    lora = row["peft_method"] == "lora"
-    training = Training(
-        peft_method="lora" if lora else "none",
-        torch_dtype=row["torch_dtype"],
-        optim="adamw_torch",
-        number_gpus=int(row["num_gpus"]),
+    foak = "foak" in framework  # fms-acceleration's fused ops and kernels: all three
+    tuning = Tuning(
+        method="lora" if row["peft_method"] == "lora" else "none",
         lora_r=int(float(row["r"] or 8)),
         target_modules=tuple(row["target_modules"].split()),
+        fused_lora=foak and "peft" in framework,
     )
-    run = Run(
-        method="lora" if lora else "none",
-        per_device_batch=int(row["per_device_train_batch_size"]),
-        sample_tokens=min(4096, config.get("n_positions") or 4096),
-        gpus=int(row["num_gpus"]),
-        fast_kernels="foak" in framework,
-        fused_lora="foak" in framework and "peft" in framework,
+    configuration = TrainingConfiguration(
+        tuning=tuning,
+        parallelism=Parallelism(gpus=int(row["num_gpus"])),
+        batch=Batch(
+            per_device_batch=int(row["per_device_train_batch_size"]),
+            sample_tokens=min(4096, config.get("n_positions") or 4096),
+        ),
+        precision=Precision(torch_dtype=row["torch_dtype"]),
+        kernels=Kernels(
+            flash_attention=True,
+            attention="flash_attention_2",
+            fast_kernels=FastKernels(foak, foak, foak),
+            checkpointing="reentrant",
+        ),
     )
     return Observed(
         model=model,
         family=family(model),
         framework=framework,
-        shape=model_shape(config, training.trainable, "Vanilla"),
-        run=run,
+        shape=model_shape(config, tuning.trainable, "Vanilla"),
+        configuration=configuration,
         tokens_per_second=float(row["train_tokens_per_second"]),
         device=device,
     )
@@ -162,7 +175,7 @@ def load_l40(path: Path = L40_DATA) -> list[Observed]:
 
 
 def predicted(observed: Observed, fitted: Fitted) -> float:
-    step = step_time(observed.shape, observed.run, observed.device, fitted)
+    step = step_time(observed.shape, observed.configuration, observed.device, fitted)
     return step.tokens_per_second_per_gpu
 
 

@@ -29,11 +29,17 @@ import yaml
 from scipy.stats import spearmanr
 from throughput_prediction import Observed, errors, load_l40
 
-from ado_actuators.sfttrainer.plan.memory.bound import Training
-from ado_actuators.sfttrainer.plan.model.architecture import Trainable
+from ado_actuators.sfttrainer.plan.model.training import (
+    Batch,
+    Checkpointing,
+    Kernels,
+    Parallelism,
+    TrainingConfiguration,
+    Tuning,
+)
 from ado_actuators.sfttrainer.plan.speed.devices import DEFAULT_NETWORK_GBPS, device_named
 from ado_actuators.sfttrainer.plan.speed.prediction import model_shape
-from ado_actuators.sfttrainer.plan.speed.step_time import FITTED, Run, step_time
+from ado_actuators.sfttrainer.plan.speed.step_time import FITTED, step_time
 from ado_actuators.sfttrainer.plan.speed.validated import regime
 
 DATA = Path(__file__).parent / "data" / "public_throughput.yaml"
@@ -60,33 +66,28 @@ RECOMPUTING = {"full", "yes", "selective", "selective layer"}
 why)."""
 
 
+def _kernels(recomputing: bool) -> Kernels:
+    """Flash-attention 2, as every source runs it, and full recompute where a source says it
+    recomputes. The step time prices any recompute alike; torchtitan's and llm-foundry's
+    checkpoint wrappers are non-reentrant."""
+    checkpointing: Checkpointing = "non_reentrant" if recomputing else "none"
+    return Kernels(flash_attention=True, attention="flash_attention_2", checkpointing=checkpointing)
+
+
 def _observed(row: list[Any], models: dict[str, dict[str, Any]]) -> Observed:
     source, gpu, gpus, nodes, network, model, length, batch, checkpointing, measured = row
     config = models[model]["config"]
-    training = Training(
-        peft_method="none",
-        torch_dtype="bfloat16",
-        optim="adamw_torch",
-        number_gpus=int(gpus),
-        lora_r=8,
-        target_modules=(),
-    )
-    run = Run(
-        method="none",
-        per_device_batch=int(batch),
-        sample_tokens=int(length),
-        gpus=int(gpus),
-        nodes=int(nodes),
-        gradient_checkpointing=str(checkpointing) in RECOMPUTING,
+    configuration = TrainingConfiguration(  # full fine-tuning in bfloat16: the parts' defaults
+        parallelism=Parallelism(gpus=int(gpus), nodes=int(nodes)),
+        batch=Batch(per_device_batch=int(batch), sample_tokens=int(length)),
+        kernels=_kernels(str(checkpointing) in RECOMPUTING),
     )
     return Observed(
         model=model,
         family=source,
         framework=f"{source} ({checkpointing})",
-        # what of the training the shape reads: the Training itself, or its `trainable` part
-        # once plan/model/training.py's typed configuration carries it
-        shape=model_shape(config, getattr(training, "trainable", training), "Vanilla"),
-        run=run,
+        shape=model_shape(config, configuration.tuning.trainable, "Vanilla"),
+        configuration=configuration,
         tokens_per_second=float(measured),
         device=device_named(gpu, float(network or DEFAULT_NETWORK_GBPS)),
     )
@@ -109,22 +110,22 @@ def _foundry(row: dict[str, str]) -> Observed:
         "max_seq_len": length,
         "vocab_size": 50368,
     }
-    run = Run(
-        method="none",
-        per_device_batch=int(row["micro_batch"]),
-        sample_tokens=length,
-        gradient_accumulation_steps=int(row["grad_accum"]),
-        gpus=gpus,
-        nodes=max(1, gpus // GPUS_PER_NODE),
-        gradient_checkpointing=row["activation_checkpointing"] == "True",
+    configuration = TrainingConfiguration(
+        parallelism=Parallelism(gpus=gpus, nodes=max(1, gpus // GPUS_PER_NODE)),
+        batch=Batch(
+            per_device_batch=int(row["micro_batch"]),
+            sample_tokens=length,
+            gradient_accumulation_steps=int(row["grad_accum"]),
+        ),
+        kernels=_kernels(row["activation_checkpointing"] == "True"),
     )
     network = FOUNDRY_NETWORK_GBPS.get(row["gpu"], DEFAULT_NETWORK_GBPS)
     return Observed(
         model=f"MPT-{row['model']}",
         family="llm_foundry",
         framework=f"llm_foundry ({row['precision']}, checkpointing {row['activation_checkpointing']})",
-        shape=model_shape(config, Trainable("none"), "Vanilla"),
-        run=run,
+        shape=model_shape(config, Tuning().trainable, "Vanilla"),
+        configuration=configuration,
         tokens_per_second=float(row["tokens_per_second_per_gpu"]),
         device=device_named(row["gpu"], network),
     )
@@ -144,7 +145,7 @@ def by_regime(pairs: list[tuple[Observed, float]]) -> dict[str, list[float]]:
     """Each run's error under every regime it belongs to (plan/speed/validated.regime)."""
     found: dict[str, list[float]] = {}
     for observed, error in pairs:
-        for name in regime(observed.run, observed.device.name):
+        for name in regime(observed.configuration, observed.device.name):
             found.setdefault(name, []).append(error)
     return found
 
@@ -159,11 +160,13 @@ def report(pairs: list[tuple[Observed, float]], show: Callable[[str], None] = pr
 
 
 GROUPS: dict[str, Callable[[Observed], bool]] = {
-    "one node, up to 8k tokens": lambda o: o.run.nodes == 1 and o.run.sample_tokens <= 8192,
+    "one node, up to 8k tokens": lambda o: (
+        o.configuration.parallelism.nodes == 1 and o.configuration.batch.sample_tokens <= 8192
+    ),
     "H100": lambda o: "H100" in o.device.name,
     "L40": lambda o: o.device.name == "NVIDIA-L40",
-    "several nodes": lambda o: o.run.nodes > 1,
-    "16k tokens and longer": lambda o: o.run.sample_tokens >= 16384,
+    "several nodes": lambda o: o.configuration.parallelism.nodes > 1,
+    "16k tokens and longer": lambda o: o.configuration.batch.sample_tokens >= 16384,
 }
 """The groups issue 43 sets its goals on."""
 
@@ -191,7 +194,8 @@ def attention_slopes(
     factor takes up; space/calibration.py's ATTENTION_KERNEL_SD)."""
     by: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for observed, error in pairs:
-        share = step_time(observed.shape, observed.run, observed.device, FITTED).attention_share
+        step = step_time(observed.shape, observed.configuration, observed.device, FITTED)
+        share = step.attention_share
         key = (observed.framework, observed.device.name)
         by.setdefault(key, []).append((share, -float(np.log1p(error))))
     for (framework, device), found in sorted(by.items()):
@@ -230,11 +234,11 @@ def main(argv: list[str] | None = None) -> int:
         attention_slopes(pairs)
     if args.rows:
         for observed, error in pairs:
-            run = observed.run
+            configuration = observed.configuration
             print(
                 f"  {error:+7.1%}  {observed.tokens_per_second:8.0f} tokens/s  "
-                f"{observed.label()} {observed.device.name} {run.nodes} node(s) "
-                f"{run.sample_tokens} tokens"
+                f"{observed.label()} {observed.device.name} {configuration.parallelism.nodes} node(s) "
+                f"{configuration.batch.sample_tokens} tokens"
             )
     return 0
 

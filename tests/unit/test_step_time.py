@@ -8,6 +8,15 @@ import dataclasses
 import pytest
 from training_configuration import configuration_of
 
+from ado_actuators.sfttrainer.plan.model.training import (
+    Batch,
+    FastKernels,
+    Kernels,
+    Parallelism,
+    Precision,
+    TrainingConfiguration,
+    Tuning,
+)
 from ado_actuators.sfttrainer.plan.speed.devices import AttentionCurve, device_named
 from ado_actuators.sfttrainer.plan.speed.step_time import (
     NCCL_LINK_SHARE,
@@ -16,9 +25,14 @@ from ado_actuators.sfttrainer.plan.speed.step_time import (
     Device,
     Fitted,
     ModelShape,
-    Run,
+    attention_kernel,
+    fused_attention,
+    gpus,
     hardware_flops_per_token,
+    micro_batches,
+    nodes,
     step_time,
+    weight_bytes,
 )
 
 # Round numbers: 1,000 FLOP/s at half efficiency, attention at the matmuls' achieved rate (no
@@ -43,11 +57,25 @@ SHAPE = ModelShape(
     total_params=120,
     trainable_params=100,
 )
-FULL = Run(method="none", per_device_batch=2, sample_tokens=8)  # 16 tokens a micro-batch
+# flash-attn 2 and every layer recomputed: what the hand arithmetic below counts
+RECOMPUTED = Kernels(flash_attention=True, attention="flash_attention_2", checkpointing="reentrant")
+FULL = TrainingConfiguration(  # full fine-tuning, 16 tokens a micro-batch, one GPU
+    batch=Batch(per_device_batch=2, sample_tokens=8), kernels=RECOMPUTED
+)
+LORA = Tuning(method="lora")
 
 
-def parts(shape=SHAPE, run=FULL, device=SLOW):
-    return step_time(shape, run, device, UNITS).parts
+def varied(**parts) -> TrainingConfiguration:
+    """FULL with the parts a test varies."""
+    return dataclasses.replace(FULL, **parts)
+
+
+def batch(per_device_batch=2, sample_tokens=8, **more) -> Batch:
+    return Batch(per_device_batch=per_device_batch, sample_tokens=sample_tokens, **more)
+
+
+def parts(shape=SHAPE, configuration=FULL, device=SLOW):
+    return step_time(shape, configuration, device, UNITS).parts
 
 
 def test_full_fine_tuning_flops_count_forward_recompute_both_gradients_and_causal_attention():
@@ -57,17 +85,34 @@ def test_full_fine_tuning_flops_count_forward_recompute_both_gradients_and_causa
 
 
 def test_lora_and_prompt_tuning_compute_no_weight_gradients_of_frozen_weights():
-    lora = Run(method="lora", per_device_batch=2, sample_tokens=8)
-    prompt = Run(method="pt", per_device_batch=2, sample_tokens=8)
+    lora = varied(tuning=LORA)
+    prompt = varied(tuning=Tuning(method="pt"))
     assert hardware_flops_per_token(SHAPE, lora) == 600 + 128 * 4.5
     assert hardware_flops_per_token(SHAPE, prompt) == 600 + 128 * 4.5
 
 
 def test_without_checkpointing_nothing_is_recomputed_and_without_flash_the_mask_costs():
-    plain = Run(method="none", per_device_batch=2, sample_tokens=8, gradient_checkpointing=False)
+    plain = varied(kernels=dataclasses.replace(RECOMPUTED, checkpointing="none"))
     assert hardware_flops_per_token(SHAPE, plain) == 400 + 200 + 128 * 3.5
-    eager = Run(method="none", per_device_batch=2, sample_tokens=8, attention_kernel="eager")
+    eager = varied(kernels=Kernels(attention="eager", checkpointing="reentrant"))
     assert hardware_flops_per_token(SHAPE, eager) == 800 + 256 * 4.5
+
+
+def test_the_step_reads_the_kernel_the_bytes_and_the_counts_from_the_configuration():
+    for runs, kernel, fused in [
+        ("flash_attention_2", "fa2", True),
+        ("sdpa", "sdpa", True),  # SDPA's causal kernels skip the masked half too
+        ("eager", "eager", False),
+    ]:
+        configuration = varied(kernels=Kernels(attention=runs))
+        assert (attention_kernel(configuration), fused_attention(configuration)) == (kernel, fused)
+    assert weight_bytes(FULL) == 2.0  # bfloat16, the parts' default
+    assert weight_bytes(varied(precision=Precision(torch_dtype="float32"))) == 4.0
+    # none of a count is priced as one (0 GPUs trains on the CPU: predict_speed skips it)
+    none = varied(
+        parallelism=Parallelism(gpus=0, nodes=0), batch=batch(gradient_accumulation_steps=0)
+    )
+    assert (gpus(none), nodes(none), micro_batches(none)) == (1, 1, 1)
 
 
 def test_one_device_step_by_part():
@@ -85,23 +130,25 @@ def test_one_device_step_by_part():
 
 
 def test_fast_kernels_cut_the_elementwise_bytes():
-    fast = Run(method="none", per_device_batch=2, sample_tokens=8, fast_kernels=True)
-    assert parts(run=fast)["elementwise"] == pytest.approx(0.5 * parts()["elementwise"])
+    fast = varied(
+        kernels=dataclasses.replace(RECOMPUTED, fast_kernels=FastKernels(True, True, True))
+    )
+    assert parts(configuration=fast)["elementwise"] == pytest.approx(0.5 * parts()["elementwise"])
 
 
 def test_lora_adapters_cost_per_pass_and_fused_kernels_cut_them():
     shape = ModelShape(2, 4, 10, 100, 120, trainable_params=5, adapted_width=20)
-    lora = Run(method="lora", per_device_batch=2, sample_tokens=8)
+    lora = varied(tuning=LORA)
     assert parts(shape, lora)["adapters"] == pytest.approx(2 * 20 * 3 * 16)
-    fused = Run(method="lora", per_device_batch=2, sample_tokens=8, fused_lora=True)
+    fused = varied(tuning=Tuning(method="lora", fused_lora=True))
     assert parts(shape, fused)["adapters"] == pytest.approx(2 * 20 * 3 * 16 * 0.5)
     assert parts(shape, lora)["optimizer"] == pytest.approx(OPTIMIZER_BYTES * 5)
 
 
 def test_quantized_weights_are_unpacked_once_per_pass_whatever_the_batch():
     gptq = ModelShape(2, 4, 10, 100, 120, 5, quantized_params=60, quantization="gptq")
-    small = Run(method="lora", per_device_batch=1, sample_tokens=8)
-    large = Run(method="lora", per_device_batch=8, sample_tokens=8)
+    small = varied(tuning=LORA, batch=batch(per_device_batch=1))
+    large = varied(tuning=LORA, batch=batch(per_device_batch=8))
     assert parts(gptq, small)["dequantization"] == pytest.approx(2 * 60 * 3)
     assert parts(gptq, large)["dequantization"] == pytest.approx(2 * 60 * 3)
     bnb = ModelShape(2, 4, 10, 100, 120, 5, quantized_params=60, quantization="bnb")
@@ -127,16 +174,16 @@ def test_only_the_counted_bytes_follow_the_device_s_bandwidth_the_fit_s_excess_k
 
 
 def test_gradient_accumulation_repeats_the_micro_batch_not_the_optimizer():
-    once, thrice = parts(), parts(run=Run("none", 2, 8, gradient_accumulation_steps=3))
+    accumulated = varied(batch=batch(gradient_accumulation_steps=3))
+    once, thrice = parts(), parts(configuration=accumulated)
     for name in ("gemm", "attention", "elementwise", "latency"):
         assert thrice[name] == pytest.approx(3 * once[name])
     assert thrice["optimizer"] == once["optimizer"]
-    assert step_time(SHAPE, Run("none", 2, 8, 3), SLOW, UNITS).tokens_per_gpu == 48
+    assert step_time(SHAPE, accumulated, SLOW, UNITS).tokens_per_gpu == 48
 
 
 def test_fsdp_gathers_the_weights_twice_and_reduces_the_gradients_each_micro_batch():
-    run = Run("none", 2, 8, gpus=2)
-    found = parts(run=run)
+    found = parts(configuration=varied(parallelism=Parallelism(gpus=2)))
     # (n - 1) / n x (2 x 120 weights x 2 bytes + 100 gradients x 2 bytes) at 1 byte/s, less
     # what the micro-batch's compute hides
     compute = sum(found[k] for k in ("gemm", "attention", "elementwise"))
@@ -151,7 +198,7 @@ def test_fsdp_moves_quantized_weights_at_half_a_byte_and_counts_adapter_units():
     shape = ModelShape(
         2, 4, 10, 100, 120, 5, quantized_params=60, quantization="gptq", adapters_per_layer=4
     )
-    found = parts(shape, Run("lora", 2, 8, gpus=4))
+    found = parts(shape, varied(tuning=LORA, parallelism=Parallelism(gpus=4)))
     stored = 60 * 2 + 60 * 0.5
     traffic = 0.75 * (2 * stored + 5 * 2)
     assert found["communication"] == pytest.approx(traffic / 2)
@@ -159,7 +206,10 @@ def test_fsdp_moves_quantized_weights_at_half_a_byte_and_counts_adapter_units():
 
 
 def test_ddp_all_reduces_the_trainable_gradients_once_a_step_and_shards_nothing():
-    found = parts(run=Run("none", 2, 8, gradient_accumulation_steps=2, gpus=2, backend="DDP"))
+    ddp = varied(
+        batch=batch(gradient_accumulation_steps=2), parallelism=Parallelism(gpus=2, backend="DDP")
+    )
+    found = parts(configuration=ddp)
     # the all-reduce overlaps the last micro-batch's backward (2/3 of its compute)
     assert found["communication"] == pytest.approx(2 * 0.5 * 100 * 2 / 2)
     assert found["optimizer"] == pytest.approx(OPTIMIZER_BYTES * 100)
@@ -170,7 +220,8 @@ def test_between_nodes_the_network_per_node_is_the_link_and_is_not_scaled_again(
     slow_network = Device(
         "slow", tflops=1e-9, memory_gbps=1e-9, interconnect_gbps=1.0, network_gbps=0.5e-9
     )
-    found = parts(run=Run("none", 2, 8, gpus=2, nodes=2), device=slow_network)
+    two_nodes = varied(parallelism=Parallelism(gpus=2, nodes=2))
+    found = parts(configuration=two_nodes, device=slow_network)
     compute = sum(found[k] for k in ("gemm", "attention", "elementwise"))
     traffic = 0.5 * (2 * 240 + 200) / 0.5  # at half a byte a second, the network's
     assert found["communication"] == pytest.approx(max(traffic - compute, traffic / 2))
@@ -358,7 +409,6 @@ def test_the_meta_shape_agrees_with_the_counter_on_a_gated_mlp(name):
 def test_gptq_lora_runs_the_fused_kernels_its_experiment_passes():
     from ado_actuators.sfttrainer.catalog.entity import entity_values
     from ado_actuators.sfttrainer.catalog.experiments import catalog_data
-    from ado_actuators.sfttrainer.plan.speed.prediction import run_of
 
     values = entity_values(
         {
@@ -370,17 +420,11 @@ def test_gptq_lora_runs_the_fused_kernels_its_experiment_passes():
     )
     catalog = catalog_data()
     gptq_lora = catalog.experiment("finetune_gtpq-lora_benchmark-v1.0.0")
-    gptq = run_of(configuration_of(values, gptq_lora, {}))
-    assert (gptq.method, gptq.fast_kernels, gptq.fused_lora, gptq.per_device_batch) == (
-        "lora",
-        True,
-        True,
-        2,
-    )
-    plain = run_of(
-        configuration_of(values, catalog.experiment("finetune_lora_benchmark-v1.0.0"), {})
-    )
-    assert (plain.fast_kernels, plain.fused_lora) == (False, False)
+    gptq = configuration_of(values, gptq_lora, {})
+    assert (gptq.tuning.method, gptq.batch.per_device_batch) == ("lora", 2)
+    assert (gptq.kernels.fast_kernels.any, gptq.tuning.fused_lora) == (True, True)
+    plain = configuration_of(values, catalog.experiment("finetune_lora_benchmark-v1.0.0"), {})
+    assert (plain.kernels.fast_kernels.any, plain.tuning.fused_lora) == (False, False)
 
 
 def test_attention_runs_at_the_kernels_measured_rate_by_length_and_head_dimension():
@@ -395,11 +439,12 @@ def test_attention_runs_at_the_kernels_measured_rate_by_length_and_head_dimensio
     assert device.attention_tflops("fa2", 96, 1024, True, "forward") == 100  # nearest, larger
     assert device.attention_tflops("sdpa", 128, 1024, True, "backward") == 50  # fa2's kernels
     shape = SHAPE
-    run = Run("none", 1, 4096)  # recompute: forward twice at 200, backward 2.5x at 100
+    # recompute: forward twice at 200, backward 2.5x at 100
+    long = varied(batch=batch(per_device_batch=1, sample_tokens=4096, model_max_length=4096))
     flops = 4 * 2 * 4 * 4096 / 2
     from ado_actuators.sfttrainer.plan.speed.step_time import attention_seconds_per_token
 
-    assert attention_seconds_per_token(shape, run, device) == pytest.approx(
+    assert attention_seconds_per_token(shape, long, device) == pytest.approx(
         flops * 2 / 200e12 + 2.5 * flops / 100e12
     )
 
@@ -426,7 +471,7 @@ def test_l2_serves_the_re_read_share_where_a_layers_activations_fit():
     shape = dataclasses.replace(SHAPE, hidden=5)
     cached = Device("c", tflops=1e-9, memory_gbps=1e-9, interconnect_gbps=1, l2_mb=1.0)
     uncached = Device("u", tflops=1e-9, memory_gbps=1e-9, interconnect_gbps=1)
-    small = Run("none", 1, 8)
+    small = varied(batch=batch(per_device_batch=1))
     with_l2 = step_time(shape, small, cached, UNITS).parts["elementwise"]
     without = step_time(shape, small, uncached, UNITS).parts["elementwise"]
     # half the bytes re-read, half of the width is the hidden one, at a third of the time

@@ -12,7 +12,7 @@ from ado_actuators.sfttrainer.engine.measurement import Resolved, resolve
 from ado_actuators.sfttrainer.plan.memory.verdict import workload_of
 from ado_actuators.sfttrainer.plan.model.architecture import PROMPT_TUNING_VIRTUAL_TOKENS
 from ado_actuators.sfttrainer.plan.model.training import FastKernels
-from ado_actuators.sfttrainer.plan.speed.prediction import run_of
+from ado_actuators.sfttrainer.plan.speed.step_time import attention_kernel, fused_attention
 
 CATALOG = catalog_data()
 GPTQ_LORA = CATALOG.experiment("finetune_gtpq-lora_benchmark-v1.0.0")
@@ -58,9 +58,10 @@ def test_gptq_loras_fast_kernels_are_on_for_memory_and_speed_alike():
         configuration = configuration_of(values(**entity), GPTQ_LORA, {})
         workload = workload_of(configuration, "mistral")
         assert (workload.fused_loss == "in_place", workload.fast_rms_layernorm) == (on, on)
-        assert run_of(configuration).fast_kernels is on
+        assert configuration.kernels.fast_kernels.any is on  # what the step time reads
     plain = configuration_of(values(), LORA, {})
-    assert workload_of(plain, "mistral").fused_loss is None and not run_of(plain).fast_kernels
+    assert workload_of(plain, "mistral").fused_loss is None
+    assert not plain.kernels.fast_kernels.any
 
 
 def test_the_per_device_batch_and_the_model_length_are_read_once_for_every_reader():
@@ -68,7 +69,7 @@ def test_the_per_device_batch_and_the_model_length_are_read_once_for_every_reade
     assert configuration.batch.per_device_batch == 4
     assert configuration.model_length == 512 + PROMPT_TUNING_VIRTUAL_TOKENS
     workload = workload_of(configuration, "mistral")
-    assert workload.per_device_batch == run_of(configuration).per_device_batch == 4
+    assert workload.per_device_batch == 4  # the step time reads configuration.batch's
     lora = configuration_of(values(), LORA, {})
     assert lora.model_length == 512 and lora.tuning.adapted_modules == lora.tuning.target_modules
     assert configuration.tuning.adapted_modules == ()
@@ -103,9 +104,8 @@ def test_the_attention_that_runs_is_one_reading_for_memory_and_speed():
         configuration = configuration_of(values(flash_attn=flash), LORA, llama)
         assert configuration.kernels.attention == runs
         assert workload_of(configuration, "llama").attention == runs
-        run = run_of(configuration)
-        assert run.fused_attention  # both skip the causal mask's upper half
-        assert run.attention_kernel == ("fa2" if flash else "sdpa")
+        assert fused_attention(configuration)  # both skip the causal mask's upper half
+        assert attention_kernel(configuration) == ("fa2" if flash else "sdpa")
 
 
 def test_mixed_precision_is_read_from_the_entity_the_experiment_and_accelerate():

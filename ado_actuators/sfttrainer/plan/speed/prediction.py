@@ -1,5 +1,6 @@
 """The predicted step time and throughput of one measurement before launch: the entity and the
-model's config.json turned into plan/speed/step_time.py's shape, run and device.
+model's config.json turned into plan/speed/step_time.py's shape and device; the step time reads
+the training configuration itself.
 
 Every figure here is a prediction: rows carry it as `dataset_tokens_per_second_per_gpu_predicted`
 beside the measured `dataset_tokens_per_second_per_gpu`, with its parts and notes in the
@@ -14,7 +15,6 @@ from typing import Any
 from ado_actuators.sfttrainer.catalog.models import GPTQ_QUANTIZED
 from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, MeasurementOutcome
 from ado_actuators.sfttrainer.plan.model.architecture import (
-    DTYPE_BYTES,
     ParameterCounts,
     Trainable,
     UnsupportedArchitecture,
@@ -33,8 +33,9 @@ from ado_actuators.sfttrainer.plan.speed.step_time import (
     REFERENCE,
     Device,
     ModelShape,
-    Run,
     StepTime,
+    gpus,
+    nodes,
     step_time,
 )
 from ado_actuators.sfttrainer.plan.speed.validated import validated_note
@@ -169,29 +170,6 @@ def model_shape(
     )
 
 
-ATTENTION_KERNELS = {"flash_attention_2": "fa2", "sdpa": "sdpa", "eager": "eager"}
-"""The step time's kernel for each attention transformers runs (contract/memory_trace.Attention):
-SDPA's causal kernels skip the masked half as flash-attn does; eager computes it all."""
-
-
-def run_of(configuration: TrainingConfiguration) -> Run:
-    """What of the one training configuration the step time reads."""
-    return Run(
-        method=configuration.tuning.method,
-        per_device_batch=configuration.batch.per_device_batch,
-        sample_tokens=configuration.batch.sample_tokens,
-        gradient_accumulation_steps=max(1, configuration.batch.gradient_accumulation_steps),
-        gpus=max(1, configuration.parallelism.gpus),
-        nodes=max(1, configuration.parallelism.nodes),
-        backend=configuration.parallelism.backend,
-        gradient_checkpointing=configuration.kernels.gradient_checkpointing,
-        attention_kernel=ATTENTION_KERNELS[configuration.kernels.attention],
-        fast_kernels=configuration.kernels.fast_kernels.any,
-        fused_lora=configuration.tuning.fused_lora,
-        weight_bytes=float(DTYPE_BYTES.get(configuration.precision.torch_dtype, 2)),
-    )
-
-
 @dataclasses.dataclass(frozen=True)
 class SpeedPrediction:
     step: StepTime | None = None
@@ -233,8 +211,8 @@ class SpeedPrediction:
         return outcome
 
 
-def _notes(configuration: TrainingConfiguration, run: Run, device: Device) -> tuple[str, ...]:
-    notes = [validated_note(run, device.name)]
+def _notes(configuration: TrainingConfiguration, device: Device) -> tuple[str, ...]:
+    notes = [validated_note(configuration, device.name)]
     if device.name != REFERENCE.name:
         notes.append(
             f"{device.name}: priced by what it achieves (cuBLAS {device.gemm_tflops:g} TFLOP/s, "
@@ -242,18 +220,20 @@ def _notes(configuration: TrainingConfiguration, run: Run, device: Device) -> tu
             f"metrics/gpu_peaks.yaml cites each), the framework's constants fitted on "
             f"{REFERENCE.name} runs"
         )
-    if run.nodes > 1:
+    if nodes(configuration) > 1:
         notes.append(
-            f"{run.nodes} nodes: the network moves {device.network_gbps:g} GB/s per node "
-            f"(actuator parameter inter_node_gbps)"
+            f"{nodes(configuration)} nodes: the network moves {device.network_gbps:g} GB/s per "
+            f"node (actuator parameter inter_node_gbps)"
         )
-    if run.sample_tokens < configuration.batch.model_max_length:
+    tokens = configuration.batch.sample_tokens
+    if tokens < configuration.batch.model_max_length:
         notes.append(
-            f"samples of about {run.sample_tokens} tokens ({configuration.dataset_id}, "
+            f"samples of about {tokens} tokens ({configuration.dataset_id}, "
             f"{CHARS_PER_TOKEN} characters a token)"
         )
-    if run.gpus > 1 and run.backend != "FSDP":
-        notes.append(f"{run.backend} over {run.gpus} GPUs: not in the fitted data")
+    backend = configuration.parallelism.backend
+    if gpus(configuration) > 1 and backend != "FSDP":
+        notes.append(f"{backend} over {gpus(configuration)} GPUs: not in the fitted data")
     return tuple(notes)
 
 
@@ -285,8 +265,7 @@ def predict_speed(
         ValueError,
     ) as error:
         return SpeedPrediction(skipped=f"no step time from the model's config.json: {error}")
-    run = run_of(configuration)
-    notes = _notes(configuration, run, device) + (
+    notes = _notes(configuration, device) + (
         (META_NOTE,) if shape.attention_layers is not None else ()
     )
-    return SpeedPrediction(step=step_time(shape, run, device), notes=notes)
+    return SpeedPrediction(step=step_time(shape, configuration, device), notes=notes)

@@ -1,5 +1,6 @@
 """The predicted time of one optimizer step, and so the throughput, of one configuration: pure
-arithmetic on the model's shape, the run and the device.
+arithmetic on the model's shape, the training configuration (plan/model/training.py, read part by
+part) and the device.
 
 A step is `gradient_accumulation_steps` micro-batches and one optimizer update. Each part of a
 micro-batch is priced by what limits it, on one device:
@@ -46,6 +47,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ado_actuators.sfttrainer.contract.memory_trace import Attention
+from ado_actuators.sfttrainer.plan.model.architecture import DTYPE_BYTES
+from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 from ado_actuators.sfttrainer.plan.speed.devices import (
     DEFAULT_NETWORK_GBPS,
     REFERENCE_NAME,
@@ -55,6 +59,7 @@ from ado_actuators.sfttrainer.plan.speed.devices import (
 )
 
 __all__ = [
+    "ATTENTION_KERNELS",
     "DEFAULT_NETWORK_GBPS",
     "FITTED",
     "OPTIMIZER_BYTES",
@@ -63,11 +68,17 @@ __all__ = [
     "Device",
     "Fitted",
     "ModelShape",
-    "Run",
     "StepTime",
+    "attention_kernel",
     "attention_seconds_per_token",
+    "fused_attention",
+    "gpus",
     "hardware_flops_per_token",
+    "micro_batches",
+    "nodes",
     "step_time",
+    "tokens_per_micro_batch",
+    "weight_bytes",
 ]
 
 
@@ -91,34 +102,51 @@ class ModelShape:
     hidden: int = 0  # the residual stream's width (0: unknown, no L2 reuse is counted)
 
 
-@dataclasses.dataclass(frozen=True)
-class Run:
-    """What of a training run the step time reads, in the training configuration's words
-    (plan/model/training.py): built from one (speed/prediction.run_of) or from a public table's
-    row (the benchmarks)."""
+ATTENTION_KERNELS: dict[Attention, str] = {
+    "flash_attention_2": "fa2",
+    "sdpa": "sdpa",
+    "eager": "eager",
+}
+"""The kernel whose measured rate (metrics/gpu_peaks.yaml's curves) prices each attention
+transformers runs (contract/memory_trace.Attention). The table's flash-attention 3 curves only
+size the calibration's attention kernel factor (space/calibration.ATTENTION_KERNEL_SD): a
+configuration cannot ask for it (--use_flash_attn is flash-attn 2) and no public run the
+benchmarks price used it, so the step time needs no way to say it."""
 
-    method: str  # none | lora | pt, TrainingConfiguration.method's words
-    per_device_batch: int
-    sample_tokens: int  # the tokens one sample trains: padded to model_max_length, or shorter
-    gradient_accumulation_steps: int = 1
-    gpus: int = 1
-    nodes: int = 1
-    backend: str = "FSDP"  # FSDP | DDP | None
-    gradient_checkpointing: bool = True
-    fast_kernels: bool = False
-    fused_lora: bool = False  # fms-acceleration's fused LoRA kernels over quantized weights
-    weight_bytes: float = 2.0  # the training dtype's bytes per weight
-    attention_kernel: str = "fa2"  # eager | sdpa | fa2 | fa3: the kernel that runs
 
-    @property
-    def fused_attention(self) -> bool:
-        """A fused kernel (SDPA's or flash-attn's): the causal mask's upper half is skipped and
-        the scores never reach memory; eager attention computes and stores them all."""
-        return self.attention_kernel != "eager"
+def attention_kernel(configuration: TrainingConfiguration) -> str:
+    """The attention kernel that runs, in metrics/gpu_peaks.yaml's words."""
+    return ATTENTION_KERNELS[configuration.kernels.attention]
 
-    @property
-    def tokens_per_micro_batch(self) -> int:
-        return self.per_device_batch * self.sample_tokens
+
+def fused_attention(configuration: TrainingConfiguration) -> bool:
+    """A fused kernel (SDPA's or flash-attn's): the causal mask's upper half is skipped and the
+    scores never reach memory; eager attention computes and stores them all."""
+    return configuration.kernels.attention != "eager"
+
+
+def weight_bytes(configuration: TrainingConfiguration) -> float:
+    """Bytes per weight in the training dtype (2 for a dtype the table lacks)."""
+    return float(DTYPE_BYTES.get(configuration.precision.torch_dtype, 2))
+
+
+# The step divides by the devices, the nodes and the micro-batches: a configuration that states
+# none of one (0 GPUs trains on the CPU, which predict_speed skips) is priced as one.
+def gpus(configuration: TrainingConfiguration) -> int:
+    return max(1, configuration.parallelism.gpus)
+
+
+def nodes(configuration: TrainingConfiguration) -> int:
+    return max(1, configuration.parallelism.nodes)
+
+
+def micro_batches(configuration: TrainingConfiguration) -> int:
+    """Micro-batches per optimizer step: the gradient accumulation steps."""
+    return max(1, configuration.batch.gradient_accumulation_steps)
+
+
+def tokens_per_micro_batch(configuration: TrainingConfiguration) -> int:
+    return configuration.batch.per_device_batch * configuration.batch.sample_tokens
 
 
 REFERENCE = device_named(REFERENCE_NAME)
@@ -222,49 +250,55 @@ class StepTime:
         }
 
 
-def _passes(run: Run) -> int:
-    return 3 if run.gradient_checkpointing else 2  # forward, (recompute,) input gradients
+def _passes(configuration: TrainingConfiguration) -> int:
+    # forward, (recompute,) input gradients
+    return 3 if configuration.kernels.gradient_checkpointing else 2
 
 
-def dense_flops_per_token(shape: ModelShape, run: Run) -> float:
+def dense_flops_per_token(shape: ModelShape, configuration: TrainingConfiguration) -> float:
     """Matmul FLOPs of one token's forward, backward and recompute."""
-    weight_gradients = 0 if run.method in ("lora", "pt") else shape.trainable_params
-    return 2 * _passes(run) * shape.matmul_params + 2 * weight_gradients
+    frozen = configuration.tuning.method in ("lora", "pt")
+    weight_gradients = 0 if frozen else shape.trainable_params
+    return 2 * _passes(configuration) * shape.matmul_params + 2 * weight_gradients
 
 
-def attention_forward_flops(shape: ModelShape, run: Run) -> float:
+def attention_forward_flops(shape: ModelShape, configuration: TrainingConfiguration) -> float:
     """QK^T and AV of one token's forward, all layers: causal flash attention skips the masked
     half, eager attention computes it."""
     layers = shape.layers if shape.attention_layers is None else shape.attention_layers
-    flops = 4 * layers * shape.attention_width * run.sample_tokens
-    return flops / 2 if run.fused_attention else flops
+    flops = 4 * layers * shape.attention_width * configuration.batch.sample_tokens
+    return flops / 2 if fused_attention(configuration) else flops
 
 
-def hardware_flops_per_token(shape: ModelShape, run: Run) -> float:
+def hardware_flops_per_token(shape: ModelShape, configuration: TrainingConfiguration) -> float:
     """Matmul and attention FLOPs of one token's forward, backward and recompute."""
-    recompute = 1 if run.gradient_checkpointing else 0
-    attention = attention_forward_flops(shape, run) * (1 + 2.5 + recompute)
-    return dense_flops_per_token(shape, run) + attention
+    recompute = 1 if configuration.kernels.gradient_checkpointing else 0
+    attention = attention_forward_flops(shape, configuration) * (1 + 2.5 + recompute)
+    return dense_flops_per_token(shape, configuration) + attention
 
 
-def attention_seconds_per_token(shape: ModelShape, run: Run, device: Device) -> float:
+def attention_seconds_per_token(
+    shape: ModelShape, configuration: TrainingConfiguration, device: Device
+) -> float:
     """Attention's forward (and recompute) at the kernel's forward rate, its backward (2.5 times
     the forward's FLOPs) at its backward rate, for the head dimension and length."""
-    kernel = run.attention_kernel
-    causal = run.fused_attention
-    length, head = run.sample_tokens, shape.head_dim
+    kernel = attention_kernel(configuration)
+    causal = fused_attention(configuration)
+    length, head = configuration.batch.sample_tokens, shape.head_dim
     forward = device.attention_tflops(kernel, head, length, causal, "forward") * 1e12
     backward = device.attention_tflops(kernel, head, length, causal, "backward") * 1e12
-    flops = attention_forward_flops(shape, run)
-    recompute = 1 if run.gradient_checkpointing else 0
+    flops = attention_forward_flops(shape, configuration)
+    recompute = 1 if configuration.kernels.gradient_checkpointing else 0
     return flops * (1 + recompute) / forward + 2.5 * flops / backward
 
 
-def _elementwise_bandwidth(shape: ModelShape, run: Run, device: Device) -> float:
+def _elementwise_bandwidth(
+    shape: ModelShape, configuration: TrainingConfiguration, device: Device
+) -> float:
     """Bytes per second of the memory-bound kernels: memory bandwidth, with the re-read share
     served from L2 where a layer's hidden-width activations fit in half of it."""
     memory = device.memory_gbps * 1e9
-    tensor = run.tokens_per_micro_batch * shape.hidden * run.weight_bytes
+    tensor = tokens_per_micro_batch(configuration) * shape.hidden * weight_bytes(configuration)
     if not shape.hidden or not device.l2_mb:
         return memory
     held = min(1.0, device.l2_mb * 1e6 / 2 / tensor)
@@ -293,24 +327,27 @@ def _memory_seconds(
     return moved * (share / device + (1 - share) / reference)
 
 
-def _micro_batch(shape: ModelShape, run: Run, device: Device, fitted: Fitted) -> dict[str, float]:
-    tokens = run.tokens_per_micro_batch
-    passes = _passes(run)
+def _micro_batch(
+    shape: ModelShape, configuration: TrainingConfiguration, device: Device, fitted: Fitted
+) -> dict[str, float]:
+    tokens = tokens_per_micro_batch(configuration)
+    passes = _passes(configuration)
     memory = (device.memory_gbps * 1e9, REFERENCE.memory_gbps * 1e9)
     cached = (
-        _elementwise_bandwidth(shape, run, device),
-        _elementwise_bandwidth(shape, run, REFERENCE),
+        _elementwise_bandwidth(shape, configuration, device),
+        _elementwise_bandwidth(shape, configuration, REFERENCE),
     )
-    fused = fitted.fast_kernels_elementwise if run.fast_kernels else 1.0
+    fused = fitted.fast_kernels_elementwise if configuration.kernels.fast_kernels.any else 1.0
     dequant = {"gptq": fitted.dequant_bytes_gptq, "bnb": fitted.dequant_bytes_bnb}.get(
         shape.quantization or "", 0.0
     )
-    adapters = fitted.adapter_bytes * (fitted.fused_lora_adapters if run.fused_lora else 1.0)
+    fused_lora = fitted.fused_lora_adapters if configuration.tuning.fused_lora else 1.0
+    adapters = fitted.adapter_bytes * fused_lora
     gemm_rate = device.gemm_tflops * 1e12 * fitted.matmul_efficiency
     width_tokens = shape.layers * shape.activated_width * passes * tokens
     return {
-        "gemm": dense_flops_per_token(shape, run) * tokens / gemm_rate,
-        "attention": attention_seconds_per_token(shape, run, device) * tokens,
+        "gemm": dense_flops_per_token(shape, configuration) * tokens / gemm_rate,
+        "attention": attention_seconds_per_token(shape, configuration, device) * tokens,
         "elementwise": _memory_seconds(
             fitted.elementwise_bytes * fused * width_tokens,
             COUNTED_ELEMENTWISE_BYTES,
@@ -330,10 +367,10 @@ def _micro_batch(shape: ModelShape, run: Run, device: Device, fitted: Fitted) ->
     }
 
 
-def link_bytes_per_second(run: Run, device: Device) -> float:
-    """What the run's collectives move per second per device: within a node the device's link
-    at the share NCCL reaches; across nodes the cluster's network per node, as given."""
-    if run.nodes > 1:
+def link_bytes_per_second(configuration: TrainingConfiguration, device: Device) -> float:
+    """What the collectives move per second per device: within a node the device's link at the
+    share NCCL reaches; across nodes the cluster's network per node, as given."""
+    if nodes(configuration) > 1:
         return device.network_gbps * 1e9
     return device.interconnect_gbps * 1e9 * NCCL_LINK_SHARE
 
@@ -344,24 +381,27 @@ def exposed(traffic: float, compute: float, units: int) -> float:
     return max(traffic - compute, traffic / max(1, units))
 
 
-def _stored_bytes(shape: ModelShape, run: Run) -> float:
-    return (shape.total_params - shape.quantized_params) * run.weight_bytes + (
+def _stored_bytes(shape: ModelShape, configuration: TrainingConfiguration) -> float:
+    return (shape.total_params - shape.quantized_params) * weight_bytes(configuration) + (
         shape.quantized_params * 0.5
     )
 
 
 def _fsdp(
-    shape: ModelShape, run: Run, device: Device, fitted: Fitted, compute: float
+    shape: ModelShape,
+    configuration: TrainingConfiguration,
+    device: Device,
+    fitted: Fitted,
+    compute: float,
 ) -> dict[str, float]:
     """Per micro-batch: two all-gathers of the stored weights and a reduce-scatter of the
     trainable gradients, each moving (n - 1) / n of them, overlapped with the compute; and the
     units' host time."""
-    n = run.gpus
-    volume = (
-        (n - 1) / n * (2 * _stored_bytes(shape, run) + shape.trainable_params * run.weight_bytes)
-    )
+    n = gpus(configuration)
+    gradients = shape.trainable_params * weight_bytes(configuration)
+    volume = (n - 1) / n * (2 * _stored_bytes(shape, configuration) + gradients)
     units = shape.layers * (1 + shape.adapters_per_layer)
-    traffic = volume / link_bytes_per_second(run, device)
+    traffic = volume / link_bytes_per_second(configuration, device)
     return {
         "communication": exposed(traffic, compute, shape.layers),
         "fsdp_latency": fitted.fsdp_unit_latency_s * units,
@@ -369,23 +409,29 @@ def _fsdp(
 
 
 def step_time(
-    shape: ModelShape, run: Run, device: Device = REFERENCE, fitted: Fitted = FITTED
+    shape: ModelShape,
+    configuration: TrainingConfiguration,
+    device: Device = REFERENCE,
+    fitted: Fitted = FITTED,
 ) -> StepTime:
-    per_micro = _micro_batch(shape, run, device, fitted)
+    """One optimizer step of `configuration` on `device`, priced part by part (module
+    docstring)."""
+    per_micro = _micro_batch(shape, configuration, device, fitted)
     compute = sum(v for k, v in per_micro.items() if k != "latency")
-    sharded = run.gpus > 1 and run.backend == "FSDP"
+    n, backend = gpus(configuration), configuration.parallelism.backend
+    sharded = n > 1 and backend == "FSDP"
     if sharded:
-        per_micro |= _fsdp(shape, run, device, fitted, compute)
-    parts = {k: v * run.gradient_accumulation_steps for k, v in per_micro.items()}
-    on_device = shape.trainable_params / (run.gpus if sharded else 1)
+        per_micro |= _fsdp(shape, configuration, device, fitted, compute)
+    parts = {k: v * micro_batches(configuration) for k, v in per_micro.items()}
+    on_device = shape.trainable_params / (n if sharded else 1)
     parts["optimizer"] = OPTIMIZER_BYTES * on_device / (device.memory_gbps * 1e9)
-    if run.gpus > 1 and run.backend == "DDP":
-        volume = 2 * (run.gpus - 1) / run.gpus * shape.trainable_params * run.weight_bytes
-        traffic = volume / link_bytes_per_second(run, device)
+    if n > 1 and backend == "DDP":
+        volume = 2 * (n - 1) / n * shape.trainable_params * weight_bytes(configuration)
+        traffic = volume / link_bytes_per_second(configuration, device)
         parts["communication"] = exposed(traffic, compute * 2 / 3, shape.layers)
     return StepTime(
         parts=parts,
-        tokens_per_gpu=run.tokens_per_micro_batch * run.gradient_accumulation_steps,
+        tokens_per_gpu=tokens_per_micro_batch(configuration) * micro_batches(configuration),
         device=device.name,
         scaled_from=None if device.name == REFERENCE.name else REFERENCE.name,
     )

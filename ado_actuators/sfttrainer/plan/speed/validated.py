@@ -1,5 +1,5 @@
 """The error each regime of the predicted step time was validated at, as data a preview row
-reads: the regimes a run belongs to (device, one node or several, sequence length) and, for each,
+reads: the regimes a configuration belongs to (device, one node or several, sequence length) and, for each,
 the median |error| benchmarks/throughput_validation.py measured on public runs nothing was fitted
 on, or that the regime was not validated. docs/benchmarks/throughput.md reports the figures with
 their date and commit.
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ado_actuators.sfttrainer.plan.speed.step_time import REFERENCE, Run
+from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
+from ado_actuators.sfttrainer.plan.speed.step_time import REFERENCE, gpus, nodes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,29 +81,31 @@ VALIDATED: dict[str, Validated] = {
 records its date and commit)."""
 
 
-def regime(run: Run, gpu_model: str) -> tuple[str, ...]:
-    """The regimes `run` on `gpu_model` belongs to, most specific first."""
-    nodes = "several nodes" if run.nodes > 1 else "one node"
-    length = "16k tokens and longer" if run.sample_tokens >= 16384 else "up to 8k tokens"
-    if run.nodes > 1:  # the network dominates what is left to know
-        return (f"{gpu_model}, {nodes}", f"{gpu_model}, {length}", nodes, length)
-    return (f"{gpu_model}, {length}", f"{gpu_model}, {nodes}", length, nodes)
+def regime(configuration: TrainingConfiguration, gpu_model: str) -> tuple[str, ...]:
+    """The regimes `configuration` on `gpu_model` belongs to, most specific first."""
+    spread = "several nodes" if nodes(configuration) > 1 else "one node"
+    tokens = configuration.batch.sample_tokens
+    length = "16k tokens and longer" if tokens >= 16384 else "up to 8k tokens"
+    if nodes(configuration) > 1:  # the network dominates what is left to know
+        return (f"{gpu_model}, {spread}", f"{gpu_model}, {length}", spread, length)
+    return (f"{gpu_model}, {length}", f"{gpu_model}, {spread}", length, spread)
 
 
-def validated_note(run: Run, gpu_model: str) -> str:
+def validated_note(configuration: TrainingConfiguration, gpu_model: str) -> str:
     """What a preview row says of how well its regime's prediction is known."""
+    tokens = configuration.batch.sample_tokens
     fitted = (
         gpu_model == REFERENCE.name
-        and run.nodes == 1
-        and run.sample_tokens <= 8192
-        and run.gpus <= 8
+        and nodes(configuration) == 1
+        and tokens <= 8192
+        and gpus(configuration) <= 8
     )
     if fitted:
         return (
             f"regime validated: {FITTED_ON.median_error:.1%} median error on {FITTED_ON.runs} runs "
             f"of {FITTED_ON.data}"
         )
-    for name in regime(run, gpu_model):
+    for name in regime(configuration, gpu_model):
         if name in VALIDATED:
             found = VALIDATED[name]
             return (
@@ -110,6 +113,6 @@ def validated_note(run: Run, gpu_model: str) -> str:
                 f"{found.runs} public runs nothing was fitted on ({found.data})"
             )
     return (
-        f"regime not validated: no public run of {gpu_model} with {run.nodes} node(s) at "
-        f"{run.sample_tokens} tokens was at hand (benchmarks/throughput_validation.py)"
+        f"regime not validated: no public run of {gpu_model} with {nodes(configuration)} "
+        f"node(s) at {tokens} tokens was at hand (benchmarks/throughput_validation.py)"
     )
