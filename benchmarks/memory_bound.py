@@ -26,8 +26,14 @@ import yaml
 
 from ado_actuators.sfttrainer.contract.units import GIB, MIB
 from ado_actuators.sfttrainer.metrics.gpu_memory import device_memory_bytes
-from ado_actuators.sfttrainer.plan.memory.bound import MemoryBound, Training, memory_bound
-from ado_actuators.sfttrainer.plan.model.architecture import count_parameters, quantized_bits
+from ado_actuators.sfttrainer.plan.memory.bound import MemoryBound, memory_bound
+from ado_actuators.sfttrainer.plan.model.architecture import count_parameters
+from ado_actuators.sfttrainer.plan.model.training import (
+    Parallelism,
+    Precision,
+    TrainingConfiguration,
+    Tuning,
+)
 
 DATA = Path(__file__).resolve().parent / "data"
 GPU_MODEL = "NVIDIA-A100-SXM4-80GB"
@@ -112,20 +118,24 @@ def load_configs(path: Path = DATA / "model_configs.yaml") -> dict[str, dict]:
     return configs
 
 
-def bound_of(run: Run, config: dict) -> MemoryBound:
-    bits = quantized_bits(config)
-    if "bnb" in run.framework:
-        bits = 4  # bitsandbytes QLoRA: the plugin loads the block weights in 4 bits
-    training = Training(
-        peft_method=run.peft,
-        torch_dtype=run.dtype,
-        optim="adamw_torch",
-        number_gpus=run.gpus,
-        lora_r=run.r,
-        target_modules=run.targets,
-        quantized_bits=bits,
+def configuration_of(run: Run, config: dict, *, quantized: bool = True) -> TrainingConfiguration:
+    """How `run` trained, as the product reads a measurement; `quantized=False`: its block
+    weights read at the model's dtype (the prediction's reading, benchmarks/memory_prediction.py)."""
+    if not quantized:
+        config = {key: value for key, value in config.items() if key != "quantization_config"}
+    elif "bnb" in run.framework:
+        # bitsandbytes QLoRA: the plugin loads the block weights in 4 bits
+        config = {**config, "quantization_config": {"load_in_4bit": True}}
+    return TrainingConfiguration(
+        tuning=Tuning(method=run.peft, lora_r=run.r, target_modules=run.targets),
+        parallelism=Parallelism(gpus=run.gpus),
+        precision=Precision(torch_dtype=run.dtype, optim="adamw_torch"),
+        config=config,
     )
-    return memory_bound(count_parameters(config), training)
+
+
+def bound_of(run: Run, config: dict) -> MemoryBound:
+    return memory_bound(count_parameters(config), configuration_of(run, config))
 
 
 def judge(run: Run, configs: dict[str, dict]) -> Verdict:

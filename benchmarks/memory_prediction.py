@@ -17,14 +17,13 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from memory_bound import GPU_MODEL, Run, bound_of, load_configs, load_runs
+from memory_bound import GPU_MODEL, Run, bound_of, configuration_of, load_configs, load_runs
 
 from ado_actuators.sfttrainer.contract.units import GIB, MIB
 from ado_actuators.sfttrainer.metrics.gpu_memory import (
     CUDA_CONTEXT_ESTIMATE_BYTES,
     allocatable_bytes,
 )
-from ado_actuators.sfttrainer.plan.memory.bound import Training
 from ado_actuators.sfttrainer.plan.memory.logits import checkpointing, loss_code
 from ado_actuators.sfttrainer.plan.memory.peak import (
     ALLOCATOR_HEADROOM,
@@ -103,18 +102,11 @@ def cases(runs: list[Run] | None = None) -> list[Case]:
         if config is None:
             continue
         dims = Dimensions.of(config)
-        training = Training(
-            peft_method=run.peft,
-            torch_dtype=run.dtype,
-            optim="adamw_torch",
-            number_gpus=run.gpus,
-            lora_r=run.r,
-            target_modules=run.targets,
-        )
         inputs = (
             count_parameters(config),
             dims,
-            training,
+            # the tables' fit reads the quantized runs' FSDP upcast as unquantized ones'
+            configuration_of(run, config, quantized=False),
             bound_of(run, config),
             workload(run, config),
             run.targets if run.peft == "lora" else (),

@@ -49,7 +49,7 @@ from memory_truth_matrix import design, step
 from ado_actuators.sfttrainer.contract.memory_trace import PHASES, StepSpec
 from ado_actuators.sfttrainer.contract.units import GIB, MIB
 from ado_actuators.sfttrainer.plan.memory import traced as traced_parts
-from ado_actuators.sfttrainer.plan.memory.bound import Training, memory_bound
+from ado_actuators.sfttrainer.plan.memory.bound import memory_bound
 from ado_actuators.sfttrainer.plan.memory.logits import checkpointing, loss_code
 from ado_actuators.sfttrainer.plan.memory.peak import (
     Dimensions,
@@ -60,6 +60,12 @@ from ado_actuators.sfttrainer.plan.memory.peak import (
 from ado_actuators.sfttrainer.plan.memory.trace.step import trace_step
 from ado_actuators.sfttrainer.plan.model.architecture import COUNTED, count_parameters
 from ado_actuators.sfttrainer.plan.model.shape import ModelShape
+from ado_actuators.sfttrainer.plan.model.training import (
+    Parallelism,
+    Precision,
+    TrainingConfiguration,
+    Tuning,
+)
 
 RELEASE = "4.55.4"
 """The transformers release this environment trains with (fms-hf-tuning 3.2.2's)."""
@@ -290,14 +296,13 @@ def case_spec(
     )
 
 
-def training_of(spec: StepSpec, shards: int = 1) -> Training:
-    return Training(
-        peft_method=spec.peft_method,
-        torch_dtype=spec.torch_dtype,
-        optim="adamw_torch",
-        number_gpus=shards,
-        lora_r=spec.lora_r,
-        target_modules=spec.target_modules,
+def training_of(spec: StepSpec, shards: int = 1) -> TrainingConfiguration:
+    return TrainingConfiguration(
+        tuning=Tuning(
+            method=spec.peft_method, lora_r=spec.lora_r, target_modules=spec.target_modules
+        ),
+        parallelism=Parallelism(gpus=shards),
+        precision=Precision(torch_dtype=spec.torch_dtype),
     )
 
 

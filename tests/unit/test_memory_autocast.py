@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from ado_actuators.sfttrainer.plan.memory import activations as A
 from ado_actuators.sfttrainer.plan.memory import logits
-from ado_actuators.sfttrainer.plan.memory.bound import Training
 from ado_actuators.sfttrainer.plan.memory.peak import Workload, widths
 from ado_actuators.sfttrainer.plan.model import releases
+from ado_actuators.sfttrainer.plan.model.training import Precision, TrainingConfiguration, Tuning
 
 LORA = A.Block(
     hidden=64, q_width=64, kv_width=32, heads=4, intermediate=128, width=2, method="lora",
@@ -16,8 +16,10 @@ LORA = A.Block(
 )  # fmt: skip
 
 
-def _training(dtype: str, method: str = "lora") -> Training:
-    return Training(peft_method=method, torch_dtype=dtype, optim="adamw_torch", number_gpus=1)
+def _training(dtype: str, method: str = "lora") -> TrainingConfiguration:
+    return TrainingConfiguration(
+        tuning=Tuning(method=method), precision=Precision(torch_dtype=dtype)
+    )
 
 
 def test_autocast_over_fp32_weights_computes_in_16_bits_beside_an_fp32_stream():

@@ -13,13 +13,20 @@ from ado_actuators.sfttrainer.contract.units import GIB
 from ado_actuators.sfttrainer.metrics.gpu_memory import device_memory_bytes, memory_table
 from ado_actuators.sfttrainer.plan.memory.bound import (
     CUDA_CONTEXT_FLOOR_BYTES,
-    Training,
     memory_bound,
+    weight_bits,
 )
 from ado_actuators.sfttrainer.plan.model.architecture import (
+    Trainable,
     UnsupportedArchitecture,
     count_parameters,
     quantized_bits,
+)
+from ado_actuators.sfttrainer.plan.model.training import (
+    Parallelism,
+    Precision,
+    TrainingConfiguration,
+    Tuning,
 )
 
 # config.json fields as published on the hub for each model
@@ -172,44 +179,38 @@ def test_quantized_bits():
         quantized_bits({"quantization_config": {"quant_method": "fp8"}})
 
 
-def full(**kw) -> Training:
-    return Training(
-        **{
-            "peft_method": "none",
-            "torch_dtype": "bfloat16",
-            "optim": "adamw_torch",
-            "number_gpus": 1,
-            **kw,
-        }
-    )
+FULL = TrainingConfiguration()  # every weight trains, bfloat16, AdamW, one device
 
 
 def test_full_fine_tuning_keeps_weights_gradients_and_two_adamw_states_in_the_model_dtype():
     params = count_parameters(MISTRAL_7B).total
-    bf16 = memory_bound(count_parameters(MISTRAL_7B), full())
+    bf16 = memory_bound(count_parameters(MISTRAL_7B), FULL)
     assert bf16.parts["weights"] == bf16.parts["gradients"] == 2 * params
     assert bf16.parts["optimizer_state"] == 2 * 2 * params
     assert bf16.total == 8 * params + CUDA_CONTEXT_FLOOR_BYTES
-    fp32 = memory_bound(count_parameters(MISTRAL_7B), full(torch_dtype="float32"))
+    fp32 = memory_bound(
+        count_parameters(MISTRAL_7B),
+        TrainingConfiguration(precision=Precision(torch_dtype="float32")),
+    )
     assert fp32.total == 16 * params + CUDA_CONTEXT_FLOOR_BYTES
 
 
 @pytest.mark.parametrize(
     "settings, divisor",
     [
-        (dict(number_gpus=8), 8),  # FSDP FULL_SHARD (the default)
-        (dict(number_gpus=8, fsdp_sharding_strategy="SHARD_GRAD_OP"), 8),
-        (dict(number_gpus=8, number_nodes=2, fsdp_sharding_strategy="HYBRID_SHARD"), 4),
-        (dict(number_gpus=8, fsdp_sharding_strategy="NO_SHARD"), 1),
-        (dict(number_gpus=8, distributed_backend="DDP"), 1),
-        (dict(number_gpus=4, distributed_backend="None"), 1),  # DataParallel: all on device 0
-        (dict(number_gpus=8, distributed_backend="DDP", fast_moe=2), 8),
+        (Parallelism(gpus=8), 8),  # FSDP FULL_SHARD (the default)
+        (Parallelism(gpus=8, fsdp_sharding_strategy="SHARD_GRAD_OP"), 8),
+        (Parallelism(gpus=8, nodes=2, fsdp_sharding_strategy="HYBRID_SHARD"), 4),
+        (Parallelism(gpus=8, fsdp_sharding_strategy="NO_SHARD"), 1),
+        (Parallelism(gpus=8, backend="DDP"), 1),
+        (Parallelism(gpus=4, backend="None"), 1),  # DataParallel: all on device 0
+        (Parallelism(gpus=8, backend="DDP", fast_moe=2), 8),
     ],
 )
 def test_sharding_follows_the_plan(settings, divisor):
     counts = count_parameters(MIXTRAL_8X7B)
-    whole = memory_bound(counts, full()).total - CUDA_CONTEXT_FLOOR_BYTES
-    bound = memory_bound(counts, full(**settings))
+    whole = memory_bound(counts, FULL).total - CUDA_CONTEXT_FLOOR_BYTES
+    bound = memory_bound(counts, TrainingConfiguration(parallelism=settings))
     assert bound.shards == divisor
     assert bound.total - CUDA_CONTEXT_FLOOR_BYTES == pytest.approx(whole / divisor)
 
@@ -217,36 +218,56 @@ def test_sharding_follows_the_plan(settings, divisor):
 def test_lora_trains_adapters_from_r_and_the_target_modules():
     counts = count_parameters(LLAMA_31_8B)
     lora = memory_bound(
-        counts, full(peft_method="lora", lora_r=8, target_modules=("q_proj", "v_proj"))
+        counts,
+        TrainingConfiguration(
+            tuning=Tuning(method="lora", lora_r=8, target_modules=("q_proj", "v_proj"))
+        ),
     )
     adapters = 32 * 8 * ((4096 + 4096) + (4096 + 1024))
     assert lora.parts["gradients"] == 2 * adapters
     assert lora.parts["optimizer_state"] == 4 * adapters
     assert lora.parts["weights"] == 2 * (counts.total + adapters)
     # an unknown module name adds nothing rather than a guess
-    unknown = memory_bound(counts, full(peft_method="lora", target_modules=("mystery",)))
+    unknown = memory_bound(
+        counts, TrainingConfiguration(tuning=Tuning(method="lora", target_modules=("mystery",)))
+    )
     assert unknown.parts["gradients"] == 0
 
 
 def test_prompt_tuning_trains_the_virtual_tokens_only():
-    bound = memory_bound(count_parameters(LLAMA_31_8B), full(peft_method="pt"))
+    bound = memory_bound(
+        count_parameters(LLAMA_31_8B), TrainingConfiguration(tuning=Tuning(method="pt"))
+    )
     assert bound.parts["gradients"] == 2 * 8 * 4096
 
 
 def test_optimizers_other_than_adamw_count_less_never_more():
     counts = count_parameters(MISTRAL_7B)
     params = counts.total
-    assert memory_bound(counts, full(optim="adamw_8bit")).parts["optimizer_state"] == 2 * params
-    sgd = memory_bound(counts, full(optim="sgd"))
+    assert (
+        memory_bound(counts, TrainingConfiguration(precision=Precision(optim="adamw_8bit"))).parts[
+            "optimizer_state"
+        ]
+        == 2 * params
+    )
+    sgd = memory_bound(counts, TrainingConfiguration(precision=Precision(optim="sgd")))
     assert sgd.parts["optimizer_state"] == 0 and "sgd" in " ".join(sgd.notes)
-    assert memory_bound(counts, full(optim="lomo")).parts["gradients"] == 0
+    assert (
+        memory_bound(counts, TrainingConfiguration(precision=Precision(optim="lomo"))).parts[
+            "gradients"
+        ]
+        == 0
+    )
 
 
 def test_quantized_block_weights_at_their_bits():
     counts = count_parameters(MISTRAL_7B)
-    bound = memory_bound(
-        counts, full(peft_method="lora", torch_dtype="float16", target_modules=(), quantized_bits=4)
+    four_bits = TrainingConfiguration(
+        tuning=Tuning(method="lora"),
+        precision=Precision(torch_dtype="float16"),
+        config={**MISTRAL_7B, "quantization_config": {"quant_method": "gptq", "bits": 4}},
     )
+    bound = memory_bound(counts, four_bits)
     assert bound.parts["weights"] == counts.quantizable / 2 + 2 * (
         counts.total - counts.quantizable
     )
@@ -254,10 +275,15 @@ def test_quantized_block_weights_at_their_bits():
 
 def test_405b_cannot_fit_one_a100_but_an_8b_does():
     a100 = device_memory_bytes("NVIDIA-A100-SXM4-80GB")
-    assert memory_bound(count_parameters(LLAMA_31_405B), full()).total > a100
-    assert memory_bound(count_parameters(LLAMA_31_405B), full(number_gpus=8)).total > a100
-    assert memory_bound(count_parameters(LLAMA_31_8B), full()).total < a100
-    assert memory_bound(count_parameters(LLAMA_31_8B), full()).gib == pytest.approx(
+    assert memory_bound(count_parameters(LLAMA_31_405B), FULL).total > a100
+    assert (
+        memory_bound(
+            count_parameters(LLAMA_31_405B), TrainingConfiguration(parallelism=Parallelism(gpus=8))
+        ).total
+        > a100
+    )
+    assert memory_bound(count_parameters(LLAMA_31_8B), FULL).total < a100
+    assert memory_bound(count_parameters(LLAMA_31_8B), FULL).gib == pytest.approx(
         8 * 8_030_261_248 / GIB + 0.25
     )
 
@@ -284,7 +310,7 @@ def test_published_runs_all_need_more_than_the_bound_and_oom_is_caught():
 
 def test_the_bound_reads_as_the_reason_and_the_metadata_show_it():
     counts = count_parameters(MISTRAL_7B)
-    one = memory_bound(counts, full())
+    one = memory_bound(counts, FULL)
     assert one.describe() == (
         "weights 13.49 + gradients 13.49 + optimizer_state 26.98 GiB (one device) + CUDA context 0.25 GiB"
     )
@@ -300,7 +326,10 @@ def test_the_bound_reads_as_the_reason_and_the_metadata_show_it():
         "sharding": "one device",
         "notes": [],
     }
-    two = memory_bound(counts, full(number_gpus=2, optim="sgd"))
+    two = memory_bound(
+        counts,
+        TrainingConfiguration(parallelism=Parallelism(gpus=2), precision=Precision(optim="sgd")),
+    )
     assert two.describe() == (
         "weights 6.74 + gradients 6.74 + optimizer_state 0.00 GiB "
         "(over 2 devices (FSDP FULL_SHARD)) + CUDA context 0.25 GiB"
@@ -312,7 +341,9 @@ def test_the_bound_reads_as_the_reason_and_the_metadata_show_it():
 def test_hybrid_shard_shards_within_a_node_only(gpus, nodes, shards):
     bound = memory_bound(
         count_parameters(MISTRAL_7B),
-        full(number_gpus=gpus, number_nodes=nodes, fsdp_sharding_strategy="HYBRID_SHARD"),
+        TrainingConfiguration(
+            parallelism=Parallelism(gpus=gpus, nodes=nodes, fsdp_sharding_strategy="HYBRID_SHARD")
+        ),
     )
     assert bound.shards == shards
     where = (
@@ -326,7 +357,6 @@ def test_hybrid_shard_shards_within_a_node_only(gpus, nodes, shards):
 def test_the_entitys_settings_are_what_is_bounded():
     from ado_actuators.sfttrainer.catalog.entity import entity_values
     from ado_actuators.sfttrainer.catalog.experiments import catalog_data
-    from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 
     values = entity_values(
         {
@@ -345,20 +375,22 @@ def test_the_entitys_settings_are_what_is_bounded():
         }
     )
     lora = catalog_data().experiment("finetune_lora_benchmark-v1.0.0")
-    configuration = TrainingConfiguration.of(values, lora, None)
-    assert Training.of(configuration, 4) == Training(
-        peft_method="lora",
-        torch_dtype="float16",
-        optim="adamw_8bit",
-        number_gpus=8,
-        number_nodes=2,
-        distributed_backend="DDP",
+    four_bits = {"quantization_config": {"quant_method": "gptq", "bits": 4}}
+    configuration = TrainingConfiguration.of(values, lora, four_bits)
+    assert configuration.tuning.trainable == Trainable(
+        "lora", 16, tuple(catalog_data().target_modules("m"))
+    )
+    assert configuration.precision.torch_dtype == "float16"
+    assert configuration.precision.optim == "adamw_8bit"
+    assert configuration.parallelism == Parallelism(
+        gpus=8,
+        nodes=2,
+        backend="DDP",
         fsdp_sharding_strategy="HYBRID_SHARD",
         fast_moe=2,
-        lora_r=16,
-        target_modules=catalog_data().target_modules("m"),
-        quantized_bits=4,
+        gpu_model="NVIDIA-A100-SXM4-80GB",
     )
+    assert weight_bits(configuration) == 4
 
 
 def test_a_device_can_allocate_nvidia_smis_total_less_the_cuda_context():

@@ -5,8 +5,8 @@ tensors a trace of transformers 4.55's code shows at that moment (issue 44)."""
 from __future__ import annotations
 
 from ado_actuators.sfttrainer.plan.memory import activations as A
-from ado_actuators.sfttrainer.plan.memory.bound import Training
 from ado_actuators.sfttrainer.plan.memory.peak import Dimensions, Workload, block_of, layer_bytes
+from ado_actuators.sfttrainer.plan.model.training import Precision, TrainingConfiguration, Tuning
 
 LORA = A.Block(
     hidden=64, q_width=64, kv_width=32, heads=4, intermediate=128, width=2, method="lora",
@@ -59,8 +59,8 @@ def test_adapters_reading_one_fp32_input_keep_it_once():
     assert A.adapters_saved(mlp, {}) == 4 * 64 + 4 * 128 + 3 * 4 * 8
 
 
-def _training(method: str) -> Training:
-    return Training(peft_method=method, torch_dtype="bfloat16", optim="adamw_torch", number_gpus=1)
+def _training(method: str) -> TrainingConfiguration:
+    return TrainingConfiguration(tuning=Tuning(method=method))
 
 
 def test_the_softmax_backward_beside_the_reentrant_checkpoints_gradients():
@@ -97,7 +97,9 @@ def test_prompt_tunings_fp32_embeddings_are_the_first_norms_copy():
     zeros = dict.fromkeys(("inside", "returned"), 0.0)
     tokens = 2 * (8 + 8)  # the virtual tokens joined
     for dtype, width, embeddings in (("float32", 4, 0), ("bfloat16", 2, 1)):
-        training = Training(peft_method="pt", torch_dtype=dtype, optim="adamw_torch", number_gpus=1)
+        training = TrainingConfiguration(
+            tuning=Tuning(method="pt"), precision=Precision(torch_dtype=dtype)
+        )
         layer = layer_bytes(dims, training, plain)
         assert layer["input"] == width * 64 * tokens
         moments = _forward_moments(dims, training, plain, layer, {}, 0.0, zeros)
@@ -125,8 +127,8 @@ def test_the_layers_backward_is_down_projs_when_its_copy_outweighs_the_products(
     from ado_actuators.sfttrainer.plan.memory.peak import _layer_backward
 
     wide = A.Block(**{**LORA.__dict__, "stream": 4, "casts": "saved", "autocast": True})
-    training = Training(
-        peft_method="lora", torch_dtype="float32", optim="adamw_torch", number_gpus=1
+    training = TrainingConfiguration(
+        tuning=Tuning(method="lora"), precision=Precision(torch_dtype="float32")
     )
     # one token: the product's gradients (3 x 2 x 128) less the copy (16384) is below
     # down_proj's moment

@@ -10,7 +10,7 @@ import pytest
 from ado_actuators.sfttrainer.contract.units import GIB
 from ado_actuators.sfttrainer.plan.memory import activations, fsdp
 from ado_actuators.sfttrainer.plan.memory import logits as logits_memory
-from ado_actuators.sfttrainer.plan.memory.bound import Training, memory_bound
+from ado_actuators.sfttrainer.plan.memory.bound import memory_bound
 from ado_actuators.sfttrainer.plan.memory.logits import LossCode, read_loss_code
 from ado_actuators.sfttrainer.plan.memory.peak import (
     ALLOCATOR_HEADROOM,
@@ -25,6 +25,7 @@ from ado_actuators.sfttrainer.plan.memory.peak import (
 )
 from ado_actuators.sfttrainer.plan.model import releases
 from ado_actuators.sfttrainer.plan.model.architecture import count_parameters
+from ado_actuators.sfttrainer.plan.model.training import Parallelism, TrainingConfiguration, Tuning
 
 
 def gathered_bytes(counts, dims, bound, training):
@@ -63,10 +64,8 @@ MISTRAL_7B = {
 }
 
 
-def full(number_gpus: int = 1) -> Training:
-    return Training(
-        peft_method="none", torch_dtype="bfloat16", optim="adamw_torch", number_gpus=number_gpus
-    )
+def full(number_gpus: int = 1) -> TrainingConfiguration:
+    return TrainingConfiguration(parallelism=Parallelism(gpus=number_gpus))
 
 
 @pytest.mark.parametrize(
@@ -192,14 +191,10 @@ SANTACODER_LIKE = {
 }
 
 
-def lora_over(number_gpus: int, backend: str = "FSDP", peft: str = "lora") -> Training:
-    return Training(
-        peft_method=peft,
-        torch_dtype="bfloat16",
-        optim="adamw_torch",
-        number_gpus=number_gpus,
-        target_modules=("q_proj",),
-        distributed_backend=backend,
+def lora_over(number_gpus: int, backend: str = "FSDP", peft: str = "lora") -> TrainingConfiguration:
+    return TrainingConfiguration(
+        tuning=Tuning(method=peft, target_modules=("q_proj",)),
+        parallelism=Parallelism(gpus=number_gpus, backend=backend),
     )
 
 
@@ -248,13 +243,8 @@ def test_dimensions_are_read_as_each_family_spells_them():
 def test_fsdp_gathers_nothing_without_fsdp_or_shards_and_exactly_this_with_them():
     config = dict(TINY, num_hidden_layers=1, tie_word_embeddings=False)  # an LM head of its own
     counts, dims = count_parameters(config), Dimensions.of(config)
-    expert_parallel_ddp = Training(
-        peft_method="none",
-        torch_dtype="bfloat16",
-        optim="adamw_torch",
-        number_gpus=4,
-        distributed_backend="DDP",
-        fast_moe=2,
+    expert_parallel_ddp = TrainingConfiguration(
+        parallelism=Parallelism(gpus=4, backend="DDP", fast_moe=2)
     )
     for training in (full(), expert_parallel_ddp):
         assert gathered_bytes(counts, dims, memory_bound(counts, training), training) == 0
@@ -401,14 +391,7 @@ def test_trl_copies_the_logits_from_0_15_on():
     assert releases.pinned_release("3.2.2", "no-such-package") is None
 
 
-LORA_QV = Training(
-    peft_method="lora",
-    torch_dtype="bfloat16",
-    optim="adamw_torch",
-    number_gpus=1,
-    lora_r=8,
-    target_modules=("q_proj", "v_proj"),
-)
+LORA_QV = TrainingConfiguration(tuning=Tuning(method="lora", target_modules=("q_proj", "v_proj")))
 
 
 def test_layer_bytes_are_the_activations_terms_for_the_devices_batch():
@@ -429,7 +412,7 @@ def test_layer_bytes_are_the_activations_terms_for_the_devices_batch():
     assert hooked["first"] == layer["other"]  # the hook: the first layer's input needs a gradient
     assert hooked["backward"] == layer["backward"] + 2 * 64 * 16  # the recomputed output
     assert hooked["embedded"] == 0
-    pt = Training(peft_method="pt", torch_dtype="bfloat16", optim="adamw_torch", number_gpus=1)
+    pt = TrainingConfiguration(tuning=Tuning(method="pt"))
     prompt = layer_bytes(dims, pt, reentrant)
     assert prompt["input"] == 2 * 64 * 2 * 16  # 8 + 8 virtual tokens per sequence
     assert prompt["embedded"] == 2 * 64 * 16  # the real tokens' embeddings, a leaf
@@ -458,7 +441,7 @@ def test_logits_bytes_scale_the_releases_bytes_by_tokens_and_vocabulary():
         "backward": 16 * 1000 * 12,
         "kept": 16 * 1000 * 4,
     }
-    pt = Training(peft_method="pt", torch_dtype="bfloat16", optim="adamw_torch", number_gpus=1)
+    pt = TrainingConfiguration(tuning=Tuning(method="pt"))
     assert logits_bytes(dims, pt, work)["inside"] == 32 * 1000 * 10  # the virtual tokens too
     assert set(logits_bytes(dims, full(), Workload(2, 8)).values()) == {0.0}
 
@@ -647,7 +630,7 @@ def test_fast_rms_layernorm_reaches_every_layer_and_only_lora_adapts_linears():
     assert layer["other"] == activations.layer_saved(block, 8) * 16
     assert layer["other"] < layer_bytes(dims, LORA_QV, work, targets)["other"]
     # prompt tuning adapts no linear: a target list handed along adds no adapter's tensors
-    pt = Training(peft_method="pt", torch_dtype="bfloat16", optim="adamw_torch", number_gpus=1)
+    pt = TrainingConfiguration(tuning=Tuning(method="pt"))
     assert layer_bytes(dims, pt, work, targets) == layer_bytes(dims, pt, work)
 
 
@@ -703,7 +686,9 @@ def test_fsdp_upcasts_gradients_and_state_with_the_weights_wherever_it_runs():
     # fp32 flat parameters: the weights, their gradients and AdamW's zeros_like state each
     # take twice bf16's bytes
     two = full(number_gpus=2)
-    no_shard = dataclasses.replace(two, fsdp_sharding_strategy="NO_SHARD")
+    no_shard = TrainingConfiguration(
+        parallelism=Parallelism(gpus=2, fsdp_sharding_strategy="NO_SHARD")
+    )
     for training in (two, no_shard):  # FSDP runs over two ranks, sharding or not
         bound = memory_bound(counts, training)
         states, notes = model_states(counts, training, bound, upcast)
@@ -723,13 +708,13 @@ def test_a_ddp_device_runs_the_one_device_step():
     work = Workload(8, 64, gradient_checkpointing=False, fused_loss="chunked")
     one = full()
     alone = predict_peak(counts, dims, one, memory_bound(counts, one), work)
-    ddp = dataclasses.replace(one, number_gpus=2, distributed_backend="DDP")
+    ddp = TrainingConfiguration(parallelism=Parallelism(gpus=2, backend="DDP"))
     replica = predict_peak(counts, dims, ddp, memory_bound(counts, ddp), work)
     assert alone.moments["backward"] == "final norm"  # the LM head's gradients beside it
     assert replica.phases == alone.phases and replica.candidates == alone.candidates
     # expert parallel: the bound keeps each device's share of the states (its smaller reading)
     # and DDP gathers no gradient whole: the layers' gradients are that share of the step's
-    expert = dataclasses.replace(ddp, number_gpus=4, fast_moe=2)
+    expert = TrainingConfiguration(parallelism=Parallelism(gpus=4, backend="DDP", fast_moe=2))
     shared = predict_peak(counts, dims, expert, memory_bound(counts, expert), work)
     assert shared.moments["backward"] == "final norm"
     assert shared.phases["backward"]["gradients"] == pytest.approx(
@@ -786,7 +771,7 @@ def test_every_moment_is_named_and_each_phase_peaks_at_its_largest():
 
 def test_the_metadata_gives_each_moments_total_in_gib_as_the_peak_is_given():
     counts, dims = count_parameters(MISTRAL_7B), Dimensions.of(MISTRAL_7B)
-    training = dataclasses.replace(LORA_QV, target_modules=("q_proj", "v_proj"))
+    training = LORA_QV
     bound = memory_bound(counts, training)
     work = Workload(4, 4096, loss=LossCode("loss", "labels"))
     metadata = predict_peak(counts, dims, training, bound, work).as_metadata()
@@ -802,7 +787,7 @@ def test_the_final_norms_backward_holds_five_fp32_hidden_states_beside_every_kep
     # layer's (benchmarks/memory_truth.py's "llama, MLP 128" row: exact with this moment)
     narrow = dict(TINY, intermediate_size=16)
     counts, dims = count_parameters(narrow), Dimensions.of(narrow)
-    lora = dataclasses.replace(LORA_QV, target_modules=("o_proj",))
+    lora = TrainingConfiguration(tuning=Tuning(method="lora", target_modules=("o_proj",)))
     bound = memory_bound(counts, lora)
     work = Workload(per_device_batch=2, sequence_length=8, gradient_checkpointing=False)
     prediction = predict_peak(counts, dims, lora, bound, work, ("o_proj",))
@@ -849,7 +834,7 @@ def test_the_first_layer_backward_reaches_holds_the_head_and_its_down_proj_gradi
     layer = layer_bytes(dims, full(), work)
     kept = layer["first"] + layer["other"] + layer["rotary"]
 
-    def first_layer(training: Training) -> float:
+    def first_layer(training: TrainingConfiguration) -> float:
         found = predict_peak(counts, dims, training, memory_bound(counts, training), work)
         at_rest = found.phases["optimizer_step"]
         rest = at_rest["weights"] + at_rest["optimizer_state"] + kept + layer["backward"]
@@ -858,7 +843,7 @@ def test_the_first_layer_backward_reaches_holds_the_head_and_its_down_proj_gradi
     per_parameter = 2  # bf16 gradients on one device
     grown = per_parameter * (1000 * 64 + 64 + 64 * 128)
     assert first_layer(full()) == pytest.approx(grown)
-    expert = dataclasses.replace(full(), number_gpus=4, distributed_backend="DDP", fast_moe=2)
+    expert = TrainingConfiguration(parallelism=Parallelism(gpus=4, backend="DDP", fast_moe=2))
     assert first_layer(expert) == pytest.approx(grown / 4)
 
 

@@ -12,10 +12,11 @@ from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.contract.memory_trace import StepSpec, TracedStep
 from ado_actuators.sfttrainer.plan.memory import traced as T
-from ado_actuators.sfttrainer.plan.memory.bound import Training, memory_bound
+from ado_actuators.sfttrainer.plan.memory.bound import memory_bound
 from ado_actuators.sfttrainer.plan.memory.peak import Workload
 from ado_actuators.sfttrainer.plan.memory.verdict import workload_of
 from ado_actuators.sfttrainer.plan.model.architecture import PROMPT_TUNING_VIRTUAL_TOKENS
+from ado_actuators.sfttrainer.plan.model.training import Parallelism, TrainingConfiguration, Tuning
 
 INVENTORY = {
     "total": 1000,
@@ -41,8 +42,11 @@ STEP = TracedStep(
 )
 
 
-def lora(gpus: int = 1) -> Training:
-    return Training("lora", "bfloat16", "adamw_torch", gpus, target_modules=("q_proj",), lora_r=2)
+def lora(gpus: int = 1) -> TrainingConfiguration:
+    return TrainingConfiguration(
+        tuning=Tuning(method="lora", target_modules=("q_proj",), lora_r=2),
+        parallelism=Parallelism(gpus=gpus),
+    )
 
 
 def test_counts_from_the_traced_model_feed_the_bound():
@@ -85,14 +89,9 @@ def test_the_notes_say_how_deep_the_model_was_traced():
 
 def test_a_quantized_checkpoint_counts_its_block_weights_at_their_bits():
     """Traced at the model's dtype; the bound's quantized weights replace the traced ones."""
-    four = Training(
-        "lora",
-        "bfloat16",
-        "adamw_torch",
-        1,
-        target_modules=("q_proj",),
-        lora_r=2,
-        quantized_bits=4,
+    four = TrainingConfiguration(
+        tuning=Tuning(method="lora", target_modules=("q_proj",), lora_r=2),
+        config={"quantization_config": {"bits": 4}},
     )
     counts = T.counts_of(INVENTORY)
     plain = memory_bound(counts, lora())
@@ -133,7 +132,7 @@ def test_fsdp_shards_the_states_gathers_the_root_and_a_layer_and_holds_input_gra
 def test_prompt_tunings_held_input_gradients_span_its_virtual_tokens_as_in_the_formula():
     """The trace path's FSDP terms are the formula's (plan/memory/fsdp.py), at the length the
     layers see: the samples' and prompt tuning's virtual tokens."""
-    pt = Training("pt", "bfloat16", "adamw_torch", 2)
+    pt = TrainingConfiguration(tuning=Tuning(method="pt"), parallelism=Parallelism(gpus=2))
     reentrant = Workload(2, 8, reentrant_checkpointing=True, checkpointed_by_model=True)
     bound = memory_bound(T.counts_of(INVENTORY), pt)
     held = T.predict(STEP, pt, bound, reentrant).phases["backward"]["fsdp_held_input_gradients"]

@@ -14,8 +14,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ado_actuators.sfttrainer.catalog.models import GPTQ_QUANTIZED
 from ado_actuators.sfttrainer.contract.units import GIB, MIB
-from ado_actuators.sfttrainer.plan.model.architecture import DTYPE_BYTES, ParameterCounts, Trainable
+from ado_actuators.sfttrainer.plan.model.architecture import (
+    DTYPE_BYTES,
+    ParameterCounts,
+    quantized_bits,
+)
 from ado_actuators.sfttrainer.plan.model.geometry import DATA_PARALLEL
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 
@@ -90,64 +95,39 @@ class MemoryBound:
         }
 
 
-@dataclasses.dataclass(frozen=True)
-class Training:
-    """What of the entity and experiment decides the bound (plain values: easy to test)."""
-
-    peft_method: str  # none | lora | pt
-    torch_dtype: str
-    optim: str
-    number_gpus: int
-    number_nodes: int = 1
-    distributed_backend: str = "FSDP"
-    fsdp_sharding_strategy: str = "FULL_SHARD"
-    fast_moe: int = 0
-    lora_r: int = 8
-    target_modules: tuple[str, ...] = ()
-    quantized_bits: int | None = None
-
-    @classmethod
-    def of(cls, configuration: TrainingConfiguration, quantized_bits: int | None) -> Training:
-        """What of the one training configuration the bound reads."""
-        return cls(
-            peft_method=configuration.tuning.method,
-            torch_dtype=configuration.precision.torch_dtype,
-            optim=configuration.precision.optim,
-            number_gpus=configuration.parallelism.gpus,
-            number_nodes=configuration.parallelism.nodes,
-            distributed_backend=configuration.parallelism.backend,
-            fsdp_sharding_strategy=configuration.parallelism.fsdp_sharding_strategy,
-            fast_moe=configuration.parallelism.fast_moe,
-            lora_r=configuration.tuning.lora_r,
-            target_modules=configuration.tuning.target_modules,
-            quantized_bits=quantized_bits,
-        )
-
-    @property
-    def trainable(self) -> Trainable:
-        return Trainable(self.peft_method, self.lora_r, self.target_modules)
+def weight_bits(configuration: TrainingConfiguration) -> int | None:
+    """Bits per block weight of a pre-quantized checkpoint, from its config.json (None: not
+    quantized); a GPTQ-Quantized one whose config.json does not say is read at GPTQ_MIN_BITS,
+    the smaller count. A quantization the config.json states unreadably raises."""
+    bits = quantized_bits(configuration.config or {})
+    if bits is None and configuration.weights_format == GPTQ_QUANTIZED:
+        return GPTQ_MIN_BITS
+    return bits
 
 
-def trainable_parameters(counts: ParameterCounts, training: Training) -> int:
-    return training.trainable.count(counts)
+def trainable_parameters(counts: ParameterCounts, configuration: TrainingConfiguration) -> int:
+    return configuration.tuning.trainable.count(counts)
 
 
-def shards(training: Training) -> tuple[int, str]:
+def shards(configuration: TrainingConfiguration) -> tuple[int, str]:
     """Over how many devices the weights, gradients and optimizer state are divided."""
-    gpus, nodes = max(1, training.number_gpus), max(1, training.number_nodes)
-    if training.fast_moe:
+    gpus, nodes = max(1, configuration.parallelism.gpus), max(1, configuration.parallelism.nodes)
+    if configuration.parallelism.fast_moe:
         # Expert parallelism places experts on different devices and FSDP shards the rest;
         # how the two combine depends on the plugin's version, so the largest divisor is
         # taken: every layout keeps at least a 1/number_gpus share on each device.
-        return gpus, f"over {gpus} devices, expert-parallel fast_moe {training.fast_moe}"
+        return (
+            gpus,
+            f"over {gpus} devices, expert-parallel fast_moe {configuration.parallelism.fast_moe}",
+        )
     if gpus == 1:
         return 1, "one device"
-    if training.distributed_backend == DATA_PARALLEL:
+    if configuration.parallelism.backend == DATA_PARALLEL:
         # torch DataParallel keeps the model, gradients and optimizer state on device 0.
         return 1, f"whole on device 0 of {gpus} (DataParallel)"
-    if training.distributed_backend == "DDP":
+    if configuration.parallelism.backend == "DDP":
         return 1, f"whole on each of {gpus} devices (DDP)"
-    strategy = training.fsdp_sharding_strategy
+    strategy = configuration.parallelism.fsdp_sharding_strategy
     if strategy == "NO_SHARD":
         return 1, f"whole on each of {gpus} devices (FSDP NO_SHARD)"
     if strategy.startswith("HYBRID_SHARD"):
@@ -163,31 +143,36 @@ def shards(training: Training) -> tuple[int, str]:
     return gpus, f"over {gpus} devices (FSDP {strategy})"
 
 
-def memory_bound(counts: ParameterCounts, training: Training) -> MemoryBound:
-    """The bytes one device of the measurement needs at least (see the module docstring)."""
-    width = DTYPE_BYTES[training.torch_dtype]
-    trainable = trainable_parameters(counts, training)
+def memory_bound(
+    counts: ParameterCounts, configuration: TrainingConfiguration, *, quantized: bool = True
+) -> MemoryBound:
+    """The bytes one device of the measurement needs at least (see the module docstring);
+    `quantized=False`: as if the checkpoint's block weights were at the model's dtype (what a
+    trace of its code holds, plan/memory/verdict.py)."""
+    bits = weight_bits(configuration) if quantized else None
+    width = DTYPE_BYTES[configuration.precision.torch_dtype]
+    trainable = trainable_parameters(counts, configuration)
     notes = []
-    if training.quantized_bits:
+    if bits:
         # GPTQ/bnb scales and zero points are left out: the smaller count.
-        weights = counts.quantizable * training.quantized_bits / 8
+        weights = counts.quantizable * bits / 8
         weights += (counts.total - counts.quantizable) * width
-        notes.append(f"block weights at {training.quantized_bits} bits")
+        notes.append(f"block weights at {bits} bits")
     else:
         weights = counts.total * width
-    if training.peft_method != "none":
+    if configuration.tuning.method != "none":
         # PEFT may keep adapters in float32 (autocast_adapter_dtype); the training dtype is
         # the smaller reading.
         weights += trainable * width
-    gradients = 0 if training.optim in _NO_STORED_GRADIENTS else trainable * width
-    if training.optim in _FULL_PRECISION_STATES:
-        state = trainable * width * _FULL_PRECISION_STATES[training.optim]
-    elif training.optim in _ONE_BYTE_STATES:
-        state = trainable * _ONE_BYTE_STATES[training.optim]
+    gradients = 0 if configuration.precision.optim in _NO_STORED_GRADIENTS else trainable * width
+    if configuration.precision.optim in _FULL_PRECISION_STATES:
+        state = trainable * width * _FULL_PRECISION_STATES[configuration.precision.optim]
+    elif configuration.precision.optim in _ONE_BYTE_STATES:
+        state = trainable * _ONE_BYTE_STATES[configuration.precision.optim]
     else:
         state = 0
-        notes.append(f"optimizer state of {training.optim} not counted")
-    divisor, sharding = shards(training)
+        notes.append(f"optimizer state of {configuration.precision.optim} not counted")
+    divisor, sharding = shards(configuration)
     parts = {
         "weights": weights / divisor,
         "gradients": gradients / divisor,

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ado_actuators.sfttrainer.plan.memory.bound import MemoryBound, Training
+from ado_actuators.sfttrainer.plan.memory.bound import MemoryBound
 from ado_actuators.sfttrainer.plan.model.architecture import DTYPE_BYTES
+from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 
 
 class Checkpointing(Protocol):
@@ -28,9 +29,9 @@ LoRA the next unit is an adapter (PEFT's wrap policy makes each one a unit of it
 decoder layer is gathered at a time (benchmarks/memory_truth.py's FSDP rows)."""
 
 
-def gathered_layers(training: Training) -> int:
+def gathered_layers(configuration: TrainingConfiguration) -> int:
     """Decoder layers FSDP holds unsharded at once (FSDP_PREFETCHED_UNITS)."""
-    return 1 if training.peft_method == "lora" else FSDP_PREFETCHED_UNITS
+    return 1 if configuration.tuning.method == "lora" else FSDP_PREFETCHED_UNITS
 
 
 def gathered_bytes(
@@ -38,26 +39,26 @@ def gathered_bytes(
     embeddings: float,
     layers: int,
     hidden: int,
-    training: Training,
+    configuration: TrainingConfiguration,
     bound: MemoryBound,
 ) -> float:
     """FSDP's unsharded parameters during forward and backward: the root unit (`embeddings`, the
     input embedding and an untied LM head, and the final norm: gathered for the whole step) and
     the prefetched decoder layers, each all-gathered whole into a buffer beside the device's own
     shard (benchmarks/memory_truth.py's FSDP rows: the shard stays)."""
-    if training.distributed_backend != "FSDP" or bound.shards < 2:
+    if configuration.parallelism.backend != "FSDP" or bound.shards < 2:
         return 0.0  # one device's share is all of it: nothing gathered
-    width = DTYPE_BYTES[training.torch_dtype]
+    width = DTYPE_BYTES[configuration.precision.torch_dtype]
     root = embeddings + hidden
     layer = (total - root) / max(1, layers)
-    return (root + gathered_layers(training) * layer) * width
+    return (root + gathered_layers(configuration) * layer) * width
 
 
 def held_input_gradient_bytes(
     layers: int,
     hidden: int,
     tokens: int,
-    training: Training,
+    configuration: TrainingConfiguration,
     bound: MemoryBound,
     workload: Checkpointing,
 ) -> float:
@@ -74,13 +75,13 @@ def held_input_gradient_bytes(
     that checkpoints itself (transformers 4.52 on) recomputes inside its unit, whose hook then
     holds nothing (benchmarks/memory_truth.py's FSDP rows)."""
     if not (
-        training.distributed_backend == "FSDP"
+        configuration.parallelism.backend == "FSDP"
         and bound.shards > 1
-        and training.peft_method != "none"
+        and configuration.tuning.method != "none"
         and workload.gradient_checkpointing
         and workload.reentrant_checkpointing
         and workload.checkpointed_by_model
     ):
         return 0.0
-    width = DTYPE_BYTES[training.torch_dtype]
+    width = DTYPE_BYTES[configuration.precision.torch_dtype]
     return float((layers - 1) * tokens * hidden * width)

@@ -28,7 +28,7 @@ from typing import Any
 
 from ado_actuators.sfttrainer.contract.units import GIB
 from ado_actuators.sfttrainer.plan.memory import activations, fsdp
-from ado_actuators.sfttrainer.plan.memory.bound import MemoryBound, Training
+from ado_actuators.sfttrainer.plan.memory.bound import MemoryBound, weight_bits
 from ado_actuators.sfttrainer.plan.memory.logits import LossCode
 from ado_actuators.sfttrainer.plan.model.architecture import (
     DTYPE_BYTES,
@@ -39,6 +39,7 @@ from ado_actuators.sfttrainer.plan.model.families.gpt_bigcode import DEFAULT_POS
 from ado_actuators.sfttrainer.plan.model.families.registry import family_of
 from ado_actuators.sfttrainer.plan.model.families.spec import Dispatch, Family, Layout
 from ado_actuators.sfttrainer.plan.model.shape import ModelShape
+from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 
 ALLOCATOR_HEADROOM = 0.007
 """What the caching allocator holds beyond the allocated peak (cached blocks, fragmentation,
@@ -124,7 +125,7 @@ class Dimensions:
 
 @dataclasses.dataclass(frozen=True)
 class Workload:
-    """What of the entity beyond `Training` decides the activations and the logits."""
+    """What of the entity beyond its `TrainingConfiguration` decides activations and logits."""
 
     per_device_batch: int
     sequence_length: int
@@ -207,25 +208,32 @@ AUTOCAST_BYTES = 2
 """Autocast computes in 16 bits (bfloat16 or float16)."""
 
 
-def widths(training: Training, workload: Workload) -> tuple[int, int, str]:
+def widths(configuration: TrainingConfiguration, workload: Workload) -> tuple[int, int, str]:
     """(the bytes of a linear's output, of the residual stream, what keeps autocast's weight
     copies: activations.Block's width, stream and casts). Under autocast over weights of
     another dtype every linear computes in 16 bits while the residual stream stays fp32 (fp32
     weights; 16-bit weights of the other kind promote to fp32 at the first residual sum), and
     autocast casts every weight: fp32 weights that train are cached."""
-    model = DTYPE_BYTES[training.torch_dtype]
-    dtype = workload.autocast_dtype or (training.torch_dtype if model == AUTOCAST_BYTES else None)
-    if not workload.autocast or training.torch_dtype == dtype:
+    model = DTYPE_BYTES[configuration.precision.torch_dtype]
+    dtype = workload.autocast_dtype or (
+        configuration.precision.torch_dtype if model == AUTOCAST_BYTES else None
+    )
+    if not workload.autocast or configuration.precision.torch_dtype == dtype:
         return model, model, "none"
-    cached = training.torch_dtype == "float32" and training.peft_method == "none"
+    cached = (
+        configuration.precision.torch_dtype == "float32" and configuration.tuning.method == "none"
+    )
     return AUTOCAST_BYTES, activations.FP32, "cached" if cached else "saved"
 
 
 def block_of(
-    dims: Dimensions, training: Training, workload: Workload, adapted: tuple[str, ...] = ()
+    dims: Dimensions,
+    configuration: TrainingConfiguration,
+    workload: Workload,
+    adapted: tuple[str, ...] = (),
 ) -> activations.Block:
     """A decoder layer as plan/memory/activations.py counts it."""
-    width, stream, casts = widths(training, workload)
+    width, stream, casts = widths(configuration, workload)
     return activations.Block(
         hidden=dims.hidden,
         q_width=dims.q_width,
@@ -234,12 +242,12 @@ def block_of(
         intermediate=dims.intermediate,
         width=width,
         stream=stream,
-        dtype_width=DTYPE_BYTES[training.torch_dtype],
+        dtype_width=DTYPE_BYTES[configuration.precision.torch_dtype],
         casts=casts,
-        method=training.peft_method,
+        method=configuration.tuning.method,
         attention=workload.attention,
-        adapted=adapted if training.peft_method == "lora" else (),
-        lora_r=training.lora_r,
+        adapted=adapted if configuration.tuning.method == "lora" else (),
+        lora_r=configuration.tuning.lora_r,
         lora_dropout=workload.lora_dropout,
         fused_norm=workload.fast_rms_layernorm,
         experts_per_token=dims.experts_per_token,
@@ -256,37 +264,40 @@ def block_of(
     )
 
 
-def model_length(training: Training, workload: Workload) -> int:
+def model_length(configuration: TrainingConfiguration, workload: Workload) -> int:
     """The sequence the layers see: prompt tuning prepends its virtual tokens."""
-    return architecture_length(training.peft_method, workload.sequence_length)
+    return architecture_length(configuration.tuning.method, workload.sequence_length)
 
 
-def input_grads(training: Training, workload: Workload) -> bool:
+def input_grads(configuration: TrainingConfiguration, workload: Workload) -> bool:
     """Whether the first layer's input needs a gradient: the embedding trains (full
     fine-tuning), prompt tuning's virtual tokens are joined to it, or TRL installs the
     input-gradient hook (PEFT under reentrant checkpointing)."""
-    return training.peft_method != "lora" or (
+    return configuration.tuning.method != "lora" or (
         workload.gradient_checkpointing and workload.reentrant_checkpointing
     )
 
 
 def layer_bytes(
-    dims: Dimensions, training: Training, workload: Workload, adapted: tuple[str, ...] = ()
+    dims: Dimensions,
+    configuration: TrainingConfiguration,
+    workload: Workload,
+    adapted: tuple[str, ...] = (),
 ) -> dict[str, float]:
     """Per layer, for the device's batch: what the first and any other layer keep, what a
     layer's backward adds, and a checkpointed layer's input."""
-    block = block_of(dims, training, workload, adapted)
-    length = model_length(training, workload)
+    block = block_of(dims, configuration, workload, adapted)
+    length = model_length(configuration, workload)
     tokens = workload.per_device_batch * length
-    grad_in = input_grads(training, workload)
+    grad_in = input_grads(configuration, workload)
     first = activations.layer_saved(block, length, True, grad_in)
     held = 0.0
     if workload.gradient_checkpointing and workload.reentrant_checkpointing:
         held = block.residual * dims.hidden  # the recomputed output, held through backward
-    backward = _layer_backward(block, training, length, tokens, held)
-    hooked = training.peft_method != "none" and workload.input_hook
+    backward = _layer_backward(block, configuration, length, tokens, held)
+    hooked = configuration.tuning.method != "none" and workload.input_hook
     # the embedding's output is in the model's dtype (an embedding is no autocast op)
-    model = DTYPE_BYTES[training.torch_dtype]
+    model = DTYPE_BYTES[configuration.precision.torch_dtype]
     real = model * dims.hidden * workload.tokens
     # the select's backward is in the weights' dtype, whatever autocast computes in
     expert_weights = dims.experts * 2 * dims.intermediate * dims.hidden * model
@@ -318,13 +329,17 @@ def layer_bytes(
         # when the first layer's backward has ended, its recomputed tensors freed: never at a
         # layer's peak (the one- and two-layer rows of benchmarks/memory_truth.py)
         "embedded": real
-        if hooked and (training.peft_method == "pt" or dims.transformed_embedding)
+        if hooked and (configuration.tuning.method == "pt" or dims.transformed_embedding)
         else 0.0,
     }
 
 
 def _layer_backward(
-    block: activations.Block, training: Training, length: int, tokens: int, held: float
+    block: activations.Block,
+    configuration: TrainingConfiguration,
+    length: int,
+    tokens: int,
+    held: float,
 ) -> float:
     """What a layer's backward adds at its largest (bytes; `held`: per token, the recomputed
     output reentrant checkpointing holds): down_proj's backward, the MLP's once down_proj's
@@ -338,9 +353,9 @@ def _layer_backward(
         # eager attention's softmax backward, o_proj's and the MLP's weight copies freed and,
         # under full fine-tuning, their gradients (but down_proj's: the moments count it) made
         softmax -= activations.copies_after_attention(block)
-        if training.peft_method == "none":
+        if configuration.tuning.method == "none":
             grads = activations.gradients_before_attention(block)
-            softmax += DTYPE_BYTES[training.torch_dtype] * grads
+            softmax += DTYPE_BYTES[configuration.precision.torch_dtype] * grads
         # reentrant: the gradient at the layer's output stays an argument of the checkpoint's
         # backward while the recomputed layer's own runs, beside the residual's gradient the
         # attention's backward reads (a sum made in the MLP's backward)
@@ -383,38 +398,40 @@ def _copies(
     }
 
 
-def head_bytes(dims: Dimensions, training: Training, workload: Workload) -> float:
+def head_bytes(dims: Dimensions, configuration: TrainingConfiguration, workload: Workload) -> float:
     """What the final norm, the LM head and the loss's target keep for backward: the norm's
     fp32 input (its output needs a gradient under every method), the LM head's input when it
     trains, the token ids the embedding keeps when it trains, the int64 labels."""
-    width = DTYPE_BYTES[training.torch_dtype]
-    full = training.peft_method == "none"
+    width = DTYPE_BYTES[configuration.precision.torch_dtype]
+    full = configuration.tuning.method == "none"
     if dims.layout == "gpt_bigcode":
         # LayerNorm: its input, a mean and an rstd in the dtype; the embedding dropout's mask;
         # the LM head's input and both embeddings' ids when they train
         per_token = width * dims.hidden + 2 * width + 8
-        if dims.residual_dropout and input_grads(training, workload):
+        if dims.residual_dropout and input_grads(configuration, workload):
             per_token += activations.MASK * dims.hidden  # kept when the embeddings need a gradient
         per_token += width * dims.hidden + 16 if full else 0
-        return per_token * workload.per_device_batch * model_length(training, workload)
-    compute, stream, _ = widths(training, workload)
+        return per_token * workload.per_device_batch * model_length(configuration, workload)
+    compute, stream, _ = widths(configuration, workload)
     per_token = activations.FP32 * dims.hidden + activations.FP32 + 8
     if workload.fast_rms_layernorm:
         per_token = stream * dims.hidden + activations.FP32 + 8
     if full:
         # the norm's output in the stream's dtype, the LM head's input as autocast casts it
         per_token += (stream + compute) * dims.hidden + 8
-    return per_token * workload.per_device_batch * model_length(training, workload)
+    return per_token * workload.per_device_batch * model_length(configuration, workload)
 
 
-def logits_bytes(dims: Dimensions, training: Training, workload: Workload) -> dict[str, float]:
+def logits_bytes(
+    dims: Dimensions, configuration: TrainingConfiguration, workload: Workload
+) -> dict[str, float]:
     """The logits and the loss at their largest, forward and backward, and of the backward's
     the part kept from the forward (the log-softmax): [tokens, vocab] times the release's
     bytes (plan/memory/logits.py)."""
     if workload.loss is None:
         return dict.fromkeys(("inside", "returned", "backward", "kept"), 0.0)
-    elements = workload.per_device_batch * model_length(training, workload) * dims.vocab
-    width = widths(training, workload)[0]  # the LM head's output: 16 bits under autocast
+    elements = workload.per_device_batch * model_length(configuration, workload) * dims.vocab
+    width = widths(configuration, workload)[0]  # the LM head's output: 16 bits under autocast
     code, fused, autocast = workload.loss, workload.fused_loss, workload.autocast
     return {
         "inside": elements * code.inside_bytes(width, fused, autocast),
@@ -426,7 +443,7 @@ def logits_bytes(dims: Dimensions, training: Training, workload: Workload) -> di
 
 def model_states(
     counts: ParameterCounts,
-    training: Training,
+    configuration: TrainingConfiguration,
     bound: MemoryBound,
     workload: Workload,
     buffers: int = 0,
@@ -437,25 +454,29 @@ def model_states(
     weights, gradients = bound.parts["weights"], bound.parts["gradients"]
     state = bound.parts["optimizer_state"]
     notes = []
-    width = DTYPE_BYTES[training.torch_dtype]
-    if training.peft_method != "none" and width < ADAPTER_BYTES:
+    width = DTYPE_BYTES[configuration.precision.torch_dtype]
+    if configuration.tuning.method != "none" and width < ADAPTER_BYTES:
         # the bound counts the adapters in the model's dtype (its smaller reading)
         scale = ADAPTER_BYTES / width
         weights += (scale - 1) * gradients
         gradients, state = gradients * scale, state * scale
-    if workload.fsdp_upcast and training.number_gpus > 1 and not training.quantized_bits:
+    if (
+        workload.fsdp_upcast
+        and configuration.parallelism.gpus > 1
+        and not weight_bits(configuration)
+    ):
         # accelerate upcasts FSDP's flat parameters to fp32 under mixed precision when they
         # train: gradients and AdamW's state (zeros_like) become fp32 too. Under PEFT the
         # adapters are units of their own (peft's fsdp_auto_wrap_policy), already fp32. FSDP
         # runs wherever accelerate launches more than one rank, sharded or not (NO_SHARD,
         # HYBRID_SHARD with a GPU a node); one GPU's trainer runs alone (plan/launch/launch_plan.py).
-        if training.peft_method == "none":
+        if configuration.tuning.method == "none":
             scale = ADAPTER_BYTES / width
             weights, gradients, state = weights * scale, gradients * scale, state * scale
         notes.append("FSDP under mixed precision: trainable parameters upcast to fp32")
     # foreach AdamW's `_foreach_sqrt(exp_avg_sq)`: one state tensor per parameter of a group,
     # the decay group (every trainable parameter but norms and biases) the largest
-    norms = counts.norms / max(1, counts.total) if training.peft_method == "none" else 0.0
+    norms = counts.norms / max(1, counts.total) if configuration.tuning.method == "none" else 0.0
     temporaries = state / 2 * (1 - norms)
     parts = {
         "weights": weights + buffers,
@@ -466,10 +487,12 @@ def model_states(
     return parts, notes
 
 
-def head_gradients(counts: ParameterCounts, training: Training, bound: MemoryBound) -> float:
+def head_gradients(
+    counts: ParameterCounts, configuration: TrainingConfiguration, bound: MemoryBound
+) -> float:
     """Gradients allocated before the first layer's backward: the LM head's (the embedding's,
     when tied) and the final norm's, under full fine-tuning."""
-    if training.peft_method != "none":
+    if configuration.tuning.method != "none":
         return 0.0
     head = (counts.lm_head or counts.embedding) + counts.hidden_size
     return bound.parts["gradients"] * head / max(1, counts.total)
@@ -478,7 +501,7 @@ def head_gradients(counts: ParameterCounts, training: Training, bound: MemoryBou
 def _final_norm_moment(
     counts: ParameterCounts,
     dims: Dimensions,
-    training: Training,
+    configuration: TrainingConfiguration,
     bound: MemoryBound,
     workload: Workload,
     layer: dict[str, float],
@@ -492,13 +515,13 @@ def _final_norm_moment(
     kernel run other backwards: not counted."""
     if dims.layout == "gpt_bigcode" or workload.fast_rms_layernorm:
         return {}
-    tokens = workload.per_device_batch * model_length(training, workload)
+    tokens = workload.per_device_batch * model_length(configuration, workload)
     kept = _kept(dims, workload, layer) + activations.FP32 * dims.hidden * tokens
     return {
         "final norm": {
             **base,
             # the LM head's, unless accumulation's are all there already
-            "gradients": base["gradients"] or head_gradients(counts, training, bound),
+            "gradients": base["gradients"] or head_gradients(counts, configuration, bound),
             "activations": kept,
             "autocast_copies": layer["copies_kept"],
             "backward_transients": 5 * activations.FP32 * dims.hidden * tokens,
@@ -509,7 +532,7 @@ def _final_norm_moment(
 def predict_peak(
     counts: ParameterCounts,
     dims: Dimensions,
-    training: Training,
+    configuration: TrainingConfiguration,
     bound: MemoryBound,
     workload: Workload,
     adapted: tuple[str, ...] = (),
@@ -517,7 +540,7 @@ def predict_peak(
     """The peak of `workload` on one device; `bound` gives the model states as the certain-OOM
     bound counts them (the same sharding), without its CUDA context, which torch's peak does
     not include."""
-    states, upcast_notes = model_states(counts, training, bound, workload, dims.buffers)
+    states, upcast_notes = model_states(counts, configuration, bound, workload, dims.buffers)
     notes = _notes(bound, workload, upcast_notes)
     accumulating = states["gradients"] if workload.gradient_accumulation_steps > 1 else 0.0
     base = {
@@ -529,14 +552,14 @@ def predict_peak(
             counts.embedding + counts.lm_head,
             dims.layers,
             dims.hidden,
-            training,
+            configuration,
             bound,
         ),
     }
-    layer = layer_bytes(dims, training, workload, adapted)
-    kept = _kept(dims, workload, layer) + head_bytes(dims, training, workload)
-    logits = logits_bytes(dims, training, workload)
-    forwards = _forward_moments(dims, training, workload, layer, base, kept, logits)
+    layer = layer_bytes(dims, configuration, workload, adapted)
+    kept = _kept(dims, workload, layer) + head_bytes(dims, configuration, workload)
+    logits = logits_bytes(dims, configuration, workload)
+    forwards = _forward_moments(dims, configuration, workload, layer, base, kept, logits)
     largest = max(forwards, key=lambda name: sum(forwards[name].values()))
     forward = forwards[largest]
     moments = {
@@ -547,8 +570,8 @@ def predict_peak(
             "logits": logits["kept"],
             "logits_gradients": logits["backward"] - logits["kept"],
         },
-        **_layer_moments(counts, dims, training, bound, workload, layer, base, states),
-        **_final_norm_moment(counts, dims, training, bound, workload, layer, base),
+        **_layer_moments(counts, dims, configuration, bound, workload, layer, base, states),
+        **_final_norm_moment(counts, dims, configuration, bound, workload, layer, base),
     }
     _drop_empty_copies(forwards, moments)
     moment = max(moments, key=lambda name: sum(moments[name].values()))
@@ -589,7 +612,7 @@ def _drop_empty_copies(*groups: dict[str, dict[str, float]]) -> None:
 
 def _forward_moments(
     dims: Dimensions,
-    training: Training,
+    configuration: TrainingConfiguration,
     workload: Workload,
     layer: dict[str, float],
     base: dict[str, float],
@@ -602,8 +625,8 @@ def _forward_moments(
     # LM head's input when that trains); under prompt tuning, the joined input embeddings by
     # PEFT's forward (unless they are fp32 and the first layer's norm keeps them as its fp32
     # copy, counted with what that layer keeps)
-    held = 0.0 if training.peft_method == "none" else layer["input"]
-    if training.peft_method == "pt":
+    held = 0.0 if configuration.tuning.method == "none" else layer["input"]
+    if configuration.tuning.method == "pt":
         shared = 0.0 if workload.gradient_checkpointing else layer["shared_first"]
         held += layer["input"] - shared
     # the model's own eager mask, kept by no layer without checkpointing: inside its forward
@@ -644,7 +667,7 @@ def _kept(dims: Dimensions, workload: Workload, layer: dict[str, float]) -> floa
 def _gradients_in_layers(
     counts: ParameterCounts,
     dims: Dimensions,
-    training: Training,
+    configuration: TrainingConfiguration,
     bound: MemoryBound,
     base: dict[str, float],
     states: dict[str, float],
@@ -652,11 +675,11 @@ def _gradients_in_layers(
     """The gradients alive at the first layer's MLP backward beyond `base`'s (the LM head's
     and, under full fine-tuning, that layer's down_proj's), and at the last layer's (all but
     that layer's other weights' and, when untied, the embedding's)."""
-    full = training.peft_method == "none"
-    grown = head_gradients(counts, training, bound) * (not base["gradients"])
+    full = configuration.tuning.method == "none"
+    grown = head_gradients(counts, configuration, bound) * (not base["gradients"])
     # down_proj's weight gradient, allocated before the product's gradients: whole under FSDP
     # (a unit's gradients exist unsharded until its reduce-scatter)
-    unsharded = bound.shards if training.distributed_backend == "FSDP" else 1
+    unsharded = bound.shards if configuration.parallelism.backend == "FSDP" else 1
     down = states["gradients"] * dims.hidden * dims.intermediate / max(1, counts.total) * unsharded
     if full and not base["gradients"]:
         grown += down
@@ -673,7 +696,7 @@ def _gradients_in_layers(
 
 def _kept_in_layers(
     dims: Dimensions,
-    training: Training,
+    configuration: TrainingConfiguration,
     bound: MemoryBound,
     workload: Workload,
     layer: dict[str, float],
@@ -693,9 +716,9 @@ def _kept_in_layers(
         }
         return top_kept, bottom_kept
     inputs = dims.layers * layer["input"]
-    tokens = workload.per_device_batch * model_length(training, workload)
+    tokens = workload.per_device_batch * model_length(configuration, workload)
     held = fsdp.held_input_gradient_bytes(
-        dims.layers, dims.hidden, tokens, training, bound, workload
+        dims.layers, dims.hidden, tokens, configuration, bound, workload
     )
     extra = layer["rotary"] + layer["embedded"] + layer["mask"]
     # the recomputed layer's copies: the cache is cleared when its recompute's autocast exits,
@@ -718,7 +741,7 @@ def _kept_in_layers(
 def _layer_moments(
     counts: ParameterCounts,
     dims: Dimensions,
-    training: Training,
+    configuration: TrainingConfiguration,
     bound: MemoryBound,
     workload: Workload,
     layer: dict[str, float],
@@ -727,8 +750,8 @@ def _layer_moments(
 ) -> dict[str, dict[str, float]]:
     """The backward's moments in the layers: the first layer it reaches (the model's last)
     and the last it reaches (the model's first), each at its MLP's backward."""
-    grown, every = _gradients_in_layers(counts, dims, training, bound, base, states)
-    top_kept, bottom_kept = _kept_in_layers(dims, training, bound, workload, layer)
+    grown, every = _gradients_in_layers(counts, dims, configuration, bound, base, states)
+    top_kept, bottom_kept = _kept_in_layers(dims, configuration, bound, workload, layer)
     transient = {"backward_transients": layer["backward"]}
     moments = {
         "first layer": {

@@ -26,7 +26,7 @@ from ado_actuators.sfttrainer.contract import memory_trace
 from ado_actuators.sfttrainer.contract.memory_trace import StepSpec, TracedStep, attention_named
 from ado_actuators.sfttrainer.host.atomic import write_atomically
 from ado_actuators.sfttrainer.plan.memory import fsdp
-from ado_actuators.sfttrainer.plan.memory.bound import MemoryBound, Training
+from ado_actuators.sfttrainer.plan.memory.bound import MemoryBound, weight_bits
 from ado_actuators.sfttrainer.plan.memory.peak import (
     PeakPrediction,
     Workload,
@@ -190,7 +190,7 @@ TRACE_PARTS = {
 
 def predict(
     found: TracedStep,
-    training: Training,
+    configuration: TrainingConfiguration,
     bound: MemoryBound,
     workload: Workload,
     quantized: float = 0.0,
@@ -217,11 +217,11 @@ def predict(
     ]
     if quantized:
         notes.append(
-            f"traced at {training.torch_dtype}: the block weights at "
-            f"{training.quantized_bits} bits as the bound counts them (dequantization not traced)"
+            f"traced at {configuration.precision.torch_dtype}: the block weights at "
+            f"{weight_bits(configuration)} bits as the bound counts them (dequantization not traced)"
         )
-    if bound.shards > 1 and training.distributed_backend == "FSDP":
-        phases = _sharded(found, training, bound, workload, phases)
+    if bound.shards > 1 and configuration.parallelism.backend == "FSDP":
+        phases = _sharded(found, configuration, bound, workload, phases)
     return PeakPrediction(
         phases=phases,
         moments=dict.fromkeys(phases, "traced"),
@@ -232,7 +232,7 @@ def predict(
 
 def _sharded(
     found: TracedStep,
-    training: Training,
+    configuration: TrainingConfiguration,
     bound: MemoryBound,
     workload: Workload,
     phases: dict[str, dict[str, float]],
@@ -241,9 +241,11 @@ def _sharded(
     inventory, shards = found.inventory, bound.shards
     layers, hidden = inventory["layers"], inventory["hidden"]
     embeddings = inventory["embedding"] + inventory["lm_head"]
-    gathered = fsdp.gathered_bytes(inventory["total"], embeddings, layers, hidden, training, bound)
-    tokens = workload.per_device_batch * model_length(training, workload)
-    held = fsdp.held_input_gradient_bytes(layers, hidden, tokens, training, bound, workload)
+    gathered = fsdp.gathered_bytes(
+        inventory["total"], embeddings, layers, hidden, configuration, bound
+    )
+    tokens = workload.per_device_batch * model_length(configuration, workload)
+    held = fsdp.held_input_gradient_bytes(layers, hidden, tokens, configuration, bound, workload)
     states = ("weights", "gradients", "optimizer_state", "optimizer_temporaries")
     sharded = {}
     for phase, parts in phases.items():

@@ -15,7 +15,6 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from ado_actuators.sfttrainer.catalog.models import GPTQ_QUANTIZED
 from ado_actuators.sfttrainer.contract.outcomes import (
     ANSWERED_BY,
     CERTAIN_OOM,
@@ -32,11 +31,10 @@ from ado_actuators.sfttrainer.metrics.gpu_memory import (
 )
 from ado_actuators.sfttrainer.plan.memory import traced as traced_parts
 from ado_actuators.sfttrainer.plan.memory.bound import (
-    GPTQ_MIN_BITS,
     MemoryBound,
-    Training,
     memory_bound,
     trainable_parameters,
+    weight_bits,
 )
 from ado_actuators.sfttrainer.plan.memory.logits import (
     checkpointing_for,
@@ -55,7 +53,6 @@ from ado_actuators.sfttrainer.plan.model.architecture import (
     ParameterCounts,
     UnsupportedArchitecture,
     count_parameters,
-    quantized_bits,
 )
 from ado_actuators.sfttrainer.plan.model.shape import ModelShape
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
@@ -262,11 +259,11 @@ def judge(
     config = configuration.config or {}
     shape = configuration.shape or ModelShape.of(config)
     try:
-        bits = quantized_bits(config)
+        weight_bits(configuration)  # an unreadable quantization answers here, before a trace
         if shape.family is not None:
-            found = _by_formula(configuration, shape, bits)
+            found = _by_formula(configuration, shape)
         else:
-            found = _by_trace(configuration, shape, bits, traces)
+            found = _by_trace(configuration, shape, traces)
     except (UnsupportedArchitecture, KeyError, TypeError, TraceUnavailable) as error:
         why = f"no bound from the model's config.json: {error}"
         return MemoryAssessment(skipped=why, prediction_skipped=why)
@@ -286,48 +283,37 @@ def judge(
     return found
 
 
-def _training(configuration: TrainingConfiguration, bits: int | None) -> Training:
-    if bits is None and configuration.weights_format == GPTQ_QUANTIZED:
-        bits = GPTQ_MIN_BITS
-    return Training.of(configuration, bits)
-
-
-def _by_formula(
-    configuration: TrainingConfiguration, shape: ModelShape, bits: int | None
-) -> MemoryAssessment:
+def _by_formula(configuration: TrainingConfiguration, shape: ModelShape) -> MemoryAssessment:
     counts = count_parameters(shape)
     dims = Dimensions.of(shape)
-    training = _training(configuration, bits)
-    bound = memory_bound(counts, training)
+    bound = memory_bound(counts, configuration)
     workload = workload_of(configuration, dims.model_type)
     adapted = configuration.tuning.adapted_modules
-    prediction = predict_peak(counts, dims, training, bound, workload, adapted)
+    prediction = predict_peak(counts, dims, configuration, bound, workload, adapted)
     return MemoryAssessment(
         bound=bound,
         prediction=prediction,
         counts=counts,
         dimensions=dims,
-        trainable=trainable_parameters(counts, training),
+        trainable=trainable_parameters(counts, configuration),
     )
 
 
 def _by_trace(
     configuration: TrainingConfiguration,
     shape: ModelShape,
-    bits: int | None,
     traces: Path | None,
 ) -> MemoryAssessment:
     """An architecture the formula does not know: its parts from a trace of its own code (a
     quantized checkpoint traced at the model's dtype, its block weights then as the bound
     counts them)."""
-    training = _training(configuration, bits)
     workload = workload_of(configuration, shape.model_type)
     found = traced_parts.traced(traced_parts.request(configuration, workload), traces)
     counts = traced_parts.counts_of(found.inventory)
-    bound = memory_bound(counts, training)
-    plain = memory_bound(counts, dataclasses.replace(training, quantized_bits=None))
+    bound = memory_bound(counts, configuration)
+    plain = memory_bound(counts, configuration, quantized=False)
     quantized = plain.parts["weights"] - bound.parts["weights"]
-    prediction = traced_parts.predict(found, training, bound, workload, quantized)
+    prediction = traced_parts.predict(found, configuration, bound, workload, quantized)
     try:
         dims: Dimensions | None = Dimensions.of(shape)
     except (KeyError, TypeError):
@@ -337,7 +323,7 @@ def _by_trace(
         prediction=prediction,
         counts=counts,
         dimensions=dims,
-        trainable=trainable_parameters(counts, training),
+        trainable=trainable_parameters(counts, configuration),
     )
 
 
