@@ -129,7 +129,13 @@ def configuration_of(run: Run, config: dict, *, quantized: bool = True) -> Train
     return TrainingConfiguration(
         tuning=Tuning(method=run.peft, lora_r=run.r, target_modules=run.targets),
         parallelism=Parallelism(gpus=run.gpus),
-        precision=Precision(torch_dtype=run.dtype, optim="adamw_torch"),
+        precision=Precision(
+            torch_dtype=run.dtype,
+            optim="adamw_torch",
+            mixed_precision=run.mixed_precision,
+            # the tables mix in the weights' own 16-bit dtype (bf16 with bfloat16, fp16 with float16)
+            autocast_dtype=run.dtype,
+        ),
         config=config,
     )
 

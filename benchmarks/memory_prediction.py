@@ -74,9 +74,6 @@ def workload(run: Run, config: dict) -> Workload:
         loss=loss_code(TRANSFORMERS[run.table], dims.model_type),
         fused_loss=fused_loss(run.framework),
         fast_rms_layernorm=fast_rms(run.framework),
-        autocast=run.mixed_precision,
-        # the tables mix in the weights' own 16-bit dtype (bf16 with bfloat16, fp16 with float16)
-        autocast_dtype=run.dtype,
         fsdp_upcast=run.mixed_precision and run.gpus > 1,
     )
 

@@ -302,7 +302,11 @@ def training_of(spec: StepSpec, shards: int = 1) -> TrainingConfiguration:
             method=spec.peft_method, lora_r=spec.lora_r, target_modules=spec.target_modules
         ),
         parallelism=Parallelism(gpus=shards),
-        precision=Precision(torch_dtype=spec.torch_dtype),
+        precision=Precision(
+            torch_dtype=spec.torch_dtype,
+            mixed_precision=spec.mixed_precision,
+            autocast_dtype="bfloat16",  # the trace's autocast
+        ),
     )
 
 
@@ -321,8 +325,6 @@ def workload_of(spec: StepSpec, model_type: str) -> Workload:
         attention=spec.attention,
         gradient_accumulation_steps=spec.accumulation,
         loss=loss_code(RELEASE, model_type),
-        autocast=spec.mixed_precision,
-        autocast_dtype="bfloat16",  # the trace's autocast
         logits_copy=True,
         lora_dropout=spec.lora_dropout > 0,
     )

@@ -16,25 +16,26 @@ LORA = A.Block(
 )  # fmt: skip
 
 
-def _training(dtype: str, method: str = "lora") -> TrainingConfiguration:
+def _training(
+    dtype: str, method: str = "lora", mixed: bool = False, autocast: str | None = None
+) -> TrainingConfiguration:
+    """`mixed`: under autocast, in `autocast`'s dtype (None: the weights' own where 16-bit)."""
     return TrainingConfiguration(
-        tuning=Tuning(method=method), precision=Precision(torch_dtype=dtype)
+        tuning=Tuning(method=method),
+        precision=Precision(torch_dtype=dtype, mixed_precision=mixed, autocast_dtype=autocast),
     )
 
 
 def test_autocast_over_fp32_weights_computes_in_16_bits_beside_an_fp32_stream():
-    mixed = Workload(per_device_batch=1, sequence_length=8, autocast=True)
-    assert widths(_training("float32"), mixed) == (2, 4, "saved")
-    assert widths(_training("float32", "none"), mixed) == (2, 4, "cached")
-    assert widths(_training("bfloat16"), mixed) == (2, 2, "none")
+    work = Workload(per_device_batch=1, sequence_length=8)
+    assert widths(_training("float32", mixed=True), work) == (2, 4, "saved")
+    assert widths(_training("float32", "none", mixed=True), work) == (2, 4, "cached")
+    assert widths(_training("bfloat16", mixed=True), work) == (2, 2, "none")
     # 16-bit weights mix in their own dtype unless told otherwise; bf16 over fp16 casts
-    assert widths(_training("float16"), mixed) == (2, 2, "none")
-    other = Workload(
-        per_device_batch=1, sequence_length=8, autocast=True, autocast_dtype="bfloat16"
-    )
-    assert widths(_training("float16"), other) == (2, 4, "saved")
-    plain = Workload(per_device_batch=1, sequence_length=8)
-    assert widths(_training("float32"), plain) == (4, 4, "none")
+    assert widths(_training("float16", mixed=True), work) == (2, 2, "none")
+    other = _training("float16", mixed=True, autocast="bfloat16")
+    assert widths(other, work) == (2, 4, "saved")
+    assert widths(_training("float32"), work) == (4, 4, "none")
 
 
 def test_a_frozen_linear_keeps_its_copy_only_when_its_input_needs_a_gradient():
@@ -161,11 +162,8 @@ def test_the_layer_counts_eager_attention_at_its_length():
     layer = layer_bytes(dims, _training("bfloat16"), checkpointed, ("q_proj", "v_proj"))
     assert layer["forward"] == A.layer_forward(block, False, 256) * tokens
     # fp16 weights under bf16 autocast: the mask in the weights' 16 bits, the stream fp32
-    mixed = Workload(
-        per_device_batch=2, sequence_length=256, attention="eager", autocast=True,
-        autocast_dtype="bfloat16",
-    )  # fmt: skip
-    half = block_of(dims, _training("float16"), mixed, ("q_proj", "v_proj"))
+    mixed = _training("float16", mixed=True, autocast="bfloat16")
+    half = block_of(dims, mixed, eager, ("q_proj", "v_proj"))
     assert (half.dtype_width, half.residual, half.casts) == (2, 4, "saved")
 
 

@@ -25,7 +25,12 @@ from ado_actuators.sfttrainer.plan.memory.peak import (
 )
 from ado_actuators.sfttrainer.plan.model import releases
 from ado_actuators.sfttrainer.plan.model.architecture import count_parameters
-from ado_actuators.sfttrainer.plan.model.training import Parallelism, TrainingConfiguration, Tuning
+from ado_actuators.sfttrainer.plan.model.training import (
+    Parallelism,
+    Precision,
+    TrainingConfiguration,
+    Tuning,
+)
 
 
 def gathered_bytes(counts, dims, bound, training):
@@ -463,7 +468,7 @@ def test_peft_adapters_and_their_state_are_fp32_and_fsdp_upcasts_trained_flat_pa
         1 - counts.norms / counts.total
     )
     two = full(number_gpus=2)
-    upcast = Workload(1, 8, autocast=True, fsdp_upcast=True)
+    upcast = Workload(1, 8, fsdp_upcast=True)
     sharded, notes = model_states(counts, two, memory_bound(counts, two), upcast)
     assert sharded["weights"] == 2 * memory_bound(counts, two).parts["weights"]
     assert notes == ["FSDP under mixed precision: trainable parameters upcast to fp32"]
@@ -662,8 +667,8 @@ def test_the_logits_follow_the_entitys_mixed_precision_and_fused_kernel():
     }
     # under autocast nll_loss keeps an fp32 copy of the log_softmax too (2 + 4), and accelerate
     # converts the returned logits to fp32 beside them: 2 + 6 + 4
-    mixed = dataclasses.replace(plain, autocast=True)
-    assert logits_bytes(dims, LORA_QV, mixed) == {
+    mixed = dataclasses.replace(LORA_QV, precision=Precision(mixed_precision=True))
+    assert logits_bytes(dims, mixed, plain) == {
         "inside": elements * 10,
         "returned": elements * 12,
         "backward": elements * 6,
@@ -682,7 +687,7 @@ def test_the_logits_follow_the_entitys_mixed_precision_and_fused_kernel():
 
 def test_fsdp_upcasts_gradients_and_state_with_the_weights_wherever_it_runs():
     counts = count_parameters(TINY)
-    upcast = Workload(1, 8, autocast=True, fsdp_upcast=True)
+    upcast = Workload(1, 8, fsdp_upcast=True)
     # fp32 flat parameters: the weights, their gradients and AdamW's zeros_like state each
     # take twice bf16's bytes
     two = full(number_gpus=2)
@@ -761,8 +766,9 @@ def test_every_moment_is_named_and_each_phase_peaks_at_its_largest():
     # mixed precision with TRL's copy: after the model returned, accelerate's fp32 logits and
     # TRL's copy of them beside the kept log_softmax (4 + 4 + 4 bytes a logit) outgrow the
     # loss's inside (2 + 4 + 4) by more than the final norm's output held there (64 x 2)
-    copied = dataclasses.replace(work, autocast=True, logits_copy=True)
-    returned = predict_peak(counts, dims, LORA_QV, bound, copied, targets)
+    copied = dataclasses.replace(work, logits_copy=True)
+    mixed = dataclasses.replace(LORA_QV, precision=Precision(mixed_precision=True))
+    returned = predict_peak(counts, dims, mixed, bound, copied, targets)
     assert returned.moments["forward"] == "returned logits"
     # no logits at all: the last layer's forward is the forward's largest
     unlogged = predict_peak(counts, dims, LORA_QV, bound, Workload(8, 64, fused_loss="chunked"))

@@ -113,7 +113,6 @@ def test_mixed_precision_is_read_from_the_entity_the_experiment_and_accelerate()
     so the returned logits are converted to fp32 as under any mixed precision."""
     gptq = configuration_of(values(torch_dtype="float16"), GPTQ_LORA, {})
     assert (gptq.precision.mixed_precision, gptq.precision.autocast_dtype) == (True, "float16")
-    assert workload_of(gptq, "mistral").autocast
     for entity, expected in [
         ({}, (False, None)),
         ({"bf16": True}, (True, "bfloat16")),

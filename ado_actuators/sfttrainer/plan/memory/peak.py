@@ -136,12 +136,6 @@ class Workload:
     loss: LossCode | None = None
     fused_loss: str | None = None  # None | "in_place" | "chunked" (plan/memory/logits.LossCode)
     fast_rms_layernorm: bool = False
-    autocast: bool = False  # bf16/fp16 mixed precision: autocast, outputs converted to fp32
-    autocast_dtype: str | None = None
-    """The dtype autocast computes in (entity: "bfloat16" under `bf16: true`, else "float16"
-    under accelerate_config_mixed_precision fp16, "bfloat16" under its bf16). Over weights of
-    another dtype every linear casts its weight. None: the weights' own dtype where they are
-    16-bit, bfloat16 over fp32 weights."""
     fsdp_upcast: bool = False  # mixed precision under FSDP: accelerate upcasts to fp32
     logits_copy: bool = False  # TRL >= 0.15 copies the logits for its token accuracy
     lora_dropout: bool = True
@@ -215,10 +209,10 @@ def widths(configuration: TrainingConfiguration, workload: Workload) -> tuple[in
     weights; 16-bit weights of the other kind promote to fp32 at the first residual sum), and
     autocast casts every weight: fp32 weights that train are cached."""
     model = DTYPE_BYTES[configuration.precision.torch_dtype]
-    dtype = workload.autocast_dtype or (
+    dtype = configuration.precision.autocast_dtype or (
         configuration.precision.torch_dtype if model == AUTOCAST_BYTES else None
     )
-    if not workload.autocast or configuration.precision.torch_dtype == dtype:
+    if not configuration.precision.mixed_precision or configuration.precision.torch_dtype == dtype:
         return model, model, "none"
     cached = (
         configuration.precision.torch_dtype == "float32" and configuration.tuning.method == "none"
@@ -251,7 +245,7 @@ def block_of(
         lora_dropout=workload.lora_dropout,
         fused_norm=workload.fast_rms_layernorm,
         experts_per_token=dims.experts_per_token,
-        autocast=workload.autocast,
+        autocast=configuration.precision.mixed_precision,
         qk_norm=dims.qk_norm,
         # the family's code dispatches to its experts however many it has: a one-expert
         # Mixtral or GraniteMoE still runs its router and experts (benchmarks/memory_truth.py's
@@ -432,7 +426,11 @@ def logits_bytes(
         return dict.fromkeys(("inside", "returned", "backward", "kept"), 0.0)
     elements = workload.per_device_batch * model_length(configuration, workload) * dims.vocab
     width = widths(configuration, workload)[0]  # the LM head's output: 16 bits under autocast
-    code, fused, autocast = workload.loss, workload.fused_loss, workload.autocast
+    code, fused, autocast = (
+        workload.loss,
+        workload.fused_loss,
+        configuration.precision.mixed_precision,
+    )
     return {
         "inside": elements * code.inside_bytes(width, fused, autocast),
         "returned": elements * code.returned_bytes(width, fused, autocast, workload.logits_copy),

@@ -223,8 +223,6 @@ def workload_of(configuration: TrainingConfiguration, model_type: str) -> Worklo
         loss=loss_code_for(version, model_type),
         fused_loss="in_place" if configuration.kernels.fast_kernels.fast_loss else None,
         fast_rms_layernorm=configuration.kernels.fast_kernels.fast_rms_layernorm,
-        autocast=configuration.precision.mixed_precision,
-        autocast_dtype=configuration.precision.autocast_dtype,
         fsdp_upcast=configuration.precision.mixed_precision
         and configuration.parallelism.backend == "FSDP",
         logits_copy=copies_logits(version),
