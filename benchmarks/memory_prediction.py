@@ -33,6 +33,12 @@ from ado_actuators.sfttrainer.plan.memory.peak import (
     predict_peak,
 )
 from ado_actuators.sfttrainer.plan.model.architecture import count_parameters
+from ado_actuators.sfttrainer.plan.model.training import (
+    Batch,
+    FastKernels,
+    Kernels,
+    TrainingConfiguration,
+)
 
 TRANSFORMERS = {
     "a100_80gb": "4.48.1",
@@ -63,17 +69,27 @@ def fast_rms(framework: str) -> bool:
     return "foak" in framework and not ("liger" in framework and "peft" in framework)
 
 
+def configuration(run: Run, config: dict) -> TrainingConfiguration:
+    """How `run` trained, as the prediction reads it: its accumulation and fused norms; its
+    block weights at the model's dtype (the tables' fit reads the quantized runs' FSDP upcast
+    as unquantized ones')."""
+    plain = configuration_of(run, config, quantized=False)
+    return dataclasses.replace(
+        plain,
+        batch=Batch(gradient_accumulation_steps=run.accumulation),
+        kernels=Kernels(fast_kernels=FastKernels(fast_rms_layernorm=fast_rms(run.framework))),
+    )
+
+
 def workload(run: Run, config: dict) -> Workload:
     dims = Dimensions.of(config)
     return Workload(
         per_device_batch=run.batch,
         sequence_length=sequence_length(run, config),
-        gradient_accumulation_steps=run.accumulation,
         reentrant_checkpointing=True,
         checkpointed_by_model=checkpointing(TRANSFORMERS[run.table], dims.model_type) == "model",
         loss=loss_code(TRANSFORMERS[run.table], dims.model_type),
         fused_loss=fused_loss(run.framework),
-        fast_rms_layernorm=fast_rms(run.framework),
         fsdp_upcast=run.mixed_precision and run.gpus > 1,
     )
 
@@ -102,8 +118,7 @@ def cases(runs: list[Run] | None = None) -> list[Case]:
         inputs = (
             count_parameters(config),
             dims,
-            # the tables' fit reads the quantized runs' FSDP upcast as unquantized ones'
-            configuration_of(run, config, quantized=False),
+            configuration(run, config),
             bound_of(run, config),
             workload(run, config),
             run.targets if run.peft == "lora" else (),

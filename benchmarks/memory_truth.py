@@ -61,6 +61,7 @@ from ado_actuators.sfttrainer.plan.memory.trace.step import trace_step
 from ado_actuators.sfttrainer.plan.model.architecture import COUNTED, count_parameters
 from ado_actuators.sfttrainer.plan.model.shape import ModelShape
 from ado_actuators.sfttrainer.plan.model.training import (
+    Batch,
     Parallelism,
     Precision,
     TrainingConfiguration,
@@ -302,6 +303,7 @@ def training_of(spec: StepSpec, shards: int = 1) -> TrainingConfiguration:
             method=spec.peft_method, lora_r=spec.lora_r, target_modules=spec.target_modules
         ),
         parallelism=Parallelism(gpus=shards),
+        batch=Batch(gradient_accumulation_steps=spec.accumulation),
         precision=Precision(
             torch_dtype=spec.torch_dtype,
             mixed_precision=spec.mixed_precision,
@@ -323,7 +325,6 @@ def workload_of(spec: StepSpec, model_type: str) -> Workload:
         checkpointed_by_model=style == "model",
         reentrant_checkpointing=spec.checkpointing == "reentrant",
         attention=spec.attention,
-        gradient_accumulation_steps=spec.accumulation,
         loss=loss_code(RELEASE, model_type),
         logits_copy=True,
         lora_dropout=spec.lora_dropout > 0,

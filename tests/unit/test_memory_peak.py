@@ -26,6 +26,8 @@ from ado_actuators.sfttrainer.plan.memory.peak import (
 from ado_actuators.sfttrainer.plan.model import releases
 from ado_actuators.sfttrainer.plan.model.architecture import count_parameters
 from ado_actuators.sfttrainer.plan.model.training import (
+    Batch,
+    FastKernels,
     Parallelism,
     Precision,
     TrainingConfiguration,
@@ -194,6 +196,14 @@ SANTACODER_LIKE = {
     "n_head": 4,
     "n_positions": 128,
 }
+
+
+def fused_norms(configuration: TrainingConfiguration) -> TrainingConfiguration:
+    """`configuration` with fast_kernels' fused RMSNorm."""
+    fast = FastKernels(fast_rms_layernorm=True)
+    return dataclasses.replace(
+        configuration, kernels=dataclasses.replace(configuration.kernels, fast_kernels=fast)
+    )
 
 
 def lora_over(number_gpus: int, backend: str = "FSDP", peft: str = "lora") -> TrainingConfiguration:
@@ -430,8 +440,7 @@ def test_the_head_keeps_the_final_norms_input_and_when_trained_the_lm_heads():
     work = Workload(per_device_batch=2, sequence_length=8)
     assert head_bytes(dims, LORA_QV, work) == (4 * 64 + 4 + 8) * 16
     assert head_bytes(dims, full(), work) == (4 * 64 + 4 + 8 + 2 * 2 * 64 + 8) * 16
-    fused = Workload(per_device_batch=2, sequence_length=8, fast_rms_layernorm=True)
-    assert head_bytes(dims, LORA_QV, fused) == (2 * 64 + 4 + 8) * 16
+    assert head_bytes(dims, fused_norms(LORA_QV), work) == (2 * 64 + 4 + 8) * 16
     bigcode = Dimensions.of(SANTACODER_LIKE)
     assert head_bytes(bigcode, LORA_QV, work) == (2 * 64 + 4 + 8) * 16
     assert head_bytes(bigcode, full(), work) == (2 * 64 + 4 + 8 + 64 + 2 * 64 + 16) * 16
@@ -557,8 +566,8 @@ def test_full_fine_tuning_grows_its_gradients_through_backward():
     assert prediction.phases["backward"]["gradients"] == pytest.approx(
         gradients - per_parameter * (layer_params - mlp_down)
     )
-    accumulating = Workload(1, 8, fused_loss="chunked", gradient_accumulation_steps=2)
-    accumulated = predict_peak(counts, dims, one, bound, accumulating)
+    accumulating = dataclasses.replace(one, batch=Batch(gradient_accumulation_steps=2))
+    accumulated = predict_peak(counts, dims, accumulating, bound, work)
     assert accumulated.phases["forward"]["gradients"] == gradients
     assert accumulated.phases["backward"]["gradients"] == gradients
     untied = dict(TINY, tie_word_embeddings=False)
@@ -625,12 +634,11 @@ def test_how_a_release_checkpoints_its_layers_is_read_from_its_source():
 def test_fast_rms_layernorm_reaches_every_layer_and_only_lora_adapts_linears():
     dims = Dimensions.of(TINY)
     work = Workload(per_device_batch=2, sequence_length=8)
-    fused = dataclasses.replace(work, fast_rms_layernorm=True)
     targets = ("q_proj", "v_proj")
     block = activations.Block(
         64, 64, 32, 4, 128, 2, "lora", "flash_attention_2", targets, fused_norm=True
     )
-    layer = layer_bytes(dims, LORA_QV, fused, targets)
+    layer = layer_bytes(dims, fused_norms(LORA_QV), work, targets)
     # the fused kernel's norms keep what it keeps (activations.norm_saved), in every layer
     assert layer["other"] == activations.layer_saved(block, 8) * 16
     assert layer["other"] < layer_bytes(dims, LORA_QV, work, targets)["other"]
@@ -820,8 +828,8 @@ def test_the_final_norms_backward_holds_five_fp32_hidden_states_beside_every_kep
         + 6 * 4 * 64 * 16
     )
     # GPTBigCode's LayerNorm and the fused RMSNorm run other backwards: no such moment
-    fused = dataclasses.replace(work, fast_rms_layernorm=True)
-    assert "final norm" not in predict_peak(counts, dims, lora, bound, fused).candidates["backward"]
+    fused = predict_peak(counts, dims, fused_norms(lora), bound, work)
+    assert "final norm" not in fused.candidates["backward"]
     bigcode_counts, bigcode = count_parameters(SANTACODER_LIKE), Dimensions.of(SANTACODER_LIKE)
     found = predict_peak(
         bigcode_counts, bigcode, lora, memory_bound(bigcode_counts, lora), work, ("c_attn",)

@@ -57,7 +57,10 @@ def test_gptq_loras_fast_kernels_are_on_for_memory_and_speed_alike():
     for entity, on in [({}, True), ({"fast_kernels": ["False", "False", "False"]}, False)]:
         configuration = configuration_of(values(**entity), GPTQ_LORA, {})
         workload = workload_of(configuration, "mistral")
-        assert (workload.fused_loss == "in_place", workload.fast_rms_layernorm) == (on, on)
+        assert (
+            workload.fused_loss == "in_place",
+            configuration.kernels.fast_kernels.fast_rms_layernorm,
+        ) == (on, on)
         assert configuration.kernels.fast_kernels.any is on  # what the step time reads
     plain = configuration_of(values(), LORA, {})
     assert workload_of(plain, "mistral").fused_loss is None

@@ -132,10 +132,8 @@ class Workload:
     gradient_checkpointing: bool = True
     reentrant_checkpointing: bool = False  # torch.utils.checkpoint's use_reentrant=True
     attention: str = "flash_attention_2"  # flash_attention_2 | sdpa | eager
-    gradient_accumulation_steps: int = 1
     loss: LossCode | None = None
     fused_loss: str | None = None  # None | "in_place" | "chunked" (plan/memory/logits.LossCode)
-    fast_rms_layernorm: bool = False
     fsdp_upcast: bool = False  # mixed precision under FSDP: accelerate upcasts to fp32
     logits_copy: bool = False  # TRL >= 0.15 copies the logits for its token accuracy
     lora_dropout: bool = True
@@ -243,7 +241,7 @@ def block_of(
         adapted=adapted if configuration.tuning.method == "lora" else (),
         lora_r=configuration.tuning.lora_r,
         lora_dropout=workload.lora_dropout,
-        fused_norm=workload.fast_rms_layernorm,
+        fused_norm=configuration.kernels.fast_kernels.fast_rms_layernorm,
         experts_per_token=dims.experts_per_token,
         autocast=configuration.precision.mixed_precision,
         qk_norm=dims.qk_norm,
@@ -408,7 +406,7 @@ def head_bytes(dims: Dimensions, configuration: TrainingConfiguration, workload:
         return per_token * workload.per_device_batch * model_length(configuration, workload)
     compute, stream, _ = widths(configuration, workload)
     per_token = activations.FP32 * dims.hidden + activations.FP32 + 8
-    if workload.fast_rms_layernorm:
+    if configuration.kernels.fast_kernels.fast_rms_layernorm:
         per_token = stream * dims.hidden + activations.FP32 + 8
     if full:
         # the norm's output in the stream's dtype, the LM head's input as autocast casts it
@@ -511,7 +509,7 @@ def _final_norm_moment(
     benchmarks/memory_truth.py's small rows). Above the first layer's backward when that
     layer's MLP is narrow or LoRA leaves its MLP alone. LayerNorm (GPTBigCode) and the fused
     kernel run other backwards: not counted."""
-    if dims.layout == "gpt_bigcode" or workload.fast_rms_layernorm:
+    if dims.layout == "gpt_bigcode" or configuration.kernels.fast_kernels.fast_rms_layernorm:
         return {}
     tokens = workload.per_device_batch * model_length(configuration, workload)
     kept = _kept(dims, workload, layer) + activations.FP32 * dims.hidden * tokens
@@ -540,7 +538,9 @@ def predict_peak(
     not include."""
     states, upcast_notes = model_states(counts, configuration, bound, workload, dims.buffers)
     notes = _notes(bound, workload, upcast_notes)
-    accumulating = states["gradients"] if workload.gradient_accumulation_steps > 1 else 0.0
+    accumulating = (
+        states["gradients"] if configuration.batch.gradient_accumulation_steps > 1 else 0.0
+    )
     base = {
         "weights": states["weights"],
         "optimizer_state": states["optimizer_state"],

@@ -219,10 +219,8 @@ def workload_of(configuration: TrainingConfiguration, model_type: str) -> Worklo
         checkpointed_by_model=style == "model",
         reentrant_checkpointing=configuration.kernels.checkpointing == "reentrant",
         attention=configuration.kernels.attention,
-        gradient_accumulation_steps=configuration.batch.gradient_accumulation_steps,
         loss=loss_code_for(version, model_type),
         fused_loss="in_place" if configuration.kernels.fast_kernels.fast_loss else None,
-        fast_rms_layernorm=configuration.kernels.fast_kernels.fast_rms_layernorm,
         fsdp_upcast=configuration.precision.mixed_precision
         and configuration.parallelism.backend == "FSDP",
         logits_copy=copies_logits(version),
