@@ -70,14 +70,17 @@ def fast_rms(framework: str) -> bool:
 
 
 def configuration(run: Run, config: dict) -> TrainingConfiguration:
-    """How `run` trained, as the prediction reads it: its accumulation and fused norms; its
-    block weights at the model's dtype (the tables' fit reads the quantized runs' FSDP upcast
-    as unquantized ones')."""
+    """How `run` trained, as the prediction reads it: its accumulation, flash attention and
+    fused norms; its block weights at the model's dtype (the tables' fit reads the quantized
+    runs' FSDP upcast as unquantized ones')."""
     plain = configuration_of(run, config, quantized=False)
     return dataclasses.replace(
         plain,
         batch=Batch(gradient_accumulation_steps=run.accumulation),
-        kernels=Kernels(fast_kernels=FastKernels(fast_rms_layernorm=fast_rms(run.framework))),
+        kernels=Kernels(
+            attention="flash_attention_2",
+            fast_kernels=FastKernels(fast_rms_layernorm=fast_rms(run.framework)),
+        ),
     )
 
 

@@ -62,6 +62,7 @@ from ado_actuators.sfttrainer.plan.model.architecture import COUNTED, count_para
 from ado_actuators.sfttrainer.plan.model.shape import ModelShape
 from ado_actuators.sfttrainer.plan.model.training import (
     Batch,
+    Kernels,
     Parallelism,
     Precision,
     TrainingConfiguration,
@@ -304,6 +305,7 @@ def training_of(spec: StepSpec, shards: int = 1) -> TrainingConfiguration:
         ),
         parallelism=Parallelism(gpus=shards),
         batch=Batch(gradient_accumulation_steps=spec.accumulation),
+        kernels=Kernels(attention=spec.attention),
         precision=Precision(
             torch_dtype=spec.torch_dtype,
             mixed_precision=spec.mixed_precision,
@@ -324,7 +326,6 @@ def workload_of(spec: StepSpec, model_type: str) -> Workload:
         checkpointing_ignored=asked and not honoured,
         checkpointed_by_model=style == "model",
         reentrant_checkpointing=spec.checkpointing == "reentrant",
-        attention=spec.attention,
         loss=loss_code(RELEASE, model_type),
         logits_copy=True,
         lora_dropout=spec.lora_dropout > 0,

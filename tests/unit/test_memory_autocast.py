@@ -4,11 +4,17 @@ of the code that allocates each tensor."""
 
 from __future__ import annotations
 
+from ado_actuators.sfttrainer.contract.memory_trace import Attention
 from ado_actuators.sfttrainer.plan.memory import activations as A
 from ado_actuators.sfttrainer.plan.memory import logits
 from ado_actuators.sfttrainer.plan.memory.peak import Workload, widths
 from ado_actuators.sfttrainer.plan.model import releases
-from ado_actuators.sfttrainer.plan.model.training import Precision, TrainingConfiguration, Tuning
+from ado_actuators.sfttrainer.plan.model.training import (
+    Kernels,
+    Precision,
+    TrainingConfiguration,
+    Tuning,
+)
 
 LORA = A.Block(
     hidden=64, q_width=64, kv_width=32, heads=4, intermediate=128, width=2, method="lora",
@@ -17,11 +23,16 @@ LORA = A.Block(
 
 
 def _training(
-    dtype: str, method: str = "lora", mixed: bool = False, autocast: str | None = None
+    dtype: str,
+    method: str = "lora",
+    mixed: bool = False,
+    autocast: str | None = None,
+    attention: Attention = "flash_attention_2",
 ) -> TrainingConfiguration:
     """`mixed`: under autocast, in `autocast`'s dtype (None: the weights' own where 16-bit)."""
     return TrainingConfiguration(
         tuning=Tuning(method=method),
+        kernels=Kernels(attention=attention),
         precision=Precision(torch_dtype=dtype, mixed_precision=mixed, autocast_dtype=autocast),
     )
 
@@ -146,23 +157,20 @@ def test_the_layer_counts_eager_attention_at_its_length():
     from ado_actuators.sfttrainer.plan.memory.peak import Dimensions, block_of, layer_bytes
 
     dims = Dimensions("llama", 2, 64, 4, 64, 32, 16, 128)
-    eager = Workload(
-        per_device_batch=2, sequence_length=256, attention="eager", gradient_checkpointing=False
-    )
-    block = block_of(dims, _training("bfloat16"), eager, ("q_proj", "v_proj"))
-    layer = layer_bytes(dims, _training("bfloat16"), eager, ("q_proj", "v_proj"))
+    eager = Workload(per_device_batch=2, sequence_length=256, gradient_checkpointing=False)
+    lora = _training("bfloat16", attention="eager")
+    block = block_of(dims, lora, eager, ("q_proj", "v_proj"))
+    layer = layer_bytes(dims, lora, eager, ("q_proj", "v_proj"))
     tokens = 2 * 256
     assert layer["backward"] == A.layer_backward(block, 256) * tokens
     assert layer["forward"] == A.layer_forward(block, True, 256) * tokens
     assert layer["recomputed"] == A.layer_forward(block, True, 256) * tokens
     assert layer["mask"] == 2 * tokens * 256
-    checkpointed = Workload(
-        per_device_batch=2, sequence_length=256, attention="eager", gradient_checkpointing=True
-    )
-    layer = layer_bytes(dims, _training("bfloat16"), checkpointed, ("q_proj", "v_proj"))
+    checkpointed = Workload(per_device_batch=2, sequence_length=256, gradient_checkpointing=True)
+    layer = layer_bytes(dims, lora, checkpointed, ("q_proj", "v_proj"))
     assert layer["forward"] == A.layer_forward(block, False, 256) * tokens
     # fp16 weights under bf16 autocast: the mask in the weights' 16 bits, the stream fp32
-    mixed = _training("float16", mixed=True, autocast="bfloat16")
+    mixed = _training("float16", mixed=True, autocast="bfloat16", attention="eager")
     half = block_of(dims, mixed, eager, ("q_proj", "v_proj"))
     assert (half.dtype_width, half.residual, half.casts) == (2, 4, "saved")
 

@@ -4,9 +4,15 @@ tensors a trace of transformers 4.55's code shows at that moment (issue 44)."""
 
 from __future__ import annotations
 
+from ado_actuators.sfttrainer.contract.memory_trace import Attention
 from ado_actuators.sfttrainer.plan.memory import activations as A
 from ado_actuators.sfttrainer.plan.memory.peak import Dimensions, Workload, block_of, layer_bytes
-from ado_actuators.sfttrainer.plan.model.training import Precision, TrainingConfiguration, Tuning
+from ado_actuators.sfttrainer.plan.model.training import (
+    Kernels,
+    Precision,
+    TrainingConfiguration,
+    Tuning,
+)
 
 LORA = A.Block(
     hidden=64, q_width=64, kv_width=32, heads=4, intermediate=128, width=2, method="lora",
@@ -59,25 +65,23 @@ def test_adapters_reading_one_fp32_input_keep_it_once():
     assert A.adapters_saved(mlp, {}) == 4 * 64 + 4 * 128 + 3 * 4 * 8
 
 
-def _training(method: str) -> TrainingConfiguration:
-    return TrainingConfiguration(tuning=Tuning(method=method))
+def _training(method: str, attention: Attention = "flash_attention_2") -> TrainingConfiguration:
+    return TrainingConfiguration(tuning=Tuning(method=method), kernels=Kernels(attention=attention))
 
 
 def test_the_softmax_backward_beside_the_reentrant_checkpoints_gradients():
     dims = Dimensions("llama", 2, 64, 4, 64, 32, 16, 128)
-    reentrant = Workload(
-        per_device_batch=2, sequence_length=256, attention="eager", reentrant_checkpointing=True
-    )
+    reentrant = Workload(per_device_batch=2, sequence_length=256, reentrant_checkpointing=True)
     tokens, held = 2 * 256, 2 * 64  # the recomputed output, 16 bits
-    lora = block_of(dims, _training("lora"), reentrant, ("q_proj", "v_proj"))
-    layer = layer_bytes(dims, _training("lora"), reentrant, ("q_proj", "v_proj"))
+    lora = block_of(dims, _training("lora", "eager"), reentrant, ("q_proj", "v_proj"))
+    layer = layer_bytes(dims, _training("lora", "eager"), reentrant, ("q_proj", "v_proj"))
     # the layer's output gradient, held by the checkpoint, and the residual's: 2 x held
     expected = A.attention_backward(lora, 256) * tokens + 2 * held * tokens
     assert expected > (A.mlp_backward(lora) + held) * tokens
     assert layer["backward"] == expected
     # full fine-tuning: o_proj's, gate's, up's and the norm's gradients (bf16) are made
-    full = block_of(dims, _training("none"), reentrant)
-    layer = layer_bytes(dims, _training("none"), reentrant)
+    full = block_of(dims, _training("none", "eager"), reentrant)
+    layer = layer_bytes(dims, _training("none", "eager"), reentrant)
     gradients = 2 * (64 * 64 + 2 * 64 * 16 + 64)
     assert layer["backward"] == A.attention_backward(full, 256) * tokens + 2 * held * tokens + (
         gradients
@@ -98,7 +102,9 @@ def test_prompt_tunings_fp32_embeddings_are_the_first_norms_copy():
     tokens = 2 * (8 + 8)  # the virtual tokens joined
     for dtype, width, embeddings in (("float32", 4, 0), ("bfloat16", 2, 1)):
         training = TrainingConfiguration(
-            tuning=Tuning(method="pt"), precision=Precision(torch_dtype=dtype)
+            tuning=Tuning(method="pt"),
+            precision=Precision(torch_dtype=dtype),
+            kernels=Kernels(attention="flash_attention_2"),
         )
         layer = layer_bytes(dims, training, plain)
         assert layer["input"] == width * 64 * tokens
@@ -128,7 +134,9 @@ def test_the_layers_backward_is_down_projs_when_its_copy_outweighs_the_products(
 
     wide = A.Block(**{**LORA.__dict__, "stream": 4, "casts": "saved", "autocast": True})
     training = TrainingConfiguration(
-        tuning=Tuning(method="lora"), precision=Precision(torch_dtype="float32")
+        tuning=Tuning(method="lora"),
+        precision=Precision(torch_dtype="float32"),
+        kernels=Kernels(attention="flash_attention_2"),
     )
     # one token: the product's gradients (3 x 2 x 128) less the copy (16384) is below
     # down_proj's moment

@@ -28,11 +28,14 @@ from ado_actuators.sfttrainer.plan.model.architecture import count_parameters
 from ado_actuators.sfttrainer.plan.model.training import (
     Batch,
     FastKernels,
+    Kernels,
     Parallelism,
     Precision,
     TrainingConfiguration,
     Tuning,
 )
+
+FLASH = Kernels(attention="flash_attention_2")  # the attention counted unless a test says
 
 
 def gathered_bytes(counts, dims, bound, training):
@@ -72,7 +75,7 @@ MISTRAL_7B = {
 
 
 def full(number_gpus: int = 1) -> TrainingConfiguration:
-    return TrainingConfiguration(parallelism=Parallelism(gpus=number_gpus))
+    return TrainingConfiguration(kernels=FLASH, parallelism=Parallelism(gpus=number_gpus))
 
 
 @pytest.mark.parametrize(
@@ -208,6 +211,7 @@ def fused_norms(configuration: TrainingConfiguration) -> TrainingConfiguration:
 
 def lora_over(number_gpus: int, backend: str = "FSDP", peft: str = "lora") -> TrainingConfiguration:
     return TrainingConfiguration(
+        kernels=FLASH,
         tuning=Tuning(method=peft, target_modules=("q_proj",)),
         parallelism=Parallelism(gpus=number_gpus, backend=backend),
     )
@@ -259,7 +263,7 @@ def test_fsdp_gathers_nothing_without_fsdp_or_shards_and_exactly_this_with_them(
     config = dict(TINY, num_hidden_layers=1, tie_word_embeddings=False)  # an LM head of its own
     counts, dims = count_parameters(config), Dimensions.of(config)
     expert_parallel_ddp = TrainingConfiguration(
-        parallelism=Parallelism(gpus=4, backend="DDP", fast_moe=2)
+        kernels=FLASH, parallelism=Parallelism(gpus=4, backend="DDP", fast_moe=2)
     )
     for training in (full(), expert_parallel_ddp):
         assert gathered_bytes(counts, dims, memory_bound(counts, training), training) == 0
@@ -406,7 +410,9 @@ def test_trl_copies_the_logits_from_0_15_on():
     assert releases.pinned_release("3.2.2", "no-such-package") is None
 
 
-LORA_QV = TrainingConfiguration(tuning=Tuning(method="lora", target_modules=("q_proj", "v_proj")))
+LORA_QV = TrainingConfiguration(
+    kernels=FLASH, tuning=Tuning(method="lora", target_modules=("q_proj", "v_proj"))
+)
 
 
 def test_layer_bytes_are_the_activations_terms_for_the_devices_batch():
@@ -427,7 +433,7 @@ def test_layer_bytes_are_the_activations_terms_for_the_devices_batch():
     assert hooked["first"] == layer["other"]  # the hook: the first layer's input needs a gradient
     assert hooked["backward"] == layer["backward"] + 2 * 64 * 16  # the recomputed output
     assert hooked["embedded"] == 0
-    pt = TrainingConfiguration(tuning=Tuning(method="pt"))
+    pt = TrainingConfiguration(kernels=FLASH, tuning=Tuning(method="pt"))
     prompt = layer_bytes(dims, pt, reentrant)
     assert prompt["input"] == 2 * 64 * 2 * 16  # 8 + 8 virtual tokens per sequence
     assert prompt["embedded"] == 2 * 64 * 16  # the real tokens' embeddings, a leaf
@@ -455,7 +461,7 @@ def test_logits_bytes_scale_the_releases_bytes_by_tokens_and_vocabulary():
         "backward": 16 * 1000 * 12,
         "kept": 16 * 1000 * 4,
     }
-    pt = TrainingConfiguration(tuning=Tuning(method="pt"))
+    pt = TrainingConfiguration(kernels=FLASH, tuning=Tuning(method="pt"))
     assert logits_bytes(dims, pt, work)["inside"] == 32 * 1000 * 10  # the virtual tokens too
     assert set(logits_bytes(dims, full(), Workload(2, 8)).values()) == {0.0}
 
@@ -643,7 +649,7 @@ def test_fast_rms_layernorm_reaches_every_layer_and_only_lora_adapts_linears():
     assert layer["other"] == activations.layer_saved(block, 8) * 16
     assert layer["other"] < layer_bytes(dims, LORA_QV, work, targets)["other"]
     # prompt tuning adapts no linear: a target list handed along adds no adapter's tensors
-    pt = TrainingConfiguration(tuning=Tuning(method="pt"))
+    pt = TrainingConfiguration(kernels=FLASH, tuning=Tuning(method="pt"))
     assert layer_bytes(dims, pt, work, targets) == layer_bytes(dims, pt, work)
 
 
@@ -700,7 +706,7 @@ def test_fsdp_upcasts_gradients_and_state_with_the_weights_wherever_it_runs():
     # take twice bf16's bytes
     two = full(number_gpus=2)
     no_shard = TrainingConfiguration(
-        parallelism=Parallelism(gpus=2, fsdp_sharding_strategy="NO_SHARD")
+        kernels=FLASH, parallelism=Parallelism(gpus=2, fsdp_sharding_strategy="NO_SHARD")
     )
     for training in (two, no_shard):  # FSDP runs over two ranks, sharding or not
         bound = memory_bound(counts, training)
@@ -721,13 +727,15 @@ def test_a_ddp_device_runs_the_one_device_step():
     work = Workload(8, 64, gradient_checkpointing=False, fused_loss="chunked")
     one = full()
     alone = predict_peak(counts, dims, one, memory_bound(counts, one), work)
-    ddp = TrainingConfiguration(parallelism=Parallelism(gpus=2, backend="DDP"))
+    ddp = TrainingConfiguration(kernels=FLASH, parallelism=Parallelism(gpus=2, backend="DDP"))
     replica = predict_peak(counts, dims, ddp, memory_bound(counts, ddp), work)
     assert alone.moments["backward"] == "final norm"  # the LM head's gradients beside it
     assert replica.phases == alone.phases and replica.candidates == alone.candidates
     # expert parallel: the bound keeps each device's share of the states (its smaller reading)
     # and DDP gathers no gradient whole: the layers' gradients are that share of the step's
-    expert = TrainingConfiguration(parallelism=Parallelism(gpus=4, backend="DDP", fast_moe=2))
+    expert = TrainingConfiguration(
+        kernels=FLASH, parallelism=Parallelism(gpus=4, backend="DDP", fast_moe=2)
+    )
     shared = predict_peak(counts, dims, expert, memory_bound(counts, expert), work)
     assert shared.moments["backward"] == "final norm"
     assert shared.phases["backward"]["gradients"] == pytest.approx(
@@ -801,7 +809,9 @@ def test_the_final_norms_backward_holds_five_fp32_hidden_states_beside_every_kep
     # layer's (benchmarks/memory_truth.py's "llama, MLP 128" row: exact with this moment)
     narrow = dict(TINY, intermediate_size=16)
     counts, dims = count_parameters(narrow), Dimensions.of(narrow)
-    lora = TrainingConfiguration(tuning=Tuning(method="lora", target_modules=("o_proj",)))
+    lora = TrainingConfiguration(
+        kernels=FLASH, tuning=Tuning(method="lora", target_modules=("o_proj",))
+    )
     bound = memory_bound(counts, lora)
     work = Workload(per_device_batch=2, sequence_length=8, gradient_checkpointing=False)
     prediction = predict_peak(counts, dims, lora, bound, work, ("o_proj",))
@@ -857,7 +867,9 @@ def test_the_first_layer_backward_reaches_holds_the_head_and_its_down_proj_gradi
     per_parameter = 2  # bf16 gradients on one device
     grown = per_parameter * (1000 * 64 + 64 + 64 * 128)
     assert first_layer(full()) == pytest.approx(grown)
-    expert = TrainingConfiguration(parallelism=Parallelism(gpus=4, backend="DDP", fast_moe=2))
+    expert = TrainingConfiguration(
+        kernels=FLASH, parallelism=Parallelism(gpus=4, backend="DDP", fast_moe=2)
+    )
     assert first_layer(expert) == pytest.approx(grown / 4)
 
 

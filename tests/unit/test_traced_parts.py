@@ -14,9 +14,15 @@ from ado_actuators.sfttrainer.contract.memory_trace import StepSpec, TracedStep
 from ado_actuators.sfttrainer.plan.memory import traced as T
 from ado_actuators.sfttrainer.plan.memory.bound import memory_bound
 from ado_actuators.sfttrainer.plan.memory.peak import Workload
-from ado_actuators.sfttrainer.plan.memory.verdict import workload_of
 from ado_actuators.sfttrainer.plan.model.architecture import PROMPT_TUNING_VIRTUAL_TOKENS
-from ado_actuators.sfttrainer.plan.model.training import Parallelism, TrainingConfiguration, Tuning
+from ado_actuators.sfttrainer.plan.model.training import (
+    Kernels,
+    Parallelism,
+    TrainingConfiguration,
+    Tuning,
+)
+
+FLASH = Kernels(attention="flash_attention_2")  # the attention counted unless a test says
 
 INVENTORY = {
     "total": 1000,
@@ -44,6 +50,7 @@ STEP = TracedStep(
 
 def lora(gpus: int = 1) -> TrainingConfiguration:
     return TrainingConfiguration(
+        kernels=FLASH,
         tuning=Tuning(method="lora", target_modules=("q_proj",), lora_r=2),
         parallelism=Parallelism(gpus=gpus),
     )
@@ -90,6 +97,7 @@ def test_the_notes_say_how_deep_the_model_was_traced():
 def test_a_quantized_checkpoint_counts_its_block_weights_at_their_bits():
     """Traced at the model's dtype; the bound's quantized weights replace the traced ones."""
     four = TrainingConfiguration(
+        kernels=FLASH,
         tuning=Tuning(method="lora", target_modules=("q_proj",), lora_r=2),
         config={"quantization_config": {"bits": 4}},
     )
@@ -132,7 +140,9 @@ def test_fsdp_shards_the_states_gathers_the_root_and_a_layer_and_holds_input_gra
 def test_prompt_tunings_held_input_gradients_span_its_virtual_tokens_as_in_the_formula():
     """The trace path's FSDP terms are the formula's (plan/memory/fsdp.py), at the length the
     layers see: the samples' and prompt tuning's virtual tokens."""
-    pt = TrainingConfiguration(tuning=Tuning(method="pt"), parallelism=Parallelism(gpus=2))
+    pt = TrainingConfiguration(
+        kernels=FLASH, tuning=Tuning(method="pt"), parallelism=Parallelism(gpus=2)
+    )
     reentrant = Workload(2, 8, reentrant_checkpointing=True, checkpointed_by_model=True)
     bound = memory_bound(T.counts_of(INVENTORY), pt)
     held = T.predict(STEP, pt, bound, reentrant).phases["backward"]["fsdp_held_input_gradients"]
@@ -157,7 +167,7 @@ def test_the_request_is_the_devices_step_and_its_key_changes_with_it():
             }
         )
         configuration = configuration_of(values, experiment, {"model_type": "acme"})
-        return T.request(configuration, workload_of(configuration, "acme"))
+        return T.request(configuration)
 
     spec = request(lora_alpha=32, gradient_accumulation_steps=4)
     assert spec == StepSpec(

@@ -131,7 +131,6 @@ class Workload:
     sequence_length: int
     gradient_checkpointing: bool = True
     reentrant_checkpointing: bool = False  # torch.utils.checkpoint's use_reentrant=True
-    attention: str = "flash_attention_2"  # flash_attention_2 | sdpa | eager
     loss: LossCode | None = None
     fused_loss: str | None = None  # None | "in_place" | "chunked" (plan/memory/logits.LossCode)
     fsdp_upcast: bool = False  # mixed precision under FSDP: accelerate upcasts to fp32
@@ -237,7 +236,7 @@ def block_of(
         dtype_width=DTYPE_BYTES[configuration.precision.torch_dtype],
         casts=casts,
         method=configuration.tuning.method,
-        attention=workload.attention,
+        attention=configuration.kernels.attention,
         adapted=adapted if configuration.tuning.method == "lora" else (),
         lora_r=configuration.tuning.lora_r,
         lora_dropout=workload.lora_dropout,

@@ -80,9 +80,9 @@ def _code_digest() -> str:
     return digest.hexdigest()
 
 
-def request(configuration: TrainingConfiguration, workload: Workload) -> StepSpec:
+def request(configuration: TrainingConfiguration) -> StepSpec:
     """The StepSpec of a measurement: a trace at the device's batch and length, with the code
-    paths `workload` says the release takes (its attention), a second micro-batch when
+    paths the release takes (the attention that runs), a second micro-batch when
     accumulating (its forward then runs beside the first's gradients)."""
     checkpointing = configuration.kernels.checkpointing
     return StepSpec(
@@ -93,7 +93,7 @@ def request(configuration: TrainingConfiguration, workload: Workload) -> StepSpe
         lora_alpha=configuration.tuning.lora_alpha,
         prompt_tokens=PROMPT_TUNING_VIRTUAL_TOKENS,
         torch_dtype=configuration.precision.torch_dtype,
-        attention=attention_named(workload.attention),
+        attention=attention_named(configuration.kernels.attention),
         checkpointing=None if checkpointing == "none" else checkpointing,
         mixed_precision=configuration.precision.mixed_precision,
         batch=configuration.batch.per_device_batch,

@@ -218,7 +218,6 @@ def workload_of(configuration: TrainingConfiguration, model_type: str) -> Worklo
         checkpointing_ignored=asked and not honoured,
         checkpointed_by_model=style == "model",
         reentrant_checkpointing=configuration.kernels.checkpointing == "reentrant",
-        attention=configuration.kernels.attention,
         loss=loss_code_for(version, model_type),
         fused_loss="in_place" if configuration.kernels.fast_kernels.fast_loss else None,
         fsdp_upcast=configuration.precision.mixed_precision
@@ -304,7 +303,7 @@ def _by_trace(
     quantized checkpoint traced at the model's dtype, its block weights then as the bound
     counts them)."""
     workload = workload_of(configuration, shape.model_type)
-    found = traced_parts.traced(traced_parts.request(configuration, workload), traces)
+    found = traced_parts.traced(traced_parts.request(configuration), traces)
     counts = traced_parts.counts_of(found.inventory)
     bound = memory_bound(counts, configuration)
     plain = memory_bound(counts, configuration, quantized=False)
