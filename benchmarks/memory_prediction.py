@@ -79,6 +79,7 @@ def configuration(run: Run, config: dict) -> TrainingConfiguration:
         batch=Batch(gradient_accumulation_steps=run.accumulation),
         kernels=Kernels(
             attention="flash_attention_2",
+            checkpointing="reentrant",  # transformers' default: no gradient_checkpointing_kwargs
             fast_kernels=FastKernels(fast_rms_layernorm=fast_rms(run.framework)),
         ),
     )
@@ -89,7 +90,6 @@ def workload(run: Run, config: dict) -> Workload:
     return Workload(
         per_device_batch=run.batch,
         sequence_length=sequence_length(run, config),
-        reentrant_checkpointing=True,
         checkpointed_by_model=checkpointing(TRANSFORMERS[run.table], dims.model_type) == "model",
         loss=loss_code(TRANSFORMERS[run.table], dims.model_type),
         fused_loss=fused_loss(run.framework),

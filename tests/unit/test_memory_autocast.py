@@ -10,6 +10,7 @@ from ado_actuators.sfttrainer.plan.memory import logits
 from ado_actuators.sfttrainer.plan.memory.peak import Workload, widths
 from ado_actuators.sfttrainer.plan.model import releases
 from ado_actuators.sfttrainer.plan.model.training import (
+    Checkpointing,
     Kernels,
     Precision,
     TrainingConfiguration,
@@ -28,11 +29,12 @@ def _training(
     mixed: bool = False,
     autocast: str | None = None,
     attention: Attention = "flash_attention_2",
+    checkpointing: Checkpointing = "non_reentrant",
 ) -> TrainingConfiguration:
     """`mixed`: under autocast, in `autocast`'s dtype (None: the weights' own where 16-bit)."""
     return TrainingConfiguration(
         tuning=Tuning(method=method),
-        kernels=Kernels(attention=attention),
+        kernels=Kernels(attention=attention, checkpointing=checkpointing),
         precision=Precision(torch_dtype=dtype, mixed_precision=mixed, autocast_dtype=autocast),
     )
 
@@ -157,8 +159,8 @@ def test_the_layer_counts_eager_attention_at_its_length():
     from ado_actuators.sfttrainer.plan.memory.peak import Dimensions, block_of, layer_bytes
 
     dims = Dimensions("llama", 2, 64, 4, 64, 32, 16, 128)
-    eager = Workload(per_device_batch=2, sequence_length=256, gradient_checkpointing=False)
-    lora = _training("bfloat16", attention="eager")
+    eager = Workload(per_device_batch=2, sequence_length=256)
+    lora = _training("bfloat16", attention="eager", checkpointing="none")
     block = block_of(dims, lora, eager, ("q_proj", "v_proj"))
     layer = layer_bytes(dims, lora, eager, ("q_proj", "v_proj"))
     tokens = 2 * 256
@@ -166,11 +168,13 @@ def test_the_layer_counts_eager_attention_at_its_length():
     assert layer["forward"] == A.layer_forward(block, True, 256) * tokens
     assert layer["recomputed"] == A.layer_forward(block, True, 256) * tokens
     assert layer["mask"] == 2 * tokens * 256
-    checkpointed = Workload(per_device_batch=2, sequence_length=256, gradient_checkpointing=True)
-    layer = layer_bytes(dims, lora, checkpointed, ("q_proj", "v_proj"))
+    checkpointed = _training("bfloat16", attention="eager")
+    layer = layer_bytes(dims, checkpointed, eager, ("q_proj", "v_proj"))
     assert layer["forward"] == A.layer_forward(block, False, 256) * tokens
     # fp16 weights under bf16 autocast: the mask in the weights' 16 bits, the stream fp32
-    mixed = _training("float16", mixed=True, autocast="bfloat16", attention="eager")
+    mixed = _training(
+        "float16", mixed=True, autocast="bfloat16", attention="eager", checkpointing="none"
+    )
     half = block_of(dims, mixed, eager, ("q_proj", "v_proj"))
     assert (half.dtype_width, half.residual, half.casts) == (2, 4, "saved")
 
@@ -186,25 +190,25 @@ def test_each_moment_names_the_weight_copies_it_holds():
         input=10.0, mask=7.0, copies_first=3.0, copies_other=5.0, copies_kept=11.0,
         copies_inside=13.0, copies_head=17.0, shared_first=0.0, shared_other=0.0,
     )  # fmt: skip
-    plain = Workload(per_device_batch=1, sequence_length=8, gradient_checkpointing=False)
-    checkpointed = Workload(per_device_batch=1, sequence_length=8, gradient_checkpointing=True)
+    work = Workload(per_device_batch=1, sequence_length=8)
     base = {"weights": 0.0, "gradients": 0.0, "optimizer_state": 0.0, "fsdp_gathered": 0.0}
-    training = _training("float32")
-    forwards = peak._forward_moments(dims, training, plain, layer, base, 0.0, dict.fromkeys(
+    plain = _training("float32", checkpointing="none")
+    training = _training("float32")  # checkpointed
+    forwards = peak._forward_moments(dims, plain, work, layer, base, 0.0, dict.fromkeys(
         ("inside", "returned", "backward", "kept"), 0.0))  # fmt: skip
     assert forwards["last layer"]["autocast_copies"] == 11 + 13
     assert forwards["last layer"]["activations"] == 0 + 7  # the mask, inside the forward
     assert forwards["loss"]["activations"] == 10 + 7  # LoRA's held final-norm output, the mask
-    held = peak._forward_moments(dims, training, checkpointed, layer, base, 0.0, dict.fromkeys(
+    held = peak._forward_moments(dims, training, work, layer, base, 0.0, dict.fromkeys(
         ("inside", "returned", "backward", "kept"), 0.0))  # fmt: skip
     assert held["last layer"]["activations"] == 2 * 10 + 7  # the mask as the layers' input
-    assert peak._kept(dims, checkpointed, layer) == 2 * 10 + 7
-    top, bottom = peak._kept_in_layers(dims, training, None, plain, layer)  # type: ignore[arg-type]
+    assert peak._kept(dims, True, layer) == 2 * 10 + 7
+    top, bottom = peak._kept_in_layers(dims, plain, None, work, layer)  # type: ignore[arg-type]
     assert (top["autocast_copies"], bottom["autocast_copies"]) == (11, 3)
-    top, bottom = peak._kept_in_layers(dims, training, _Bound(), checkpointed, layer)
+    top, bottom = peak._kept_in_layers(dims, training, _Bound(), work, layer)
     assert (top["activations"], bottom["activations"]) == (2 * 10 + 7, 10 + 7)
     assert (top["autocast_copies"], bottom["autocast_copies"]) == (5, 3)
-    norm = peak._final_norm_moment(None, dims, training, None, plain, layer, base)  # type: ignore[arg-type]
+    norm = peak._final_norm_moment(None, dims, plain, None, work, layer, base)  # type: ignore[arg-type]
     assert norm["final norm"]["autocast_copies"] == 11
 
 

@@ -65,31 +65,33 @@ def test_adapters_reading_one_fp32_input_keep_it_once():
     assert A.adapters_saved(mlp, {}) == 4 * 64 + 4 * 128 + 3 * 4 * 8
 
 
-def _training(method: str, attention: Attention = "flash_attention_2") -> TrainingConfiguration:
-    return TrainingConfiguration(tuning=Tuning(method=method), kernels=Kernels(attention=attention))
+def _reentrant(method: str, attention: Attention = "flash_attention_2") -> TrainingConfiguration:
+    """Checkpointed by torch.utils.checkpoint's use_reentrant=True."""
+    kernels = Kernels(attention=attention, checkpointing="reentrant")
+    return TrainingConfiguration(tuning=Tuning(method=method), kernels=kernels)
 
 
 def test_the_softmax_backward_beside_the_reentrant_checkpoints_gradients():
     dims = Dimensions("llama", 2, 64, 4, 64, 32, 16, 128)
-    reentrant = Workload(per_device_batch=2, sequence_length=256, reentrant_checkpointing=True)
+    reentrant = Workload(per_device_batch=2, sequence_length=256)
     tokens, held = 2 * 256, 2 * 64  # the recomputed output, 16 bits
-    lora = block_of(dims, _training("lora", "eager"), reentrant, ("q_proj", "v_proj"))
-    layer = layer_bytes(dims, _training("lora", "eager"), reentrant, ("q_proj", "v_proj"))
+    lora = block_of(dims, _reentrant("lora", "eager"), reentrant, ("q_proj", "v_proj"))
+    layer = layer_bytes(dims, _reentrant("lora", "eager"), reentrant, ("q_proj", "v_proj"))
     # the layer's output gradient, held by the checkpoint, and the residual's: 2 x held
     expected = A.attention_backward(lora, 256) * tokens + 2 * held * tokens
     assert expected > (A.mlp_backward(lora) + held) * tokens
     assert layer["backward"] == expected
     # full fine-tuning: o_proj's, gate's, up's and the norm's gradients (bf16) are made
-    full = block_of(dims, _training("none", "eager"), reentrant)
-    layer = layer_bytes(dims, _training("none", "eager"), reentrant)
+    full = block_of(dims, _reentrant("none", "eager"), reentrant)
+    layer = layer_bytes(dims, _reentrant("none", "eager"), reentrant)
     gradients = 2 * (64 * 64 + 2 * 64 * 16 + 64)
     assert layer["backward"] == A.attention_backward(full, 256) * tokens + 2 * held * tokens + (
         gradients
     )
     # sdpa: the MLP's backward, and the held output
-    sdpa = Workload(per_device_batch=2, sequence_length=256, reentrant_checkpointing=True)
-    layer = layer_bytes(dims, _training("lora"), sdpa, ("q_proj", "v_proj"))
-    block = block_of(dims, _training("lora"), sdpa, ("q_proj", "v_proj"))
+    sdpa = reentrant
+    layer = layer_bytes(dims, _reentrant("lora"), sdpa, ("q_proj", "v_proj"))
+    block = block_of(dims, _reentrant("lora"), sdpa, ("q_proj", "v_proj"))
     assert layer["backward"] == (A.mlp_backward(block) + held) * tokens
 
 
@@ -97,14 +99,14 @@ def test_prompt_tunings_fp32_embeddings_are_the_first_norms_copy():
     from ado_actuators.sfttrainer.plan.memory.peak import _forward_moments
 
     dims = Dimensions("llama", 2, 64, 4, 64, 32, 16, 128)
-    plain = Workload(per_device_batch=2, sequence_length=8, gradient_checkpointing=False)
+    plain = Workload(per_device_batch=2, sequence_length=8)
     zeros = dict.fromkeys(("inside", "returned"), 0.0)
     tokens = 2 * (8 + 8)  # the virtual tokens joined
     for dtype, width, embeddings in (("float32", 4, 0), ("bfloat16", 2, 1)):
         training = TrainingConfiguration(
             tuning=Tuning(method="pt"),
             precision=Precision(torch_dtype=dtype),
-            kernels=Kernels(attention="flash_attention_2"),
+            kernels=Kernels(attention="flash_attention_2", checkpointing="none"),
         )
         layer = layer_bytes(dims, training, plain)
         assert layer["input"] == width * 64 * tokens

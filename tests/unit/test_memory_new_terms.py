@@ -11,7 +11,7 @@ from ado_actuators.sfttrainer.plan.memory import activations as A
 from ado_actuators.sfttrainer.plan.memory.peak import _layer_backward
 from ado_actuators.sfttrainer.plan.model.training import Kernels, TrainingConfiguration, Tuning
 
-FLASH = Kernels(attention="flash_attention_2")  # the attention counted unless a test says
+KERNELS = Kernels(attention="flash_attention_2", checkpointing="non_reentrant")  # unless told
 
 TINY = A.Block(
     hidden=6,
@@ -157,14 +157,14 @@ def test_the_experts_moment_is_nothing_when_the_experts_do_not_train():
 
 def test_a_layers_backward_peak_under_full_fine_tuning_with_eager_attention():
     eager = dataclasses.replace(TINY, attention="eager", casts="saved")
-    training = TrainingConfiguration(kernels=FLASH)
+    training = TrainingConfiguration(kernels=KERNELS)
     # the softmax backward (2 x 32 x 6 + 28 - 164 = 248 per token, 3 tokens), less the copies
     # after the attention (2 x 228), plus those linears' bf16 gradients and the norm's
     # (2 x 174), plus the reentrant gradient and the residual's (2 x 5 per token)
     softmax = 248 * 3 - 2 * 228 + 2 * 174 + 2 * 5 * 3
     # beats down_proj's backward ((32 + 5) x 3) and the MLP's less down's copy
     assert _layer_backward(eager, training, 32, 3, 5.0) == softmax
-    lora = TrainingConfiguration(kernels=FLASH, tuning=Tuning(method="lora"))
+    lora = TrainingConfiguration(kernels=KERNELS, tuning=Tuning(method="lora"))
     assert _layer_backward(eager, lora, 32, 3, 5.0) == softmax - 2 * 174
 
 
@@ -176,5 +176,5 @@ def test_a_layers_backward_when_the_mlp_frees_more_than_it_adds():
     # (2 x 2 x 6 x 2 = 48) and the shared expert's (3 x 2 x 30 = 180): below 0, so nothing;
     # a MoE's down_proj is not counted apart: only the held output, 5 per token
     assert A.mlp_backward(moe) == 12 + 120 - 48 - 180
-    training = TrainingConfiguration(kernels=FLASH, tuning=Tuning(method="lora"))
+    training = TrainingConfiguration(kernels=KERNELS, tuning=Tuning(method="lora"))
     assert _layer_backward(moe, training, 32, 3, 5.0) == 5 * 3

@@ -27,6 +27,7 @@ from ado_actuators.sfttrainer.plan.model import releases
 from ado_actuators.sfttrainer.plan.model.architecture import count_parameters
 from ado_actuators.sfttrainer.plan.model.training import (
     Batch,
+    Checkpointing,
     FastKernels,
     Kernels,
     Parallelism,
@@ -35,7 +36,7 @@ from ado_actuators.sfttrainer.plan.model.training import (
     Tuning,
 )
 
-FLASH = Kernels(attention="flash_attention_2")  # the attention counted unless a test says
+KERNELS = Kernels(attention="flash_attention_2", checkpointing="non_reentrant")  # unless told
 
 
 def gathered_bytes(counts, dims, bound, training):
@@ -74,8 +75,11 @@ MISTRAL_7B = {
 }
 
 
-def full(number_gpus: int = 1) -> TrainingConfiguration:
-    return TrainingConfiguration(kernels=FLASH, parallelism=Parallelism(gpus=number_gpus))
+def full(
+    number_gpus: int = 1, checkpointing: Checkpointing = "non_reentrant"
+) -> TrainingConfiguration:
+    kernels = Kernels(attention="flash_attention_2", checkpointing=checkpointing)
+    return TrainingConfiguration(kernels=kernels, parallelism=Parallelism(gpus=number_gpus))
 
 
 @pytest.mark.parametrize(
@@ -201,6 +205,14 @@ SANTACODER_LIKE = {
 }
 
 
+def checkpointed_as(
+    configuration: TrainingConfiguration, how: Checkpointing
+) -> TrainingConfiguration:
+    """`configuration` with gradient checkpointing `how` (none: off)."""
+    kernels = dataclasses.replace(configuration.kernels, checkpointing=how)
+    return dataclasses.replace(configuration, kernels=kernels)
+
+
 def fused_norms(configuration: TrainingConfiguration) -> TrainingConfiguration:
     """`configuration` with fast_kernels' fused RMSNorm."""
     fast = FastKernels(fast_rms_layernorm=True)
@@ -211,7 +223,7 @@ def fused_norms(configuration: TrainingConfiguration) -> TrainingConfiguration:
 
 def lora_over(number_gpus: int, backend: str = "FSDP", peft: str = "lora") -> TrainingConfiguration:
     return TrainingConfiguration(
-        kernels=FLASH,
+        kernels=KERNELS,
         tuning=Tuning(method=peft, target_modules=("q_proj",)),
         parallelism=Parallelism(gpus=number_gpus, backend=backend),
     )
@@ -263,7 +275,7 @@ def test_fsdp_gathers_nothing_without_fsdp_or_shards_and_exactly_this_with_them(
     config = dict(TINY, num_hidden_layers=1, tie_word_embeddings=False)  # an LM head of its own
     counts, dims = count_parameters(config), Dimensions.of(config)
     expert_parallel_ddp = TrainingConfiguration(
-        kernels=FLASH, parallelism=Parallelism(gpus=4, backend="DDP", fast_moe=2)
+        kernels=KERNELS, parallelism=Parallelism(gpus=4, backend="DDP", fast_moe=2)
     )
     for training in (full(), expert_parallel_ddp):
         assert gathered_bytes(counts, dims, memory_bound(counts, training), training) == 0
@@ -282,24 +294,25 @@ def test_fsdp_gathers_nothing_without_fsdp_or_shards_and_exactly_this_with_them(
 def test_fsdp_over_frozen_layers_holds_every_layers_input_gradient_under_reentrant_checkpointing():
     counts, dims = count_parameters(TINY), Dimensions.of(TINY)
     # transformers before 4.52 checkpoints each layer from the model's forward
-    reentrant = Workload(2, 8, reentrant_checkpointing=True, checkpointed_by_model=True)
-    two = lora_over(2)
+    by_model = Workload(2, 8, checkpointed_by_model=True)
+    two = checkpointed_as(lora_over(2), "reentrant")
     # (2 layers - 1) x 16 tokens x hidden 64 x 2 bytes
-    assert held_input_gradient_bytes(dims, two, memory_bound(counts, two), reentrant) == 2048
-    pt = lora_over(2, peft="pt")  # over the virtual tokens too: 2 x (8 + 8) tokens
-    assert held_input_gradient_bytes(dims, pt, memory_bound(counts, pt), reentrant) == 4096
-    prediction = predict_peak(counts, dims, two, memory_bound(counts, two), reentrant)
+    assert held_input_gradient_bytes(dims, two, memory_bound(counts, two), by_model) == 2048
+    # over the virtual tokens too: 2 x (8 + 8) tokens
+    pt = checkpointed_as(lora_over(2, peft="pt"), "reentrant")
+    assert held_input_gradient_bytes(dims, pt, memory_bound(counts, pt), by_model) == 4096
+    prediction = predict_peak(counts, dims, two, memory_bound(counts, two), by_model)
     assert prediction.phases["backward"]["fsdp_held_input_gradients"] == 2048
     assert "fsdp_held_input_gradients" not in prediction.phases["forward"]
     # none of it: the layers train (full), one device, DDP, no checkpointing, non-reentrant
     for training, work in [
-        (full(number_gpus=2), reentrant),
-        (lora_over(1), reentrant),
-        (lora_over(2, "DDP"), reentrant),
-        (two, Workload(2, 8, gradient_checkpointing=False, reentrant_checkpointing=True)),
-        (two, Workload(2, 8)),
+        (checkpointed_as(full(number_gpus=2), "reentrant"), by_model),
+        (checkpointed_as(lora_over(1), "reentrant"), by_model),
+        (checkpointed_as(lora_over(2, "DDP"), "reentrant"), by_model),
+        (checkpointed_as(lora_over(2), "none"), Workload(2, 8)),
+        (lora_over(2), Workload(2, 8)),
         # a layer that checkpoints itself (4.52 on) recomputes inside its unit: nothing held
-        (two, dataclasses.replace(reentrant, checkpointed_by_model=False)),
+        (two, Workload(2, 8)),
     ]:
         assert held_input_gradient_bytes(dims, training, memory_bound(counts, training), work) == 0
         phases = predict_peak(counts, dims, training, memory_bound(counts, training), work).phases
@@ -411,7 +424,7 @@ def test_trl_copies_the_logits_from_0_15_on():
 
 
 LORA_QV = TrainingConfiguration(
-    kernels=FLASH, tuning=Tuning(method="lora", target_modules=("q_proj", "v_proj"))
+    kernels=KERNELS, tuning=Tuning(method="lora", target_modules=("q_proj", "v_proj"))
 )
 
 
@@ -428,17 +441,20 @@ def test_layer_bytes_are_the_activations_terms_for_the_devices_batch():
     assert layer["input"] == 2 * 64 * 16
     assert layer["rotary"] == 2 * 8 * 16 * 2  # cos and sin, (1, 8, 16) bf16
     assert layer["embedded"] == 0
-    reentrant = Workload(per_device_batch=2, sequence_length=8, reentrant_checkpointing=True)
-    hooked = layer_bytes(dims, LORA_QV, reentrant, ("q_proj", "v_proj"))
+    reentrant = checkpointed_as(LORA_QV, "reentrant")
+    hooked = layer_bytes(dims, reentrant, work, ("q_proj", "v_proj"))
     assert hooked["first"] == layer["other"]  # the hook: the first layer's input needs a gradient
     assert hooked["backward"] == layer["backward"] + 2 * 64 * 16  # the recomputed output
     assert hooked["embedded"] == 0
-    pt = TrainingConfiguration(kernels=FLASH, tuning=Tuning(method="pt"))
-    prompt = layer_bytes(dims, pt, reentrant)
+    pt = TrainingConfiguration(
+        kernels=Kernels(attention="flash_attention_2", checkpointing="reentrant"),
+        tuning=Tuning(method="pt"),
+    )
+    prompt = layer_bytes(dims, pt, work)
     assert prompt["input"] == 2 * 64 * 2 * 16  # 8 + 8 virtual tokens per sequence
     assert prompt["embedded"] == 2 * 64 * 16  # the real tokens' embeddings, a leaf
     granite = Dimensions.of(dict(TINY, model_type="granite"))
-    assert layer_bytes(granite, LORA_QV, reentrant, ("q_proj",))["embedded"] == 2 * 64 * 16
+    assert layer_bytes(granite, reentrant, work, ("q_proj",))["embedded"] == 2 * 64 * 16
 
 
 def test_the_head_keeps_the_final_norms_input_and_when_trained_the_lm_heads():
@@ -461,7 +477,7 @@ def test_logits_bytes_scale_the_releases_bytes_by_tokens_and_vocabulary():
         "backward": 16 * 1000 * 12,
         "kept": 16 * 1000 * 4,
     }
-    pt = TrainingConfiguration(kernels=FLASH, tuning=Tuning(method="pt"))
+    pt = TrainingConfiguration(kernels=KERNELS, tuning=Tuning(method="pt"))
     assert logits_bytes(dims, pt, work)["inside"] == 32 * 1000 * 10  # the virtual tokens too
     assert set(logits_bytes(dims, full(), Workload(2, 8)).values()) == {0.0}
 
@@ -539,9 +555,10 @@ def test_checkpointed_peaks_are_the_largest_moment_of_each_phase():
 def test_without_checkpointing_every_layer_keeps_its_tensors():
     counts, dims = count_parameters(TINY), Dimensions.of(TINY)
     bound = memory_bound(counts, LORA_QV)
-    work = Workload(per_device_batch=2, sequence_length=8, gradient_checkpointing=False)
-    prediction = predict_peak(counts, dims, LORA_QV, bound, work, ("q_proj", "v_proj"))
-    layer = layer_bytes(dims, LORA_QV, work, ("q_proj", "v_proj"))
+    work = Workload(per_device_batch=2, sequence_length=8)
+    unchecked = checkpointed_as(LORA_QV, "none")
+    prediction = predict_peak(counts, dims, unchecked, bound, work, ("q_proj", "v_proj"))
+    layer = layer_bytes(dims, unchecked, work, ("q_proj", "v_proj"))
     kept = layer["first"] + layer["other"] + layer["rotary"]
     # at this width the final norm's backward (five fp32 hidden states) is above the first
     # layer's (the MLP's three intermediate-wide gradients)
@@ -649,7 +666,7 @@ def test_fast_rms_layernorm_reaches_every_layer_and_only_lora_adapts_linears():
     assert layer["other"] == activations.layer_saved(block, 8) * 16
     assert layer["other"] < layer_bytes(dims, LORA_QV, work, targets)["other"]
     # prompt tuning adapts no linear: a target list handed along adds no adapter's tensors
-    pt = TrainingConfiguration(kernels=FLASH, tuning=Tuning(method="pt"))
+    pt = TrainingConfiguration(kernels=KERNELS, tuning=Tuning(method="pt"))
     assert layer_bytes(dims, pt, work, targets) == layer_bytes(dims, pt, work)
 
 
@@ -706,7 +723,7 @@ def test_fsdp_upcasts_gradients_and_state_with_the_weights_wherever_it_runs():
     # take twice bf16's bytes
     two = full(number_gpus=2)
     no_shard = TrainingConfiguration(
-        kernels=FLASH, parallelism=Parallelism(gpus=2, fsdp_sharding_strategy="NO_SHARD")
+        kernels=KERNELS, parallelism=Parallelism(gpus=2, fsdp_sharding_strategy="NO_SHARD")
     )
     for training in (two, no_shard):  # FSDP runs over two ranks, sharding or not
         bound = memory_bound(counts, training)
@@ -724,17 +741,18 @@ def test_fsdp_upcasts_gradients_and_state_with_the_weights_wherever_it_runs():
 
 def test_a_ddp_device_runs_the_one_device_step():
     counts, dims = count_parameters(TINY), Dimensions.of(TINY)
-    work = Workload(8, 64, gradient_checkpointing=False, fused_loss="chunked")
-    one = full()
+    work = Workload(8, 64, fused_loss="chunked")
+    one = checkpointed_as(full(), "none")
     alone = predict_peak(counts, dims, one, memory_bound(counts, one), work)
-    ddp = TrainingConfiguration(kernels=FLASH, parallelism=Parallelism(gpus=2, backend="DDP"))
+    unchecked = Kernels(attention="flash_attention_2")
+    ddp = TrainingConfiguration(kernels=unchecked, parallelism=Parallelism(gpus=2, backend="DDP"))
     replica = predict_peak(counts, dims, ddp, memory_bound(counts, ddp), work)
     assert alone.moments["backward"] == "final norm"  # the LM head's gradients beside it
     assert replica.phases == alone.phases and replica.candidates == alone.candidates
     # expert parallel: the bound keeps each device's share of the states (its smaller reading)
     # and DDP gathers no gradient whole: the layers' gradients are that share of the step's
     expert = TrainingConfiguration(
-        kernels=FLASH, parallelism=Parallelism(gpus=4, backend="DDP", fast_moe=2)
+        kernels=unchecked, parallelism=Parallelism(gpus=4, backend="DDP", fast_moe=2)
     )
     shared = predict_peak(counts, dims, expert, memory_bound(counts, expert), work)
     assert shared.moments["backward"] == "final norm"
@@ -749,13 +767,7 @@ def test_the_notes_say_what_was_left_out_and_what_was_assumed():
     # a chunked loss never holds the logits: nothing is left out
     chunked = Workload(2, 8, fused_loss="chunked")
     assert predict_peak(counts, dims, LORA_QV, bound, chunked).notes == ()
-    ignored = Workload(
-        2,
-        8,
-        gradient_checkpointing=False,
-        checkpointing_ignored=True,
-        loss=LossCode("loss", "labels"),
-    )
+    ignored = Workload(2, 8, checkpointing_honoured=False, loss=LossCode("loss", "labels"))
     assert predict_peak(counts, dims, LORA_QV, bound, ignored).notes == (
         "gradient checkpointing asked for, but this transformers release's layers of the "
         "family ignore it (plan/memory/logits.read_checkpointing): predicted without it",
@@ -776,8 +788,7 @@ def test_every_moment_is_named_and_each_phase_peaks_at_its_largest():
         peak = sum(checkpointed.phases[phase].values())
         assert totals[checkpointed.moments[phase]] == max(totals.values()) == peak
     # without checkpointing nothing is recomputed
-    off = dataclasses.replace(work, gradient_checkpointing=False)
-    plain = predict_peak(counts, dims, LORA_QV, bound, off, targets)
+    plain = predict_peak(counts, dims, checkpointed_as(LORA_QV, "none"), bound, work, targets)
     assert set(plain.candidates["backward"]) == {"loss", "first layer", "last layer", "final norm"}
     # mixed precision with TRL's copy: after the model returned, accelerate's fp32 logits and
     # TRL's copy of them beside the kept log_softmax (4 + 4 + 4 bytes a logit) outgrow the
@@ -810,10 +821,11 @@ def test_the_final_norms_backward_holds_five_fp32_hidden_states_beside_every_kep
     narrow = dict(TINY, intermediate_size=16)
     counts, dims = count_parameters(narrow), Dimensions.of(narrow)
     lora = TrainingConfiguration(
-        kernels=FLASH, tuning=Tuning(method="lora", target_modules=("o_proj",))
+        kernels=Kernels(attention="flash_attention_2"),
+        tuning=Tuning(method="lora", target_modules=("o_proj",)),
     )
     bound = memory_bound(counts, lora)
-    work = Workload(per_device_batch=2, sequence_length=8, gradient_checkpointing=False)
+    work = Workload(per_device_batch=2, sequence_length=8)
     prediction = predict_peak(counts, dims, lora, bound, work, ("o_proj",))
     layer = layer_bytes(dims, lora, work, ("o_proj",))
     kept = layer["first"] + layer["other"] + layer["rotary"]
@@ -823,18 +835,24 @@ def test_the_final_norms_backward_holds_five_fp32_hidden_states_beside_every_kep
     assert moment["backward_transients"] == 5 * 4 * 64 * 16
     assert moment["gradients"] == 0  # LoRA: no head gradient
     # full fine-tuning: the LM head's and the final norm's gradients exist by then
-    trained = predict_peak(counts, dims, full(), memory_bound(counts, full()), work)
+    trained = predict_peak(
+        counts,
+        dims,
+        full(checkpointing="none"),
+        memory_bound(counts, full(checkpointing="none")),
+        work,
+    )
     head = (
         ((counts.lm_head or counts.embedding) + 64)
         / counts.total
-        * memory_bound(counts, full()).parts["gradients"]
+        * memory_bound(counts, full(checkpointing="none")).parts["gradients"]
     )
     assert trained.candidates["backward"]["final norm"] == pytest.approx(
         sum(trained.phases["optimizer_step"][k] for k in ("weights", "optimizer_state"))
         + head
-        + layer_bytes(dims, full(), work)["first"]
-        + layer_bytes(dims, full(), work)["other"]
-        + layer_bytes(dims, full(), work)["rotary"]
+        + layer_bytes(dims, full(checkpointing="none"), work)["first"]
+        + layer_bytes(dims, full(checkpointing="none"), work)["other"]
+        + layer_bytes(dims, full(checkpointing="none"), work)["rotary"]
         + 6 * 4 * 64 * 16
     )
     # GPTBigCode's LayerNorm and the fused RMSNorm run other backwards: no such moment
@@ -854,8 +872,8 @@ def test_the_first_layer_backward_reaches_holds_the_head_and_its_down_proj_gradi
     exist beside every kept tensor. Under DDP
     with expert parallel the down_proj gradient is the device's share, never gathered whole."""
     counts, dims = count_parameters(TINY), Dimensions.of(TINY)
-    work = Workload(1, 8, gradient_checkpointing=False, fused_loss="chunked")
-    layer = layer_bytes(dims, full(), work)
+    work = Workload(1, 8, fused_loss="chunked")
+    layer = layer_bytes(dims, full(checkpointing="none"), work)
     kept = layer["first"] + layer["other"] + layer["rotary"]
 
     def first_layer(training: TrainingConfiguration) -> float:
@@ -866,9 +884,10 @@ def test_the_first_layer_backward_reaches_holds_the_head_and_its_down_proj_gradi
 
     per_parameter = 2  # bf16 gradients on one device
     grown = per_parameter * (1000 * 64 + 64 + 64 * 128)
-    assert first_layer(full()) == pytest.approx(grown)
+    assert first_layer(full(checkpointing="none")) == pytest.approx(grown)
     expert = TrainingConfiguration(
-        kernels=FLASH, parallelism=Parallelism(gpus=4, backend="DDP", fast_moe=2)
+        kernels=Kernels(attention="flash_attention_2"),
+        parallelism=Parallelism(gpus=4, backend="DDP", fast_moe=2),
     )
     assert first_layer(expert) == pytest.approx(grown / 4)
 
@@ -880,9 +899,10 @@ def test_without_checkpointing_a_wide_mlps_backward_peaks_at_the_first_layer_it_
     wide = dict(TINY, intermediate_size=1024)
     counts, dims = count_parameters(wide), Dimensions.of(wide)
     bound = memory_bound(counts, LORA_QV)
-    work = Workload(per_device_batch=2, sequence_length=8, gradient_checkpointing=False)
-    prediction = predict_peak(counts, dims, LORA_QV, bound, work, ("q_proj", "v_proj"))
-    layer = layer_bytes(dims, LORA_QV, work, ("q_proj", "v_proj"))
+    work = Workload(per_device_batch=2, sequence_length=8)
+    unchecked = checkpointed_as(LORA_QV, "none")
+    prediction = predict_peak(counts, dims, unchecked, bound, work, ("q_proj", "v_proj"))
+    layer = layer_bytes(dims, unchecked, work, ("q_proj", "v_proj"))
     assert prediction.moments["backward"] == "first layer"
     backward = prediction.phases["backward"]
     assert backward["activations"] == layer["first"] + layer["other"] + layer["rotary"]

@@ -22,7 +22,7 @@ from ado_actuators.sfttrainer.plan.model.training import (
     Tuning,
 )
 
-FLASH = Kernels(attention="flash_attention_2")  # the attention counted unless a test says
+KERNELS = Kernels(attention="flash_attention_2", checkpointing="non_reentrant")  # unless told
 
 INVENTORY = {
     "total": 1000,
@@ -48,9 +48,15 @@ STEP = TracedStep(
 )
 
 
+def reentrant(configuration: TrainingConfiguration) -> TrainingConfiguration:
+    """`configuration` checkpointed by torch.utils.checkpoint's use_reentrant=True."""
+    kernels = dataclasses.replace(configuration.kernels, checkpointing="reentrant")
+    return dataclasses.replace(configuration, kernels=kernels)
+
+
 def lora(gpus: int = 1) -> TrainingConfiguration:
     return TrainingConfiguration(
-        kernels=FLASH,
+        kernels=KERNELS,
         tuning=Tuning(method="lora", target_modules=("q_proj",), lora_r=2),
         parallelism=Parallelism(gpus=gpus),
     )
@@ -97,7 +103,7 @@ def test_the_notes_say_how_deep_the_model_was_traced():
 def test_a_quantized_checkpoint_counts_its_block_weights_at_their_bits():
     """Traced at the model's dtype; the bound's quantized weights replace the traced ones."""
     four = TrainingConfiguration(
-        kernels=FLASH,
+        kernels=KERNELS,
         tuning=Tuning(method="lora", target_modules=("q_proj",), lora_r=2),
         config={"quantization_config": {"bits": 4}},
     )
@@ -117,8 +123,8 @@ def test_a_quantized_checkpoint_counts_its_block_weights_at_their_bits():
 def test_fsdp_shards_the_states_gathers_the_root_and_a_layer_and_holds_input_gradients():
     two = lora(2)
     bound = memory_bound(T.counts_of(INVENTORY), two)
-    reentrant = Workload(2, 8, reentrant_checkpointing=True, checkpointed_by_model=True)
-    prediction = T.predict(STEP, two, bound, reentrant)
+    by_model = Workload(2, 8, checkpointed_by_model=True)
+    prediction = T.predict(STEP, reentrant(two), bound, by_model)
     root = 200 + 0 + 8
     layer = (1000 - root) / 4
     gathered = (root + 1 * layer) * 2  # whole, one layer at a time under LoRA
@@ -133,7 +139,7 @@ def test_fsdp_shards_the_states_gathers_the_root_and_a_layer_and_holds_input_gra
     assert "fsdp_gathered" not in prediction.phases["optimizer_step"]
     plain = T.predict(STEP, two, bound, Workload(2, 8))
     assert "fsdp_held_input_gradients" not in plain.phases["backward"]
-    inside = T.predict(STEP, two, bound, Workload(2, 8, reentrant_checkpointing=True))
+    inside = T.predict(STEP, reentrant(two), bound, Workload(2, 8))
     assert "fsdp_held_input_gradients" not in inside.phases["backward"]
 
 
@@ -141,11 +147,13 @@ def test_prompt_tunings_held_input_gradients_span_its_virtual_tokens_as_in_the_f
     """The trace path's FSDP terms are the formula's (plan/memory/fsdp.py), at the length the
     layers see: the samples' and prompt tuning's virtual tokens."""
     pt = TrainingConfiguration(
-        kernels=FLASH, tuning=Tuning(method="pt"), parallelism=Parallelism(gpus=2)
+        kernels=KERNELS, tuning=Tuning(method="pt"), parallelism=Parallelism(gpus=2)
     )
-    reentrant = Workload(2, 8, reentrant_checkpointing=True, checkpointed_by_model=True)
+    by_model = Workload(2, 8, checkpointed_by_model=True)
     bound = memory_bound(T.counts_of(INVENTORY), pt)
-    held = T.predict(STEP, pt, bound, reentrant).phases["backward"]["fsdp_held_input_gradients"]
+    held = T.predict(STEP, reentrant(pt), bound, by_model).phases["backward"][
+        "fsdp_held_input_gradients"
+    ]
     # (4 layers - 1) x 2 samples x (8 + 8 virtual tokens) x hidden 8 x 2 bytes
     assert held == 3 * 2 * (8 + PROMPT_TUNING_VIRTUAL_TOKENS) * 8 * 2
 

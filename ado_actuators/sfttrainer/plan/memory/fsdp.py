@@ -13,12 +13,10 @@ from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 
 
 class Checkpointing(Protocol):
-    """How the layers are checkpointed (plan/memory/peak.Workload has it)."""
+    """What the release does with the checkpointing asked for (plan/memory/peak.Workload)."""
 
     @property
-    def gradient_checkpointing(self) -> bool: ...
-    @property
-    def reentrant_checkpointing(self) -> bool: ...
+    def checkpointing_honoured(self) -> bool: ...
     @property
     def checkpointed_by_model(self) -> bool: ...
 
@@ -78,8 +76,8 @@ def held_input_gradient_bytes(
         configuration.parallelism.backend == "FSDP"
         and bound.shards > 1
         and configuration.tuning.method != "none"
-        and workload.gradient_checkpointing
-        and workload.reentrant_checkpointing
+        and configuration.kernels.checkpointing == "reentrant"
+        and workload.checkpointing_honoured
         and workload.checkpointed_by_model
     ):
         return 0.0

@@ -129,14 +129,13 @@ class Workload:
 
     per_device_batch: int
     sequence_length: int
-    gradient_checkpointing: bool = True
-    reentrant_checkpointing: bool = False  # torch.utils.checkpoint's use_reentrant=True
     loss: LossCode | None = None
     fused_loss: str | None = None  # None | "in_place" | "chunked" (plan/memory/logits.LossCode)
     fsdp_upcast: bool = False  # mixed precision under FSDP: accelerate upcasts to fp32
     logits_copy: bool = False  # TRL >= 0.15 copies the logits for its token accuracy
     lora_dropout: bool = True
-    checkpointing_ignored: bool = False  # asked for, but the release's layers do not honour it
+    # the release's layers honour gradient checkpointing (transformers 4.55's GPTBigCode does not)
+    checkpointing_honoured: bool = True
     checkpointed_by_model: bool = False
     """The model's forward checkpoints each layer (transformers before 4.52): an FSDP unit then
     runs inside the checkpoint (plan/memory/logits.read_checkpointing's "model")."""
@@ -145,12 +144,23 @@ class Workload:
     def tokens(self) -> int:
         return self.per_device_batch * self.sequence_length
 
-    @property
-    def input_hook(self) -> bool:
-        """TRL's input-gradient hook (PEFT under reentrant checkpointing), installed from the
-        arguments: also where the release's layers then ignore checkpointing."""
-        asked = self.gradient_checkpointing or self.checkpointing_ignored
-        return asked and self.reentrant_checkpointing
+
+def checkpointed(configuration: TrainingConfiguration, workload: Workload) -> bool:
+    """The layers are checkpointed: asked for, and honoured by the release's layers."""
+    return configuration.kernels.gradient_checkpointing and workload.checkpointing_honoured
+
+
+def reentrant(configuration: TrainingConfiguration, workload: Workload) -> bool:
+    """Checkpointed by torch.utils.checkpoint's use_reentrant=True."""
+    return checkpointed(configuration, workload) and configuration.kernels.checkpointing == (
+        "reentrant"
+    )
+
+
+def input_hook(configuration: TrainingConfiguration) -> bool:
+    """TRL's input-gradient hook (PEFT under reentrant checkpointing), installed from the
+    arguments: also where the release's layers then ignore checkpointing."""
+    return configuration.kernels.checkpointing == "reentrant"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,9 +274,7 @@ def input_grads(configuration: TrainingConfiguration, workload: Workload) -> boo
     """Whether the first layer's input needs a gradient: the embedding trains (full
     fine-tuning), prompt tuning's virtual tokens are joined to it, or TRL installs the
     input-gradient hook (PEFT under reentrant checkpointing)."""
-    return configuration.tuning.method != "lora" or (
-        workload.gradient_checkpointing and workload.reentrant_checkpointing
-    )
+    return configuration.tuning.method != "lora" or (reentrant(configuration, workload))
 
 
 def layer_bytes(
@@ -283,21 +291,23 @@ def layer_bytes(
     grad_in = input_grads(configuration, workload)
     first = activations.layer_saved(block, length, True, grad_in)
     held = 0.0
-    if workload.gradient_checkpointing and workload.reentrant_checkpointing:
+    if reentrant(configuration, workload):
         held = block.residual * dims.hidden  # the recomputed output, held through backward
     backward = _layer_backward(block, configuration, length, tokens, held)
-    hooked = configuration.tuning.method != "none" and workload.input_hook
+    hooked = configuration.tuning.method != "none" and input_hook(configuration)
     # the embedding's output is in the model's dtype (an embedding is no autocast op)
     model = DTYPE_BYTES[configuration.precision.torch_dtype]
     real = model * dims.hidden * workload.tokens
     # the select's backward is in the weights' dtype, whatever autocast computes in
     expert_weights = dims.experts * 2 * dims.intermediate * dims.hidden * model
     return {
-        **_copies(dims, block, workload, grad_in),
+        **_copies(dims, block, checkpointed(configuration, workload), grad_in),
         "first": first * tokens,
         "other": activations.layer_saved(block, length) * tokens,
         "backward": max(backward, activations.experts_moment(block, expert_weights, tokens)),
-        "forward": activations.layer_forward(block, not workload.gradient_checkpointing, length)
+        "forward": activations.layer_forward(
+            block, not checkpointed(configuration, workload), length
+        )
         * tokens,
         "recomputed": activations.layer_forward(block, True, length) * tokens,
         # eager attention's additive mask, [batch, 1, s, s] in the model's dtype: alive through
@@ -365,7 +375,7 @@ def _norm_keeps_input(block: activations.Block, input_width: int, grad_in: bool)
 
 
 def _copies(
-    dims: Dimensions, block: activations.Block, workload: Workload, grad_in: bool
+    dims: Dimensions, block: activations.Block, checkpointed: bool, grad_in: bool
 ) -> dict[str, float]:
     """Autocast's 16-bit weight copies (activations.weight_copies), bytes, not per token: the
     first layer's and any other's, what the layers keep through the forward (their saved
@@ -376,7 +386,7 @@ def _copies(
     other = activations.weight_copies(block, True)
     kept = first + (dims.layers - 1) * other
     inside = 0.0
-    if workload.gradient_checkpointing:
+    if checkpointed:
         # the checkpointed forward keeps no copy; the cache keeps its own till autocast exits
         kept, inside = 0.0, dims.layers * activations.cached_copies(block)
     head = block.width * dims.vocab * dims.hidden if block.casts != "none" else 0.0
@@ -511,7 +521,10 @@ def _final_norm_moment(
     if dims.layout == "gpt_bigcode" or configuration.kernels.fast_kernels.fast_rms_layernorm:
         return {}
     tokens = workload.per_device_batch * model_length(configuration, workload)
-    kept = _kept(dims, workload, layer) + activations.FP32 * dims.hidden * tokens
+    kept = (
+        _kept(dims, checkpointed(configuration, workload), layer)
+        + activations.FP32 * dims.hidden * tokens
+    )
     return {
         "final norm": {
             **base,
@@ -536,7 +549,7 @@ def predict_peak(
     bound counts them (the same sharding), without its CUDA context, which torch's peak does
     not include."""
     states, upcast_notes = model_states(counts, configuration, bound, workload, dims.buffers)
-    notes = _notes(bound, workload, upcast_notes)
+    notes = _notes(bound, configuration, workload, upcast_notes)
     accumulating = (
         states["gradients"] if configuration.batch.gradient_accumulation_steps > 1 else 0.0
     )
@@ -554,7 +567,8 @@ def predict_peak(
         ),
     }
     layer = layer_bytes(dims, configuration, workload, adapted)
-    kept = _kept(dims, workload, layer) + head_bytes(dims, configuration, workload)
+    kept = _kept(dims, checkpointed(configuration, workload), layer)
+    kept += head_bytes(dims, configuration, workload)
     logits = logits_bytes(dims, configuration, workload)
     forwards = _forward_moments(dims, configuration, workload, layer, base, kept, logits)
     largest = max(forwards, key=lambda name: sum(forwards[name].values()))
@@ -585,12 +599,17 @@ def predict_peak(
     )
 
 
-def _notes(bound: MemoryBound, workload: Workload, upcast_notes: list[str]) -> list[str]:
+def _notes(
+    bound: MemoryBound,
+    configuration: TrainingConfiguration,
+    workload: Workload,
+    upcast_notes: list[str],
+) -> list[str]:
     """What the prediction could not count, or counted otherwise than the entity asked."""
     notes = [*bound.notes, *upcast_notes]
     if workload.loss is None and workload.fused_loss != "chunked":
         notes.append("logits not counted: the transformers release's loss is not on record")
-    if workload.checkpointing_ignored:
+    if configuration.kernels.gradient_checkpointing and not workload.checkpointing_honoured:
         notes.append(
             "gradient checkpointing asked for, but this transformers release's layers of the "
             "family ignore it (plan/memory/logits.read_checkpointing): predicted without it"
@@ -624,10 +643,10 @@ def _forward_moments(
     # copy, counted with what that layer keeps)
     held = 0.0 if configuration.tuning.method == "none" else layer["input"]
     if configuration.tuning.method == "pt":
-        shared = 0.0 if workload.gradient_checkpointing else layer["shared_first"]
+        shared = 0.0 if checkpointed(configuration, workload) else layer["shared_first"]
         held += layer["input"] - shared
     # the model's own eager mask, kept by no layer without checkpointing: inside its forward
-    mask = 0.0 if workload.gradient_checkpointing else layer["mask"]
+    mask = 0.0 if checkpointed(configuration, workload) else layer["mask"]
     copies = layer["copies_kept"] + layer["copies_head"]
     return {
         "loss": {
@@ -645,17 +664,17 @@ def _forward_moments(
         },
         "last layer": {
             **base,
-            "activations": _kept(dims, workload, layer) + mask,
+            "activations": _kept(dims, checkpointed(configuration, workload), layer) + mask,
             "autocast_copies": layer["copies_kept"] + layer["copies_inside"],
             "forward_transients": layer["forward"],
         },
     }
 
 
-def _kept(dims: Dimensions, workload: Workload, layer: dict[str, float]) -> float:
+def _kept(dims: Dimensions, checkpointed: bool, layer: dict[str, float]) -> float:
     """What the layers keep through the forward: every layer's input under checkpointing,
     everything each layer saves without."""
-    if workload.gradient_checkpointing:
+    if checkpointed:
         inputs = dims.layers * layer["input"] + layer["mask"]
         return inputs + layer["rotary"] + layer["embedded"]
     return layer["first"] + (dims.layers - 1) * layer["other"] + layer["rotary"] + layer["embedded"]
@@ -702,9 +721,9 @@ def _kept_in_layers(
     checkpointing every layer's input and the recomputed layer's tensors (FSDP's held input
     gradients at the last), without it what every layer (the last: the model's first) keeps."""
     top, bottom = ("first", "first") if dims.layers == 1 else ("other", "first")
-    if not workload.gradient_checkpointing:
+    if not checkpointed(configuration, workload):
         top_kept = {
-            "activations": _kept(dims, workload, layer),
+            "activations": _kept(dims, checkpointed(configuration, workload), layer),
             "autocast_copies": layer["copies_kept"],
         }
         bottom_kept = {
@@ -764,7 +783,7 @@ def _layer_moments(
             **transient,
         },
     }
-    if workload.gradient_checkpointing:
+    if checkpointed(configuration, workload):
         # recomputing the first layer it reaches, its output's gradient already there
         moments["first layer, recomputed"] = {
             **base,

@@ -209,15 +209,11 @@ def workload_of(configuration: TrainingConfiguration, model_type: str) -> Worklo
     with what the pinned transformers and TRL releases do with it."""
     version = configuration.fms_hf_tuning_version
     style = checkpointing_for(version, model_type)
-    honoured = style != "none"
-    asked = configuration.kernels.gradient_checkpointing
     return Workload(
         per_device_batch=configuration.batch.per_device_batch,
         sequence_length=configuration.batch.model_max_length,
-        gradient_checkpointing=asked and honoured,
-        checkpointing_ignored=asked and not honoured,
+        checkpointing_honoured=style != "none",
         checkpointed_by_model=style == "model",
-        reentrant_checkpointing=configuration.kernels.checkpointing == "reentrant",
         loss=loss_code_for(version, model_type),
         fused_loss="in_place" if configuration.kernels.fast_kernels.fast_loss else None,
         fsdp_upcast=configuration.precision.mixed_precision
