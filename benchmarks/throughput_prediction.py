@@ -145,7 +145,7 @@ def _observed(
         model=model,
         family=family(model),
         framework=framework,
-        shape=model_shape(config, tuning.trainable, "Vanilla"),
+        shape=model_shape(config, tuning, "Vanilla"),
         configuration=configuration,
         tokens_per_second=float(row["train_tokens_per_second"]),
         device=device,

@@ -17,7 +17,6 @@ from ado_actuators.sfttrainer.plan.memory.bound import (
     weight_bits,
 )
 from ado_actuators.sfttrainer.plan.model.architecture import (
-    Trainable,
     UnsupportedArchitecture,
     count_parameters,
     quantized_bits,
@@ -377,9 +376,9 @@ def test_the_entitys_settings_are_what_is_bounded():
     lora = catalog_data().experiment("finetune_lora_benchmark-v1.0.0")
     four_bits = {"quantization_config": {"quant_method": "gptq", "bits": 4}}
     configuration = TrainingConfiguration.of(values, lora, four_bits)
-    assert configuration.tuning.trainable == Trainable(
-        "lora", 16, tuple(catalog_data().target_modules("m"))
-    )
+    targets = tuple(catalog_data().target_modules("m"))
+    tuning = configuration.tuning
+    assert (tuning.method, tuning.lora_r, tuning.target_modules) == ("lora", 16, targets)
     assert configuration.precision.torch_dtype == "float16"
     assert configuration.precision.optim == "adamw_8bit"
     assert configuration.parallelism == Parallelism(

@@ -353,12 +353,12 @@ def test_a_hybrid_gets_a_step_time_that_says_how_it_was_counted():
 def test_the_meta_count_agrees_with_the_counter_where_both_count(name):
     pytest.importorskip("transformers")
     from ado_actuators.sfttrainer.catalog.model_shapes import shipped_shape
-    from ado_actuators.sfttrainer.plan.model.architecture import Trainable
     from ado_actuators.sfttrainer.plan.model.meta_shape import meta_counts
+    from ado_actuators.sfttrainer.plan.model.training import Tuning
     from ado_actuators.sfttrainer.plan.speed.prediction import model_shape
 
     config = shipped_shape(name).config
-    counted = model_shape(config, Trainable("none"), "Vanilla")
+    counted = model_shape(config, Tuning(), "Vanilla")
     meta = meta_counts(config)
     assert meta.total == counted.total_params
     assert meta.active_matmul == pytest.approx(counted.matmul_params, rel=1e-3)
@@ -380,10 +380,10 @@ TINY_MPT = {
 
 def test_a_family_with_its_own_config_names_is_counted_by_transformers_names():
     pytest.importorskip("transformers")
-    from ado_actuators.sfttrainer.plan.model.architecture import Trainable
+    from ado_actuators.sfttrainer.plan.model.training import Tuning
     from ado_actuators.sfttrainer.plan.speed.prediction import model_shape
 
-    shape = model_shape(TINY_MPT, Trainable("none"), "Vanilla")
+    shape = model_shape(TINY_MPT, Tuning(), "Vanilla")
     assert (shape.layers, shape.hidden, shape.head_dim) == (3, 64, 32)
     assert shape.attention_width == 64
     # hidden + the one up projection's 4 x 64 (not a gated MLP's two)
@@ -394,14 +394,14 @@ def test_a_family_with_its_own_config_names_is_counted_by_transformers_names():
 def test_the_meta_shape_agrees_with_the_counter_on_a_gated_mlp(name):
     pytest.importorskip("transformers")
     from ado_actuators.sfttrainer.catalog.model_shapes import shipped_shape
-    from ado_actuators.sfttrainer.plan.model.architecture import Trainable
     from ado_actuators.sfttrainer.plan.model.meta_shape import meta_counts
     from ado_actuators.sfttrainer.plan.model.shape import ModelShape
+    from ado_actuators.sfttrainer.plan.model.training import Tuning
     from ado_actuators.sfttrainer.plan.speed.prediction import _meta_shape, model_shape
 
     config = shipped_shape(name).config
-    counted = model_shape(config, Trainable("none"), "Vanilla")
-    meta = _meta_shape(meta_counts(config), ModelShape.of(config), Trainable("none"), None)
+    counted = model_shape(config, Tuning(), "Vanilla")
+    meta = _meta_shape(meta_counts(config), ModelShape.of(config), Tuning(), None)
     assert meta.activated_width == counted.activated_width
     assert (meta.head_dim, meta.attention_width) == (counted.head_dim, counted.attention_width)
 

@@ -106,7 +106,7 @@ def weight_bits(configuration: TrainingConfiguration) -> int | None:
 
 
 def trainable_parameters(counts: ParameterCounts, configuration: TrainingConfiguration) -> int:
-    return configuration.tuning.trainable.count(counts)
+    return configuration.tuning.count(counts)
 
 
 def shards(configuration: TrainingConfiguration) -> tuple[int, str]:

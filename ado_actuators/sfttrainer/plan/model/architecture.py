@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterable
 from typing import Any
 
 from ado_actuators.sfttrainer.plan.model.families.registry import COUNTED
@@ -27,7 +26,6 @@ __all__ = [
     "PROMPT_TUNING_VIRTUAL_TOKENS",
     "LinearShape",
     "ParameterCounts",
-    "Trainable",
     "UnsupportedArchitecture",
     "count_parameters",
     "model_length",
@@ -228,32 +226,3 @@ def quantized_bits(config: dict[str, Any]) -> int | None:
     raise UnsupportedArchitecture(
         f"quantization {quant.get('quant_method', '?')!r} without a readable bit width"
     )
-
-
-@dataclasses.dataclass(frozen=True)
-class Trainable:
-    """Which parameters train: every one (method none), LoRA's adapters of rank `lora_r` on the
-    modules named, or prompt tuning's virtual token embeddings."""
-
-    method: str = "none"  # none | lora | pt
-    lora_r: int = 8
-    target_modules: tuple[str, ...] = ()
-
-    def count(self, counts: ParameterCounts) -> int:
-        linears = ((s.name, s.inputs, s.outputs, s.count) for s in counts.linears)
-        return self.count_of(linears, counts.hidden_size, counts.total)
-
-    def count_of(
-        self, linears: Iterable[tuple[str, int, int, int]], hidden: int, total: int
-    ) -> int:
-        """The trainable parameters of a model of `total` parameters and `hidden` width whose
-        linear layers are (name, inputs, outputs, count)."""
-        if self.method == "lora":
-            # PEFT matches a target name against the end of every module's name, so a name can
-            # match several shapes (GPTBigCode's attn.c_proj and mlp.c_proj); names this cannot
-            # size (e.g. a model-specific module) add nothing.
-            wanted = set(self.target_modules)
-            return sum(self.lora_r * (i + o) * c for name, i, o, c in linears if name in wanted)
-        if self.method == "pt":
-            return PROMPT_TUNING_VIRTUAL_TOKENS * hidden
-        return total

@@ -8,14 +8,19 @@ and nowhere else, under one name.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from ado_actuators.sfttrainer.catalog.datasets import get_shape
 from ado_actuators.sfttrainer.catalog.entity import EntityValues
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
 from ado_actuators.sfttrainer.contract.memory_trace import Attention
-from ado_actuators.sfttrainer.plan.model.architecture import Trainable, model_length, virtual_tokens
+from ado_actuators.sfttrainer.plan.model.architecture import (
+    PROMPT_TUNING_VIRTUAL_TOKENS,
+    ParameterCounts,
+    model_length,
+    virtual_tokens,
+)
 from ado_actuators.sfttrainer.plan.model.geometry import per_device_batch
 from ado_actuators.sfttrainer.plan.model.releases import attention_for
 from ado_actuators.sfttrainer.plan.model.shape import ModelShape
@@ -71,9 +76,25 @@ class Tuning:
     target_modules: tuple[str, ...] = ()
     fused_lora: bool = False  # fms-acceleration's fused LoRA kernels (GPTQ-LoRA's experiment)
 
-    @property
-    def trainable(self) -> Trainable:
-        return Trainable(self.method, self.lora_r, self.target_modules)
+    def count(self, counts: ParameterCounts) -> int:
+        """The parameters that train in a model of these counts."""
+        linears = ((s.name, s.inputs, s.outputs, s.count) for s in counts.linears)
+        return self.count_of(linears, counts.hidden_size, counts.total)
+
+    def count_of(
+        self, linears: Iterable[tuple[str, int, int, int]], hidden: int, total: int
+    ) -> int:
+        """The trainable parameters of a model of `total` parameters and `hidden` width whose
+        linear layers are (name, inputs, outputs, count)."""
+        if self.method == "lora":
+            # PEFT matches a target name against the end of every module's name, so a name can
+            # match several shapes (GPTBigCode's attn.c_proj and mlp.c_proj); names this cannot
+            # size (e.g. a model-specific module) add nothing.
+            wanted = set(self.target_modules)
+            return sum(self.lora_r * (i + o) * c for name, i, o, c in linears if name in wanted)
+        if self.method == "pt":
+            return PROMPT_TUNING_VIRTUAL_TOKENS * hidden
+        return total
 
     @property
     def adapted_modules(self) -> tuple[str, ...]:

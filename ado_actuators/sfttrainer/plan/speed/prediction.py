@@ -16,7 +16,6 @@ from ado_actuators.sfttrainer.catalog.models import GPTQ_QUANTIZED
 from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, MeasurementOutcome
 from ado_actuators.sfttrainer.plan.model.architecture import (
     ParameterCounts,
-    Trainable,
     UnsupportedArchitecture,
     count_parameters,
     quantized_bits,
@@ -27,7 +26,11 @@ from ado_actuators.sfttrainer.plan.model.meta_shape import (
     meta_counts,
 )
 from ado_actuators.sfttrainer.plan.model.shape import ModelShape as ConfigShape
-from ado_actuators.sfttrainer.plan.model.training import CHARS_PER_TOKEN, TrainingConfiguration
+from ado_actuators.sfttrainer.plan.model.training import (
+    CHARS_PER_TOKEN,
+    TrainingConfiguration,
+    Tuning,
+)
 from ado_actuators.sfttrainer.plan.speed.devices import DEFAULT_NETWORK_GBPS, device_named
 from ado_actuators.sfttrainer.plan.speed.step_time import (
     REFERENCE,
@@ -102,7 +105,7 @@ def _activated_width(counts: MetaCounts, mlp_per_layer: float) -> int:
 
 
 def _meta_shape(
-    counts: MetaCounts, config: ConfigShape, trainable: Trainable, quantization: str | None
+    counts: MetaCounts, config: ConfigShape, trainable: Tuning, quantization: str | None
 ) -> ModelShape:
     """The step time's shape of a model transformers built on the meta device."""
     per_layer = (counts.active_matmul - counts.attention_linear - counts.lm_head) / counts.layers
@@ -129,7 +132,7 @@ def _meta_shape(
 
 def model_shape(
     config: dict[str, Any],
-    trainable: Trainable,
+    trainable: Tuning,
     weights_format: str,
     read: ConfigShape | None = None,
 ) -> ModelShape:
@@ -253,7 +256,7 @@ def predict_speed(
     try:
         shape = model_shape(
             configuration.config,
-            configuration.tuning.trainable,
+            configuration.tuning,
             configuration.weights_format,
             configuration.shape,
         )
