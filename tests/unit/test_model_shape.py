@@ -54,3 +54,23 @@ def test_a_shape_given_as_no_count_fails_the_count_and_a_missing_one_names_its_k
     bigcode = ModelShape.of({"model_type": "gpt_bigcode", "vocab_size": 10, "n_layer": 1})
     with pytest.raises(UnsupportedArchitecture, match="n_embd / hidden_size"):
         count_parameters(bigcode)
+
+
+def test_the_quantization_is_read_with_the_shape():
+    """config.json's quantization_config, read once beside the shape: GPTQ's bits,
+    bitsandbytes' load flags, and one stated without a bit width raises only when asked."""
+    from ado_actuators.sfttrainer.plan.model.shape import Quantization, UnsupportedArchitecture
+
+    assert ModelShape.of({"model_type": "llama"}).quantized_bits is None
+    gptq = ModelShape.of({"quantization_config": {"quant_method": "GPTQ", "bits": 4}})
+    assert gptq.quantization == Quantization("gptq", 4)
+    assert gptq.quantized_bits == 4
+    eight = ModelShape.of({"quantization_config": {"load_in_8bit": True}})
+    assert (eight.quantized_bits, eight.quantization.bitsandbytes) == (8, True)
+    assert ModelShape.of({"quantization_config": {"load_in_4bit": True}}).quantized_bits == 4
+    fp8 = ModelShape.of({"quantization_config": {"quant_method": "fp8"}})
+    with pytest.raises(UnsupportedArchitecture, match="'fp8' without a readable bit width"):
+        _ = fp8.quantized_bits
+    odd = ModelShape.of({"quantization_config": "int4"})
+    with pytest.raises(UnsupportedArchitecture, match="'int4' is not a mapping"):
+        _ = odd.quantized_bits

@@ -247,7 +247,8 @@ def test_another_device_changes_only_what_it_achieves_and_says_so():
 def test_the_speed_check_reads_the_entity_and_config_json():
     from ado_actuators.sfttrainer.catalog.entity import entity_values
     from ado_actuators.sfttrainer.catalog.experiments import catalog_data
-    from ado_actuators.sfttrainer.plan.speed.prediction import PREDICTED_PROPERTY, predict_speed
+    from ado_actuators.sfttrainer.contract.properties import THROUGHPUT_PREDICTED
+    from ado_actuators.sfttrainer.plan.speed.prediction import predict_speed
 
     config = {
         "model_type": "llama",
@@ -276,7 +277,7 @@ def test_the_speed_check_reads_the_entity_and_config_json():
 
     found = predicted(values)
     assert found.step is not None and found.step.tokens_per_gpu == 4 * 4096
-    assert found.properties() == {PREDICTED_PROPERTY: round(found.tokens_per_second_per_gpu, 1)}
+    assert found.properties() == {THROUGHPUT_PREDICTED: round(found.tokens_per_second_per_gpu, 1)}
     assert found.metadata()["predicted"] is True and found.metadata()["measured"] is False
     assert any("priced by what it achieves" in note for note in found.notes)
     # H100, one node, 4k tokens: the regime's validated error, and where it comes from

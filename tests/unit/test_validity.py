@@ -8,9 +8,9 @@ from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.catalog.validity import (
     ModelConfigUnavailable,
     configuration_problems,
-    num_local_experts,
     read_model_config,
 )
+from ado_actuators.sfttrainer.plan.model.shape import ModelShape
 
 
 def values(**overrides):
@@ -57,11 +57,13 @@ def test_rule_7_experts_must_divide_by_fast_moe():
 
 
 def test_num_local_experts_read_from_config_without_weights(tmp_path):
+    """fast_moe's rule reads the experts from the model's shape (plan/model/shape.py), the one
+    reader of config.json's fields; multimodal models nest them under text_config."""
     (tmp_path / "config.json").write_text(json.dumps({"num_local_experts": 8}))
-    assert num_local_experts(read_model_config(str(tmp_path), None)) == 8
-    nested = {"text_config": {"num_local_experts": 4}}
-    assert num_local_experts(nested) == 4
-    assert num_local_experts({"hidden_size": 8}) is None
+    assert ModelShape.of(read_model_config(str(tmp_path), None)).experts_given == 8
+    nested = {"text_config": {"model_type": "mixtral", "num_local_experts": 4}}
+    assert ModelShape.of(nested).experts_given == 4
+    assert ModelShape.of({"hidden_size": 8}).experts_given is None
 
 
 def test_config_of_an_uncached_hub_model_says_how_to_add_it(tmp_path):
@@ -192,3 +194,47 @@ def test_a_catalogue_model_found_nowhere_reads_its_shipped_shape_in_its_weights_
     assert gptq["quantization_config"] == {"quant_method": "gptq", "bits": 4}
     with pytest.raises(ModelConfigUnavailable):
         read_model_config(missing, None)
+
+
+@pytest.mark.parametrize(
+    ("experts", "reason"),
+    [
+        (3, "the model's num_local_experts 3 is not divisible by fast_moe 2"),
+        (
+            None,
+            "fast_moe 2 needs a Mixture of Experts model, but moe declares no num_local_experts",
+        ),
+    ],
+)
+def test_fast_moe_is_judged_by_the_experts_the_models_shape_reads(tmp_path, experts, reason):
+    """Rule 7 through the measurement: the model's config.json (here a local directory) is read
+    once, and the experts its shape counts decide before anything launches."""
+    from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
+    from ado_actuators.sfttrainer.contract.outcomes import Invalid
+    from ado_actuators.sfttrainer.engine.measurement import measure
+
+    config = {"model_type": "mixtral", "hidden_size": 8, "num_hidden_layers": 1}
+    if experts:
+        config["num_local_experts"] = experts
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    params = SFTTrainerParameters(
+        output_dir=str(tmp_path / "out"),
+        model_map={"moe": {"Vanilla": str(tmp_path)}},
+        hf_home=str(tmp_path / "hf"),
+    )
+    outcome = measure(
+        {
+            "model_name": "moe",
+            "number_gpus": 2,
+            "gpu_model": "NVIDIA-A100-SXM4-80GB",
+            "batch_size": 2,
+            "model_max_length": 512,
+            "fast_moe": 2,
+        },
+        "finetune_full_benchmark-v1.0.0",
+        params,
+        label="moe",
+    )
+    assert isinstance(outcome, Invalid)
+    assert outcome.reason == reason
+    assert outcome.metadata == {"answered_by": "configuration_rule"}

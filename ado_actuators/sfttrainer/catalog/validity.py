@@ -14,7 +14,6 @@ from ado_actuators.sfttrainer.catalog.models import VANILLA
 __all__ = [
     "ModelConfigUnavailable",
     "configuration_problems",
-    "num_local_experts",
     "read_model_config",
 ]
 
@@ -65,11 +64,3 @@ def read_model_config(
     return find_model_config(
         location, hf_home, model_name=model_name, weights_format=weights_format
     ).config
-
-
-def num_local_experts(config: dict[str, Any]) -> int | None:  # config.json's JSON
-    # Multimodal models nest the language model's settings under text_config.
-    for source in (config, config.get("text_config") or {}):
-        if source.get("num_local_experts") is not None:
-            return int(source["num_local_experts"])
-    return None

@@ -24,7 +24,7 @@ from ado_actuators.sfttrainer.catalog.model_shapes import (
     find_model_config,
 )
 from ado_actuators.sfttrainer.catalog.models import ModelMap, UnknownModelError, model_location
-from ado_actuators.sfttrainer.catalog.validity import configuration_problems, num_local_experts
+from ado_actuators.sfttrainer.catalog.validity import configuration_problems
 from ado_actuators.sfttrainer.contract.outcomes import (
     ANSWERED_BY,
     CONFIGURATION_RULE,
@@ -100,20 +100,20 @@ def resolve(
     except UnknownModelError as error:
         return Failed(str(error))
     found, config_error = _model_config(values, definition, location, hf_home, hub)
-    if values.fast_moe:
-        if found is None:
-            return Failed(f"fast_moe needs the model's num_local_experts: {config_error}")
-        experts = num_local_experts(found.config)
-        if problems := configuration_problems(values, experts):
-            return _broken_rule("; ".join(problems))
-    values = values.model_copy(update={k: v for k, v in definition.fixed.items() if k in FIELDS})
+    if values.fast_moe and found is None:
+        return Failed(f"fast_moe needs the model's num_local_experts: {config_error}")
+    fixed = values.model_copy(update={k: v for k, v in definition.fixed.items() if k in FIELDS})
     training = TrainingConfiguration.of(
-        values,
+        fixed,
         definition,
         found.config if found else None,
         str(config_error) if config_error else None,
     )
-    return Resolved(values, location, training, found, config_error)
+    # rule 7 reads the experts as the model's shape does (plan/model/shape.py), like every count
+    experts = training.shape.experts_given if training.shape else None
+    if values.fast_moe and (problems := configuration_problems(values, experts)):
+        return _broken_rule("; ".join(problems))
+    return Resolved(fixed, location, training, found, config_error)
 
 
 def _model_config(

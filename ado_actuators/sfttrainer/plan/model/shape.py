@@ -31,6 +31,37 @@ def language_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclasses.dataclass(frozen=True)
+class Quantization:
+    """A pre-quantized checkpoint's quantization_config, as config.json states it."""
+
+    method: str = ""  # quant_method in lower case; "" where unnamed
+    bits: int | None = None  # GPTQ's bits, or bitsandbytes' load_in_4bit / load_in_8bit
+    bitsandbytes_load: bool = False  # load_in_4bit or load_in_8bit
+    problem: str | None = None  # stated, but with no bit width this can read
+
+    @classmethod
+    def of(cls, stated: Any) -> Quantization | None:  # config.json's JSON
+        """None where config.json states no quantization."""
+        if not stated:
+            return None
+        if not isinstance(stated, dict):
+            return cls(problem=f"quantization_config {stated!r} is not a mapping")
+        method = str(stated.get("quant_method") or "").lower()
+        loaded = bool(stated.get("load_in_4bit") or stated.get("load_in_8bit"))
+        bits = stated.get("bits")
+        if isinstance(bits, int) and 1 <= bits <= 16:
+            return cls(method, int(bits), loaded)
+        if loaded:
+            return cls(method, 4 if stated.get("load_in_4bit") else 8, loaded)
+        why = f"quantization {stated.get('quant_method', '?')!r} without a readable bit width"
+        return cls(method, None, loaded, why)
+
+    @property
+    def bitsandbytes(self) -> bool:
+        return self.method == "bitsandbytes" or self.bitsandbytes_load
+
+
+@dataclasses.dataclass(frozen=True)
 class ModelShape:
     """The language model's shapes; None where config.json gives none (or no count: `problems`).
 
@@ -55,6 +86,7 @@ class ModelShape:
     multi_query: bool  # GPTBigCode's one shared key/value head
     residual_dropout: bool  # GPTBigCode's resid_pdrop > 0
     problems: tuple[str, ...] = ()
+    quantization: Quantization | None = None  # config.json's own, beside the language model's
     """What config.json gives that is no count, one sentence each."""
 
     @classmethod
@@ -88,6 +120,7 @@ class ModelShape:
             multi_query=bool(text.get("multi_query", True)),
             residual_dropout=isinstance(dropout, int | float) and dropout > 0,
             problems=tuple(reader.problems),
+            quantization=Quantization.of(config.get("quantization_config")),
         )
 
     @property
@@ -117,6 +150,16 @@ class ModelShape:
             return self.needed(name)
         except KeyError as missing:
             raise UnsupportedArchitecture(f"config.json lacks {missing.args[0]}") from None
+
+    @property
+    def quantized_bits(self) -> int | None:
+        """Bits per weight of a pre-quantized checkpoint, None when the weights are not
+        quantized; UnsupportedArchitecture for a quantization this cannot read."""
+        if self.quantization is None:
+            return None
+        if self.quantization.problem:
+            raise UnsupportedArchitecture(self.quantization.problem)
+        return self.quantization.bits
 
     @property
     def kv_heads(self) -> int:

@@ -14,11 +14,11 @@ from typing import Any
 
 from ado_actuators.sfttrainer.catalog.models import GPTQ_QUANTIZED
 from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, MeasurementOutcome
+from ado_actuators.sfttrainer.contract.properties import THROUGHPUT_PREDICTED
 from ado_actuators.sfttrainer.plan.model.architecture import (
     ParameterCounts,
     UnsupportedArchitecture,
     count_parameters,
-    quantized_bits,
 )
 from ado_actuators.sfttrainer.plan.model.meta_shape import (
     MetaCounts,
@@ -43,7 +43,6 @@ from ado_actuators.sfttrainer.plan.speed.step_time import (
 )
 from ado_actuators.sfttrainer.plan.speed.validated import validated_note
 
-PREDICTED_PROPERTY = "dataset_tokens_per_second_per_gpu_predicted"
 PREDICTED_METADATA = "throughput_prediction"
 
 
@@ -56,12 +55,11 @@ def device_of(gpu_model: str | None, network_gbps: float = DEFAULT_NETWORK_GBPS)
         return None
 
 
-def _quantization(config: dict[str, Any], weights_format: str) -> str | None:
-    quant = config.get("quantization_config") or {}
-    method = str(quant.get("quant_method") or "").lower() if isinstance(quant, dict) else ""
-    if method == "bitsandbytes" or quant.get("load_in_4bit") or quant.get("load_in_8bit"):
+def _quantization(shape: ConfigShape, weights_format: str) -> str | None:
+    stated = shape.quantization
+    if stated and stated.bitsandbytes:
         return "bnb"
-    if method or weights_format == GPTQ_QUANTIZED:
+    if (stated and stated.method) or weights_format == GPTQ_QUANTIZED:
         return "gptq"
     return None
 
@@ -141,12 +139,12 @@ def model_shape(
     shape where the caller holds it already. Raises UnsupportedArchitecture,
     MetaCountUnavailable (or KeyError/TypeError) where neither can."""
     shape = read or ConfigShape.of(config)
-    quantization = _quantization(config, weights_format)
+    quantization = _quantization(shape, weights_format)
     try:
         counts = count_parameters(shape)
     except UnsupportedArchitecture:
         return _meta_shape(meta_counts(config), shape, trainable, quantization)
-    if quantized_bits(config) is None and quantization is None:
+    if shape.quantized_bits is None and quantization is None:
         quantized = 0
     else:
         quantized = counts.quantizable
@@ -205,7 +203,7 @@ class SpeedPrediction:
     def properties(self) -> dict[str, float]:
         if self.step is None:
             return {}
-        return {PREDICTED_PROPERTY: round(self.step.tokens_per_second_per_gpu, 1)}
+        return {THROUGHPUT_PREDICTED: round(self.step.tokens_per_second_per_gpu, 1)}
 
     def attach_to(self, outcome: MeasurementOutcome) -> MeasurementOutcome:
         if isinstance(outcome, (Measured, Invalid)):
