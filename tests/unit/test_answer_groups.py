@@ -61,3 +61,12 @@ def test_a_rows_device_is_its_gpu_model_or_the_cpu():
 
 def test_the_picture_draws_its_panels_on_the_answer_groups_axes():
     assert (table.X, table.LINE, table.ROW) == groups.AXES
+
+
+def test_a_stored_value_is_a_number_only_where_it_holds_one():
+    """ado's store gives NaN for a property not measured, a CSV gives text: neither is a figure
+    the calibration or the walk may read."""
+    from ado_actuators.sfttrainer.space.stored import number
+
+    assert [number(v) for v in (3, "2.5", 0, "-1")] == [3.0, 2.5, 0.0, -1.0]
+    assert [number(v) for v in (None, "", "n/a", float("nan"), "nan")] == [None] * 5

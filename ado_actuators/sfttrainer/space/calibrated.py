@@ -13,6 +13,7 @@ from typing import Any
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.contract.properties import THROUGHPUT_PER_GPU, THROUGHPUT_PREDICTED
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
+from ado_actuators.sfttrainer.space import stored
 from ado_actuators.sfttrainer.space.calibration import (
     REFERENCE_DEVICE,
     Calibration,
@@ -37,12 +38,10 @@ class CalibratedRow:
     rows_behind: int
 
 
-def _number(value: Any) -> float | None:  # a CSV cell or a stored value
-    try:
-        found = float(value)
-    except (TypeError, ValueError):
-        return None
-    return found if found == found and found > 0 else None
+def _number(value: Any) -> float | None:
+    """A stored figure where it is a positive number (a speed, a verdict of 1)."""
+    found = stored.number(value)
+    return found if found is not None and found > 0 else None
 
 
 def experiment_of(identifier: str) -> str | None:

@@ -15,6 +15,7 @@ from ado_actuators.sfttrainer.contract import loss
 from ado_actuators.sfttrainer.contract.guided import GuidedRecord, Unmeasured
 from ado_actuators.sfttrainer.contract.properties import THROUGHPUT, THROUGHPUT_CI95
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
+from ado_actuators.sfttrainer.space import stored
 from ado_actuators.sfttrainer.space.calibration import REFERENCE_DEVICE
 from ado_actuators.sfttrainer.space.groups import device_of, group_of, subgroup_of, varying
 from ado_actuators.sfttrainer.space.guided_rule import Candidate, Decision, Result, Settings, decide
@@ -85,12 +86,7 @@ def result_of(key: str, properties: Mapping[str, Any], gpus: int) -> Result:
     """A stored measurement (its target properties by name) as the walk reads it."""
 
     def number(name: str) -> float | None:
-        value = properties.get(name)
-        try:
-            found = float(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            return None
-        return None if found != found else found  # NaN: not measured
+        return stored.number(properties.get(name))
 
     valid = (number("is_valid") or 0.0) >= 1
     seconds = number("measurement_seconds")
