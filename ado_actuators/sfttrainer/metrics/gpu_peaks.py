@@ -11,6 +11,7 @@ utilisation figure (the property is omitted), CPUs included.
 from __future__ import annotations
 
 import functools
+from typing import Literal
 
 import pydantic
 
@@ -49,6 +50,31 @@ class AttentionCurve(pydantic.BaseModel):
     derived: str | None = None
 
 
+class Link(pydantic.BaseModel):
+    """How two GPUs of one node reach each other, and the bus bandwidth NCCL's collectives
+    achieve over it (nccl-tests' busbw at large messages: an all-gather or reduce-scatter of S
+    bytes over n GPUs takes (n - 1) / n * S / busbw, an all-reduce twice that)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["nvlink", "pcie"]
+    pcie_gen: int
+    """The GPU's own PCIe generation (its link to the host, x16)."""
+    peer_to_peer: bool
+    """Whether NCCL is expected to copy GPU to GPU directly; without it (Ada and consumer
+    cards, and data-centre cards in containers or behind an IOMMU) it stages every chunk in
+    host shared memory (NCCL's SHM transport)."""
+    source: str
+    bus_gbps: float | None = None
+    """The busbw a ring over this link reaches with few GPUs, GB/s; None: the NVLink rule of
+    the step time (a share of `interconnect_gbps`)."""
+    host_gbps: float | None = None
+    """What the host (root complex and memory) carries for all the node's GPUs at once, GB/s:
+    with n GPUs each gets at most host_gbps / n of bus bandwidth; None: no such limit."""
+    derived: str | None = None
+    """How the figures follow from another device's measurement, where none is of this one."""
+
+
 class GpuPeak(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
@@ -62,6 +88,8 @@ class GpuPeak(pydantic.BaseModel):
     """GPU-to-GPU bandwidth within a node, GB/s (NVLink, else PCIe): what FSDP's and DDP's
     traffic scales by."""
     bandwidth_source: str | None = None
+    link: Link | None = None
+    """The intra-node link as NCCL uses it (kind, peer-to-peer, achieved bus bandwidth)."""
     memory_datasheet: bool = True
     """memory_gbps is the datasheet's figure (no cited measurement of what kernels achieve)."""
     gemm_tflops: Figure | None = None

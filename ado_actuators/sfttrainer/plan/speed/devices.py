@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+from typing import Any
 
 from ado_actuators.sfttrainer.metrics.gpu_peaks import GpuPeak, peak_table
 
@@ -69,10 +70,24 @@ class Device:
     attention: tuple[AttentionCurve, ...] = ()
     l2_mb: float = 0.0
     network_gbps: float = DEFAULT_NETWORK_GBPS  # one node's network, between nodes
+    link_kind: str = "nvlink"  # nvlink | pcie (metrics/gpu_peaks.yaml, `link`)
+    bus_gbps: float = 0.0  # NCCL busbw within a node with few GPUs (0: not measured)
+    host_gbps: float = 0.0  # what the host carries for all GPUs at once (0: no limit)
 
     def __post_init__(self) -> None:
         if not self.gemm_tflops:
             object.__setattr__(self, "gemm_tflops", self.tflops)
+
+    def achieved_bus_gbps(self, gpus: int) -> float | None:
+        """NCCL's bus bandwidth within a node for `gpus` GPUs, where the table gives one: the
+        link's own figure, or the host's share when the host is the narrower path (over PCIe
+        every GPU's traffic crosses the root complex, and without peer-to-peer the host memory
+        too, so n GPUs split what it carries: NVIDIA/nccl issue 1639); None: not measured."""
+        if not self.bus_gbps:
+            return None
+        if not self.host_gbps:
+            return self.bus_gbps
+        return min(self.bus_gbps, self.host_gbps / max(1, gpus))
 
     def _curves(self, kernel: str, direction: str) -> list[AttentionCurve]:
         found = [c for c in self.attention if c.kernel == kernel and c.direction == direction]
@@ -146,4 +161,16 @@ def device_named(gpu_model: str | None, network_gbps: float = DEFAULT_NETWORK_GB
         attention=curves,
         l2_mb=entry.l2_mb.value if entry.l2_mb else 0.0,
         network_gbps=network_gbps,
+        **_link(entry),
     )
+
+
+def _link(entry: GpuPeak) -> dict[str, Any]:
+    """The Device fields of the entry's intra-node link (none listed: NVLink's rule)."""
+    if entry.link is None:
+        return {}
+    return {
+        "link_kind": entry.link.kind,
+        "bus_gbps": entry.link.bus_gbps or 0.0,
+        "host_gbps": entry.link.host_gbps or 0.0,
+    }

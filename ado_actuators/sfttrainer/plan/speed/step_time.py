@@ -29,7 +29,9 @@ micro-batch is priced by what limits it, on one device:
 - FSDP traffic: the weights all-gathered for the forward and again for the backward, the
   trainable gradients reduce-scattered. FSDP prefetches the next unit's weights while the current
   one computes, so only what the compute cannot hide is exposed, plus the first unit's gather.
-  Within a node over the device's link at the share NCCL reaches of it; across nodes
+  Within a node at the bus bandwidth nccl-tests publish for the device's link and GPU count
+  (PCIe through the root complex or host memory; `link` in metrics/gpu_peaks.yaml), else
+  its NVLink at the share NCCL reaches of it; across nodes
   over the cluster's network, one number per node (`Device.network_gbps`, the actuator
   parameter `inter_node_gbps`), taken as it is: nothing scales it again.
 
@@ -368,10 +370,20 @@ def _micro_batch(
 
 
 def link_bytes_per_second(configuration: TrainingConfiguration, device: Device) -> float:
-    """What the collectives move per second per device: within a node the device's link at the
-    share NCCL reaches; across nodes the cluster's network per node, as given."""
+    """NCCL's bus bandwidth (nccl-tests' busbw) per device, in bytes per second: across nodes
+    the cluster's network per node, as given; within a node the achieved figure the device
+    table cites for the link and GPU count (PCIe: through the root complex or host memory, far
+    below the datasheet), else the device's NVLink at the share NCCL reaches of it.
+
+    busbw is what makes the traffic formulas below right for any GPU count: an all-gather or
+    reduce-scatter of S bytes over n GPUs takes (n - 1) / n * S / busbw, an all-reduce
+    2 (n - 1) / n * S / busbw (nccl-tests' PERFORMANCE.md), which is how `_fsdp` and the DDP
+    branch of `step_time` count their volumes."""
     if nodes(configuration) > 1:
         return device.network_gbps * 1e9
+    achieved = device.achieved_bus_gbps(gpus(configuration))
+    if achieved is not None:
+        return achieved * 1e9
     return device.interconnect_gbps * 1e9 * NCCL_LINK_SHARE
 
 
@@ -396,7 +408,8 @@ def _fsdp(
 ) -> dict[str, float]:
     """Per micro-batch: two all-gathers of the stored weights and a reduce-scatter of the
     trainable gradients, each moving (n - 1) / n of them, overlapped with the compute; and the
-    units' host time."""
+    units' host time. (n - 1) / n * S over busbw: nccl-tests' convention for both collectives
+    (`link_bytes_per_second`)."""
     n = gpus(configuration)
     gradients = shape.trainable_params * weight_bytes(configuration)
     volume = (n - 1) / n * (2 * _stored_bytes(shape, configuration) + gradients)
@@ -426,6 +439,7 @@ def step_time(
     on_device = shape.trainable_params / (n if sharded else 1)
     parts["optimizer"] = OPTIMIZER_BYTES * on_device / (device.memory_gbps * 1e9)
     if n > 1 and backend == "DDP":
+        # one all-reduce of the gradients: 2 (n - 1) / n * S over busbw (nccl-tests)
         volume = 2 * (n - 1) / n * shape.trainable_params * weight_bytes(configuration)
         traffic = volume / link_bytes_per_second(configuration, device)
         parts["communication"] = exposed(traffic, compute * 2 / 3, shape.layers)
