@@ -33,6 +33,10 @@ def attention_named(name: str) -> Attention:
         raise ValueError(f"attention {name!r}: one of {', '.join(ATTENTION)}") from None
 
 
+ALL_LINEAR = "all-linear"
+"""PEFT's target_modules word for every linear layer but the output head: it matches any model."""
+
+
 @dataclasses.dataclass(frozen=True)
 class StepSpec:
     """What decides a step's tensors: the model, the method, the shapes, the code paths."""

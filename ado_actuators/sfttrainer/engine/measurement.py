@@ -48,6 +48,7 @@ from ado_actuators.sfttrainer.plan.launch.launch_plan import (
     plan_resources,
 )
 from ado_actuators.sfttrainer.plan.memory.verdict import assess
+from ado_actuators.sfttrainer.plan.model.lora_targets import lora_target_problem
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 from ado_actuators.sfttrainer.plan.speed.prediction import SpeedPrediction, predict_speed
 
@@ -113,6 +114,8 @@ def resolve(
     experts = training.shape.experts_given if training.shape else None
     if values.fast_moe and (problems := configuration_problems(values, experts)):
         return _broken_rule("; ".join(problems))
+    if problem := lora_target_problem(training):
+        return _broken_rule(problem)
     return Resolved(fixed, location, training, found, config_error)
 
 

@@ -39,6 +39,7 @@ class MetaCounts:
     experts: int  # stacked expert weights, all experts
     expert_share: float  # experts a token uses / experts
     linears: tuple[tuple[str, int, int, int], ...]  # (name, inputs, outputs, count)
+    linear_names: frozenset[str] = frozenset()  # every nn.Linear's last name, experts' included
 
     @property
     def active_matmul(self) -> float:
@@ -81,6 +82,9 @@ def _counts(config_json: str) -> MetaCounts:
     linears: dict[tuple[str, int, int], int] = {}
     linear = attention_linear = lm_head = experts = 0
     attention_layers = set()
+    names = {
+        p.rsplit(".", 1)[-1] for p, m in model.named_modules() if isinstance(m, torch.nn.Linear)
+    }
     for path, module in model.named_modules():
         if isinstance(module, torch.nn.Linear) and ".experts." in path:
             experts += module.weight.numel()  # one expert's own nn.Linear (Mixtral's kind)
@@ -116,6 +120,7 @@ def _counts(config_json: str) -> MetaCounts:
         experts=experts,
         expert_share=share,
         linears=tuple((n, i, o, c) for (n, i, o), c in linears.items()),
+        linear_names=frozenset(names),
     )
 
 

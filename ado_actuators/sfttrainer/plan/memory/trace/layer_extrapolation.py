@@ -110,7 +110,7 @@ def _gradient_flows(spec: StepSpec, model: Module) -> list[bool]:
     layers = _layers(model)
     if spec.peft_method != "lora" or spec.checkpointing == "reentrant":
         return [True] * len(layers)
-    targets = lora_targets(model, spec.target_modules, [])
+    targets = lora_targets(model, spec.target_modules)
     if not isinstance(targets, list):
         return [True] * len(layers)
     trained = [

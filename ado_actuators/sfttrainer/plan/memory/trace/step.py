@@ -27,7 +27,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ado_actuators.sfttrainer.contract.memory_trace import PHASES, StepSpec, TracedStep
+from ado_actuators.sfttrainer.contract.memory_trace import ALL_LINEAR, PHASES, StepSpec, TracedStep
 from ado_actuators.sfttrainer.plan.memory.trace.objects import Module, Tensor
 
 FLASH_EMULATED = "emulated_flash_attention_2"
@@ -145,7 +145,7 @@ def trace_step(
     fake = FakeTensorMode(allow_non_fake_inputs=True) if spec.fake else contextlib.nullcontext()
     with fake, _fake_parameters(), _cuda_dropout(), _mamba_kernels(tracker.assumed):
         torch.manual_seed(0)
-        model = build_model(spec, tracker.assumed)
+        model = build_model(spec)
         found = inventory(model)
         with _counting(tracker):
             _train(wrap(model) if wrap else model, spec, tracker)
@@ -211,10 +211,8 @@ def model_config(config: dict[str, Any]) -> Any:
     return AutoConfig.for_model(model_type, **values)
 
 
-def build_model(spec: StepSpec, assumed: list[str] | None = None) -> Module:
-    """The model as fms-hf-tuning's sft_trainer and TRL's SFTTrainer leave it for training.
-    `assumed` collects what was assumed (LoRA's targets where the requested ones are not this
-    architecture's)."""
+def build_model(spec: StepSpec) -> Module:
+    """The model as fms-hf-tuning's sft_trainer and TRL's SFTTrainer leave it for training."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -228,7 +226,7 @@ def build_model(spec: StepSpec, assumed: list[str] | None = None) -> Module:
     )
     model.config.use_cache = False
     if spec.peft_method != "none":
-        model = _with_peft(model, spec, [] if assumed is None else assumed)
+        model = _with_peft(model, spec)
     if spec.checkpointing:
         # transformers' Trainer, at the start of train()
         model.gradient_checkpointing_enable(
@@ -238,7 +236,7 @@ def build_model(spec: StepSpec, assumed: list[str] | None = None) -> Module:
     return model
 
 
-def _with_peft(model: Module, spec: StepSpec, assumed: list[str]) -> Module:
+def _with_peft(model: Module, spec: StepSpec) -> Module:
     """TRL 0.19's SFTTrainer._prepare_peft_model: under reentrant checkpointing the embedding's
     output is made to require grad (_enable_gradient_checkpointing), then get_peft_model."""
     import peft
@@ -251,7 +249,7 @@ def _with_peft(model: Module, spec: StepSpec, assumed: list[str]) -> Module:
             r=spec.lora_r,
             lora_alpha=spec.lora_alpha,
             lora_dropout=spec.lora_dropout,
-            target_modules=lora_targets(model, spec.target_modules, assumed),
+            target_modules=lora_targets(model, spec.target_modules),
             task_type="CAUSAL_LM",
         )
     else:
@@ -265,37 +263,28 @@ def _with_peft(model: Module, spec: StepSpec, assumed: list[str]) -> Module:
     return peft.get_peft_model(model, config)
 
 
-FUSED_ATTENTION = ("qkv_proj", "query_key_value", "Wqkv", "c_attn")
-"""The fused query-key-value projections of architectures without q_proj and v_proj."""
-
-
-def lora_targets(model: Module, requested: tuple[str, ...], assumed: list[str]) -> Any:
-    """LoRA's target_modules for `model`: the requested names where the model has any of them
-    (PEFT adapts those), else what PEFT adapts by default for its model type, else its fused
-    query-key-value projection, else every linear but the head ("all-linear"). A run asked for
-    names an architecture does not have would stop at get_peft_model; the prediction answers
-    for the run a user would make, and says so."""
+def lora_targets(model: Module, requested: tuple[str, ...]) -> Any:
+    """LoRA's target_modules for `model` as PEFT takes them: None for PEFT's default, the word
+    "all-linear" as PEFT spells it, else the requested names. Names that match none of the
+    model's linear layers raise ValueError: PEFT refuses them, so the job would not train
+    (plan/model/lora_targets.py answers such a configuration invalid before any trace)."""
     import torch
-    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
 
+    if not requested:
+        return None
+    if ALL_LINEAR in requested:
+        return ALL_LINEAR
     names = {
         name.rsplit(".", 1)[-1]
         for name, module in model.named_modules()
         if isinstance(module, torch.nn.Linear)
     }
-    if not requested or names & set(requested):
-        return list(requested) or None
-    default = TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(model.config.model_type)
-    chosen: list[str] | str
-    if default and names & set(default):
-        chosen, how = list(default), "PEFT's default for this model type"
-    elif fused := [name for name in FUSED_ATTENTION if name in names]:
-        chosen, how = fused, "its fused query-key-value projection"
-    else:
-        chosen, how = "all-linear", "every linear layer"
-    shown = ", ".join(chosen) if isinstance(chosen, list) else chosen
-    assumed.append(f"LoRA on {shown} ({how}): the model has no {', '.join(requested)}")
-    return chosen
+    if names & {target.rsplit(".", 1)[-1] for target in requested}:
+        return list(requested)
+    raise ValueError(
+        f"LoRA's target_modules {', '.join(requested)} name no linear layer of this "
+        f"{model.config.model_type} model (its linear layers: {', '.join(sorted(names))})"
+    )
 
 
 def _optimizer(model: Module) -> Any:
