@@ -121,3 +121,18 @@ def test_on_the_l40s_the_link_prefers_fewer_gpus_for_communication_bound_full_fi
     )
     rate = {n: s.tokens_per_second_per_gpu for n, s in steps.items()}
     assert rate[2] > rate[4] > rate[8]
+
+
+def test_a_user_states_the_node_s_link_as_an_actuator_parameter():
+    from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
+    from ado_actuators.sfttrainer.plan.speed.prediction import device_of
+
+    assert MeasurementSettings().intra_node_gbps is None  # the device table's figure
+    assert MeasurementSettings(intra_node_gbps=100).intra_node_gbps == 100
+    bridged = device_of("L40S", intra_node_gbps=100.0)  # taken as given, no host cap
+    assert bridged is not None
+    assert link_bytes_per_second(on(8), bridged) == pytest.approx(100e9)
+    a100 = device_of("NVIDIA-A100-SXM4-80GB", intra_node_gbps=50.0)
+    assert a100 is not None
+    assert link_bytes_per_second(on(4), a100) == pytest.approx(50e9)
+    assert link_bytes_per_second(on(4), device_of("L40S")) == pytest.approx(10e9)

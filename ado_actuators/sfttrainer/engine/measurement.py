@@ -178,7 +178,7 @@ def measure(
         if oom_record is not None:
             oom_record.record_outcome(outcome)
         if definition.repeats == 1:
-            outcome = _speed(resolved.training, settings.inter_node_gbps).attach_to(outcome)
+            outcome = _speed(resolved.training, settings).attach_to(outcome)
         return memory.attach_bound_and_prediction(outcome)
     except Exception as error:
         log.exception("measurement of %s failed unexpectedly", label)
@@ -243,10 +243,10 @@ def _launch(
     return outcome
 
 
-def _speed(training: TrainingConfiguration, network_gbps: float) -> SpeedPrediction:
+def _speed(training: TrainingConfiguration, settings: MeasurementSettings) -> SpeedPrediction:
     """The predicted throughput a measured row carries beside the measured one."""
     try:
-        return predict_speed(training, network_gbps)
+        return predict_speed(training, settings.inter_node_gbps, settings.intra_node_gbps)
     except Exception as error:  # a prediction never costs the measurement its row
         log.exception("predicting the throughput of %s failed", training.model_name)
         return SpeedPrediction(skipped=f"the prediction failed: {error!r}")

@@ -133,6 +133,17 @@ class MeasurementSettings(pydantic.BaseModel):
         "given. The default, 100 (800 Gb/s), is a cluster between PyTorch's FSDP blog's A100 "
         "(400 Gb/s) and H100 (800 Gb/s) ones; measurements are unaffected.",
     )
+    intra_node_gbps: float | None = pydantic.Field(
+        default=None,
+        gt=0,
+        description="GB/s of bus bandwidth NCCL's collectives reach between the GPUs of one node "
+        "(nccl-tests' busbw of all_gather / reduce_scatter at large messages), where the node's "
+        "link is not the device's usual one (an NVLink bridge between PCIe cards, peer-to-peer "
+        "enabled where the table assumes none, another host): what the predicted throughput "
+        "of a one-node, several-GPU run prices FSDP's and DDP's traffic by, as given, at any "
+        "GPU count. Unset (the default): the device table's figure (metrics/gpu_peaks.yaml, "
+        "`link`); measurements are unaffected.",
+    )
     oom_dominance: bool = pydantic.Field(
         default=True,
         description="Skip without launching, storing is_valid = 0, a request that a measured GPU "

@@ -210,9 +210,8 @@ def preview_entity(
         allocatable_gib=memory.allocatable / GIB if memory.allocatable else None,
         fewest_gpus=fewest,
     )
-    return _priced(
-        row, values, memory, predict_speed(training, settings.inter_node_gbps), definition.repeats
-    )
+    speed = predict_speed(training, settings.inter_node_gbps, settings.intra_node_gbps)
+    return _priced(row, values, memory, speed, definition.repeats)
 
 
 def sorted_rows(rows: list[PreviewRow]) -> list[PreviewRow]:

@@ -139,9 +139,14 @@ def _gemm(entry: GpuPeak) -> float:
     return entry.gemm_tflops.value if entry.gemm_tflops else entry.tflops
 
 
-def device_named(gpu_model: str | None, network_gbps: float = DEFAULT_NETWORK_GBPS) -> Device:
+def device_named(
+    gpu_model: str | None,
+    network_gbps: float = DEFAULT_NETWORK_GBPS,
+    intra_node_gbps: float | None = None,
+) -> Device:
     """The device of `gpu_model` as metrics/gpu_peaks.yaml describes it; KeyError when it is not
-    listed or lacks its bandwidths."""
+    listed or lacks its bandwidths. `intra_node_gbps`, where a user states it (the actuator
+    parameter), replaces the table's bus bandwidth within a node, at any GPU count."""
     table = peak_table()
     entry = table[gpu_model or ""]
     if entry.memory_gbps is None or entry.interconnect_gbps is None:
@@ -161,16 +166,20 @@ def device_named(gpu_model: str | None, network_gbps: float = DEFAULT_NETWORK_GB
         attention=curves,
         l2_mb=entry.l2_mb.value if entry.l2_mb else 0.0,
         network_gbps=network_gbps,
-        **_link(entry),
+        **_link(entry, intra_node_gbps),
     )
 
 
-def _link(entry: GpuPeak) -> dict[str, Any]:
-    """The Device fields of the entry's intra-node link (none listed: NVLink's rule)."""
-    if entry.link is None:
-        return {}
-    return {
-        "link_kind": entry.link.kind,
-        "bus_gbps": entry.link.bus_gbps or 0.0,
-        "host_gbps": entry.link.host_gbps or 0.0,
-    }
+def _link(entry: GpuPeak, stated_gbps: float | None) -> dict[str, Any]:
+    """The Device fields of the entry's intra-node link (none listed: NVLink's rule); a figure
+    the user states is taken as given, with no host cap: it is what their node reaches."""
+    fields: dict[str, Any] = {}
+    if entry.link is not None:
+        fields = {
+            "link_kind": entry.link.kind,
+            "bus_gbps": entry.link.bus_gbps or 0.0,
+            "host_gbps": entry.link.host_gbps or 0.0,
+        }
+    if stated_gbps:
+        fields |= {"bus_gbps": stated_gbps, "host_gbps": 0.0}
+    return fields

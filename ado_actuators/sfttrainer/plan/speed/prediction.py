@@ -46,11 +46,16 @@ from ado_actuators.sfttrainer.plan.speed.validated import validated_note
 PREDICTED_METADATA = "throughput_prediction"
 
 
-def device_of(gpu_model: str | None, network_gbps: float = DEFAULT_NETWORK_GBPS) -> Device | None:
+def device_of(
+    gpu_model: str | None,
+    network_gbps: float = DEFAULT_NETWORK_GBPS,
+    intra_node_gbps: float | None = None,
+) -> Device | None:
     """What `gpu_model` achieves (metrics/gpu_peaks.yaml, through plan/speed/devices.py), with the
-    cluster's network between nodes; None when the table lacks it or its bandwidths."""
+    cluster's network between nodes and, where stated, the node's own link; None when the table
+    lacks it or its bandwidths."""
     try:
-        return device_named(gpu_model, network_gbps)
+        return device_named(gpu_model, network_gbps, intra_node_gbps)
     except KeyError:
         return None
 
@@ -226,6 +231,12 @@ def _notes(configuration: TrainingConfiguration, device: Device) -> tuple[str, .
             f"{nodes(configuration)} nodes: the network moves {device.network_gbps:g} GB/s per "
             f"node (actuator parameter inter_node_gbps)"
         )
+    elif gpus(configuration) > 1 and (busbw := device.achieved_bus_gbps(gpus(configuration))):
+        notes.append(
+            f"{gpus(configuration)} GPUs of one node: NCCL's collectives at {busbw:g} GB/s of bus "
+            f"bandwidth ({device.link_kind}; metrics/gpu_peaks.yaml's link, or the actuator "
+            f"parameter intra_node_gbps)"
+        )
     tokens = configuration.batch.sample_tokens
     if tokens < configuration.batch.model_max_length:
         notes.append(
@@ -239,13 +250,15 @@ def _notes(configuration: TrainingConfiguration, device: Device) -> tuple[str, .
 
 
 def predict_speed(
-    configuration: TrainingConfiguration, network_gbps: float = DEFAULT_NETWORK_GBPS
+    configuration: TrainingConfiguration,
+    network_gbps: float = DEFAULT_NETWORK_GBPS,
+    intra_node_gbps: float | None = None,
 ) -> SpeedPrediction:
     if configuration.parallelism.gpus < 1:
         return SpeedPrediction(skipped="number_gpus 0 trains on CPUs: no GPU to predict")
     if configuration.config is None:
         return SpeedPrediction(skipped=str(configuration.config_problem))
-    device = device_of(configuration.parallelism.gpu_model, network_gbps)
+    device = device_of(configuration.parallelism.gpu_model, network_gbps, intra_node_gbps)
     if device is None:
         return SpeedPrediction(
             skipped=f"gpu_model {configuration.parallelism.gpu_model!r} has no peak, bandwidth and "
