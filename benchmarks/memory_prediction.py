@@ -29,7 +29,7 @@ from ado_actuators.sfttrainer.plan.memory.peak import (
     ALLOCATOR_HEADROOM,
     Dimensions,
     PeakPrediction,
-    Workload,
+    ReleaseBehaviour,
     predict_peak,
 )
 from ado_actuators.sfttrainer.plan.model.architecture import count_parameters
@@ -70,13 +70,17 @@ def fast_rms(framework: str) -> bool:
 
 
 def configuration(run: Run, config: dict) -> TrainingConfiguration:
-    """How `run` trained, as the prediction reads it: its accumulation, flash attention and
-    fused norms; its block weights at the model's dtype (the tables' fit reads the quantized
-    runs' FSDP upcast as unquantized ones')."""
+    """How `run` trained, as the prediction reads it: its micro-batch, padded length and
+    accumulation, flash attention and fused norms; its block weights at the model's dtype (the
+    tables' fit reads the quantized runs' FSDP upcast as unquantized ones')."""
     plain = configuration_of(run, config, quantized=False)
     return dataclasses.replace(
         plain,
-        batch=Batch(gradient_accumulation_steps=run.accumulation),
+        batch=Batch(
+            per_device_batch=run.batch,
+            model_max_length=sequence_length(run, config),
+            gradient_accumulation_steps=run.accumulation,
+        ),
         kernels=Kernels(
             attention="flash_attention_2",
             checkpointing="reentrant",  # transformers' default: no gradient_checkpointing_kwargs
@@ -85,11 +89,10 @@ def configuration(run: Run, config: dict) -> TrainingConfiguration:
     )
 
 
-def workload(run: Run, config: dict) -> Workload:
+def behaviour(run: Run, config: dict) -> ReleaseBehaviour:
+    """What the release the run's table pins did with it."""
     dims = Dimensions.of(config)
-    return Workload(
-        per_device_batch=run.batch,
-        sequence_length=sequence_length(run, config),
+    return ReleaseBehaviour(
         checkpointed_by_model=checkpointing(TRANSFORMERS[run.table], dims.model_type) == "model",
         loss=loss_code(TRANSFORMERS[run.table], dims.model_type),
         fused_loss=fused_loss(run.framework),
@@ -123,7 +126,7 @@ def cases(runs: list[Run] | None = None) -> list[Case]:
             dims,
             configuration(run, config),
             bound_of(run, config),
-            workload(run, config),
+            behaviour(run, config),
             run.targets if run.peft == "lora" else (),
         )
         found.append(Case(run, dims.model_type, inputs))

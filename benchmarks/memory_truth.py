@@ -54,7 +54,7 @@ from ado_actuators.sfttrainer.plan.memory.logits import checkpointing, loss_code
 from ado_actuators.sfttrainer.plan.memory.peak import (
     Dimensions,
     PeakPrediction,
-    Workload,
+    ReleaseBehaviour,
     predict_peak,
 )
 from ado_actuators.sfttrainer.plan.memory.trace.step import trace_step
@@ -304,7 +304,11 @@ def training_of(spec: StepSpec, shards: int = 1) -> TrainingConfiguration:
             method=spec.peft_method, lora_r=spec.lora_r, target_modules=spec.target_modules
         ),
         parallelism=Parallelism(gpus=shards),
-        batch=Batch(gradient_accumulation_steps=spec.accumulation),
+        batch=Batch(
+            per_device_batch=spec.batch,
+            model_max_length=spec.length,
+            gradient_accumulation_steps=spec.accumulation,
+        ),
         kernels=Kernels(attention=spec.attention, checkpointing=spec.checkpointing or "none"),
         precision=Precision(
             torch_dtype=spec.torch_dtype,
@@ -314,12 +318,10 @@ def training_of(spec: StepSpec, shards: int = 1) -> TrainingConfiguration:
     )
 
 
-def workload_of(spec: StepSpec, model_type: str) -> Workload:
-    """What plan/memory/verdict.workload_of builds for the same entity under fms-hf-tuning 3.2.2."""
+def behaviour_of(spec: StepSpec, model_type: str) -> ReleaseBehaviour:
+    """What plan/memory/verdict.behaviour_of builds for the same entity under fms-hf-tuning 3.2.2."""
     style = checkpointing(RELEASE, model_type)
-    return Workload(
-        per_device_batch=spec.batch,
-        sequence_length=spec.length,
+    return ReleaseBehaviour(
         checkpointing_honoured=style != "none",
         checkpointed_by_model=style == "model",
         loss=loss_code(RELEASE, model_type),
@@ -333,18 +335,18 @@ def predicted(spec: StepSpec, shards: int = 1) -> PeakPrediction:
     model, else from a trace of its code (plan/memory/traced.py, run as the product runs it)."""
     model_type = ModelShape.of(spec.config).model_type
     training = training_of(spec, shards)
-    workload = workload_of(spec, model_type)
+    behaviour = behaviour_of(spec, model_type)
     if model_type in COUNTED:
         counts = count_parameters(spec.config)
         bound = memory_bound(counts, training)
         adapted = spec.target_modules if spec.peft_method == "lora" else ()
-        return predict_peak(counts, Dimensions.of(spec.config), training, bound, workload, adapted)
+        return predict_peak(counts, Dimensions.of(spec.config), training, bound, behaviour, adapted)
     # the request the product sends for this step (plan/memory/traced.request): one step, a
     # second micro-batch only to show the first's gradients beside its forward
     request = dataclasses.replace(spec, steps=1, accumulation=min(spec.accumulation, 2))
     found = traced_parts.traced(request, None)
     bound = memory_bound(traced_parts.counts_of(found.inventory), training)
-    return traced_parts.predict(found, training, bound, workload)
+    return traced_parts.predict(found, training, bound, behaviour)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,6 +4,7 @@ read from a model directory or given as a dict."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ado_actuators.sfttrainer.catalog.entity import EntityValues
@@ -29,3 +30,14 @@ def configuration_of(
     except ModelConfigUnavailable as error:
         return TrainingConfiguration.of(values, definition, None, str(error))
     return TrainingConfiguration.of(values, definition, found.config)
+
+
+def sized(
+    configuration: TrainingConfiguration, per_device_batch: int, model_max_length: int
+) -> TrainingConfiguration:
+    """`configuration` at another micro-batch and length, the rest of its batch kept: what a
+    memory test varies by hand."""
+    batch = dataclasses.replace(
+        configuration.batch, per_device_batch=per_device_batch, model_max_length=model_max_length
+    )
+    return dataclasses.replace(configuration, batch=batch)

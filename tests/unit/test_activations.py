@@ -7,8 +7,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from layer_blocks import attending, trained
 
 from ado_actuators.sfttrainer.plan.memory import activations as A
+from ado_actuators.sfttrainer.plan.model.training import FastKernels, Kernels, Tuning
 
 FULL = A.Block(
     hidden=64,
@@ -17,11 +19,11 @@ FULL = A.Block(
     heads=4,
     intermediate=128,
     width=2,
-    method="none",
-    attention="flash_attention_2",
+    tuning=Tuning(method="none"),
+    kernels=Kernels(attention="flash_attention_2"),
 )
-LORA = dataclasses.replace(FULL, method="lora", adapted=("q_proj", "v_proj"), lora_r=8)
-PT = dataclasses.replace(FULL, method="pt")
+LORA = dataclasses.replace(trained(FULL, "lora", lora_r=8), adapted=("q_proj", "v_proj"))
+PT = trained(FULL, "pt")
 
 
 def test_an_rmsnorm_keeps_its_fp32_input_its_rsqrt_and_when_it_trains_its_dtype_copy():
@@ -29,7 +31,8 @@ def test_an_rmsnorm_keeps_its_fp32_input_its_rsqrt_and_when_it_trains_its_dtype_
     assert A.norm_saved(LORA, True) == 4 * 64 + 4
     assert A.norm_saved(LORA, False) == 0  # LoRA's first layer: nothing needs a gradient
     assert A.norm_saved(FULL, False) == 4 * 64 + 4 + 2 * 64  # its weight still trains
-    fused = dataclasses.replace(LORA, fused_norm=True)
+    fast = FastKernels(fast_rms_layernorm=True)
+    fused = dataclasses.replace(LORA, kernels=dataclasses.replace(LORA.kernels, fast_kernels=fast))
     assert A.norm_saved(fused, True) == 2 * 64 + 4
 
 
@@ -37,8 +40,8 @@ def test_attention_keeps_what_each_implementation_saves():
     grads = (True, True, True)
     # flash: q, k, v, output (2 x (2 x 64 + 2 x 32)) and softmax_lse (4 heads x fp32)
     assert A.attention_saved(FULL, grads, 16) == 2 * (2 * 64 + 2 * 32) + 4 * 4
-    assert A.attention_saved(dataclasses.replace(FULL, attention="sdpa"), grads, 16) == 400
-    eager = dataclasses.replace(FULL, attention="eager")
+    assert A.attention_saved(attending(FULL, "sdpa"), grads, 16) == 400
+    eager = attending(FULL, "eager")
     # q, expanded k, expanded v (3 x 2 x 64), scores fp32 and bf16 (4 heads x 16 x (4 + 2))
     assert A.attention_saved(eager, grads, 16) == 3 * 128 + 4 * 16 * 6
     # q needs no gradient: the expanded k is not kept; v none: the bf16 scores are not
@@ -49,7 +52,7 @@ def test_attention_keeps_what_each_implementation_saves():
     assert A.attention_saved(eager, (False, False, True), 16) == 4 * 16 * 2
     # nothing needs a gradient (LoRA's first layer, no adapter on q, k or v): nothing recorded
     for attention in ("eager", "sdpa", "flash_attention_2"):
-        none = dataclasses.replace(FULL, attention=attention)
+        none = attending(FULL, attention)
         assert A.attention_saved(none, (False, False, False), 16) == 0
     fp32 = dataclasses.replace(eager, width=4)  # the fp32 softmax is the dtype's
     assert A.attention_saved(fp32, grads, 16) == 3 * 256 + 4 * 16 * 4
@@ -69,7 +72,7 @@ def test_trained_linears_keep_their_inputs_once_per_shared_input():
     # q/k/v's input (2 x 64), gate/up's (2 x 64) and down's (2 x 128); o_proj reads the output
     # flash-attn keeps
     assert A.linear_inputs_saved(FULL) == 2 * 64 + 2 * (64 + 128)
-    sdpa = dataclasses.replace(FULL, attention="sdpa")
+    sdpa = attending(FULL, "sdpa")
     assert A.linear_inputs_saved(sdpa) == A.linear_inputs_saved(FULL) + 2 * 64
     assert A.linear_inputs_saved(LORA) == 0
     moe = dataclasses.replace(FULL, moe="mixtral", experts=4, experts_per_token=2)
@@ -90,9 +93,9 @@ def test_experts_keep_the_mlp_per_routed_token_and_the_routers_tensors():
     assert A.moe_saved(granite) == 2 * per_route + 8 * 2 + 4 * 2 + 16 * 2
     shared = dataclasses.replace(granite, shared_intermediate=32)
     assert A.moe_saved(shared) == A.moe_saved(granite) + 3 * 2 * 32
-    full = dataclasses.replace(shared, method="none", adapted=())
-    trained = 2 * 2 * (64 + 128) + 2 * 64 + 2 * 32
-    assert A.moe_saved(full) == A.moe_saved(shared) + trained
+    full = dataclasses.replace(trained(shared, "none"), adapted=())
+    inputs = 2 * 2 * (64 + 128) + 2 * 64 + 2 * 32  # what the trained linears keep
+    assert A.moe_saved(full) == A.moe_saved(shared) + inputs
     assert A.mlp_saved(mixtral) == A.moe_saved(mixtral)
 
 
@@ -135,7 +138,7 @@ def test_a_layers_backward_adds_its_output_gradient_and_the_mlps_three_gradients
     assert A.layer_backward(granite) == 2 * 64 + 2 * 3 * 2 * 128 - 2 * 2 * 64 * 2 - 3 * 2 * 32
     bigcode = dataclasses.replace(LORA, family="gpt_bigcode")
     assert A.layer_backward(bigcode) == 2 * 64 + 2 * 2 * 128
-    assert A.layer_backward(dataclasses.replace(bigcode, method="none")) == 2 * 64 + 2 * 128
+    assert A.layer_backward(trained(bigcode, "none")) == 2 * 64 + 2 * 128
 
 
 def test_a_layers_forward_at_its_largest():
@@ -152,7 +155,7 @@ def test_a_layers_forward_at_its_largest():
     assert A.layer_forward(wide, keeping=True) == 3 * 4 * 64 + 2 * 2 * 128 + 2 * 4 * 64
     # full fine-tuning keeps the experts' inputs (gathered rows, product) and the router's
     # (the norm's output): the residual and the zeros are left
-    full = dataclasses.replace(granite, method="none")
+    full = trained(granite, "none")
     assert A.layer_forward(full, keeping=True) == 2 * 2 * 64
     # a wider stream: only the product is the experts' kept input itself
     wide_full = dataclasses.replace(full, stream=4, autocast=True, casts="cached")
@@ -183,14 +186,14 @@ def test_an_adapters_forward_holds_its_fp32_input_and_its_outputs():
 def test_parallel_experts_accumulate_their_weight_gradient_through_whole_tensors():
     granite = dataclasses.replace(FULL, moe="granitemoe", experts=4, experts_per_token=2)
     assert A.experts_backward(granite, 1000.0) == 3000.0
-    assert A.experts_backward(dataclasses.replace(granite, method="lora"), 1000.0) == 0
+    assert A.experts_backward(trained(granite, "lora"), 1000.0) == 0
     assert A.experts_backward(dataclasses.replace(granite, moe="mixtral"), 1000.0) == 0
 
 
 @pytest.mark.parametrize("attention", ["flash_attention_2", "sdpa"])
 def test_a_gpt_bigcode_layer(attention):
     full = dataclasses.replace(
-        FULL, family="gpt_bigcode", residual_dropout=True, attention=attention
+        attending(FULL, attention), family="gpt_bigcode", residual_dropout=True
     )
     # two LayerNorms (2 x (2 x 64 + 2 x 2)), c_attn's fused output 2 x (64 + 64), the output and
     # lse (2 x 64 + 16), GELU's input (2 x 128), the trained inputs 2 x (2 x 64 + 128), the two
@@ -199,7 +202,7 @@ def test_a_gpt_bigcode_layer(attention):
     expected = flash + (2 * 64 if attention == "sdpa" else 0)
     assert A.bigcode_saved(full) == expected
     assert A.layer_saved(full, 16) == expected
-    lora = dataclasses.replace(full, method="lora", adapted=("c_attn", "c_proj"))
+    lora = dataclasses.replace(trained(full, "lora"), adapted=("c_attn", "c_proj"))
     # c_attn's and attention c_proj's (5 x 64 + 32 each), the MLP c_proj's (5 x 128 + 32)
     adapters = 2 * (5 * 64 + 32) + (5 * 128 + 32)
     assert A.bigcode_saved(lora) == expected - 512 + adapters
@@ -240,7 +243,7 @@ def test_an_adapters_forward_beyond_what_the_layer_keeps_less_what_it_keeps_late
 
 
 def test_eager_attention_is_kept_after_q_k_v_without_its_scores():
-    eager = dataclasses.replace(NARROW, attention="eager", adapted=("q_proj",))
+    eager = dataclasses.replace(attending(NARROW, "eager"), adapted=("q_proj",))
     # q, the expanded k and v (3 x 2 x 64); the scores' [heads, s] depend on the length
     assert A.adapter_forward(eager, keeping=True) == 2 * 128 + 256 + 640 - (260 + 96 + 384)
 
@@ -296,7 +299,7 @@ def test_a_qwen3_layer_keeps_its_q_and_k_norms_for_what_needs_a_gradient():
 
 def test_eager_attention_keeps_q_for_ks_gradient_in_loras_first_layer():
     # LoRA on q and k: in the first layer q and k need gradients (their adapters), v not
-    eager = dataclasses.replace(LORA, attention="eager", adapted=("q_proj", "k_proj"))
+    eager = dataclasses.replace(attending(LORA, "eager"), adapted=("q_proj", "k_proj"))
     first = A.layer_saved(eager, 16, first=True, input_grads=False)
     attention = A.attention_saved(eager, (True, True, False), 16)
     assert attention == 3 * 128 + 4 * 16 * 4
@@ -314,7 +317,7 @@ def test_a_gpt_bigcode_layer_without_residual_dropout_keeps_no_masks():
     with_masks = dataclasses.replace(FULL, family="gpt_bigcode", residual_dropout=True)
     without = dataclasses.replace(with_masks, residual_dropout=False)
     assert A.bigcode_saved(with_masks) - A.bigcode_saved(without) == 2 * 64
-    lora = dataclasses.replace(without, method="lora", adapted=("c_attn", "c_proj"))
+    lora = dataclasses.replace(trained(without, "lora"), adapted=("c_attn", "c_proj"))
     autocast = dataclasses.replace(lora, autocast=True)
     # the adapters keep autocast's 16-bit copies: (4 - 2) x (64 + 64 + 128) in, (4 - 2) x 8 out
     assert A.bigcode_saved(lora) - A.bigcode_saved(autocast) == 2 * 256 + 3 * 2 * 8

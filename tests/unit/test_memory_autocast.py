@@ -4,10 +4,15 @@ of the code that allocates each tensor."""
 
 from __future__ import annotations
 
+import dataclasses
+
+from layer_blocks import attending, trained
+from training_configuration import sized
+
 from ado_actuators.sfttrainer.contract.memory_trace import Attention
 from ado_actuators.sfttrainer.plan.memory import activations as A
 from ado_actuators.sfttrainer.plan.memory import logits
-from ado_actuators.sfttrainer.plan.memory.peak import Workload, widths
+from ado_actuators.sfttrainer.plan.memory.peak import ReleaseBehaviour, widths
 from ado_actuators.sfttrainer.plan.model import releases
 from ado_actuators.sfttrainer.plan.model.training import (
     Checkpointing,
@@ -18,8 +23,9 @@ from ado_actuators.sfttrainer.plan.model.training import (
 )
 
 LORA = A.Block(
-    hidden=64, q_width=64, kv_width=32, heads=4, intermediate=128, width=2, method="lora",
-    attention="sdpa", adapted=("q_proj", "v_proj"), lora_r=8,
+    hidden=64, q_width=64, kv_width=32, heads=4, intermediate=128, width=2,
+    tuning=Tuning(method="lora", lora_r=8), kernels=Kernels(attention="sdpa"),
+    adapted=("q_proj", "v_proj"),
 )  # fmt: skip
 
 
@@ -40,15 +46,14 @@ def _training(
 
 
 def test_autocast_over_fp32_weights_computes_in_16_bits_beside_an_fp32_stream():
-    work = Workload(per_device_batch=1, sequence_length=8)
-    assert widths(_training("float32", mixed=True), work) == (2, 4, "saved")
-    assert widths(_training("float32", "none", mixed=True), work) == (2, 4, "cached")
-    assert widths(_training("bfloat16", mixed=True), work) == (2, 2, "none")
+    assert widths(_training("float32", mixed=True)) == (2, 4, "saved")
+    assert widths(_training("float32", "none", mixed=True)) == (2, 4, "cached")
+    assert widths(_training("bfloat16", mixed=True)) == (2, 2, "none")
     # 16-bit weights mix in their own dtype unless told otherwise; bf16 over fp16 casts
-    assert widths(_training("float16", mixed=True), work) == (2, 2, "none")
+    assert widths(_training("float16", mixed=True)) == (2, 2, "none")
     other = _training("float16", mixed=True, autocast="bfloat16")
-    assert widths(other, work) == (2, 4, "saved")
-    assert widths(_training("float32"), work) == (4, 4, "none")
+    assert widths(other) == (2, 4, "saved")
+    assert widths(_training("float32")) == (4, 4, "none")
 
 
 def test_a_frozen_linear_keeps_its_copy_only_when_its_input_needs_a_gradient():
@@ -59,20 +64,20 @@ def test_a_frozen_linear_keeps_its_copy_only_when_its_input_needs_a_gradient():
     # the first layer: only what the adapters' outputs reach (o_proj on) needs a gradient
     assert A.weight_copies(saved, False) == 2 * (linears - 64 * 64 - 2 * 64 * 32) + 2 * adapters
     assert A.cached_copies(saved) == 2 * adapters
-    cached = A.Block(**{**saved.__dict__, "method": "none", "adapted": (), "casts": "cached"})
+    cached = dataclasses.replace(trained(saved, "none"), adapted=(), casts="cached")
     assert A.cached_copies(cached) == A.weight_copies(cached, False) == 2 * linears
     assert A.weight_copies(LORA, True) == 0.0
 
 
 def test_each_linear_casts_a_wider_norm_output_itself():
-    full = A.Block(**{**LORA.__dict__, "method": "none", "adapted": ()})
+    full = dataclasses.replace(trained(LORA, "none"), adapted=())
     wide = A.Block(**{**full.__dict__, "stream": 4, "casts": "cached", "autocast": True})
     assert A.linear_inputs_saved(wide) - A.linear_inputs_saved(full) == 3 * 2 * 64
     assert A.norm_saved(wide, True) - A.norm_saved(full, True) == 2 * 64
 
 
 def test_eager_softmax_widths_follow_the_mask_and_the_query():
-    eager = A.Block(**{**LORA.__dict__, "attention": "eager"})
+    eager = attending(LORA, "eager")
     assert A.softmax_widths(eager) == (2, 4, 2)  # bf16 scores, their upcast, the cast back
     fp32 = A.Block(**{**eager.__dict__, "width": 4})
     assert A.softmax_widths(fp32) == (4, 0, 0)
@@ -103,7 +108,7 @@ def test_the_default_attention_is_read_from_the_release():
     assert releases.default_attention("0.0", "llama") == "sdpa"
 
 
-EAGER = A.Block(**{**LORA.__dict__, "attention": "eager", "intermediate": 16})
+EAGER = dataclasses.replace(attending(LORA, "eager"), intermediate=16)
 FP32 = A.Block(**{**EAGER.__dict__, "width": 4})
 MIXED = A.Block(**{**EAGER.__dict__, "stream": 4, "dtype_width": 4, "autocast": True})
 HALF_UNDER_BF16 = A.Block(**{**EAGER.__dict__, "stream": 4, "dtype_width": 2, "autocast": True})
@@ -149,7 +154,7 @@ def test_eager_softmax_backward_by_hand():
 def test_without_a_length_eager_attention_adds_nothing():
     # many heads over a narrow layer: one position's scores outgrow its MLP
     wide = A.Block(**{**EAGER.__dict__, "hidden": 8, "heads": 64, "intermediate": 1})
-    wide = A.Block(**{**wide.__dict__, "method": "pt", "adapted": ()})
+    wide = dataclasses.replace(trained(wide, "pt"), adapted=())
     assert A.layer_forward(wide, False) == A.layer_forward(wide, False, 0)
     assert A.layer_forward(wide, False, 1) > A.layer_forward(wide, False, 0)
     assert A.layer_backward(wide) == A.layer_backward(wide, 0) < A.layer_backward(wide, 1)
@@ -159,8 +164,8 @@ def test_the_layer_counts_eager_attention_at_its_length():
     from ado_actuators.sfttrainer.plan.memory.peak import Dimensions, block_of, layer_bytes
 
     dims = Dimensions("llama", 2, 64, 4, 64, 32, 16, 128)
-    eager = Workload(per_device_batch=2, sequence_length=256)
-    lora = _training("bfloat16", attention="eager", checkpointing="none")
+    eager = ReleaseBehaviour()
+    lora = sized(_training("bfloat16", attention="eager", checkpointing="none"), 2, 256)
     block = block_of(dims, lora, eager, ("q_proj", "v_proj"))
     layer = layer_bytes(dims, lora, eager, ("q_proj", "v_proj"))
     tokens = 2 * 256
@@ -168,13 +173,13 @@ def test_the_layer_counts_eager_attention_at_its_length():
     assert layer["forward"] == A.layer_forward(block, True, 256) * tokens
     assert layer["recomputed"] == A.layer_forward(block, True, 256) * tokens
     assert layer["mask"] == 2 * tokens * 256
-    checkpointed = _training("bfloat16", attention="eager")
+    checkpointed = sized(_training("bfloat16", attention="eager"), 2, 256)
     layer = layer_bytes(dims, checkpointed, eager, ("q_proj", "v_proj"))
     assert layer["forward"] == A.layer_forward(block, False, 256) * tokens
     # fp16 weights under bf16 autocast: the mask in the weights' 16 bits, the stream fp32
     mixed = _training(
         "float16", mixed=True, autocast="bfloat16", attention="eager", checkpointing="none"
-    )
+    )  # the widths alone: no batch read
     half = block_of(dims, mixed, eager, ("q_proj", "v_proj"))
     assert (half.dtype_width, half.residual, half.casts) == (2, 4, "saved")
 
@@ -190,10 +195,10 @@ def test_each_moment_names_the_weight_copies_it_holds():
         input=10.0, mask=7.0, copies_first=3.0, copies_other=5.0, copies_kept=11.0,
         copies_inside=13.0, copies_head=17.0, shared_first=0.0, shared_other=0.0,
     )  # fmt: skip
-    work = Workload(per_device_batch=1, sequence_length=8)
+    work = ReleaseBehaviour()
     base = {"weights": 0.0, "gradients": 0.0, "optimizer_state": 0.0, "fsdp_gathered": 0.0}
-    plain = _training("float32", checkpointing="none")
-    training = _training("float32")  # checkpointed
+    plain = sized(_training("float32", checkpointing="none"), 1, 8)
+    training = sized(_training("float32"), 1, 8)  # checkpointed
     forwards = peak._forward_moments(dims, plain, work, layer, base, 0.0, dict.fromkeys(
         ("inside", "returned", "backward", "kept"), 0.0))  # fmt: skip
     assert forwards["last layer"]["autocast_copies"] == 11 + 13

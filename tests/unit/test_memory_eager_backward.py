@@ -4,10 +4,20 @@ tensors a trace of transformers 4.55's code shows at that moment (issue 44)."""
 
 from __future__ import annotations
 
+import dataclasses
+
+from layer_blocks import attending, trained
+
 from ado_actuators.sfttrainer.contract.memory_trace import Attention
 from ado_actuators.sfttrainer.plan.memory import activations as A
-from ado_actuators.sfttrainer.plan.memory.peak import Dimensions, Workload, block_of, layer_bytes
+from ado_actuators.sfttrainer.plan.memory.peak import (
+    Dimensions,
+    ReleaseBehaviour,
+    block_of,
+    layer_bytes,
+)
 from ado_actuators.sfttrainer.plan.model.training import (
+    Batch,
     Kernels,
     Precision,
     TrainingConfiguration,
@@ -15,10 +25,11 @@ from ado_actuators.sfttrainer.plan.model.training import (
 )
 
 LORA = A.Block(
-    hidden=64, q_width=64, kv_width=32, heads=4, intermediate=128, width=2, method="lora",
-    attention="sdpa", adapted=("q_proj", "v_proj"), lora_r=8,
+    hidden=64, q_width=64, kv_width=32, heads=4, intermediate=128, width=2,
+    tuning=Tuning(method="lora", lora_r=8), kernels=Kernels(attention="sdpa"),
+    adapted=("q_proj", "v_proj"),
 )  # fmt: skip
-FULL = A.Block(**{**LORA.__dict__, "method": "none", "adapted": ()})
+FULL = dataclasses.replace(trained(LORA, "none"), adapted=())
 
 
 def test_a_trained_layer_keeps_its_linears_inputs_before_and_after_the_attention():
@@ -29,7 +40,7 @@ def test_a_trained_layer_keeps_its_linears_inputs_before_and_after_the_attention
     # a wider stream under autocast: each linear casts the norm's output itself
     wide = A.Block(**{**FULL.__dict__, "stream": 4, "autocast": True, "casts": "cached"})
     assert A.linear_inputs(wide) == (3 * 128, 128 + 2 * 128 + 256)
-    flash = A.Block(**{**FULL.__dict__, "attention": "flash_attention_2"})
+    flash = attending(FULL, "flash_attention_2")
     assert A.linear_inputs(flash) == (128, 128 + 256)  # flash-attn keeps o_proj's input
     assert A.linear_inputs(LORA) == (0, 0)
 
@@ -66,14 +77,15 @@ def test_adapters_reading_one_fp32_input_keep_it_once():
 
 
 def _reentrant(method: str, attention: Attention = "flash_attention_2") -> TrainingConfiguration:
-    """Checkpointed by torch.utils.checkpoint's use_reentrant=True."""
+    """Checkpointed by torch.utils.checkpoint's use_reentrant=True, 2 samples of 256 tokens."""
     kernels = Kernels(attention=attention, checkpointing="reentrant")
-    return TrainingConfiguration(tuning=Tuning(method=method), kernels=kernels)
+    batch = Batch(per_device_batch=2, model_max_length=256)
+    return TrainingConfiguration(tuning=Tuning(method=method), kernels=kernels, batch=batch)
 
 
 def test_the_softmax_backward_beside_the_reentrant_checkpoints_gradients():
     dims = Dimensions("llama", 2, 64, 4, 64, 32, 16, 128)
-    reentrant = Workload(per_device_batch=2, sequence_length=256)
+    reentrant = ReleaseBehaviour()
     tokens, held = 2 * 256, 2 * 64  # the recomputed output, 16 bits
     lora = block_of(dims, _reentrant("lora", "eager"), reentrant, ("q_proj", "v_proj"))
     layer = layer_bytes(dims, _reentrant("lora", "eager"), reentrant, ("q_proj", "v_proj"))
@@ -99,7 +111,7 @@ def test_prompt_tunings_fp32_embeddings_are_the_first_norms_copy():
     from ado_actuators.sfttrainer.plan.memory.peak import _forward_moments
 
     dims = Dimensions("llama", 2, 64, 4, 64, 32, 16, 128)
-    plain = Workload(per_device_batch=2, sequence_length=8)
+    plain = ReleaseBehaviour()
     zeros = dict.fromkeys(("inside", "returned"), 0.0)
     tokens = 2 * (8 + 8)  # the virtual tokens joined
     for dtype, width, embeddings in (("float32", 4, 0), ("bfloat16", 2, 1)):
@@ -107,6 +119,7 @@ def test_prompt_tunings_fp32_embeddings_are_the_first_norms_copy():
             tuning=Tuning(method="pt"),
             precision=Precision(torch_dtype=dtype),
             kernels=Kernels(attention="flash_attention_2", checkpointing="none"),
+            batch=Batch(per_device_batch=2, model_max_length=8),
         )
         layer = layer_bytes(dims, training, plain)
         assert layer["input"] == width * 64 * tokens
@@ -160,5 +173,5 @@ def test_granitemoes_experts_gradients_once_the_moes_kept_tensors_are_freed():
     # rows freed
     assert A.experts_moment(granite, 1000, 1) == 3000 + (128 + 256) - (3004 - 256)
     assert A.experts_moment(granite, 1000, 10) == 3000 + 10 * (384 - 2748)
-    lora = A.Block(**{**granite.__dict__, "method": "lora"})
+    lora = trained(granite, "lora")
     assert A.experts_moment(lora, 1000, 1) == 0.0

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from layer_blocks import attending, trained
+
 from ado_actuators.sfttrainer.plan.memory import activations as A
 from ado_actuators.sfttrainer.plan.memory.peak import _layer_backward
 from ado_actuators.sfttrainer.plan.model.training import Kernels, TrainingConfiguration, Tuning
@@ -20,13 +22,12 @@ TINY = A.Block(
     heads=2,
     intermediate=10,
     width=2,
-    method="none",
-    attention="flash_attention_2",
-    lora_r=3,
+    tuning=Tuning(method="none", lora_r=3),
+    kernels=Kernels(attention="flash_attention_2"),
 )
 ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 SAVED = dataclasses.replace(TINY, casts="saved", autocast=True)
-LORA = dataclasses.replace(TINY, method="lora", adapted=ALL, autocast=True)
+LORA = dataclasses.replace(trained(TINY, "lora"), adapted=ALL, autocast=True)
 MOE = dataclasses.replace(TINY, moe="mixtral", experts=3, experts_per_token=2)
 BIGCODE = dataclasses.replace(TINY, family="gpt_bigcode")
 
@@ -62,7 +63,7 @@ def test_copies_after_attention_count_the_later_adapters_under_autocast():
     assert A.copies_after_attention(only_o) == 2 * 3 * 14
     assert A.copies_after_attention(dataclasses.replace(LORA, adapted=("k_proj", "v_proj"))) == 0
     assert A.copies_after_attention(dataclasses.replace(LORA, autocast=False)) == 0
-    assert A.copies_after_attention(dataclasses.replace(LORA, method="none")) == 0
+    assert A.copies_after_attention(trained(LORA, "none")) == 0
     both = dataclasses.replace(LORA, casts="saved")
     assert A.copies_after_attention(both) == 2 * (228 + later)
 
@@ -87,7 +88,7 @@ def test_down_copy_is_down_projs_weight_and_adapter():
     assert A.down_copy(dataclasses.replace(LORA, casts="saved")) == 2 * (60 + 48)
     assert A.down_copy(dataclasses.replace(LORA, adapted=("up_proj",))) == 0
     assert A.down_copy(dataclasses.replace(LORA, autocast=False)) == 0
-    assert A.down_copy(dataclasses.replace(LORA, method="pt")) == 0
+    assert A.down_copy(trained(LORA, "pt")) == 0
     # not gated MLPs
     assert A.down_copy(dataclasses.replace(MOE, casts="saved")) == 0
     assert A.down_copy(dataclasses.replace(BIGCODE, casts="saved")) == 0
@@ -104,7 +105,7 @@ def test_down_backward_is_the_output_gradient_its_cast_and_downs_input_gradient(
 
 
 def test_adapters_reading_one_fp32_input_without_dropout_keep_it_once():
-    fp32 = dataclasses.replace(TINY, method="lora", adapted=ALL, width=4, lora_dropout=False)
+    fp32 = dataclasses.replace(trained(TINY, "lora"), adapted=ALL, width=4, lora_dropout=False)
     # the first norm's output (4 x 6) once for q, k, v; o's input 4 x 8; the second norm's
     # (4 x 6) once for gate and up; down's 4 x 10; and each lora_A's fp32 output 4 x 3
     assert A.adapters_saved(fp32, {}) == 4 * (6 + 8 + 6 + 10) + 7 * 4 * 3
@@ -124,11 +125,11 @@ def test_adapters_reading_one_fp32_input_without_dropout_keep_it_once():
     # bf16 without autocast: each adapter casts the input to fp32 itself
     bf16 = dataclasses.replace(fp32, width=2)
     assert A.adapters_saved(bf16, {}) == 4 * (3 * 6 + 8 + 2 * 6 + 10) + 7 * 4 * 3
-    assert A.adapters_saved(dataclasses.replace(fp32, method="none"), {}) == 0
+    assert A.adapters_saved(trained(fp32, "none"), {}) == 0
 
 
 def test_eager_softmax_backward_frees_what_the_mlp_and_the_later_linears_kept():
-    eager = dataclasses.replace(TINY, attention="eager")
+    eager = attending(TINY, "eager")
     # per score the bf16 gradient and the fp32 output (2 + 4), 2 heads x 32; the arriving
     # gradient 2 x 6 and the value's gradient 2 x 8; less the MLP's three tensors (3 x 2 x 10),
     # the second norm's fp32 input, rsqrt and bf16 copy (4 x 6 + 4 + 2 x 6), o_proj's input
@@ -138,7 +139,7 @@ def test_eager_softmax_backward_frees_what_the_mlp_and_the_later_linears_kept():
 
 
 def test_eager_softmax_forward_before_the_later_tensors_exist():
-    eager = dataclasses.replace(TINY, attention="eager")
+    eager = attending(TINY, "eager")
     # per score: the bf16 masked scores, the fp32 probabilities, the upcast (4 > the cast's 2)
     # = 10, over 2 heads x 16; and the residual 2 x 6
     assert A.attention_forward(eager, 16, keeping=False) == 32 * 10 + 12
@@ -150,13 +151,13 @@ def test_eager_softmax_forward_before_the_later_tensors_exist():
 
 
 def test_the_experts_moment_is_nothing_when_the_experts_do_not_train():
-    moe = dataclasses.replace(MOE, moe="granitemoe", method="lora", adapted=("q_proj",))
+    moe = dataclasses.replace(trained(MOE, "lora"), moe="granitemoe", adapted=("q_proj",))
     assert A.experts_moment(moe, 1000.0, 4) == 0
-    assert A.experts_moment(dataclasses.replace(MOE, method="none"), 1000.0, 4) == 0
+    assert A.experts_moment(trained(MOE, "none"), 1000.0, 4) == 0
 
 
 def test_a_layers_backward_peak_under_full_fine_tuning_with_eager_attention():
-    eager = dataclasses.replace(TINY, attention="eager", casts="saved")
+    eager = dataclasses.replace(attending(TINY, "eager"), casts="saved")
     training = TrainingConfiguration(kernels=KERNELS)
     # the softmax backward (2 x 32 x 6 + 28 - 164 = 248 per token, 3 tokens), less the copies
     # after the attention (2 x 228), plus those linears' bf16 gradients and the norm's
@@ -170,7 +171,7 @@ def test_a_layers_backward_peak_under_full_fine_tuning_with_eager_attention():
 
 def test_a_layers_backward_when_the_mlp_frees_more_than_it_adds():
     moe = dataclasses.replace(
-        MOE, moe="granitemoe", method="lora", adapted=("q_proj",), shared_intermediate=30
+        trained(MOE, "lora"), moe="granitemoe", adapted=("q_proj",), shared_intermediate=30
     )
     # arriving 2 x 6, 2 experts' rows x 3 products x 2 x 10 = 120, less the expert outputs
     # (2 x 2 x 6 x 2 = 48) and the shared expert's (3 x 2 x 30 = 180): below 0, so nothing;

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from training_configuration import sized
 
 from ado_actuators.sfttrainer.contract.units import GIB
 from ado_actuators.sfttrainer.plan.memory import activations, fsdp
@@ -15,11 +16,10 @@ from ado_actuators.sfttrainer.plan.memory.logits import LossCode, read_loss_code
 from ado_actuators.sfttrainer.plan.memory.peak import (
     ALLOCATOR_HEADROOM,
     Dimensions,
-    Workload,
+    ReleaseBehaviour,
     head_bytes,
     layer_bytes,
     logits_bytes,
-    model_length,
     model_states,
     predict_peak,
 )
@@ -37,6 +37,7 @@ from ado_actuators.sfttrainer.plan.model.training import (
 )
 
 KERNELS = Kernels(attention="flash_attention_2", checkpointing="non_reentrant")  # unless told
+TOKENS = Batch(per_device_batch=2, model_max_length=8)  # 16 tokens a device, unless told
 
 
 def gathered_bytes(counts, dims, bound, training):
@@ -45,11 +46,11 @@ def gathered_bytes(counts, dims, bound, training):
     return fsdp.gathered_bytes(counts.total, embeddings, dims.layers, dims.hidden, training, bound)
 
 
-def held_input_gradient_bytes(dims, training, bound, workload):
+def held_input_gradient_bytes(dims, training, bound, behaviour):
     """FSDP's held input gradients as the formula asks for them, at the layers' length."""
-    tokens = workload.per_device_batch * model_length(training, workload)
+    tokens = training.batch.per_device_batch * training.model_length
     return fsdp.held_input_gradient_bytes(
-        dims.layers, dims.hidden, tokens, training, bound, workload
+        dims.layers, dims.hidden, tokens, training, bound, behaviour
     )
 
 
@@ -79,7 +80,9 @@ def full(
     number_gpus: int = 1, checkpointing: Checkpointing = "non_reentrant"
 ) -> TrainingConfiguration:
     kernels = Kernels(attention="flash_attention_2", checkpointing=checkpointing)
-    return TrainingConfiguration(kernels=kernels, parallelism=Parallelism(gpus=number_gpus))
+    return TrainingConfiguration(
+        kernels=kernels, parallelism=Parallelism(gpus=number_gpus), batch=TOKENS
+    )
 
 
 @pytest.mark.parametrize(
@@ -226,6 +229,7 @@ def lora_over(number_gpus: int, backend: str = "FSDP", peft: str = "lora") -> Tr
         kernels=KERNELS,
         tuning=Tuning(method=peft, target_modules=("q_proj",)),
         parallelism=Parallelism(gpus=number_gpus, backend=backend),
+        batch=TOKENS,
     )
 
 
@@ -294,7 +298,7 @@ def test_fsdp_gathers_nothing_without_fsdp_or_shards_and_exactly_this_with_them(
 def test_fsdp_over_frozen_layers_holds_every_layers_input_gradient_under_reentrant_checkpointing():
     counts, dims = count_parameters(TINY), Dimensions.of(TINY)
     # transformers before 4.52 checkpoints each layer from the model's forward
-    by_model = Workload(2, 8, checkpointed_by_model=True)
+    by_model = ReleaseBehaviour(checkpointed_by_model=True)
     two = checkpointed_as(lora_over(2), "reentrant")
     # (2 layers - 1) x 16 tokens x hidden 64 x 2 bytes
     assert held_input_gradient_bytes(dims, two, memory_bound(counts, two), by_model) == 2048
@@ -309,10 +313,10 @@ def test_fsdp_over_frozen_layers_holds_every_layers_input_gradient_under_reentra
         (checkpointed_as(full(number_gpus=2), "reentrant"), by_model),
         (checkpointed_as(lora_over(1), "reentrant"), by_model),
         (checkpointed_as(lora_over(2, "DDP"), "reentrant"), by_model),
-        (checkpointed_as(lora_over(2), "none"), Workload(2, 8)),
-        (lora_over(2), Workload(2, 8)),
+        (checkpointed_as(lora_over(2), "none"), ReleaseBehaviour()),
+        (lora_over(2), ReleaseBehaviour()),
         # a layer that checkpoints itself (4.52 on) recomputes inside its unit: nothing held
-        (two, Workload(2, 8)),
+        (two, ReleaseBehaviour()),
     ]:
         assert held_input_gradient_bytes(dims, training, memory_bound(counts, training), work) == 0
         phases = predict_peak(counts, dims, training, memory_bound(counts, training), work).phases
@@ -424,15 +428,17 @@ def test_trl_copies_the_logits_from_0_15_on():
 
 
 LORA_QV = TrainingConfiguration(
-    kernels=KERNELS, tuning=Tuning(method="lora", target_modules=("q_proj", "v_proj"))
+    kernels=KERNELS,
+    tuning=Tuning(method="lora", target_modules=("q_proj", "v_proj")),
+    batch=TOKENS,
 )
 
 
 def test_layer_bytes_are_the_activations_terms_for_the_devices_batch():
     dims = Dimensions.of(TINY)
-    work = Workload(per_device_batch=2, sequence_length=8)
+    work = ReleaseBehaviour()
     block = activations.Block(
-        64, 64, 32, 4, 128, 2, "lora", "flash_attention_2", ("q_proj", "v_proj")
+        64, 64, 32, 4, 128, 2, LORA_QV.tuning, LORA_QV.kernels, ("q_proj", "v_proj")
     )
     layer = layer_bytes(dims, LORA_QV, work, ("q_proj", "v_proj"))
     assert layer["other"] == activations.layer_saved(block, 8) * 16
@@ -449,6 +455,7 @@ def test_layer_bytes_are_the_activations_terms_for_the_devices_batch():
     pt = TrainingConfiguration(
         kernels=Kernels(attention="flash_attention_2", checkpointing="reentrant"),
         tuning=Tuning(method="pt"),
+        batch=TOKENS,
     )
     prompt = layer_bytes(dims, pt, work)
     assert prompt["input"] == 2 * 64 * 2 * 16  # 8 + 8 virtual tokens per sequence
@@ -459,7 +466,7 @@ def test_layer_bytes_are_the_activations_terms_for_the_devices_batch():
 
 def test_the_head_keeps_the_final_norms_input_and_when_trained_the_lm_heads():
     dims = Dimensions.of(TINY)
-    work = Workload(per_device_batch=2, sequence_length=8)
+    work = ReleaseBehaviour()
     assert head_bytes(dims, LORA_QV, work) == (4 * 64 + 4 + 8) * 16
     assert head_bytes(dims, full(), work) == (4 * 64 + 4 + 8 + 2 * 2 * 64 + 8) * 16
     assert head_bytes(dims, fused_norms(LORA_QV), work) == (2 * 64 + 4 + 8) * 16
@@ -470,36 +477,36 @@ def test_the_head_keeps_the_final_norms_input_and_when_trained_the_lm_heads():
 
 def test_logits_bytes_scale_the_releases_bytes_by_tokens_and_vocabulary():
     dims = Dimensions.of(TINY)
-    work = Workload(per_device_batch=2, sequence_length=8, loss=LossCode("loss", "labels"))
+    work = ReleaseBehaviour(loss=LossCode("loss", "labels"))
     assert logits_bytes(dims, full(), work) == {
         "inside": 16 * 1000 * 10,
         "returned": 16 * 1000 * 6,
         "backward": 16 * 1000 * 12,
         "kept": 16 * 1000 * 4,
     }
-    pt = TrainingConfiguration(kernels=KERNELS, tuning=Tuning(method="pt"))
+    pt = TrainingConfiguration(kernels=KERNELS, tuning=Tuning(method="pt"), batch=TOKENS)
     assert logits_bytes(dims, pt, work)["inside"] == 32 * 1000 * 10  # the virtual tokens too
-    assert set(logits_bytes(dims, full(), Workload(2, 8)).values()) == {0.0}
+    assert set(logits_bytes(dims, full(), ReleaseBehaviour()).values()) == {0.0}
 
 
 def test_peft_adapters_and_their_state_are_fp32_and_fsdp_upcasts_trained_flat_parameters():
     counts = count_parameters(TINY)
     bound = memory_bound(counts, LORA_QV)
-    states, notes = model_states(counts, LORA_QV, bound, Workload(1, 8))
+    states, notes = model_states(counts, LORA_QV, bound, ReleaseBehaviour())
     adapters = bound.parts["gradients"] / 2  # the bound's bf16 adapters: parameters
     assert states["gradients"] == 4 * adapters
     assert states["weights"] == bound.parts["weights"] + 2 * adapters
     assert states["optimizer_state"] == 8 * adapters
     assert states["optimizer_temporaries"] == 4 * adapters and notes == []
     one = full()
-    full_states, _ = model_states(counts, one, memory_bound(counts, one), Workload(1, 8), 100)
+    full_states, _ = model_states(counts, one, memory_bound(counts, one), ReleaseBehaviour(), 100)
     bf16 = memory_bound(counts, one).parts
     assert full_states["weights"] == bf16["weights"] + 100  # the buffers
     assert full_states["optimizer_temporaries"] == bf16["optimizer_state"] / 2 * (
         1 - counts.norms / counts.total
     )
     two = full(number_gpus=2)
-    upcast = Workload(1, 8, fsdp_upcast=True)
+    upcast = ReleaseBehaviour(fsdp_upcast=True)
     sharded, notes = model_states(counts, two, memory_bound(counts, two), upcast)
     assert sharded["weights"] == 2 * memory_bound(counts, two).parts["weights"]
     assert notes == ["FSDP under mixed precision: trainable parameters upcast to fp32"]
@@ -508,7 +515,7 @@ def test_peft_adapters_and_their_state_are_fp32_and_fsdp_upcasts_trained_flat_pa
 def test_checkpointed_peaks_are_the_largest_moment_of_each_phase():
     counts, dims = count_parameters(TINY), Dimensions.of(TINY)
     bound = memory_bound(counts, LORA_QV)
-    work = Workload(per_device_batch=2, sequence_length=8, loss=LossCode("loss", "labels"))
+    work = ReleaseBehaviour(loss=LossCode("loss", "labels"))
     prediction = predict_peak(counts, dims, LORA_QV, bound, work, ("q_proj", "v_proj"))
     layer = layer_bytes(dims, LORA_QV, work, ("q_proj", "v_proj"))
     states, _ = model_states(counts, LORA_QV, bound, work)
@@ -540,9 +547,9 @@ def test_checkpointed_peaks_are_the_largest_moment_of_each_phase():
     }
     assert prediction.source == "formula" and prediction.notes == ()
     # without the logits, over more tokens, the recomputed layer is the backward's peak
-    long = Workload(per_device_batch=8, sequence_length=64, fused_loss="chunked")
-    unlogged = predict_peak(counts, dims, LORA_QV, bound, long, ("q_proj", "v_proj"))
-    layer = layer_bytes(dims, LORA_QV, long, ("q_proj", "v_proj"))
+    long, chunked = sized(LORA_QV, 8, 64), ReleaseBehaviour(fused_loss="chunked")
+    unlogged = predict_peak(counts, dims, long, bound, chunked, ("q_proj", "v_proj"))
+    layer = layer_bytes(dims, long, chunked, ("q_proj", "v_proj"))
     assert unlogged.moments["backward"] == "first layer"
     assert unlogged.phases["backward"] == {
         **base,
@@ -555,7 +562,7 @@ def test_checkpointed_peaks_are_the_largest_moment_of_each_phase():
 def test_without_checkpointing_every_layer_keeps_its_tensors():
     counts, dims = count_parameters(TINY), Dimensions.of(TINY)
     bound = memory_bound(counts, LORA_QV)
-    work = Workload(per_device_batch=2, sequence_length=8)
+    work = ReleaseBehaviour()
     unchecked = checkpointed_as(LORA_QV, "none")
     prediction = predict_peak(counts, dims, unchecked, bound, work, ("q_proj", "v_proj"))
     layer = layer_bytes(dims, unchecked, work, ("q_proj", "v_proj"))
@@ -576,9 +583,9 @@ def test_without_checkpointing_every_layer_keeps_its_tensors():
 
 def test_full_fine_tuning_grows_its_gradients_through_backward():
     counts, dims = count_parameters(TINY), Dimensions.of(TINY)
-    one = full()
+    one = sized(full(), 1, 8)
     bound = memory_bound(counts, one)
-    work = Workload(per_device_batch=1, sequence_length=8, fused_loss="chunked")
+    work = ReleaseBehaviour(fused_loss="chunked")
     prediction = predict_peak(counts, dims, one, bound, work)
     gradients = bound.parts["gradients"]
     per_parameter = gradients / counts.total
@@ -589,7 +596,9 @@ def test_full_fine_tuning_grows_its_gradients_through_backward():
     assert prediction.phases["backward"]["gradients"] == pytest.approx(
         gradients - per_parameter * (layer_params - mlp_down)
     )
-    accumulating = dataclasses.replace(one, batch=Batch(gradient_accumulation_steps=2))
+    accumulating = dataclasses.replace(
+        one, batch=dataclasses.replace(one.batch, gradient_accumulation_steps=2)
+    )
     accumulated = predict_peak(counts, dims, accumulating, bound, work)
     assert accumulated.phases["forward"]["gradients"] == gradients
     assert accumulated.phases["backward"]["gradients"] == gradients
@@ -606,9 +615,9 @@ def test_full_fine_tuning_grows_its_gradients_through_backward():
 
 def test_the_metadata_names_each_phases_moment_and_where_the_parts_came_from():
     counts, dims = count_parameters(MISTRAL_7B), Dimensions.of(MISTRAL_7B)
-    training = full()
+    training = sized(full(), 4, 4096)
     bound = memory_bound(counts, training)
-    prediction = predict_peak(counts, dims, training, bound, Workload(4, 4096))
+    prediction = predict_peak(counts, dims, training, bound, ReleaseBehaviour())
     metadata = prediction.as_metadata()
     step = metadata["phases_gib"]["optimizer_step"]
     assert step["weights"] == round(bound.parts["weights"] / GIB, 3) == 13.489
@@ -626,9 +635,9 @@ def test_mistral_7b_full_fine_tuning_peaks_at_the_optimizer_step_at_batch_4_and_
     counts, dims = count_parameters(MISTRAL_7B), Dimensions.of(MISTRAL_7B)
     training = full()
     bound = memory_bound(counts, training)
+    work = ReleaseBehaviour(fused_loss="in_place", loss=LossCode("loss", "logits"))
     for batch in (4, 8):
-        work = Workload(batch, 4096, fused_loss="in_place", loss=LossCode("loss", "logits"))
-        prediction = predict_peak(counts, dims, training, bound, work)
+        prediction = predict_peak(counts, dims, sized(training, batch, 4096), bound, work)
         assert prediction.phase == "optimizer_step"
         assert prediction.gib == pytest.approx(67.46, abs=0.05)
 
@@ -656,23 +665,22 @@ def test_how_a_release_checkpoints_its_layers_is_read_from_its_source():
 
 def test_fast_rms_layernorm_reaches_every_layer_and_only_lora_adapts_linears():
     dims = Dimensions.of(TINY)
-    work = Workload(per_device_batch=2, sequence_length=8)
+    work = ReleaseBehaviour()
     targets = ("q_proj", "v_proj")
-    block = activations.Block(
-        64, 64, 32, 4, 128, 2, "lora", "flash_attention_2", targets, fused_norm=True
-    )
-    layer = layer_bytes(dims, fused_norms(LORA_QV), work, targets)
+    fused = fused_norms(LORA_QV)
+    block = activations.Block(64, 64, 32, 4, 128, 2, fused.tuning, fused.kernels, targets)
+    layer = layer_bytes(dims, fused, work, targets)
     # the fused kernel's norms keep what it keeps (activations.norm_saved), in every layer
     assert layer["other"] == activations.layer_saved(block, 8) * 16
     assert layer["other"] < layer_bytes(dims, LORA_QV, work, targets)["other"]
     # prompt tuning adapts no linear: a target list handed along adds no adapter's tensors
-    pt = TrainingConfiguration(kernels=KERNELS, tuning=Tuning(method="pt"))
+    pt = TrainingConfiguration(kernels=KERNELS, tuning=Tuning(method="pt"), batch=TOKENS)
     assert layer_bytes(dims, pt, work, targets) == layer_bytes(dims, pt, work)
 
 
 def test_one_head_is_as_wide_as_the_queries():
     one_head = Dimensions.of(dict(TINY, num_attention_heads=1, num_key_value_heads=1))
-    layer = layer_bytes(one_head, LORA_QV, Workload(per_device_batch=2, sequence_length=8))
+    layer = layer_bytes(one_head, LORA_QV, ReleaseBehaviour())
     assert layer["rotary"] == 2 * 8 * 64 * 2  # cos and sin, (1, 8, 64) bf16
 
 
@@ -689,7 +697,7 @@ def test_the_logits_follow_the_entitys_mixed_precision_and_fused_kernel():
     elements = 16 * 1000
     # bf16: logits 2 + shifted copy 2 + log_softmax 2 inside; after the model returned the
     # logits and the kept log_softmax; backward three of cross-entropy's width (3 x 2)
-    plain = Workload(2, 8, loss=code)
+    plain = ReleaseBehaviour(loss=code)
     assert logits_bytes(dims, LORA_QV, plain) == {
         "inside": elements * 6,
         "returned": elements * 4,
@@ -718,7 +726,7 @@ def test_the_logits_follow_the_entitys_mixed_precision_and_fused_kernel():
 
 def test_fsdp_upcasts_gradients_and_state_with_the_weights_wherever_it_runs():
     counts = count_parameters(TINY)
-    upcast = Workload(1, 8, fsdp_upcast=True)
+    upcast = ReleaseBehaviour(fsdp_upcast=True)
     # fp32 flat parameters: the weights, their gradients and AdamW's zeros_like state each
     # take twice bf16's bytes
     two = full(number_gpus=2)
@@ -741,18 +749,21 @@ def test_fsdp_upcasts_gradients_and_state_with_the_weights_wherever_it_runs():
 
 def test_a_ddp_device_runs_the_one_device_step():
     counts, dims = count_parameters(TINY), Dimensions.of(TINY)
-    work = Workload(8, 64, fused_loss="chunked")
-    one = checkpointed_as(full(), "none")
+    work = ReleaseBehaviour(fused_loss="chunked")
+    longer = Batch(per_device_batch=8, model_max_length=64)
+    one = checkpointed_as(sized(full(), 8, 64), "none")
     alone = predict_peak(counts, dims, one, memory_bound(counts, one), work)
     unchecked = Kernels(attention="flash_attention_2")
-    ddp = TrainingConfiguration(kernels=unchecked, parallelism=Parallelism(gpus=2, backend="DDP"))
+    ddp = TrainingConfiguration(
+        kernels=unchecked, parallelism=Parallelism(gpus=2, backend="DDP"), batch=longer
+    )
     replica = predict_peak(counts, dims, ddp, memory_bound(counts, ddp), work)
     assert alone.moments["backward"] == "final norm"  # the LM head's gradients beside it
     assert replica.phases == alone.phases and replica.candidates == alone.candidates
     # expert parallel: the bound keeps each device's share of the states (its smaller reading)
     # and DDP gathers no gradient whole: the layers' gradients are that share of the step's
     expert = TrainingConfiguration(
-        kernels=unchecked, parallelism=Parallelism(gpus=4, backend="DDP", fast_moe=2)
+        kernels=unchecked, parallelism=Parallelism(gpus=4, backend="DDP", fast_moe=2), batch=longer
     )
     shared = predict_peak(counts, dims, expert, memory_bound(counts, expert), work)
     assert shared.moments["backward"] == "final norm"
@@ -765,9 +776,9 @@ def test_the_notes_say_what_was_left_out_and_what_was_assumed():
     counts, dims = count_parameters(TINY), Dimensions.of(TINY)
     bound = memory_bound(counts, LORA_QV)
     # a chunked loss never holds the logits: nothing is left out
-    chunked = Workload(2, 8, fused_loss="chunked")
+    chunked = ReleaseBehaviour(fused_loss="chunked")
     assert predict_peak(counts, dims, LORA_QV, bound, chunked).notes == ()
-    ignored = Workload(2, 8, checkpointing_honoured=False, loss=LossCode("loss", "labels"))
+    ignored = ReleaseBehaviour(checkpointing_honoured=False, loss=LossCode("loss", "labels"))
     assert predict_peak(counts, dims, LORA_QV, bound, ignored).notes == (
         "gradient checkpointing asked for, but this transformers release's layers of the "
         "family ignore it (plan/memory/logits.read_checkpointing): predicted without it",
@@ -778,7 +789,7 @@ def test_every_moment_is_named_and_each_phase_peaks_at_its_largest():
     counts, dims = count_parameters(TINY), Dimensions.of(TINY)
     bound = memory_bound(counts, LORA_QV)
     targets = ("q_proj", "v_proj")
-    work = Workload(2, 8, loss=LossCode("loss", "labels"))
+    work = ReleaseBehaviour(loss=LossCode("loss", "labels"))
     checkpointed = predict_peak(counts, dims, LORA_QV, bound, work, targets)
     assert {phase: set(totals) for phase, totals in checkpointed.candidates.items()} == {
         "forward": {"loss", "returned logits", "last layer"},
@@ -798,15 +809,16 @@ def test_every_moment_is_named_and_each_phase_peaks_at_its_largest():
     returned = predict_peak(counts, dims, mixed, bound, copied, targets)
     assert returned.moments["forward"] == "returned logits"
     # no logits at all: the last layer's forward is the forward's largest
-    unlogged = predict_peak(counts, dims, LORA_QV, bound, Workload(8, 64, fused_loss="chunked"))
+    chunked = ReleaseBehaviour(fused_loss="chunked")
+    unlogged = predict_peak(counts, dims, sized(LORA_QV, 8, 64), bound, chunked)
     assert unlogged.moments["forward"] == "last layer"
 
 
 def test_the_metadata_gives_each_moments_total_in_gib_as_the_peak_is_given():
     counts, dims = count_parameters(MISTRAL_7B), Dimensions.of(MISTRAL_7B)
-    training = LORA_QV
+    training = sized(LORA_QV, 4, 4096)
     bound = memory_bound(counts, training)
-    work = Workload(4, 4096, loss=LossCode("loss", "labels"))
+    work = ReleaseBehaviour(loss=LossCode("loss", "labels"))
     metadata = predict_peak(counts, dims, training, bound, work).as_metadata()
     phase = metadata["peak_phase"]
     assert phase == "backward"
@@ -823,9 +835,10 @@ def test_the_final_norms_backward_holds_five_fp32_hidden_states_beside_every_kep
     lora = TrainingConfiguration(
         kernels=Kernels(attention="flash_attention_2"),
         tuning=Tuning(method="lora", target_modules=("o_proj",)),
+        batch=TOKENS,
     )
     bound = memory_bound(counts, lora)
-    work = Workload(per_device_batch=2, sequence_length=8)
+    work = ReleaseBehaviour()
     prediction = predict_peak(counts, dims, lora, bound, work, ("o_proj",))
     layer = layer_bytes(dims, lora, work, ("o_proj",))
     kept = layer["first"] + layer["other"] + layer["rotary"]
@@ -872,11 +885,12 @@ def test_the_first_layer_backward_reaches_holds_the_head_and_its_down_proj_gradi
     exist beside every kept tensor. Under DDP
     with expert parallel the down_proj gradient is the device's share, never gathered whole."""
     counts, dims = count_parameters(TINY), Dimensions.of(TINY)
-    work = Workload(1, 8, fused_loss="chunked")
-    layer = layer_bytes(dims, full(checkpointing="none"), work)
+    work = ReleaseBehaviour(fused_loss="chunked")
+    layer = layer_bytes(dims, sized(full(checkpointing="none"), 1, 8), work)
     kept = layer["first"] + layer["other"] + layer["rotary"]
 
     def first_layer(training: TrainingConfiguration) -> float:
+        training = sized(training, 1, 8)
         found = predict_peak(counts, dims, training, memory_bound(counts, training), work)
         at_rest = found.phases["optimizer_step"]
         rest = at_rest["weights"] + at_rest["optimizer_state"] + kept + layer["backward"]
@@ -899,7 +913,7 @@ def test_without_checkpointing_a_wide_mlps_backward_peaks_at_the_first_layer_it_
     wide = dict(TINY, intermediate_size=1024)
     counts, dims = count_parameters(wide), Dimensions.of(wide)
     bound = memory_bound(counts, LORA_QV)
-    work = Workload(per_device_batch=2, sequence_length=8)
+    work = ReleaseBehaviour()
     unchecked = checkpointed_as(LORA_QV, "none")
     prediction = predict_peak(counts, dims, unchecked, bound, work, ("q_proj", "v_proj"))
     layer = layer_bytes(dims, unchecked, work, ("q_proj", "v_proj"))

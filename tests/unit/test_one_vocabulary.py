@@ -5,7 +5,10 @@ the configuration is read from (catalog/) speaks the user's words, and the trace
 (contract/memory_trace.StepSpec) crosses a process boundary: both live outside plan/.
 
 LEFT lists the copies not yet gone, each with what it still copies, so that no new one appears
-unseen and one that goes is struck off the list."""
+unseen and one that goes is struck off the list. None is left: the memory formula reads the
+batch and the length from the configuration beside what the pinned releases do with it
+(plan/memory/peak.ReleaseBehaviour), and a layer (plan/memory/activations.Block) holds the
+configuration's Tuning and Kernels themselves beside its shapes."""
 
 from __future__ import annotations
 
@@ -25,12 +28,8 @@ PARTS = (
 )
 ALIASES = {"peft_method", "number_gpus", "number_nodes", "distributed_backend", "sequence_length"}
 """The parts' facts under the names copies gave them before."""
-LEFT = {
-    "memory/peak.py:Workload": {"per_device_batch", "sequence_length"},
-    "memory/activations.py:Block": {"attention", "lora_r", "method"},
-}
-"""Still copied: Workload's batch and length beside the facts the pinned releases derive; a
-layer's Block beside its shapes."""
+LEFT: dict[str, set[str]] = {}
+"""Still copied: none."""
 
 
 def _vocabulary() -> set[str]:

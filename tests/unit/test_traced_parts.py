@@ -13,9 +13,10 @@ from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.contract.memory_trace import StepSpec, TracedStep
 from ado_actuators.sfttrainer.plan.memory import traced as T
 from ado_actuators.sfttrainer.plan.memory.bound import memory_bound
-from ado_actuators.sfttrainer.plan.memory.peak import Workload
+from ado_actuators.sfttrainer.plan.memory.peak import ReleaseBehaviour
 from ado_actuators.sfttrainer.plan.model.architecture import PROMPT_TUNING_VIRTUAL_TOKENS
 from ado_actuators.sfttrainer.plan.model.training import (
+    Batch,
     Kernels,
     Parallelism,
     TrainingConfiguration,
@@ -23,6 +24,7 @@ from ado_actuators.sfttrainer.plan.model.training import (
 )
 
 KERNELS = Kernels(attention="flash_attention_2", checkpointing="non_reentrant")  # unless told
+TOKENS = Batch(per_device_batch=2, model_max_length=8)  # 16 tokens a device
 
 INVENTORY = {
     "total": 1000,
@@ -59,6 +61,7 @@ def lora(gpus: int = 1) -> TrainingConfiguration:
         kernels=KERNELS,
         tuning=Tuning(method="lora", target_modules=("q_proj",), lora_r=2),
         parallelism=Parallelism(gpus=gpus),
+        batch=TOKENS,
     )
 
 
@@ -73,7 +76,7 @@ def test_counts_from_the_traced_model_feed_the_bound():
 
 def test_every_forward_and_backward_after_the_first_step_holds_the_optimizer_state():
     one = lora()
-    prediction = T.predict(STEP, one, memory_bound(T.counts_of(INVENTORY), one), Workload(2, 8))
+    prediction = T.predict(STEP, one, memory_bound(T.counts_of(INVENTORY), one), ReleaseBehaviour())
     assert prediction.phases["forward"] == {
         "weights": 2000,
         "activations": 500,
@@ -96,7 +99,7 @@ def test_the_notes_say_how_deep_the_model_was_traced():
     how = "traced at reduced depth (copies of 4, 5, 5 of its 40 layers), extrapolated per layer"
     step = dataclasses.replace(STEP, depth=how)
     one = lora()
-    prediction = T.predict(step, one, memory_bound(T.counts_of(INVENTORY), one), Workload(2, 8))
+    prediction = T.predict(step, one, memory_bound(T.counts_of(INVENTORY), one), ReleaseBehaviour())
     assert prediction.notes[-1] == how
 
 
@@ -106,24 +109,25 @@ def test_a_quantized_checkpoint_counts_its_block_weights_at_their_bits():
         kernels=KERNELS,
         tuning=Tuning(method="lora", target_modules=("q_proj",), lora_r=2),
         config={"quantization_config": {"bits": 4}},
+        batch=TOKENS,
     )
     counts = T.counts_of(INVENTORY)
     plain = memory_bound(counts, lora())
     quantized = memory_bound(counts, four)
     saved = plain.parts["weights"] - quantized.parts["weights"]
     assert saved == counts.quantizable * (2 - 0.5)
-    prediction = T.predict(STEP, four, quantized, Workload(2, 8), saved)
+    prediction = T.predict(STEP, four, quantized, ReleaseBehaviour(), saved)
     for phase in ("forward", "backward", "optimizer_step"):
         assert prediction.phases[phase]["weights"] == 2000 - saved
     assert "at 4 bits as the bound counts them" in prediction.notes[-1]
     # unquantized: nothing subtracted, no note
-    assert T.predict(STEP, lora(), plain, Workload(2, 8)).phases["forward"]["weights"] == 2000
+    assert T.predict(STEP, lora(), plain, ReleaseBehaviour()).phases["forward"]["weights"] == 2000
 
 
 def test_fsdp_shards_the_states_gathers_the_root_and_a_layer_and_holds_input_gradients():
     two = lora(2)
     bound = memory_bound(T.counts_of(INVENTORY), two)
-    by_model = Workload(2, 8, checkpointed_by_model=True)
+    by_model = ReleaseBehaviour(checkpointed_by_model=True)
     prediction = T.predict(STEP, reentrant(two), bound, by_model)
     root = 200 + 0 + 8
     layer = (1000 - root) / 4
@@ -137,9 +141,9 @@ def test_fsdp_shards_the_states_gathers_the_root_and_a_layer_and_holds_input_gra
     # (4 layers - 1) x 16 tokens x 8 x bf16
     assert prediction.phases["backward"]["fsdp_held_input_gradients"] == 3 * 16 * 8 * 2
     assert "fsdp_gathered" not in prediction.phases["optimizer_step"]
-    plain = T.predict(STEP, two, bound, Workload(2, 8))
+    plain = T.predict(STEP, two, bound, ReleaseBehaviour())
     assert "fsdp_held_input_gradients" not in plain.phases["backward"]
-    inside = T.predict(STEP, reentrant(two), bound, Workload(2, 8))
+    inside = T.predict(STEP, reentrant(two), bound, ReleaseBehaviour())
     assert "fsdp_held_input_gradients" not in inside.phases["backward"]
 
 
@@ -147,9 +151,9 @@ def test_prompt_tunings_held_input_gradients_span_its_virtual_tokens_as_in_the_f
     """The trace path's FSDP terms are the formula's (plan/memory/fsdp.py), at the length the
     layers see: the samples' and prompt tuning's virtual tokens."""
     pt = TrainingConfiguration(
-        kernels=KERNELS, tuning=Tuning(method="pt"), parallelism=Parallelism(gpus=2)
+        kernels=KERNELS, tuning=Tuning(method="pt"), parallelism=Parallelism(gpus=2), batch=TOKENS
     )
-    by_model = Workload(2, 8, checkpointed_by_model=True)
+    by_model = ReleaseBehaviour(checkpointed_by_model=True)
     bound = memory_bound(T.counts_of(INVENTORY), pt)
     held = T.predict(STEP, reentrant(pt), bound, by_model).phases["backward"][
         "fsdp_held_input_gradients"

@@ -9,7 +9,7 @@ from training_configuration import configuration_of
 from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.engine.measurement import Resolved, resolve
-from ado_actuators.sfttrainer.plan.memory.verdict import workload_of
+from ado_actuators.sfttrainer.plan.memory.verdict import behaviour_of
 from ado_actuators.sfttrainer.plan.model.architecture import PROMPT_TUNING_VIRTUAL_TOKENS
 from ado_actuators.sfttrainer.plan.model.training import FastKernels
 from ado_actuators.sfttrainer.plan.speed.step_time import attention_kernel, fused_attention
@@ -56,14 +56,14 @@ def test_gptq_loras_fast_kernels_are_on_for_memory_and_speed_alike():
     the memory formula and the step time alike; an entity's own setting replaces it for both."""
     for entity, on in [({}, True), ({"fast_kernels": ["False", "False", "False"]}, False)]:
         configuration = configuration_of(values(**entity), GPTQ_LORA, {})
-        workload = workload_of(configuration, "mistral")
+        behaviour = behaviour_of(configuration, "mistral")
         assert (
-            workload.fused_loss == "in_place",
+            behaviour.fused_loss == "in_place",
             configuration.kernels.fast_kernels.fast_rms_layernorm,
         ) == (on, on)
         assert configuration.kernels.fast_kernels.any is on  # what the step time reads
     plain = configuration_of(values(), LORA, {})
-    assert workload_of(plain, "mistral").fused_loss is None
+    assert behaviour_of(plain, "mistral").fused_loss is None
     assert not plain.kernels.fast_kernels.any
 
 
@@ -71,8 +71,6 @@ def test_the_per_device_batch_and_the_model_length_are_read_once_for_every_reade
     configuration = configuration_of(values(), PROMPT_TUNING, {})
     assert configuration.batch.per_device_batch == 4
     assert configuration.model_length == 512 + PROMPT_TUNING_VIRTUAL_TOKENS
-    workload = workload_of(configuration, "mistral")
-    assert workload.per_device_batch == 4  # the step time reads configuration.batch's
     lora = configuration_of(values(), LORA, {})
     assert lora.model_length == 512 and lora.tuning.adapted_modules == lora.tuning.target_modules
     assert configuration.tuning.adapted_modules == ()

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ado_actuators.sfttrainer.plan.model.training import Kernels, Tuning
+
 FP32 = 4
 MASK = 1
 """CUDA's dropout (native_dropout) keeps a one-byte mask per element for backward."""
@@ -22,7 +24,9 @@ ATTENTION_INPUTS = {"o_proj": "q", "down_proj": "intermediate", "w2": "intermedi
 
 @dataclasses.dataclass(frozen=True)
 class Block:
-    """A decoder layer's shapes (from Dimensions) and how it trains."""
+    """A decoder layer's shapes (from Dimensions) and the widths its tensors take; what trains
+    and which kernels run are the configuration's own parts, held whole, so that a layer and
+    the entity it was built from cannot disagree on them."""
 
     hidden: int
     q_width: int
@@ -30,12 +34,10 @@ class Block:
     heads: int
     intermediate: int
     width: int  # bytes of the model's dtype
-    method: str  # none | lora | pt
-    attention: str  # flash_attention_2 | sdpa | eager
+    tuning: Tuning
+    kernels: Kernels
     adapted: tuple[str, ...] = ()
-    lora_r: int = 8
     lora_dropout: bool = True
-    fused_norm: bool = False
     experts_per_token: int = 1
     qk_norm: bool = False  # Qwen3's q_norm and k_norm: an RMSNorm over each head of q and k
     autocast: bool = False  # 16-bit mixed precision (accelerate's autocast)
@@ -59,7 +61,7 @@ class Block:
 
     @property
     def trains_weights(self) -> bool:
-        return self.method == "none"
+        return self.tuning.method == "none"
 
     @property
     def residual(self) -> int:
@@ -123,7 +125,7 @@ def norm_saved(block: Block, grad_in: bool) -> float:
     fast_rms_layernorm) keeps the input and the per-token inverse."""
     if not (grad_in or block.trains_weights):
         return 0.0
-    if block.fused_norm:
+    if block.kernels.fast_kernels.fast_rms_layernorm:
         return block.residual * block.hidden + FP32
     # `hidden_states.to(input_dtype)`: the residual stream's dtype (fp32 under autocast over
     # fp32 weights, where the cast is the fp32 tensor itself)
@@ -146,7 +148,7 @@ def attention_saved(block: Block, grads: tuple[bool, bool, bool], length: int) -
     w, q, kv = block.width, block.q_width, block.kv_width
     if not any(grads):  # LoRA's first layer with no adapter before it: nothing recorded
         return 0.0
-    if block.attention == "eager":
+    if block.kernels.attention == "eager":
         grad_q, grad_k, grad_v = grads
         scores = block.heads * length
         # the softmax keeps its fp32 output when the scores need a gradient (q's or k's)
@@ -189,7 +191,7 @@ def linear_inputs(block: Block) -> tuple[float, float]:
     if not block.trains_weights:
         return 0.0, 0.0
     w, h = block.width, block.hidden
-    o_proj = 0 if block.attention == "flash_attention_2" else w * block.q_width
+    o_proj = 0 if block.kernels.attention == "flash_attention_2" else w * block.q_width
     # autocast's cast of a wider norm output is each linear's own (F.linear casts its input)
     qkv, gate_up = (3, 2) if block.recast else (1, 1)
     mlp = 0 if block.moe else w * (gate_up * h + block.intermediate)  # moe_saved: the experts'
@@ -257,7 +259,7 @@ def adapters_saved(block: Block, grad_in: dict[str, bool]) -> float:
     lora_A keeps (fp32) and whose mask dropout keeps when the input needs a gradient; lora_B
     keeps lora_A's fp32 output (r per token). Under 16-bit autocast lora_A and lora_B run in 16
     bits: they keep autocast's 16-bit copies instead."""
-    if block.method != "lora":
+    if block.tuning.method != "lora":
         return 0.0
     kept = 2 if block.autocast else FP32
     # an fp32 input's cast to fp32 is the input itself, and without dropout lora_A reads it:
@@ -272,7 +274,7 @@ def adapters_saved(block: Block, grad_in: dict[str, bool]) -> float:
         source = SHARED_INPUTS.get(name, name)
         repeated = shared and source in seen
         seen.add(source)
-        total += copies * (kept * width * (not repeated) + mask + kept * block.lora_r)
+        total += copies * (kept * width * (not repeated) + mask + kept * block.tuning.lora_r)
     return total
 
 
@@ -322,7 +324,7 @@ def attention_forward(block: Block, length: int, keeping: bool) -> float:
     beyond what the layer keeps (the probabilities and their cast, `attention_saved`), less
     what it keeps only after the attention (the second norm's, the MLP's, o_proj's and the
     MLP's inputs when they train), not made yet."""
-    if block.attention != "eager" or block.family != "llama":
+    if block.kernels.attention != "eager" or block.family != "llama":
         return 0.0
     masked, upcast, copy = softmax_widths(block)
     scores = block.heads * length
@@ -338,7 +340,7 @@ def attention_backward(block: Block, length: int) -> float:
     """Eager attention's softmax backward per token: the probabilities' gradient (matmul's,
     the width it read them at), its fp32 upcast and the softmax-backward output (fp32), beside
     the gradient arriving at the layer; by then the MLP's kept tensors are freed."""
-    if block.attention != "eager" or block.family != "llama":
+    if block.kernels.attention != "eager" or block.family != "llama":
         return 0.0
     # the second matmul read the probabilities at the compute width (autocast's cast, or the
     # query's dtype): their gradient is that wide, and the copy it kept is freed by now. A
@@ -408,8 +410,8 @@ def down_copy(block: Block) -> float:
         return 0.0
     weight = block.intermediate * block.hidden if block.casts != "none" else 0
     adapter = 0
-    if block.autocast and block.method == "lora" and "down_proj" in block.adapted:
-        adapter = block.lora_r * (block.intermediate + block.hidden)
+    if block.autocast and block.tuning.method == "lora" and "down_proj" in block.adapted:
+        adapter = block.tuning.lora_r * (block.intermediate + block.hidden)
     return block.width * (weight + adapter)
 
 
@@ -488,7 +490,7 @@ def adapter_forward(block: Block, keeping: bool = False) -> float:
     the layer's residual and its input when that is not kept (GPTBigCode's MLP c_proj reads
     GELU's output). `keeping`: counted beyond everything the layer keeps, less what the layer
     has not kept yet at that point (an attention adapter runs before the MLP's tensors)."""
-    if block.method != "lora":
+    if block.tuning.method != "lora":
         return 0.0
     w, h = block.width, block.hidden
     widths = {
@@ -588,16 +590,16 @@ def bigcode_saved(block: Block, found: Needs | None = None) -> float:
     w, h, i = block.width, block.hidden, block.intermediate
     norm = w * h + 2 * w
     attention = w * (h + 2 * block.kv_width) + w * h + FP32 * block.heads
-    if block.attention != "flash_attention_2":
+    if block.kernels.attention != "flash_attention_2":
         attention += w * h  # contiguous copies of the views, then c_proj's contiguous input
     trained = w * (2 * h + i) if block.trains_weights else 0.0  # c_attn's, c_fc's, c_proj's inputs
     mask = MASK * h if block.residual_dropout else 0.0
     inputs_need = (found.hidden, found.attention, found.mlp, found.product)
     adapters = 0.0
-    if block.method == "lora":
+    if block.tuning.method == "lora":
         kept = 2 if block.autocast else FP32
         for width, grad in _bigcode_adapter_inputs(block, inputs_need):
-            adapters += kept * width + MASK * width * grad + kept * block.lora_r
+            adapters += kept * width + MASK * width * grad + kept * block.tuning.lora_r
     return (
         norm * found.hidden
         + attention * found.attention
@@ -677,10 +679,10 @@ def copies_after_attention(block: Block) -> float:
     if block.casts != "none":
         linears = sum(n for n, tensor in layer_linears(block) if tensor != "hidden")
     adapters = 0.0
-    if block.autocast and block.method == "lora":
+    if block.autocast and block.tuning.method == "lora":
         before = ("q_proj", "k_proj", "v_proj")
         later = [(n, o) for name, n, o in _adapted_shapes(block) if name not in before]
-        adapters = sum(block.lora_r * (n + o) for n, o in later)
+        adapters = sum(block.tuning.lora_r * (n + o) for n, o in later)
     return block.width * (linears + adapters)
 
 
@@ -703,6 +705,6 @@ def cached_copies(block: Block) -> float:
 def _adapter_copies(block: Block) -> float:
     """PEFT's fp32 lora_A and lora_B, cast to 16 bits under autocast whatever the weights'
     dtype."""
-    if not (block.autocast and block.method == "lora"):
+    if not (block.autocast and block.tuning.method == "lora"):
         return 0.0
-    return block.width * sum(block.lora_r * (n + o) for _, n, o in _adapted_shapes(block))
+    return block.width * sum(block.tuning.lora_r * (n + o) for _, n, o in _adapted_shapes(block))

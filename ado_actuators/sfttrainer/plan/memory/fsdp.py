@@ -13,7 +13,7 @@ from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 
 
 class Checkpointing(Protocol):
-    """What the release does with the checkpointing asked for (plan/memory/peak.Workload)."""
+    """What the release does with the checkpointing asked for (plan/memory/peak.ReleaseBehaviour)."""
 
     @property
     def checkpointing_honoured(self) -> bool: ...
@@ -58,7 +58,7 @@ def held_input_gradient_bytes(
     tokens: int,
     configuration: TrainingConfiguration,
     bound: MemoryBound,
-    workload: Checkpointing,
+    behaviour: Checkpointing,
 ) -> float:
     """What FSDP keeps through backward when its layer units hold only frozen weights (LoRA,
     prompt tuning) and checkpointing is reentrant: each unit's post-backward hook is registered
@@ -77,8 +77,8 @@ def held_input_gradient_bytes(
         and bound.shards > 1
         and configuration.tuning.method != "none"
         and configuration.kernels.checkpointing == "reentrant"
-        and workload.checkpointing_honoured
-        and workload.checkpointed_by_model
+        and behaviour.checkpointing_honoured
+        and behaviour.checkpointed_by_model
     ):
         return 0.0
     width = DTYPE_BYTES[configuration.precision.torch_dtype]

@@ -34,7 +34,6 @@ from ado_actuators.sfttrainer.plan.model.architecture import (
     DTYPE_BYTES,
     ParameterCounts,
 )
-from ado_actuators.sfttrainer.plan.model.architecture import model_length as architecture_length
 from ado_actuators.sfttrainer.plan.model.families.gpt_bigcode import DEFAULT_POSITIONS
 from ado_actuators.sfttrainer.plan.model.families.registry import family_of
 from ado_actuators.sfttrainer.plan.model.families.spec import Dispatch, Family, Layout
@@ -124,11 +123,11 @@ class Dimensions:
 
 
 @dataclasses.dataclass(frozen=True)
-class Workload:
-    """What of the entity beyond its `TrainingConfiguration` decides activations and logits."""
+class ReleaseBehaviour:
+    """What the pinned transformers, TRL and accelerate releases do with a configuration
+    (plan/memory/verdict.behaviour_of): the configuration says what the entity asks for, these
+    what the code it runs then allocates, which the configuration alone cannot say."""
 
-    per_device_batch: int
-    sequence_length: int
     loss: LossCode | None = None
     fused_loss: str | None = None  # None | "in_place" | "chunked" (plan/memory/logits.LossCode)
     fsdp_upcast: bool = False  # mixed precision under FSDP: accelerate upcasts to fp32
@@ -140,19 +139,15 @@ class Workload:
     """The model's forward checkpoints each layer (transformers before 4.52): an FSDP unit then
     runs inside the checkpoint (plan/memory/logits.read_checkpointing's "model")."""
 
-    @property
-    def tokens(self) -> int:
-        return self.per_device_batch * self.sequence_length
 
-
-def checkpointed(configuration: TrainingConfiguration, workload: Workload) -> bool:
+def checkpointed(configuration: TrainingConfiguration, behaviour: ReleaseBehaviour) -> bool:
     """The layers are checkpointed: asked for, and honoured by the release's layers."""
-    return configuration.kernels.gradient_checkpointing and workload.checkpointing_honoured
+    return configuration.kernels.gradient_checkpointing and behaviour.checkpointing_honoured
 
 
-def reentrant(configuration: TrainingConfiguration, workload: Workload) -> bool:
+def reentrant(configuration: TrainingConfiguration, behaviour: ReleaseBehaviour) -> bool:
     """Checkpointed by torch.utils.checkpoint's use_reentrant=True."""
-    return checkpointed(configuration, workload) and configuration.kernels.checkpointing == (
+    return checkpointed(configuration, behaviour) and configuration.kernels.checkpointing == (
         "reentrant"
     )
 
@@ -209,7 +204,7 @@ AUTOCAST_BYTES = 2
 """Autocast computes in 16 bits (bfloat16 or float16)."""
 
 
-def widths(configuration: TrainingConfiguration, workload: Workload) -> tuple[int, int, str]:
+def widths(configuration: TrainingConfiguration) -> tuple[int, int, str]:
     """(the bytes of a linear's output, of the residual stream, what keeps autocast's weight
     copies: activations.Block's width, stream and casts). Under autocast over weights of
     another dtype every linear computes in 16 bits while the residual stream stays fp32 (fp32
@@ -230,11 +225,11 @@ def widths(configuration: TrainingConfiguration, workload: Workload) -> tuple[in
 def block_of(
     dims: Dimensions,
     configuration: TrainingConfiguration,
-    workload: Workload,
+    behaviour: ReleaseBehaviour,
     adapted: tuple[str, ...] = (),
 ) -> activations.Block:
     """A decoder layer as plan/memory/activations.py counts it."""
-    width, stream, casts = widths(configuration, workload)
+    width, stream, casts = widths(configuration)
     return activations.Block(
         hidden=dims.hidden,
         q_width=dims.q_width,
@@ -245,12 +240,10 @@ def block_of(
         stream=stream,
         dtype_width=DTYPE_BYTES[configuration.precision.torch_dtype],
         casts=casts,
-        method=configuration.tuning.method,
-        attention=configuration.kernels.attention,
+        tuning=configuration.tuning,
+        kernels=configuration.kernels,
         adapted=adapted if configuration.tuning.method == "lora" else (),
-        lora_r=configuration.tuning.lora_r,
-        lora_dropout=workload.lora_dropout,
-        fused_norm=configuration.kernels.fast_kernels.fast_rms_layernorm,
+        lora_dropout=behaviour.lora_dropout,
         experts_per_token=dims.experts_per_token,
         autocast=configuration.precision.mixed_precision,
         qk_norm=dims.qk_norm,
@@ -265,54 +258,51 @@ def block_of(
     )
 
 
-def model_length(configuration: TrainingConfiguration, workload: Workload) -> int:
-    """The sequence the layers see: prompt tuning prepends its virtual tokens."""
-    return architecture_length(configuration.tuning.method, workload.sequence_length)
-
-
-def input_grads(configuration: TrainingConfiguration, workload: Workload) -> bool:
+def input_grads(configuration: TrainingConfiguration, behaviour: ReleaseBehaviour) -> bool:
     """Whether the first layer's input needs a gradient: the embedding trains (full
     fine-tuning), prompt tuning's virtual tokens are joined to it, or TRL installs the
     input-gradient hook (PEFT under reentrant checkpointing)."""
-    return configuration.tuning.method != "lora" or (reentrant(configuration, workload))
+    return configuration.tuning.method != "lora" or (reentrant(configuration, behaviour))
 
 
 def layer_bytes(
     dims: Dimensions,
     configuration: TrainingConfiguration,
-    workload: Workload,
+    behaviour: ReleaseBehaviour,
     adapted: tuple[str, ...] = (),
 ) -> dict[str, float]:
     """Per layer, for the device's batch: what the first and any other layer keep, what a
     layer's backward adds, and a checkpointed layer's input."""
-    block = block_of(dims, configuration, workload, adapted)
-    length = model_length(configuration, workload)
-    tokens = workload.per_device_batch * length
-    grad_in = input_grads(configuration, workload)
+    block = block_of(dims, configuration, behaviour, adapted)
+    length = configuration.model_length
+    tokens = configuration.batch.per_device_batch * length
+    grad_in = input_grads(configuration, behaviour)
     first = activations.layer_saved(block, length, True, grad_in)
     held = 0.0
-    if reentrant(configuration, workload):
+    if reentrant(configuration, behaviour):
         held = block.residual * dims.hidden  # the recomputed output, held through backward
     backward = _layer_backward(block, configuration, length, tokens, held)
     hooked = configuration.tuning.method != "none" and input_hook(configuration)
-    # the embedding's output is in the model's dtype (an embedding is no autocast op)
+    # the embedding's output is in the model's dtype (an embedding is no autocast op), of the
+    # samples' tokens alone (prompt tuning joins its virtual tokens to it after)
     model = DTYPE_BYTES[configuration.precision.torch_dtype]
-    real = model * dims.hidden * workload.tokens
+    real = model * dims.hidden * configuration.batch.per_device_batch
+    real *= configuration.batch.model_max_length
     # the select's backward is in the weights' dtype, whatever autocast computes in
     expert_weights = dims.experts * 2 * dims.intermediate * dims.hidden * model
     return {
-        **_copies(dims, block, checkpointed(configuration, workload), grad_in),
+        **_copies(dims, block, checkpointed(configuration, behaviour), grad_in),
         "first": first * tokens,
         "other": activations.layer_saved(block, length) * tokens,
         "backward": max(backward, activations.experts_moment(block, expert_weights, tokens)),
         "forward": activations.layer_forward(
-            block, not checkpointed(configuration, workload), length
+            block, not checkpointed(configuration, behaviour), length
         )
         * tokens,
         "recomputed": activations.layer_forward(block, True, length) * tokens,
         # eager attention's additive mask, [batch, 1, s, s] in the model's dtype: alive through
         # the forward, and through backward as every checkpointed layer's input
-        "mask": (block.attention == "eager" and block.family == "llama")
+        "mask": (block.kernels.attention == "eager" and block.family == "llama")
         * block.mask_width
         * tokens
         * length,
@@ -368,7 +358,8 @@ def _norm_keeps_input(block: activations.Block, input_width: int, grad_in: bool)
     """Bytes per token of a layer's input its first RMSNorm keeps as its fp32 copy
     (`hidden_states.to(torch.float32)` of an fp32 tensor returns it): the input's width, when
     the input is fp32 and the norm keeps anything."""
-    keeps = input_width == activations.FP32 and block.family == "llama" and not block.fused_norm
+    fused = block.kernels.fast_kernels.fast_rms_layernorm
+    keeps = input_width == activations.FP32 and block.family == "llama" and not fused
     return (
         activations.FP32 * block.hidden if keeps and activations.norm_saved(block, grad_in) else 0.0
     )
@@ -399,7 +390,9 @@ def _copies(
     }
 
 
-def head_bytes(dims: Dimensions, configuration: TrainingConfiguration, workload: Workload) -> float:
+def head_bytes(
+    dims: Dimensions, configuration: TrainingConfiguration, behaviour: ReleaseBehaviour
+) -> float:
     """What the final norm, the LM head and the loss's target keep for backward: the norm's
     fp32 input (its output needs a gradient under every method), the LM head's input when it
     trains, the token ids the embedding keeps when it trains, the int64 labels."""
@@ -409,38 +402,38 @@ def head_bytes(dims: Dimensions, configuration: TrainingConfiguration, workload:
         # LayerNorm: its input, a mean and an rstd in the dtype; the embedding dropout's mask;
         # the LM head's input and both embeddings' ids when they train
         per_token = width * dims.hidden + 2 * width + 8
-        if dims.residual_dropout and input_grads(configuration, workload):
+        if dims.residual_dropout and input_grads(configuration, behaviour):
             per_token += activations.MASK * dims.hidden  # kept when the embeddings need a gradient
         per_token += width * dims.hidden + 16 if full else 0
-        return per_token * workload.per_device_batch * model_length(configuration, workload)
-    compute, stream, _ = widths(configuration, workload)
+        return per_token * configuration.batch.per_device_batch * configuration.model_length
+    compute, stream, _ = widths(configuration)
     per_token = activations.FP32 * dims.hidden + activations.FP32 + 8
     if configuration.kernels.fast_kernels.fast_rms_layernorm:
         per_token = stream * dims.hidden + activations.FP32 + 8
     if full:
         # the norm's output in the stream's dtype, the LM head's input as autocast casts it
         per_token += (stream + compute) * dims.hidden + 8
-    return per_token * workload.per_device_batch * model_length(configuration, workload)
+    return per_token * configuration.batch.per_device_batch * configuration.model_length
 
 
 def logits_bytes(
-    dims: Dimensions, configuration: TrainingConfiguration, workload: Workload
+    dims: Dimensions, configuration: TrainingConfiguration, behaviour: ReleaseBehaviour
 ) -> dict[str, float]:
     """The logits and the loss at their largest, forward and backward, and of the backward's
     the part kept from the forward (the log-softmax): [tokens, vocab] times the release's
     bytes (plan/memory/logits.py)."""
-    if workload.loss is None:
+    if behaviour.loss is None:
         return dict.fromkeys(("inside", "returned", "backward", "kept"), 0.0)
-    elements = workload.per_device_batch * model_length(configuration, workload) * dims.vocab
-    width = widths(configuration, workload)[0]  # the LM head's output: 16 bits under autocast
+    elements = configuration.batch.per_device_batch * configuration.model_length * dims.vocab
+    width = widths(configuration)[0]  # the LM head's output: 16 bits under autocast
     code, fused, autocast = (
-        workload.loss,
-        workload.fused_loss,
+        behaviour.loss,
+        behaviour.fused_loss,
         configuration.precision.mixed_precision,
     )
     return {
         "inside": elements * code.inside_bytes(width, fused, autocast),
-        "returned": elements * code.returned_bytes(width, fused, autocast, workload.logits_copy),
+        "returned": elements * code.returned_bytes(width, fused, autocast, behaviour.logits_copy),
         "backward": elements * code.backward_bytes(width, fused),
         "kept": elements * code.kept_bytes(width, fused, autocast),
     }
@@ -450,7 +443,7 @@ def model_states(
     counts: ParameterCounts,
     configuration: TrainingConfiguration,
     bound: MemoryBound,
-    workload: Workload,
+    behaviour: ReleaseBehaviour,
     buffers: int = 0,
 ) -> tuple[dict[str, float], list[str]]:
     """Weights, gradients, optimizer state and foreach AdamW's temporary on one device: the
@@ -466,7 +459,7 @@ def model_states(
         weights += (scale - 1) * gradients
         gradients, state = gradients * scale, state * scale
     if (
-        workload.fsdp_upcast
+        behaviour.fsdp_upcast
         and configuration.parallelism.gpus > 1
         and not weight_bits(configuration)
     ):
@@ -508,7 +501,7 @@ def _final_norm_moment(
     dims: Dimensions,
     configuration: TrainingConfiguration,
     bound: MemoryBound,
-    workload: Workload,
+    behaviour: ReleaseBehaviour,
     layer: dict[str, float],
     base: dict[str, float],
 ) -> dict[str, dict[str, float]]:
@@ -520,9 +513,9 @@ def _final_norm_moment(
     kernel run other backwards: not counted."""
     if dims.layout == "gpt_bigcode" or configuration.kernels.fast_kernels.fast_rms_layernorm:
         return {}
-    tokens = workload.per_device_batch * model_length(configuration, workload)
+    tokens = configuration.batch.per_device_batch * configuration.model_length
     kept = (
-        _kept(dims, checkpointed(configuration, workload), layer)
+        _kept(dims, checkpointed(configuration, behaviour), layer)
         + activations.FP32 * dims.hidden * tokens
     )
     return {
@@ -542,14 +535,14 @@ def predict_peak(
     dims: Dimensions,
     configuration: TrainingConfiguration,
     bound: MemoryBound,
-    workload: Workload,
+    behaviour: ReleaseBehaviour,
     adapted: tuple[str, ...] = (),
 ) -> PeakPrediction:
-    """The peak of `workload` on one device; `bound` gives the model states as the certain-OOM
-    bound counts them (the same sharding), without its CUDA context, which torch's peak does
-    not include."""
-    states, upcast_notes = model_states(counts, configuration, bound, workload, dims.buffers)
-    notes = _notes(bound, configuration, workload, upcast_notes)
+    """The peak of `configuration` on one device, as the releases run it (`behaviour`);
+    `bound` gives the model states as the certain-OOM bound counts them (the same sharding),
+    without its CUDA context, which torch's peak does not include."""
+    states, upcast_notes = model_states(counts, configuration, bound, behaviour, dims.buffers)
+    notes = _notes(bound, configuration, behaviour, upcast_notes)
     accumulating = (
         states["gradients"] if configuration.batch.gradient_accumulation_steps > 1 else 0.0
     )
@@ -566,11 +559,11 @@ def predict_peak(
             bound,
         ),
     }
-    layer = layer_bytes(dims, configuration, workload, adapted)
-    kept = _kept(dims, checkpointed(configuration, workload), layer)
-    kept += head_bytes(dims, configuration, workload)
-    logits = logits_bytes(dims, configuration, workload)
-    forwards = _forward_moments(dims, configuration, workload, layer, base, kept, logits)
+    layer = layer_bytes(dims, configuration, behaviour, adapted)
+    kept = _kept(dims, checkpointed(configuration, behaviour), layer)
+    kept += head_bytes(dims, configuration, behaviour)
+    logits = logits_bytes(dims, configuration, behaviour)
+    forwards = _forward_moments(dims, configuration, behaviour, layer, base, kept, logits)
     largest = max(forwards, key=lambda name: sum(forwards[name].values()))
     forward = forwards[largest]
     moments = {
@@ -581,8 +574,8 @@ def predict_peak(
             "logits": logits["kept"],
             "logits_gradients": logits["backward"] - logits["kept"],
         },
-        **_layer_moments(counts, dims, configuration, bound, workload, layer, base, states),
-        **_final_norm_moment(counts, dims, configuration, bound, workload, layer, base),
+        **_layer_moments(counts, dims, configuration, bound, behaviour, layer, base, states),
+        **_final_norm_moment(counts, dims, configuration, bound, behaviour, layer, base),
     }
     _drop_empty_copies(forwards, moments)
     moment = max(moments, key=lambda name: sum(moments[name].values()))
@@ -602,14 +595,14 @@ def predict_peak(
 def _notes(
     bound: MemoryBound,
     configuration: TrainingConfiguration,
-    workload: Workload,
+    behaviour: ReleaseBehaviour,
     upcast_notes: list[str],
 ) -> list[str]:
     """What the prediction could not count, or counted otherwise than the entity asked."""
     notes = [*bound.notes, *upcast_notes]
-    if workload.loss is None and workload.fused_loss != "chunked":
+    if behaviour.loss is None and behaviour.fused_loss != "chunked":
         notes.append("logits not counted: the transformers release's loss is not on record")
-    if configuration.kernels.gradient_checkpointing and not workload.checkpointing_honoured:
+    if configuration.kernels.gradient_checkpointing and not behaviour.checkpointing_honoured:
         notes.append(
             "gradient checkpointing asked for, but this transformers release's layers of the "
             "family ignore it (plan/memory/logits.read_checkpointing): predicted without it"
@@ -629,7 +622,7 @@ def _drop_empty_copies(*groups: dict[str, dict[str, float]]) -> None:
 def _forward_moments(
     dims: Dimensions,
     configuration: TrainingConfiguration,
-    workload: Workload,
+    behaviour: ReleaseBehaviour,
     layer: dict[str, float],
     base: dict[str, float],
     kept: float,
@@ -643,10 +636,10 @@ def _forward_moments(
     # copy, counted with what that layer keeps)
     held = 0.0 if configuration.tuning.method == "none" else layer["input"]
     if configuration.tuning.method == "pt":
-        shared = 0.0 if checkpointed(configuration, workload) else layer["shared_first"]
+        shared = 0.0 if checkpointed(configuration, behaviour) else layer["shared_first"]
         held += layer["input"] - shared
     # the model's own eager mask, kept by no layer without checkpointing: inside its forward
-    mask = 0.0 if checkpointed(configuration, workload) else layer["mask"]
+    mask = 0.0 if checkpointed(configuration, behaviour) else layer["mask"]
     copies = layer["copies_kept"] + layer["copies_head"]
     return {
         "loss": {
@@ -664,7 +657,7 @@ def _forward_moments(
         },
         "last layer": {
             **base,
-            "activations": _kept(dims, checkpointed(configuration, workload), layer) + mask,
+            "activations": _kept(dims, checkpointed(configuration, behaviour), layer) + mask,
             "autocast_copies": layer["copies_kept"] + layer["copies_inside"],
             "forward_transients": layer["forward"],
         },
@@ -714,16 +707,16 @@ def _kept_in_layers(
     dims: Dimensions,
     configuration: TrainingConfiguration,
     bound: MemoryBound,
-    workload: Workload,
+    behaviour: ReleaseBehaviour,
     layer: dict[str, float],
 ) -> tuple[dict[str, float], dict[str, float]]:
     """What is kept at the backward of the first layer it reaches and of the last: under
     checkpointing every layer's input and the recomputed layer's tensors (FSDP's held input
     gradients at the last), without it what every layer (the last: the model's first) keeps."""
     top, bottom = ("first", "first") if dims.layers == 1 else ("other", "first")
-    if not checkpointed(configuration, workload):
+    if not checkpointed(configuration, behaviour):
         top_kept = {
-            "activations": _kept(dims, checkpointed(configuration, workload), layer),
+            "activations": _kept(dims, checkpointed(configuration, behaviour), layer),
             "autocast_copies": layer["copies_kept"],
         }
         bottom_kept = {
@@ -732,9 +725,9 @@ def _kept_in_layers(
         }
         return top_kept, bottom_kept
     inputs = dims.layers * layer["input"]
-    tokens = workload.per_device_batch * model_length(configuration, workload)
+    tokens = configuration.batch.per_device_batch * configuration.model_length
     held = fsdp.held_input_gradient_bytes(
-        dims.layers, dims.hidden, tokens, configuration, bound, workload
+        dims.layers, dims.hidden, tokens, configuration, bound, behaviour
     )
     extra = layer["rotary"] + layer["embedded"] + layer["mask"]
     # the recomputed layer's copies: the cache is cleared when its recompute's autocast exits,
@@ -759,7 +752,7 @@ def _layer_moments(
     dims: Dimensions,
     configuration: TrainingConfiguration,
     bound: MemoryBound,
-    workload: Workload,
+    behaviour: ReleaseBehaviour,
     layer: dict[str, float],
     base: dict[str, float],
     states: dict[str, float],
@@ -767,7 +760,7 @@ def _layer_moments(
     """The backward's moments in the layers: the first layer it reaches (the model's last)
     and the last it reaches (the model's first), each at its MLP's backward."""
     grown, every = _gradients_in_layers(counts, dims, configuration, bound, base, states)
-    top_kept, bottom_kept = _kept_in_layers(dims, configuration, bound, workload, layer)
+    top_kept, bottom_kept = _kept_in_layers(dims, configuration, bound, behaviour, layer)
     transient = {"backward_transients": layer["backward"]}
     moments = {
         "first layer": {
@@ -783,7 +776,7 @@ def _layer_moments(
             **transient,
         },
     }
-    if checkpointed(configuration, workload):
+    if checkpointed(configuration, behaviour):
         # recomputing the first layer it reaches, its output's gradient already there
         moments["first layer, recomputed"] = {
             **base,

@@ -27,11 +27,7 @@ from ado_actuators.sfttrainer.contract.memory_trace import StepSpec, TracedStep,
 from ado_actuators.sfttrainer.host.atomic import write_atomically
 from ado_actuators.sfttrainer.plan.memory import fsdp
 from ado_actuators.sfttrainer.plan.memory.bound import MemoryBound, weight_bits
-from ado_actuators.sfttrainer.plan.memory.peak import (
-    PeakPrediction,
-    Workload,
-    model_length,
-)
+from ado_actuators.sfttrainer.plan.memory.peak import PeakPrediction, ReleaseBehaviour
 from ado_actuators.sfttrainer.plan.model.architecture import (
     PROMPT_TUNING_VIRTUAL_TOKENS,
     LinearShape,
@@ -192,7 +188,7 @@ def predict(
     found: TracedStep,
     configuration: TrainingConfiguration,
     bound: MemoryBound,
-    workload: Workload,
+    behaviour: ReleaseBehaviour,
     quantized: float = 0.0,
 ) -> PeakPrediction:
     """The traced step's phases on one device: the optimizer state at rest beside every
@@ -221,7 +217,7 @@ def predict(
             f"{weight_bits(configuration)} bits as the bound counts them (dequantization not traced)"
         )
     if bound.shards > 1 and configuration.parallelism.backend == "FSDP":
-        phases = _sharded(found, configuration, bound, workload, phases)
+        phases = _sharded(found, configuration, bound, behaviour, phases)
     return PeakPrediction(
         phases=phases,
         moments=dict.fromkeys(phases, "traced"),
@@ -234,7 +230,7 @@ def _sharded(
     found: TracedStep,
     configuration: TrainingConfiguration,
     bound: MemoryBound,
-    workload: Workload,
+    behaviour: ReleaseBehaviour,
     phases: dict[str, dict[str, float]],
 ) -> dict[str, dict[str, float]]:
     """FSDP over `bound.shards` devices (plan/memory/fsdp.py, from the trace's parameters)."""
@@ -244,8 +240,8 @@ def _sharded(
     gathered = fsdp.gathered_bytes(
         inventory["total"], embeddings, layers, hidden, configuration, bound
     )
-    tokens = workload.per_device_batch * model_length(configuration, workload)
-    held = fsdp.held_input_gradient_bytes(layers, hidden, tokens, configuration, bound, workload)
+    tokens = configuration.batch.per_device_batch * configuration.model_length
+    held = fsdp.held_input_gradient_bytes(layers, hidden, tokens, configuration, bound, behaviour)
     states = ("weights", "gradients", "optimizer_state", "optimizer_temporaries")
     sharded = {}
     for phase, parts in phases.items():

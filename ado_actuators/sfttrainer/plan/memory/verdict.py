@@ -45,7 +45,7 @@ from ado_actuators.sfttrainer.plan.memory.peak import (
     ALLOCATOR_HEADROOM,
     Dimensions,
     PeakPrediction,
-    Workload,
+    ReleaseBehaviour,
     predict_peak,
 )
 from ado_actuators.sfttrainer.plan.memory.traced import TraceUnavailable
@@ -204,14 +204,12 @@ class MemoryAssessment:
         return outcome
 
 
-def workload_of(configuration: TrainingConfiguration, model_type: str) -> Workload:
-    """What of the configuration the activations and logits depend on (plan/memory/peak.py),
-    with what the pinned transformers and TRL releases do with it."""
+def behaviour_of(configuration: TrainingConfiguration, model_type: str) -> ReleaseBehaviour:
+    """What the releases fms_hf_tuning_version pins do with `configuration` on a model of
+    `model_type`, beside what the configuration itself says (plan/memory/peak.py reads both)."""
     version = configuration.fms_hf_tuning_version
     style = checkpointing_for(version, model_type)
-    return Workload(
-        per_device_batch=configuration.batch.per_device_batch,
-        sequence_length=configuration.batch.model_max_length,
+    return ReleaseBehaviour(
         checkpointing_honoured=style != "none",
         checkpointed_by_model=style == "model",
         loss=loss_code_for(version, model_type),
@@ -278,9 +276,9 @@ def _by_formula(configuration: TrainingConfiguration, shape: ModelShape) -> Memo
     counts = count_parameters(shape)
     dims = Dimensions.of(shape)
     bound = memory_bound(counts, configuration)
-    workload = workload_of(configuration, dims.model_type)
+    behaviour = behaviour_of(configuration, dims.model_type)
     adapted = configuration.tuning.adapted_modules
-    prediction = predict_peak(counts, dims, configuration, bound, workload, adapted)
+    prediction = predict_peak(counts, dims, configuration, bound, behaviour, adapted)
     return MemoryAssessment(
         bound=bound,
         prediction=prediction,
@@ -298,13 +296,13 @@ def _by_trace(
     """An architecture the formula does not know: its parts from a trace of its own code (a
     quantized checkpoint traced at the model's dtype, its block weights then as the bound
     counts them)."""
-    workload = workload_of(configuration, shape.model_type)
+    behaviour = behaviour_of(configuration, shape.model_type)
     found = traced_parts.traced(traced_parts.request(configuration), traces)
     counts = traced_parts.counts_of(found.inventory)
     bound = memory_bound(counts, configuration)
     plain = memory_bound(counts, configuration, quantized=False)
     quantized = plain.parts["weights"] - bound.parts["weights"]
-    prediction = traced_parts.predict(found, configuration, bound, workload, quantized)
+    prediction = traced_parts.predict(found, configuration, bound, behaviour, quantized)
     try:
         dims: Dimensions | None = Dimensions.of(shape)
     except (KeyError, TypeError):
