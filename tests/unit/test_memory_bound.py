@@ -19,7 +19,6 @@ from ado_actuators.sfttrainer.plan.memory.bound import (
 from ado_actuators.sfttrainer.plan.model.architecture import (
     UnsupportedArchitecture,
     count_parameters,
-    quantized_bits,
 )
 from ado_actuators.sfttrainer.plan.model.training import (
     Parallelism,
@@ -170,12 +169,15 @@ def test_multimodal_counts_its_language_model_and_unknown_ones_raise():
         count_parameters({k: v for k, v in LLAMA_31_8B.items() if k != "intermediate_size"})
 
 
-def test_quantized_bits():
-    assert quantized_bits(LLAMA_31_8B) is None
-    assert quantized_bits({"quantization_config": {"quant_method": "gptq", "bits": 4}}) == 4
-    assert quantized_bits({"quantization_config": {"load_in_8bit": True}}) == 8
+def test_weight_bits_read_from_the_configurations_shape():
+    def bits(quantization):
+        return weight_bits(TrainingConfiguration(config={**LLAMA_31_8B, **quantization}))
+
+    assert bits({}) is None
+    assert bits({"quantization_config": {"quant_method": "gptq", "bits": 4}}) == 4
+    assert bits({"quantization_config": {"load_in_8bit": True}}) == 8
     with pytest.raises(UnsupportedArchitecture):
-        quantized_bits({"quantization_config": {"quant_method": "fp8"}})
+        bits({"quantization_config": {"quant_method": "fp8"}})
 
 
 FULL = TrainingConfiguration()  # every weight trains, bfloat16, AdamW, one device

@@ -19,7 +19,6 @@ from ado_actuators.sfttrainer.contract.units import GIB, MIB
 from ado_actuators.sfttrainer.plan.model.architecture import (
     DTYPE_BYTES,
     ParameterCounts,
-    quantized_bits,
 )
 from ado_actuators.sfttrainer.plan.model.geometry import DATA_PARALLEL
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
@@ -99,7 +98,7 @@ def weight_bits(configuration: TrainingConfiguration) -> int | None:
     """Bits per block weight of a pre-quantized checkpoint, from its config.json (None: not
     quantized); a GPTQ-Quantized one whose config.json does not say is read at GPTQ_MIN_BITS,
     the smaller count. A quantization the config.json states unreadably raises."""
-    bits = quantized_bits(configuration.config or {})
+    bits = configuration.shape.quantized_bits if configuration.shape else None
     if bits is None and configuration.weights_format == GPTQ_QUANTIZED:
         return GPTQ_MIN_BITS
     return bits

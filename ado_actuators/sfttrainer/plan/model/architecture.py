@@ -29,7 +29,6 @@ __all__ = [
     "UnsupportedArchitecture",
     "count_parameters",
     "model_length",
-    "quantized_bits",
     "virtual_tokens",
 ]
 
@@ -206,23 +205,4 @@ def _gpt_bigcode(shape: ModelShape) -> ParameterCounts:
         lm_head=0,
         quantizable=layers * (hidden * qkv + hidden * hidden + 2 * hidden * inter),
         linears=linears,
-    )
-
-
-def quantized_bits(config: dict[str, Any]) -> int | None:
-    """Bits per weight of a pre-quantized checkpoint (GPTQ `bits`, bitsandbytes 4/8), None when
-    the weights are not quantized. A quantization this cannot read raises."""
-    quant = config.get("quantization_config")
-    if not quant:
-        return None
-    if not isinstance(quant, dict):
-        raise UnsupportedArchitecture(f"quantization_config {quant!r} is not a mapping")
-    if isinstance(quant.get("bits"), int) and 1 <= quant["bits"] <= 16:
-        return int(quant["bits"])
-    if quant.get("load_in_4bit"):
-        return 4
-    if quant.get("load_in_8bit"):
-        return 8
-    raise UnsupportedArchitecture(
-        f"quantization {quant.get('quant_method', '?')!r} without a readable bit width"
     )
