@@ -252,7 +252,19 @@ def test_optimizers_other_than_adamw_count_less_never_more():
         == 2 * params
     )
     sgd = memory_bound(counts, TrainingConfiguration(precision=Precision(optim="sgd")))
-    assert sgd.parts["optimizer_state"] == 0 and "sgd" in " ".join(sgd.notes)
+    assert sgd.parts["optimizer_state"] == 0 and not sgd.notes  # momentum 0: no state at all
+    paged = memory_bound(
+        counts, TrainingConfiguration(precision=Precision(optim="paged_adamw_8bit"))
+    )
+    assert paged.parts["optimizer_state"] == 0
+    assert paged.notes == (
+        "optimizer state of paged_adamw_8bit not counted: paged to the host when short",
+    )
+    galore = memory_bound(counts, TrainingConfiguration(precision=Precision(optim="galore_adamw")))
+    assert galore.parts["optimizer_state"] == 0
+    assert galore.notes[0].startswith(
+        "optimizer state of galore_adamw not counted: GaLore projects"
+    )
     assert (
         memory_bound(counts, TrainingConfiguration(precision=Precision(optim="lomo"))).parts[
             "gradients"
@@ -329,13 +341,17 @@ def test_the_bound_reads_as_the_reason_and_the_metadata_show_it():
     }
     two = memory_bound(
         counts,
-        TrainingConfiguration(parallelism=Parallelism(gpus=2), precision=Precision(optim="sgd")),
+        TrainingConfiguration(
+            parallelism=Parallelism(gpus=2), precision=Precision(optim="paged_adamw_32bit")
+        ),
     )
     assert two.describe() == (
         "weights 6.74 + gradients 6.74 + optimizer_state 0.00 GiB "
         "(over 2 devices (FSDP FULL_SHARD)) + CUDA context 0.25 GiB"
     )
-    assert two.as_metadata()["notes"] == ["optimizer state of sgd not counted"]
+    assert two.as_metadata()["notes"] == [
+        "optimizer state of paged_adamw_32bit not counted: paged to the host when short"
+    ]
 
 
 @pytest.mark.parametrize("gpus, nodes, shards", [(8, 1, 8), (8, 2, 4), (2, 2, 1)])

@@ -16,6 +16,7 @@ from typing import Any
 
 from ado_actuators.sfttrainer.catalog.models import GPTQ_QUANTIZED
 from ado_actuators.sfttrainer.contract.units import GIB, MIB
+from ado_actuators.sfttrainer.plan.memory.optimizers import optimizer_state
 from ado_actuators.sfttrainer.plan.model.architecture import (
     DTYPE_BYTES,
     ParameterCounts,
@@ -33,30 +34,6 @@ a bound: what a process can allocate takes off the larger estimate instead
 GPTQ_MIN_BITS = 2
 """The narrowest width GPTQ quantizes to: the width assumed for GPTQ-Quantized weights whose
 config.json does not say (a smaller count than any checkpoint really has)."""
-
-# Optimizer state tensors per trainable parameter, in the parameter's dtype: torch's and HF's
-# AdamW create exp_avg and exp_avg_sq with zeros_like(param), so a bfloat16 model keeps bf16
-# state and a float32 one fp32 (HF's Trainer keeps no fp32 master copy). Under FSDP with mixed
-# precision accelerate may upcast the parameters to fp32, which only adds memory.
-_FULL_PRECISION_STATES = {
-    "adamw_hf": 2,
-    "adamw_torch": 2,
-    "adamw_torch_fused": 2,
-    "adamw_apex_fused": 2,
-    "adamw_torch_xla": 2,
-    "adamw_torch_npu_fused": 2,
-}
-# bitsandbytes' 8-bit AdamW: two one-byte states (small tensors stay 32-bit, which only adds).
-_ONE_BYTE_STATES = {"adamw_bnb_8bit": 2, "adamw_8bit": 2}
-# Optimizers that update each parameter inside the backward pass: gradients are never all
-# resident at once, so none are counted.
-_NO_STORED_GRADIENTS = {
-    "lomo",
-    "adalomo",
-    "galore_adamw_layerwise",
-    "galore_adamw_8bit_layerwise",
-    "galore_adafactor_layerwise",
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,14 +140,18 @@ def memory_bound(
         # PEFT may keep adapters in float32 (autocast_adapter_dtype); the training dtype is
         # the smaller reading.
         weights += trainable * width
-    gradients = 0 if configuration.precision.optim in _NO_STORED_GRADIENTS else trainable * width
-    if configuration.precision.optim in _FULL_PRECISION_STATES:
-        state = trainable * width * _FULL_PRECISION_STATES[configuration.precision.optim]
-    elif configuration.precision.optim in _ONE_BYTE_STATES:
-        state = trainable * _ONE_BYTE_STATES[configuration.precision.optim]
+    optim = configuration.precision.optim
+    optimizer = optimizer_state(optim)
+    # layer-wise optimizers update each parameter in its backward: no gradient waits for a step
+    gradients = trainable * width if optimizer.gradients_stored else 0
+    state = 0.0
+    if optimizer.unstated:
+        notes.append(f"optimizer state of {optim} not counted: {optimizer.unstated}")
+    elif optimizer.paged:
+        # the driver can move it all to the host: no device must hold it
+        notes.append(f"optimizer state of {optim} not counted: paged to the host when short")
     else:
-        state = 0
-        notes.append(f"optimizer state of {configuration.precision.optim} not counted")
+        state = optimizer.state_bytes(trainable, width)
     divisor, sharding = shards(configuration)
     parts = {
         "weights": weights / divisor,

@@ -28,8 +28,13 @@ from typing import Any
 
 from ado_actuators.sfttrainer.contract.units import GIB
 from ado_actuators.sfttrainer.plan.memory import activations, fsdp
-from ado_actuators.sfttrainer.plan.memory.bound import MemoryBound, weight_bits
+from ado_actuators.sfttrainer.plan.memory.bound import (
+    MemoryBound,
+    trainable_parameters,
+    weight_bits,
+)
 from ado_actuators.sfttrainer.plan.memory.logits import LossCode
+from ado_actuators.sfttrainer.plan.memory.optimizers import OptimizerState, optimizer_state
 from ado_actuators.sfttrainer.plan.model.architecture import (
     DTYPE_BYTES,
     ParameterCounts,
@@ -169,6 +174,9 @@ class PeakPrediction:
     """Per phase, every moment considered and its total (bytes)."""
     source: str = "formula"  # formula (plan/memory/activations.py) | trace (plan/memory/traced.py)
     notes: tuple[str, ...] = ()
+    paged: float = 0.0
+    """A paged optimizer's state (plan/memory/optimizers.py): outside torch's allocated peak,
+    resident while the device has room for it, on the host when it has not."""
 
     @property
     def phase(self) -> str:
@@ -197,6 +205,7 @@ class PeakPrediction:
             },
             "parts_from": self.source,
             "notes": list(self.notes),
+            **({"paged_optimizer_state_gib": round(self.paged / GIB, 3)} if self.paged else {}),
         }
 
 
@@ -450,7 +459,11 @@ def model_states(
     bound's, with PEFT's fp32 adapters, and accelerate's fp32 upcast of FSDP's trainable flat
     parameters under mixed precision."""
     weights, gradients = bound.parts["weights"], bound.parts["gradients"]
-    state = bound.parts["optimizer_state"]
+    optimizer = optimizer_state(configuration.precision.optim)
+    # the state at the optimizer's own dtype (bitsandbytes' 8- and 32-bit) follows no
+    # parameter's dtype: only the rest (zeros_like(param)) is scaled with the parameters below
+    fixed = _fixed_state(counts, configuration, bound, optimizer)
+    state = bound.parts["optimizer_state"] - fixed
     notes = []
     width = DTYPE_BYTES[configuration.precision.torch_dtype]
     if configuration.tuning.method != "none" and width < ADAPTER_BYTES:
@@ -475,14 +488,41 @@ def model_states(
     # foreach AdamW's `_foreach_sqrt(exp_avg_sq)`: one state tensor per parameter of a group,
     # the decay group (every trainable parameter but norms and biases) the largest
     norms = counts.norms / max(1, counts.total) if configuration.tuning.method == "none" else 0.0
-    temporaries = state / 2 * (1 - norms)
+    temporaries = state * optimizer.temporary_share() * (1 - norms)
     parts = {
         "weights": weights + buffers,
         "gradients": gradients,
-        "optimizer_state": state,
+        "optimizer_state": state + fixed,
         "optimizer_temporaries": temporaries,
     }
     return parts, notes
+
+
+def _fixed_state(
+    counts: ParameterCounts,
+    configuration: TrainingConfiguration,
+    bound: MemoryBound,
+    optimizer: OptimizerState,
+) -> float:
+    """The bound's optimizer state at the optimizer's own dtype, on one device (none where the
+    bound counts none: paged or unstated)."""
+    if not bound.parts["optimizer_state"]:
+        return 0.0
+    return optimizer.fixed_bytes * trainable_parameters(counts, configuration) / bound.shards
+
+
+def paged_state(
+    counts: ParameterCounts, configuration: TrainingConfiguration, bound: MemoryBound
+) -> float:
+    """Bytes per device of a paged optimizer's state: unified memory outside torch's allocator,
+    which the driver moves to the host when the device runs short (0: not paged)."""
+    optimizer = optimizer_state(configuration.precision.optim)
+    if not optimizer.paged:
+        return 0.0
+    trainable = trainable_parameters(counts, configuration)
+    return optimizer.state_bytes(trainable, DTYPE_BYTES[configuration.precision.torch_dtype]) / (
+        bound.shards
+    )
 
 
 def head_gradients(
@@ -583,12 +623,17 @@ def predict_peak(
     step["optimizer_temporaries"] = states["optimizer_temporaries"]
     return PeakPrediction(
         phases={"forward": forward, "backward": moments[moment], "optimizer_step": step},
-        moments={"forward": largest, "backward": moment, "optimizer_step": "foreach AdamW"},
+        moments={
+            "forward": largest,
+            "backward": moment,
+            "optimizer_step": optimizer_state(configuration.precision.optim).step,
+        },
         candidates={
             "forward": {name: sum(parts.values()) for name, parts in forwards.items()},
             "backward": {name: sum(parts.values()) for name, parts in moments.items()},
         },
         notes=tuple(notes),
+        paged=paged_state(counts, configuration, bound),
     )
 
 

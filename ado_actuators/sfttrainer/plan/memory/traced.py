@@ -27,7 +27,8 @@ from ado_actuators.sfttrainer.contract.memory_trace import StepSpec, TracedStep,
 from ado_actuators.sfttrainer.host.atomic import write_atomically
 from ado_actuators.sfttrainer.plan.memory import fsdp
 from ado_actuators.sfttrainer.plan.memory.bound import MemoryBound, weight_bits
-from ado_actuators.sfttrainer.plan.memory.peak import PeakPrediction, ReleaseBehaviour
+from ado_actuators.sfttrainer.plan.memory.optimizers import optimizer_state
+from ado_actuators.sfttrainer.plan.memory.peak import PeakPrediction, ReleaseBehaviour, paged_state
 from ado_actuators.sfttrainer.plan.model.architecture import (
     PROMPT_TUNING_VIRTUAL_TOKENS,
     LinearShape,
@@ -196,12 +197,14 @@ def predict(
     unit and the prefetched layers gathered, and (frozen layer units, reentrant checkpointing)
     every layer's input gradient held. `quantized`: the bytes a quantized checkpoint's block
     weights save against the traced model's dtype."""
-    state = found.rest.get("optimizer_state", 0)
+    traced_state = found.rest.get("optimizer_state", 0)
+    state, temporaries = _optimizer(found, configuration, bound, traced_state)
     phases = {}
     for phase, parts in found.phases.items():
         named = {TRACE_PARTS[part]: float(size) for part, size in parts.items() if size}
         if phase == "optimizer_step":  # the first step's state is made in this phase
-            named["optimizer_temporaries"] = named.get("optimizer_temporaries", 0.0) - state
+            traced = named.get("optimizer_temporaries", 0.0) - traced_state
+            named["optimizer_temporaries"] = traced * temporaries
         named["optimizer_state"] = float(state)
         named["weights"] = named.get("weights", 0.0) - quantized
         phases[phase] = named
@@ -223,7 +226,22 @@ def predict(
         moments=dict.fromkeys(phases, "traced"),
         source="trace",
         notes=(*bound.notes, *notes),
+        paged=paged_state(counts_of(found.inventory), configuration, bound),
     )
+
+
+def _optimizer(
+    found: TracedStep, configuration: TrainingConfiguration, bound: MemoryBound, traced: float
+) -> tuple[float, float]:
+    """The configuration's optimizer state (bytes, before sharding) and its step's temporaries
+    as a multiple of the traced ones. The trace steps torch's foreach AdamW: two states
+    zeros_like(param), in the dtype each parameter trains in, and one temporary of one state's
+    size; an optimizer of another kind keeps its own (plan/memory/optimizers.py)."""
+    optimizer = optimizer_state(configuration.precision.optim)
+    fixed = 0.0
+    if bound.parts["optimizer_state"]:  # neither paged nor unstated
+        fixed = optimizer.fixed_bytes * found.inventory["trainable"]
+    return traced * optimizer.in_param_dtype / 2 + fixed, float(optimizer.temporaries)
 
 
 def _sharded(

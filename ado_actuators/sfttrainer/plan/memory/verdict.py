@@ -180,12 +180,30 @@ class MemoryAssessment:
         if self.certain_oom:
             return "certain OOM", "the lower bound exceeds the device"
         if self.predicted_oom and self.prediction is not None:
-            return "predicted OOM", f"the prediction ({self.prediction.phase}) exceeds the device"
+            why = f"the prediction ({self.prediction.phase}) exceeds the device"
+            return "predicted OOM", why + self._optimizer()
         if self.skipped:
             return "unknown", self.skipped
         if self.prediction is None:
             return "unknown", self.prediction_skipped or "no prediction"
-        return "fits", f"peak in the {self.prediction.phase} phase"
+        return "fits", f"peak in the {self.prediction.phase} phase" + self._optimizer()
+
+    def _optimizer(self) -> str:
+        """What the optimizer's state adds beyond the allocated peak: a paged optimizer's
+        state, and whether the device holds it or the run relies on the driver moving it to
+        the host; or that the optimizer's state could not be counted, and why."""
+        need, paged = self.predicted_need, self.prediction.paged if self.prediction else 0.0
+        if not paged or need is None:
+            unstated = [n for n in self.bound.notes if "state of" in n] if self.bound else []
+            return "".join(f"; {note}" for note in unstated)
+        whole = (need + paged) / GIB
+        text = f"; plus {paged / GIB:.2f} GiB of paged optimizer state ({whole:.2f} GiB in all)"
+        if self.allocatable is not None and need + paged > self.allocatable:
+            text += (
+                f": relies on paging, {self.allocatable / GIB:.2f} GiB can be allocated, so the "
+                "driver moves optimizer state to the host at every step"
+            )
+        return text
 
     def properties(self) -> dict[str, float]:
         found = {}
