@@ -583,22 +583,7 @@ def predict_peak(
     without its CUDA context, which torch's peak does not include."""
     states, upcast_notes = model_states(counts, configuration, bound, behaviour, dims.buffers)
     notes = _notes(bound, configuration, behaviour, upcast_notes)
-    accumulating = (
-        states["gradients"] if configuration.batch.gradient_accumulation_steps > 1 else 0.0
-    )
-    base = {
-        "weights": states["weights"],
-        "optimizer_state": states["optimizer_state"],
-        "gradients": accumulating,
-        "fsdp_gathered": fsdp.gathered_bytes(
-            counts.total,
-            counts.embedding + counts.lm_head,
-            dims.layers,
-            dims.hidden,
-            configuration,
-            bound,
-        ),
-    }
+    base = _at_rest(counts, dims, configuration, bound, states)
     layer = layer_bytes(dims, configuration, behaviour, adapted)
     kept = _kept(dims, checkpointed(configuration, behaviour), layer)
     kept += head_bytes(dims, configuration, behaviour)
@@ -621,13 +606,10 @@ def predict_peak(
     moment = max(moments, key=lambda name: sum(moments[name].values()))
     step = {k: states[k] for k in ("weights", "gradients", "optimizer_state")}
     step["optimizer_temporaries"] = states["optimizer_temporaries"]
+    stepped = optimizer_state(configuration.precision.optim).step
     return PeakPrediction(
         phases={"forward": forward, "backward": moments[moment], "optimizer_step": step},
-        moments={
-            "forward": largest,
-            "backward": moment,
-            "optimizer_step": optimizer_state(configuration.precision.optim).step,
-        },
+        moments={"forward": largest, "backward": moment, "optimizer_step": stepped},
         candidates={
             "forward": {name: sum(parts.values()) for name, parts in forwards.items()},
             "backward": {name: sum(parts.values()) for name, parts in moments.items()},
@@ -635,6 +617,34 @@ def predict_peak(
         notes=tuple(notes),
         paged=paged_state(counts, configuration, bound),
     )
+
+
+def _at_rest(
+    counts: ParameterCounts,
+    dims: Dimensions,
+    configuration: TrainingConfiguration,
+    bound: MemoryBound,
+    states: dict[str, float],
+) -> dict[str, float]:
+    """What every forward and backward moment holds beside its activations: the weights, the
+    optimizer state (from the second step on), gradients accumulated over micro-batches, and
+    FSDP's gathered units."""
+    accumulating = (
+        states["gradients"] if configuration.batch.gradient_accumulation_steps > 1 else 0.0
+    )
+    return {
+        "weights": states["weights"],
+        "optimizer_state": states["optimizer_state"],
+        "gradients": accumulating,
+        "fsdp_gathered": fsdp.gathered_bytes(
+            counts.total,
+            counts.embedding + counts.lm_head,
+            dims.layers,
+            dims.hidden,
+            configuration,
+            bound,
+        ),
+    }
 
 
 def _notes(
