@@ -27,8 +27,18 @@ LoRA the next unit is an adapter (PEFT's wrap policy makes each one a unit of it
 decoder layer is gathered at a time (benchmarks/memory_truth.py's FSDP rows)."""
 
 
-def gathered_layers(configuration: TrainingConfiguration) -> int:
-    """Decoder layers FSDP holds unsharded at once (FSDP_PREFETCHED_UNITS)."""
+KEPT_AFTER_FORWARD = ("SHARD_GRAD_OP", "HYBRID_SHARD_ZERO2")
+"""Strategies that do not reshard a unit after its forward (torch's ShardingStrategy: ZeRO-2,
+`reshard_after_forward=False`): every unit's parameters stay gathered from its forward to its
+backward, so by the end of the forward the whole model is unsharded beside the device's shards.
+That is what they are chosen for: no second all-gather in the backward."""
+
+
+def gathered_layers(configuration: TrainingConfiguration, layers: int) -> int:
+    """Decoder layers FSDP holds unsharded at once: all of them where the strategy keeps them
+    from forward to backward, else the prefetched ones (FSDP_PREFETCHED_UNITS)."""
+    if configuration.parallelism.fsdp_sharding_strategy in KEPT_AFTER_FORWARD:
+        return layers
     return 1 if configuration.tuning.method == "lora" else FSDP_PREFETCHED_UNITS
 
 
@@ -42,14 +52,14 @@ def gathered_bytes(
 ) -> float:
     """FSDP's unsharded parameters during forward and backward: the root unit (`embeddings`, the
     input embedding and an untied LM head, and the final norm: gathered for the whole step) and
-    the prefetched decoder layers, each all-gathered whole into a buffer beside the device's own
-    shard (benchmarks/memory_truth.py's FSDP rows: the shard stays)."""
+    the decoder layers `gathered_layers` holds, each all-gathered whole into a buffer beside the
+    device's own shard (benchmarks/memory_truth.py's FSDP rows: the shard stays)."""
     if configuration.parallelism.backend != "FSDP" or bound.shards < 2:
         return 0.0  # one device's share is all of it: nothing gathered
     width = DTYPE_BYTES[configuration.precision.torch_dtype]
     root = embeddings + hidden
     layer = (total - root) / max(1, layers)
-    return (root + gathered_layers(configuration) * layer) * width
+    return (root + gathered_layers(configuration, layers) * layer) * width
 
 
 def held_input_gradient_bytes(
