@@ -1,4 +1,4 @@
-"""Each optimizer's state, by what it is (plan/memory/optimizers.py): every `optim` the entity
+"""Each optimizer's state, by what it is (plan/model/optimizers.py): every `optim` the entity
 lists is in the table with its source or the reason it cannot be stated; the bound, the
 formula's peak and the trace's peak count it; a paged optimizer's state is outside the allocated
 peak and the verdict says what the run relies on."""
@@ -15,10 +15,10 @@ from ado_actuators.sfttrainer.contract.memory_trace import TracedStep
 from ado_actuators.sfttrainer.contract.units import GIB
 from ado_actuators.sfttrainer.plan.memory import traced as T
 from ado_actuators.sfttrainer.plan.memory.bound import memory_bound
-from ado_actuators.sfttrainer.plan.memory.optimizers import OPTIMIZERS, optimizer_state
 from ado_actuators.sfttrainer.plan.memory.peak import ReleaseBehaviour, model_states
 from ado_actuators.sfttrainer.plan.memory.verdict import assess
 from ado_actuators.sfttrainer.plan.model.architecture import count_parameters
+from ado_actuators.sfttrainer.plan.model.optimizers import OPTIMIZERS, optimizer_state
 from ado_actuators.sfttrainer.plan.model.training import (
     Batch,
     Parallelism,
@@ -44,7 +44,7 @@ def test_every_optimizer_the_entity_lists_is_stated_or_says_why_not():
     for name, state in OPTIMIZERS.items():
         assert bool(state.source) != bool(state.unstated), name
     assert (
-        optimizer_state("made_up").unstated == "made_up is not in plan/memory/optimizers.py's table"
+        optimizer_state("made_up").unstated == "made_up is not in plan/model/optimizers.py's table"
     )
 
 

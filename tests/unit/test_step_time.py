@@ -488,3 +488,52 @@ def test_the_cluster_network_is_an_actuator_parameter_with_a_stated_default():
     assert MeasurementSettings(inter_node_gbps=25).inter_node_gbps == 25
     assert device_of("NVIDIA-H100-80GB-HBM3", 25.0).network_gbps == 25.0
     assert device_of("Quantum-9") is None
+
+
+def _fsdp(strategy: str, gpus: int = 2, nodes: int = 1, network_gbps: float | None = None):
+    device = SLOW if network_gbps is None else dataclasses.replace(SLOW, network_gbps=network_gbps)
+    parallelism = Parallelism(gpus=gpus, nodes=nodes, fsdp_sharding_strategy=strategy)
+    return parts(configuration=varied(parallelism=parallelism), device=device)
+
+
+def test_each_sharding_strategy_moves_what_it_shards():
+    """SHARD_GRAD_OP gathers the weights once (kept from forward to backward); NO_SHARD only
+    all-reduces the gradients, beside the backward alone, as DDP does."""
+    full, grad_op, no_shard = (_fsdp(s) for s in ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"))
+    compute = sum(full[k] for k in ("gemm", "attention", "elementwise"))
+    assert full["communication"] == pytest.approx(0.5 * (2 * 240 + 200) / 2)
+    assert grad_op["communication"] == pytest.approx(0.5 * (240 + 200) / 2)
+    traffic = 2 * 0.5 * 200  # an all-reduce of 100 bf16 gradients over 2 devices
+    assert no_shard["communication"] == pytest.approx(max(traffic - compute * 2 / 3, traffic / 2))
+    assert _fsdp("HYBRID_SHARD")["communication"] == full["communication"]  # one node
+
+
+def test_hybrid_shard_gathers_within_a_node_and_all_reduces_across_nodes():
+    """8 GPUs on 2 nodes over a network 100 times slower than the node's link: FULL_SHARD moves
+    everything over the network, HYBRID_SHARD only the gradients' all-reduce."""
+    network = 1e-11
+    full = _fsdp("FULL_SHARD", gpus=8, nodes=2, network_gbps=network)
+    hybrid = _fsdp("HYBRID_SHARD", gpus=8, nodes=2, network_gbps=network)
+    within = 3 / 4 * (2 * 240 + 200) / 1.0  # 4 devices a node, 1 byte/s within
+    across = 2 * 1 / 2 * 200 / (network * 1e9)  # the gradients' all-reduce between 2 nodes
+    compute = sum(hybrid[k] for k in ("gemm", "attention", "elementwise"))
+    traffic = within + across
+    assert hybrid["communication"] == pytest.approx(max(traffic - compute, traffic / 2))
+    assert full["communication"] == pytest.approx(7 / 8 * (2 * 240 + 200) / 0.01 - compute)
+    assert hybrid["communication"] < full["communication"]
+
+
+@pytest.mark.parametrize(
+    ("optim", "traffic"),
+    [
+        ("adamw_torch", 3 * 2 + 2 * 4),  # bf16 weight read, written, gradient; two bf16 states
+        ("adamw_8bit", 3 * 2 + 2 * 2),
+        ("paged_adamw_8bit", 3 * 2 + 2 * 2),
+        ("sgd", 3 * 2),
+        ("lion_32bit", 3 * 2 + 2 * 4),
+        ("galore_adamw", 3 * 2 + 2 * 4),  # unstated: as AdamW
+    ],
+)
+def test_the_update_moves_what_the_optimizers_states_hold(optim, traffic):
+    found = parts(configuration=varied(precision=Precision(optim=optim)))
+    assert found["optimizer"] == pytest.approx(OPTIMIZER_BYTES * traffic / 14 * 100)

@@ -16,12 +16,12 @@ from typing import Any
 
 from ado_actuators.sfttrainer.catalog.models import GPTQ_QUANTIZED
 from ado_actuators.sfttrainer.contract.units import GIB, MIB
-from ado_actuators.sfttrainer.plan.memory.optimizers import optimizer_state
 from ado_actuators.sfttrainer.plan.model.architecture import (
     DTYPE_BYTES,
     ParameterCounts,
 )
 from ado_actuators.sfttrainer.plan.model.geometry import DATA_PARALLEL
+from ado_actuators.sfttrainer.plan.model.optimizers import optimizer_state
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 
 CUDA_CONTEXT_FLOOR_BYTES = 256 * MIB

@@ -34,7 +34,6 @@ from ado_actuators.sfttrainer.plan.memory.bound import (
     weight_bits,
 )
 from ado_actuators.sfttrainer.plan.memory.logits import LossCode
-from ado_actuators.sfttrainer.plan.memory.optimizers import OptimizerState, optimizer_state
 from ado_actuators.sfttrainer.plan.model.architecture import (
     DTYPE_BYTES,
     ParameterCounts,
@@ -42,6 +41,7 @@ from ado_actuators.sfttrainer.plan.model.architecture import (
 from ado_actuators.sfttrainer.plan.model.families.gpt_bigcode import DEFAULT_POSITIONS
 from ado_actuators.sfttrainer.plan.model.families.registry import family_of
 from ado_actuators.sfttrainer.plan.model.families.spec import Dispatch, Family, Layout
+from ado_actuators.sfttrainer.plan.model.optimizers import OptimizerState, optimizer_state
 from ado_actuators.sfttrainer.plan.model.shape import ModelShape
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 
@@ -175,7 +175,7 @@ class PeakPrediction:
     source: str = "formula"  # formula (plan/memory/activations.py) | trace (plan/memory/traced.py)
     notes: tuple[str, ...] = ()
     paged: float = 0.0
-    """A paged optimizer's state (plan/memory/optimizers.py): outside torch's allocated peak,
+    """A paged optimizer's state (plan/model/optimizers.py): outside torch's allocated peak,
     resident while the device has room for it, on the host when it has not."""
 
     @property

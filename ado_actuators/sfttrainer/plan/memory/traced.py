@@ -27,13 +27,13 @@ from ado_actuators.sfttrainer.contract.memory_trace import StepSpec, TracedStep,
 from ado_actuators.sfttrainer.host.atomic import write_atomically
 from ado_actuators.sfttrainer.plan.memory import fsdp
 from ado_actuators.sfttrainer.plan.memory.bound import MemoryBound, weight_bits
-from ado_actuators.sfttrainer.plan.memory.optimizers import optimizer_state
 from ado_actuators.sfttrainer.plan.memory.peak import PeakPrediction, ReleaseBehaviour, paged_state
 from ado_actuators.sfttrainer.plan.model.architecture import (
     PROMPT_TUNING_VIRTUAL_TOKENS,
     LinearShape,
     ParameterCounts,
 )
+from ado_actuators.sfttrainer.plan.model.optimizers import optimizer_state
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 
 TRACE_DIRECTORY = Path("sfttrainer") / "memory-traces"
@@ -236,7 +236,7 @@ def _optimizer(
     """The configuration's optimizer state (bytes, before sharding) and its step's temporaries
     as a multiple of the traced ones. The trace steps torch's foreach AdamW: two states
     zeros_like(param), in the dtype each parameter trains in, and one temporary of one state's
-    size; an optimizer of another kind keeps its own (plan/memory/optimizers.py)."""
+    size; an optimizer of another kind keeps its own (plan/model/optimizers.py)."""
     optimizer = optimizer_state(configuration.precision.optim)
     fixed = 0.0
     if bound.parts["optimizer_state"]:  # neither paged nor unstated

@@ -35,7 +35,8 @@ micro-batch is priced by what limits it, on one device:
   over the cluster's network, one number per node (`Device.network_gbps`, the actuator
   parameter `inter_node_gbps`), taken as it is: nothing scales it again.
 
-Per step: AdamW reads and writes OPTIMIZER_BYTES per trainable weight on the device, and DDP
+Per step: AdamW reads and writes OPTIMIZER_BYTES per trainable weight on the device (another
+optimizer what its states move against AdamW's, `update_bytes`), and DDP
 all-reduces the trainable gradients once, overlapped with the last backward as its buckets are.
 
 The fitted constants are the fields of `Fitted`; FITTED holds the values fitted on
@@ -51,6 +52,7 @@ from typing import Any
 
 from ado_actuators.sfttrainer.contract.memory_trace import Attention
 from ado_actuators.sfttrainer.plan.model.architecture import DTYPE_BYTES
+from ado_actuators.sfttrainer.plan.model.optimizers import FOREACH_ADAMW, optimizer_state
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 from ado_actuators.sfttrainer.plan.speed.devices import (
     DEFAULT_NETWORK_GBPS,
@@ -161,6 +163,9 @@ NCCL_LINK_SHARE = 200 / 600
 """Share of the GPU-to-GPU link, as the datasheet quotes it (both directions), NCCL's collectives
 reach within a node: about 200 GB/s of bus bandwidth on eight A100s' 600 GB/s NVLink (NVIDIA/
 nccl-tests issue 149)."""
+BACKWARD_SHARE = 2 / 3
+"""The backward's share of a step's compute (twice the forward's matmuls): what a gradient
+all-reduce, launched as the backward produces gradients, can overlap."""
 L2_REREAD_SHARE = 0.5
 """Of the memory-bound kernels' bytes, the share that re-reads a hidden-width tensor the kernel
 before wrote (a residual add's output read by the next norm, a norm's by the next op): served
@@ -369,6 +374,15 @@ def _micro_batch(
     }
 
 
+def update_bytes(configuration: TrainingConfiguration) -> float:
+    """Bytes per trainable weight the optimizer's update moves: OPTIMIZER_BYTES for AdamW, scaled
+    by what the configuration's optimizer reads and writes against it (plan/model/optimizers.py:
+    8-bit states half of bf16 ones, SGD at momentum 0 none)."""
+    width = int(weight_bytes(configuration))
+    optimizer = optimizer_state(configuration.precision.optim)
+    return OPTIMIZER_BYTES * optimizer.update_traffic(width) / FOREACH_ADAMW.update_traffic(width)
+
+
 def link_bytes_per_second(configuration: TrainingConfiguration, device: Device) -> float:
     """NCCL's bus bandwidth (nccl-tests' busbw) per device, in bytes per second: across nodes
     the cluster's network per node, as given; within a node the achieved figure the device
@@ -381,7 +395,12 @@ def link_bytes_per_second(configuration: TrainingConfiguration, device: Device) 
     branch of `step_time` count their volumes."""
     if nodes(configuration) > 1:
         return device.network_gbps * 1e9
-    achieved = device.achieved_bus_gbps(gpus(configuration))
+    return intra_node_bytes_per_second(device, gpus(configuration))
+
+
+def intra_node_bytes_per_second(device: Device, gpus_in_node: int) -> float:
+    """NCCL's bus bandwidth among `gpus_in_node` devices of one node (`link_bytes_per_second`)."""
+    achieved = device.achieved_bus_gbps(gpus_in_node)
     if achieved is not None:
         return achieved * 1e9
     return device.interconnect_gbps * 1e9 * NCCL_LINK_SHARE
@@ -406,19 +425,41 @@ def _fsdp(
     fitted: Fitted,
     compute: float,
 ) -> dict[str, float]:
-    """Per micro-batch: two all-gathers of the stored weights and a reduce-scatter of the
-    trainable gradients, each moving (n - 1) / n of them, overlapped with the compute; and the
-    units' host time. (n - 1) / n * S over busbw: nccl-tests' convention for both collectives
-    (`link_bytes_per_second`)."""
-    n = gpus(configuration)
-    gradients = shape.trainable_params * weight_bytes(configuration)
-    volume = (n - 1) / n * (2 * _stored_bytes(shape, configuration) + gradients)
+    """Per micro-batch: the strategy's collectives (`_fsdp_traffic`), overlapped with the
+    compute that runs beside them; and the units' host time."""
+    traffic, overlapped = _fsdp_traffic(shape, configuration, device)
     units = shape.layers * (1 + shape.adapters_per_layer)
-    traffic = volume / link_bytes_per_second(configuration, device)
     return {
-        "communication": exposed(traffic, compute, shape.layers),
+        "communication": exposed(traffic, compute * overlapped, shape.layers),
         "fsdp_latency": fitted.fsdp_unit_latency_s * units,
     }
+
+
+def _fsdp_traffic(
+    shape: ModelShape, configuration: TrainingConfiguration, device: Device
+) -> tuple[float, float]:
+    """Seconds of collectives per micro-batch, and the share of the compute they overlap, by
+    sharding strategy. FULL_SHARD: two all-gathers of the stored weights (forward, backward) and
+    a reduce-scatter of the trainable gradients, each (n - 1) / n * S over busbw (nccl-tests'
+    convention, `link_bytes_per_second`), beside the whole compute. SHARD_GRAD_OP keeps the
+    weights gathered from forward to backward: one all-gather. NO_SHARD keeps them whole: one
+    all-reduce of the gradients, 2 (n - 1) / n * S, beside the backward only (DDP's). HYBRID_SHARD
+    shards within a node over its link, and all-reduces the gradient shards across nodes over
+    the network, every device of a node at once."""
+    n, k = gpus(configuration), nodes(configuration)
+    strategy = configuration.parallelism.fsdp_sharding_strategy
+    gradients = shape.trainable_params * weight_bytes(configuration)
+    if strategy == "NO_SHARD":
+        volume = 2 * (n - 1) / n * gradients
+        return volume / link_bytes_per_second(configuration, device), BACKWARD_SHARE
+    gathers = 1 if strategy in ("SHARD_GRAD_OP", "HYBRID_SHARD_ZERO2") else 2
+    sharded = gathers * _stored_bytes(shape, configuration) + gradients
+    if strategy.startswith("HYBRID_SHARD") and k > 1:
+        local = max(1, n // k)
+        within = (local - 1) / local * sharded / intra_node_bytes_per_second(device, local)
+        across = 2 * (k - 1) / k * gradients / (device.network_gbps * 1e9)
+        return within + across, 1.0
+    return (n - 1) / n * sharded / link_bytes_per_second(configuration, device), 1.0
 
 
 def step_time(
@@ -437,12 +478,12 @@ def step_time(
         per_micro |= _fsdp(shape, configuration, device, fitted, compute)
     parts = {k: v * micro_batches(configuration) for k, v in per_micro.items()}
     on_device = shape.trainable_params / (n if sharded else 1)
-    parts["optimizer"] = OPTIMIZER_BYTES * on_device / (device.memory_gbps * 1e9)
+    parts["optimizer"] = update_bytes(configuration) * on_device / (device.memory_gbps * 1e9)
     if n > 1 and backend == "DDP":
         # one all-reduce of the gradients: 2 (n - 1) / n * S over busbw (nccl-tests)
         volume = 2 * (n - 1) / n * shape.trainable_params * weight_bytes(configuration)
         traffic = volume / link_bytes_per_second(configuration, device)
-        parts["communication"] = exposed(traffic, compute * 2 / 3, shape.layers)
+        parts["communication"] = exposed(traffic, compute * BACKWARD_SHARE, shape.layers)
     return StepTime(
         parts=parts,
         tokens_per_gpu=tokens_per_micro_batch(configuration) * micro_batches(configuration),

@@ -1,7 +1,7 @@
 """What each optimizer the entity's `optim` lists keeps per trainable parameter, and where: the
 state tensors it creates, in which dtype, the temporaries its step allocates, and whether the
-state lives in paged (unified) memory. Read by the bound (plan/memory/bound.py) and the predicted
-peak (plan/memory/peak.py).
+state lives in paged (unified) memory. Read by the bound (plan/memory/bound.py), the predicted
+peak (plan/memory/peak.py) and the step time's update (plan/speed/step_time.py).
 
 The names are transformers' `OptimizerNames`, mapped to classes by
 `Trainer.get_optimizer_cls_and_kwargs` (transformers/trainer.py): torch's optimizers create their
@@ -40,6 +40,12 @@ class OptimizerState:
     def state_bytes(self, trainable: float, width: int) -> float:
         """Bytes of state for `trainable` parameters of `width` bytes each."""
         return trainable * (self.in_param_dtype * width + self.fixed_bytes)
+
+    def update_traffic(self, width: int) -> float:
+        """Bytes per parameter one update moves: the weight read and written, its gradient
+        read, every state read and written (an unstated state as AdamW's)."""
+        state = self if not self.unstated else FOREACH_ADAMW
+        return 3 * width + 2 * (state.in_param_dtype * width + state.fixed_bytes)
 
     def temporary_share(self) -> float:
         """The foreach temporaries as a share of the state in the parameter's dtype (AdamW's
@@ -127,5 +133,5 @@ OPTIMIZERS: dict[str, OptimizerState] = {
 def optimizer_state(optim: str) -> OptimizerState:
     """What `optim` keeps; one this table does not know is unstated, with the reason."""
     return OPTIMIZERS.get(optim) or OptimizerState(
-        unstated=f"{optim} is not in plan/memory/optimizers.py's table"
+        unstated=f"{optim} is not in plan/model/optimizers.py's table"
     )
