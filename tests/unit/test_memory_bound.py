@@ -284,6 +284,10 @@ def test_quantized_block_weights_at_their_bits():
     assert bound.parts["weights"] == counts.quantizable / 2 + 2 * (
         counts.total - counts.quantizable
     )
+    assert bound.notes == ("block weights at 4 bits",)
+    # as a trace of the model's code holds them: every weight at the model's dtype
+    traced = memory_bound(counts, four_bits, quantized=False)
+    assert traced.parts["weights"] == 2 * counts.total and not traced.notes
 
 
 def test_405b_cannot_fit_one_a100_but_an_8b_does():

@@ -921,3 +921,14 @@ def test_without_checkpointing_a_wide_mlps_backward_peaks_at_the_first_layer_it_
     backward = prediction.phases["backward"]
     assert backward["activations"] == layer["first"] + layer["other"] + layer["rotary"]
     assert backward["backward_transients"] == layer["backward"]
+
+
+def test_an_fp32_input_the_norm_keeps_is_shared_unless_the_kernel_is_fused():
+    """An RMSNorm over an fp32 input keeps it as its fp32 copy (`.to(float32)` returns the
+    tensor itself): the layer's input counted once; unsloth's fused norm keeps its own."""
+    dims = Dimensions.of(TINY)
+    fp32 = dataclasses.replace(full(), precision=Precision(torch_dtype="float32"), batch=TOKENS)
+    plain = layer_bytes(dims, fp32, ReleaseBehaviour())
+    assert plain["shared_first"] == 4 * 64 * 16 and plain["shared_other"] == 4 * 64 * 16
+    fused = layer_bytes(dims, fused_norms(fp32), ReleaseBehaviour())
+    assert fused["shared_first"] == 0 and fused["shared_other"] == 0

@@ -40,3 +40,16 @@ def test_the_layer_loads_without_torch():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_the_steady_method_expects_its_steps_at_the_predicted_pace_within_its_cap():
+    from ado_actuators.sfttrainer.stopping.method import Expected
+    from ado_actuators.sfttrainer.stopping.steady import STEADY_CI95_1PCT, STEADY_STEPS
+
+    method = METHODS[STEADY_CI95_1PCT]
+    assert STEADY_STEPS > 1
+    from_step = f"{STEADY_CI95_1PCT} from the predicted step"
+    assert method.expected(2.0, 10_000.0) == Expected(STEADY_STEPS * 2.0, from_step)
+    assert method.expected(2.0, 3.0) == Expected(3.0, from_step)  # the cap bounds it
+    assert method.expected(None, 600.0) == Expected(600.0, f"{STEADY_CI95_1PCT}: its cap")
+    assert method.expected(0.0, 600.0) == Expected(600.0, f"{STEADY_CI95_1PCT}: its cap")

@@ -771,7 +771,7 @@ def _kept_in_layers(
     top, bottom = ("first", "first") if dims.layers == 1 else ("other", "first")
     if not checkpointed(configuration, behaviour):
         top_kept = {
-            "activations": _kept(dims, checkpointed(configuration, behaviour), layer),
+            "activations": _kept(dims, False, layer),
             "autocast_copies": layer["copies_kept"],
         }
         bottom_kept = {
