@@ -60,9 +60,9 @@ def values(**kw):
     )
 
 
-def check(entity, location, experiment=FULL, enabled=True):
+def check(entity, location, experiment=FULL, enabled=True, stated=None):
     configuration = configuration_of(entity, experiment, location)
-    return assess(configuration, hf_home="/nonexistent", enabled=enabled)
+    return assess(configuration, hf_home="/nonexistent", enabled=enabled, stated=stated)
 
 
 def test_a_405b_model_on_one_a100_is_certain_oom_with_both_numbers_and_parts(model_dir):
@@ -93,7 +93,7 @@ def test_turned_off_unknown_gpu_unreadable_config_and_cpu_are_skipped_with_a_rea
     off = check(values(), big, enabled=False)
     assert not off.certain_oom and "memory_bound_check: false" in off.skipped
     assert off.bound is not None  # still reported
-    unknown = check(values(gpu_model="Acme-X1"), big)
+    unknown = check(values(gpu_model="Acme-X1"), model_dir({**LLAMA_8B, "name": "u"}))
     assert not unknown.certain_oom and "Acme-X1" in unknown.skipped
     missing = check(values(), "/nonexistent/model")
     assert not missing.certain_oom and "config.json" in missing.skipped and missing.bound is None
@@ -232,3 +232,96 @@ def test_reentrant_checkpointing_of_lora_over_fsdp_holds_the_input_gradients(mod
     # input, the hook's leaf gradient and the recomputed output (reentrant)
     held_bytes = 31 * 2048 * 4096 * 2
     assert max(last) - min(last) >= held_bytes
+
+
+def test_an_rtx_4090_is_answered_llama_3_8b_full_fine_tuning_on_one_is_certain_oom(model_dir):
+    """Issue 51's goal: a workstation card is in the table, so its row is answered; full
+    fine-tuning of a Llama-3-8B needs at least 60 GiB of the 4090's 24."""
+    found = check(values(gpu_model="NVIDIA-GeForce-RTX-4090"), model_dir(LLAMA_8B))
+    assert found.skipped is None and found.certain_oom and 55 < found.bound.gib < 80
+    assert found.verdict() == ("certain OOM", "the lower bound exceeds the device")
+    assert "NVIDIA-GeForce-RTX-4090 has 24 GiB" in found.invalid().reason
+    # torch's spelling of the name, and the older drivers' label, find the same entry
+    torch_name = check(
+        values(gpu_model="NVIDIA GeForce RTX 4090"), model_dir({**LLAMA_8B, "name": "t"})
+    )
+    assert torch_name.device_bytes == found.device_bytes == 24 * 2**30
+    # LoRA of the same model fits the bound on it, and is predicted (a verdict, not unknown)
+    lora = check(
+        values(gpu_model="NVIDIA-GeForce-RTX-4090"), model_dir({**LLAMA_8B, "name": "l"}), LORA
+    )
+    assert not lora.certain_oom and lora.verdict()[0] in ("fits", "predicted OOM")
+
+
+def test_gpu_memory_gib_states_a_device_the_table_lacks(model_dir):
+    small = model_dir(LLAMA_8B)
+    unknown = check(values(gpu_model="My-GPU-Name"), small)
+    verdict, why = unknown.verdict()
+    assert verdict == "unknown" and "gpu_memory_gib" in why and "My-GPU-Name" in why
+    stated = {"My-GPU-Name": 48}
+    found = check(values(gpu_model="My-GPU-Name"), small, stated=stated)
+    assert found.skipped is None and found.device_bytes == 48 * 2**30
+    assert found.certain_oom and found.verdict()[0] == "certain OOM"  # 60 GiB > 48
+    assert found.allocatable == 48 * 2**30 - 400 * 2**20  # less the CUDA context
+    assert "gpu_memory_gib" in found.prediction_metadata()["allocatable_source"]
+    roomy = check(values(gpu_model="My-GPU-Name"), small, stated={"My-GPU-Name": 1000})
+    assert roomy.verdict()[0] == "fits"
+    # a stated figure replaces the table's
+    shrunk = check(values(), small, stated={"NVIDIA-A100-SXM4-80GB": 40})
+    assert shrunk.device_bytes == 40 * 2**30 and shrunk.certain_oom
+    from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
+
+    assert MeasurementSettings().gpu_memory_gib == {}
+    assert MeasurementSettings(gpu_memory_gib=stated).gpu_memory_gib == {"My-GPU-Name": 48.0}
+    with pytest.raises(ValueError):
+        MeasurementSettings(gpu_memory_gib={"My-GPU-Name": 0})
+
+
+def test_an_unknown_device_is_certain_oom_only_beyond_the_largest_device(model_dir):
+    from ado_actuators.sfttrainer.metrics.gpu_memory import largest_device, memory_table
+
+    name, largest = largest_device()
+    assert largest == max(device.gib for device in memory_table().values()) * 2**30
+    huge = check(values(gpu_model="Acme-X1"), model_dir(LLAMA_405B))  # about 6 TiB
+    assert huge.certain_oom and huge.skipped is None and huge.bound.total > largest
+    verdict, why = huge.verdict()
+    assert verdict == "certain OOM"
+    assert f"more than any GPU has (the largest, {name}'s {largest / 2**30:g} GiB)" in why
+    assert f"{huge.bound.gib:.2f} GiB" in why
+    invalid = huge.answer(skip_predicted_oom=False)  # what the engine answers before launch
+    assert invalid is not None and invalid.gpu_oom and "Acme-X1" in invalid.reason
+    assert "more than any GPU has" in invalid.reason
+    assert invalid.metadata["answered_by"] == "certain_oom"
+    off = check(values(gpu_model="Acme-X1"), model_dir({**LLAMA_405B, "name": "o"}), enabled=False)
+    assert not off.certain_oom and "memory_bound_check: false" in off.skipped
+    small = check(values(gpu_model="Acme-X1"), model_dir({**LLAMA_8B, "name": "s"}))
+    assert not small.certain_oom and small.answer(skip_predicted_oom=True) is None
+    assert small.verdict()[0] == "unknown" and "gpu_memory_gib" in small.verdict()[1]
+
+
+def test_the_workstation_and_consumer_devices_load_with_their_sources():
+    from ado_actuators.sfttrainer.metrics.gpu_memory import allocatable_source, memory_table
+
+    expected = {
+        "NVIDIA-GeForce-RTX-3090": 24,
+        "NVIDIA-GeForce-RTX-3090-Ti": 24,
+        "NVIDIA-GeForce-RTX-4090": 24,
+        "NVIDIA-GeForce-RTX-5090": 32,
+        "NVIDIA-RTX-A6000": 48,
+        "NVIDIA-RTX-6000-Ada-Generation": 48,
+        "NVIDIA-RTX-A5000": 24,
+        "NVIDIA-RTX-A4000": 16,
+        "NVIDIA-A40": 48,
+        "NVIDIA-A10": 24,
+        "NVIDIA-A10G": 24,
+        "NVIDIA-L4": 24,
+        "GeForce-RTX-3090": 24,  # an older driver's label
+        "RTX-A6000": 48,
+    }
+    table = memory_table()
+    for name, gib in expected.items():
+        device = table[name]
+        assert device.gib == gib and device.source, name
+        assert allocatable_source(name)
+        if device.total_mib:  # nvidia-smi's total, below the datasheet's GB read as GiB
+            assert gib * 900 < device.total_mib <= gib * 1024 and device.total_source

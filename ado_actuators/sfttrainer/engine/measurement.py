@@ -161,7 +161,10 @@ def measure(
         # Before any Ray resource is requested, and from config.json alone: a certain OOM
         # costs no placement, environment or model load.
         memory = assess(
-            resolved.training, hf_home=settings.hf_home, enabled=settings.memory_bound_check
+            resolved.training,
+            hf_home=settings.hf_home,
+            enabled=settings.memory_bound_check,
+            stated=settings.gpu_memory_gib,
         )
         if (verdict := memory.answer(settings.skip_predicted_oom)) is not None:
             return verdict

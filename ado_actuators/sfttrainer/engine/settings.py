@@ -144,6 +144,15 @@ class MeasurementSettings(pydantic.BaseModel):
         "GPU count. Unset (the default): the device table's figure (metrics/gpu_peaks.yaml, "
         "`link`); measurements are unaffected.",
     )
+    gpu_memory_gib: dict[str, pydantic.PositiveFloat] = pydantic.Field(
+        default_factory=dict,
+        description="GiB of memory of a gpu_model, by its name, where metrics/gpu_memory.yaml "
+        "has none (or to replace the table's): nvidia-smi's memory.total in MiB over 1024, or "
+        'the datasheet\'s GB; e.g. {"My-GPU-Name": 48}. The certain bound is compared with it '
+        "and the predicted peak with it less the CUDA context, so a device the table lacks is "
+        "answered. Unset, such a device is a certain OOM only where the bound exceeds the "
+        "largest device the table lists, else unknown.",
+    )
     oom_dominance: bool = pydantic.Field(
         default=True,
         description="Skip without launching, storing is_valid = 0, a request that a measured GPU "

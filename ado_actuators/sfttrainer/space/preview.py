@@ -192,11 +192,12 @@ def preview_entity(
         error = resolved.config_error
         return dataclasses.replace(row, why=str(error), why_in_brief=error.brief if error else "")
     # an architecture the formula does not count is traced once per shape, kept under hf_home
-    memory = assess(training, hf_home=settings.hf_home, enabled=True)
+    stated = settings.gpu_memory_gib
+    memory = assess(training, hf_home=settings.hf_home, enabled=True, stated=stated)
     verdict, why = memory.verdict()
     fewest = None
     if verdict in ("certain OOM", "predicted OOM"):
-        fewest = fewest_gpus(training, hf_home=settings.hf_home)
+        fewest = fewest_gpus(training, hf_home=settings.hf_home, stated=stated)
     row = dataclasses.replace(
         row,
         verdict=verdict,

@@ -25,9 +25,11 @@ from ado_actuators.sfttrainer.contract.outcomes import (
 )
 from ado_actuators.sfttrainer.contract.units import GIB
 from ado_actuators.sfttrainer.metrics.gpu_memory import (
+    Stated,
     allocatable_bytes,
     allocatable_source,
     device_memory_bytes,
+    largest_device,
 )
 from ado_actuators.sfttrainer.plan.memory import traced as traced_parts
 from ado_actuators.sfttrainer.plan.memory.bound import (
@@ -79,6 +81,10 @@ class MemoryAssessment:
     allocatable: int | None = None
     """What a training process can allocate on the device (nvidia-smi's total less the CUDA
     context): the predicted peak is compared with it, the bound with `device_bytes`."""
+    largest: tuple[str, int] | None = None
+    """A gpu_model of no known memory whose bound exceeds the largest device of the table (its
+    name and bytes): a certain OOM whatever the device is."""
+    stated: Stated = None
 
     @property
     def predicted_need(self) -> float | None:
@@ -95,11 +101,12 @@ class MemoryAssessment:
 
     @property
     def certain_oom(self) -> bool:
+        limit = self.device_bytes if self.largest is None else self.largest[1]
         return (
             self.skipped is None
             and self.bound is not None
-            and self.device_bytes is not None
-            and self.bound.total > self.device_bytes
+            and limit is not None
+            and self.bound.total > limit
         )
 
     def metadata(self) -> dict[str, Any]:
@@ -111,13 +118,27 @@ class MemoryAssessment:
             data["skipped"] = self.skipped
         return data
 
+    def beyond_every_device(self) -> str:
+        """Why a gpu_model of no known memory is a certain OOM."""
+        assert self.bound is not None and self.largest is not None
+        name, largest = self.largest
+        return (
+            f"needs at least {self.bound.gib:.2f} GiB per device, more than any GPU has (the "
+            f"largest, {name}'s {largest / GIB:g} GiB); {self.gpu_model!r} has no memory figure"
+        )
+
     def invalid(self) -> Invalid:
-        assert self.bound is not None and self.device_bytes is not None
+        assert self.bound is not None
+        if self.largest is not None:
+            has = self.beyond_every_device()
+        else:
+            assert self.device_bytes is not None
+            has = f"{self.gpu_model} has {self.device_bytes / GIB:g} GiB"
         reason = (
             f"certain GPU out of memory: each device needs at least {self.bound.gib:.2f} GiB "
-            f"({self.bound.describe()}; activations not counted), but {self.gpu_model} has "
-            f"{self.device_bytes / GIB:g} GiB. Not launched: use more GPUs, LoRA or a smaller "
-            f"model, or set the actuator parameter memory_bound_check: false to measure anyway"
+            f"({self.bound.describe()}; activations not counted), but {has}. Not launched: "
+            f"use more GPUs, LoRA or a smaller model, or set the actuator parameter "
+            f"memory_bound_check: false to measure anyway"
         )
         return self._out_of_memory(reason, CERTAIN_OOM)
 
@@ -147,7 +168,7 @@ class MemoryAssessment:
         }
         if self.allocatable is not None:
             data["allocatable_gib"] = round(self.allocatable / GIB, 3)
-            data["allocatable_source"] = allocatable_source(self.gpu_model)
+            data["allocatable_source"] = allocatable_source(self.gpu_model, self.stated)
         return data
 
     def predicted_invalid(self) -> Invalid:
@@ -177,6 +198,8 @@ class MemoryAssessment:
 
     def verdict(self) -> tuple[str, str]:
         """The preview's verdict and why: certain OOM, predicted OOM, unknown or fits."""
+        if self.certain_oom and self.largest is not None:
+            return "certain OOM", self.beyond_every_device()
         if self.certain_oom:
             return "certain OOM", "the lower bound exceeds the device"
         if self.predicted_oom and self.prediction is not None:
@@ -244,7 +267,7 @@ def traces_directory(hf_home: str) -> Path:
 
 
 def assess(
-    configuration: TrainingConfiguration, *, hf_home: str, enabled: bool
+    configuration: TrainingConfiguration, *, hf_home: str, enabled: bool, stated: Stated = None
 ) -> MemoryAssessment:
     """The bound and the predicted peak of `configuration`, and whether they fit; traced
     architectures are kept under hf_home."""
@@ -254,11 +277,15 @@ def assess(
     if configuration.config is None:
         why = f"no bound from the model's config.json: {configuration.config_problem}"
         return MemoryAssessment(skipped=why, prediction_skipped=why)
-    return judge(configuration, enabled=enabled, traces=traces_directory(hf_home))
+    return judge(configuration, enabled=enabled, traces=traces_directory(hf_home), stated=stated)
 
 
 def judge(
-    configuration: TrainingConfiguration, *, enabled: bool, traces: Path | None = None
+    configuration: TrainingConfiguration,
+    *,
+    enabled: bool,
+    traces: Path | None = None,
+    stated: Stated = None,
 ) -> MemoryAssessment:
     """assess() on a configuration whose config.json was found. An architecture
     plan/model/architecture.py counts is predicted by its formula (plan/memory/peak.py); any
@@ -275,18 +302,25 @@ def judge(
         why = f"no bound from the model's config.json: {error}"
         return MemoryAssessment(skipped=why, prediction_skipped=why)
     gpu_model = configuration.parallelism.gpu_model
-    device = device_memory_bytes(gpu_model)
+    device = device_memory_bytes(gpu_model, stated)
     found = dataclasses.replace(
         found,
         device_bytes=device,
-        allocatable=allocatable_bytes(gpu_model),
+        allocatable=allocatable_bytes(gpu_model, stated),
         gpu_model=gpu_model,
+        stated=stated,
     )
-    if device is None:
-        why = f"gpu_model {gpu_model!r} has no memory figure in metrics/gpu_memory.yaml"
-        return dataclasses.replace(found, skipped=why)
     if not enabled:
         return dataclasses.replace(found, skipped="turned off (memory_bound_check: false)")
+    if device is None:
+        largest = largest_device()
+        if found.bound is not None and found.bound.total > largest[1]:
+            return dataclasses.replace(found, largest=largest)
+        why = (
+            f"gpu_model {gpu_model!r} has no memory figure in metrics/gpu_memory.yaml: state it "
+            f"with the actuator parameter gpu_memory_gib ({{{gpu_model!r}: GiB}})"
+        )
+        return dataclasses.replace(found, skipped=why)
     return found
 
 
@@ -334,7 +368,9 @@ def _by_trace(
     )
 
 
-def fewest_gpus(configuration: TrainingConfiguration, *, hf_home: str) -> int | None:
+def fewest_gpus(
+    configuration: TrainingConfiguration, *, hf_home: str, stated: Stated = None
+) -> int | None:
     """The fewest GPUs (on one node, the same per-device batch) the prediction says fit, up to
     MAX_GPUS_TRIED; None when none does or nothing can be predicted."""
     if configuration.config is None:
@@ -342,7 +378,7 @@ def fewest_gpus(configuration: TrainingConfiguration, *, hf_home: str) -> int | 
     for gpus in range(max(1, configuration.parallelism.gpus) + 1, MAX_GPUS_TRIED + 1):
         on_one_node = dataclasses.replace(configuration.parallelism, gpus=gpus, nodes=1)
         trial = dataclasses.replace(configuration, parallelism=on_one_node)
-        found = judge(trial, enabled=True, traces=traces_directory(hf_home))
+        found = judge(trial, enabled=True, traces=traces_directory(hf_home), stated=stated)
         if found.prediction is None or found.skipped:
             return None
         if not found.certain_oom and not found.predicted_oom:
