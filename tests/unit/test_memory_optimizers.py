@@ -197,3 +197,25 @@ def test_the_trace_path_keeps_the_configurations_optimizer_not_the_traced_one(
     assert prediction.phases["forward"]["optimizer_state"] == state
     assert (step["optimizer_state"], step["optimizer_temporaries"]) == (state, temporaries)
     assert prediction.paged == paged
+
+
+def test_a_state_at_the_optimizers_own_dtype_is_taken_out_before_the_parameters_scale():
+    """Paged or unstated: nothing at rest, whatever the adapters' dtype; an 8-bit state over two
+    devices is halved like every sharded state, not scaled with the fp32 adapters."""
+    lora = Tuning(method="lora", target_modules=("q_proj", "v_proj"), lora_r=16)
+    assert _states("paged_adamw_32bit", lora)["optimizer_state"] == 0
+    assert _states("galore_adamw", lora)["optimizer_state"] == 0
+    counts = count_parameters(LLAMA_31_8B)
+    sharded = TrainingConfiguration(
+        precision=Precision(optim="adamw_8bit"), parallelism=Parallelism(gpus=2)
+    )
+    bound = memory_bound(counts, sharded)
+    states, _ = model_states(counts, sharded, bound, ReleaseBehaviour())
+    assert states["optimizer_state"] == 2 * counts.total / 2
+    assert optimizer_state("adamw_8bit").temporary_share() == 0
+
+
+def test_only_a_paged_prediction_reports_paged_state_in_its_metadata():
+    assert "paged_optimizer_state_gib" not in _assessment("sgd").prediction.as_metadata()
+    paged = _assessment("paged_adamw_8bit").prediction
+    assert paged.as_metadata()["paged_optimizer_state_gib"] == round(paged.paged / GIB, 3)
