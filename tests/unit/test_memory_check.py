@@ -290,7 +290,15 @@ def test_an_unknown_device_is_certain_oom_only_beyond_the_largest_device(model_d
     assert f"{huge.bound.gib:.2f} GiB" in why
     invalid = huge.answer(skip_predicted_oom=False)  # what the engine answers before launch
     assert invalid is not None and invalid.gpu_oom and "Acme-X1" in invalid.reason
-    assert "more than any GPU has" in invalid.reason
+    beyond = (
+        f"that is more than any GPU has (the largest, {name}'s {largest / 2**30:g} GiB), and "
+        "'Acme-X1' has no memory figure"
+    )
+    assert why == f"needs at least {huge.bound.gib:.2f} GiB per device: {beyond}"
+    assert invalid.reason.startswith(
+        f"certain GPU out of memory: each device needs at least {huge.bound.gib:.2f} GiB ("
+    )
+    assert f"activations not counted), but {beyond}. Not launched: " in invalid.reason
     assert invalid.metadata["answered_by"] == "certain_oom"
     off = check(values(gpu_model="Acme-X1"), model_dir({**LLAMA_405B, "name": "o"}), enabled=False)
     assert not off.certain_oom and "memory_bound_check: false" in off.skipped

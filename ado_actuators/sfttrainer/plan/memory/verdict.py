@@ -119,12 +119,12 @@ class MemoryAssessment:
         return data
 
     def beyond_every_device(self) -> str:
-        """Why a gpu_model of no known memory is a certain OOM."""
-        assert self.bound is not None and self.largest is not None
+        """Why a gpu_model of no known memory is a certain OOM: what no device has."""
+        assert self.largest is not None
         name, largest = self.largest
         return (
-            f"needs at least {self.bound.gib:.2f} GiB per device, more than any GPU has (the "
-            f"largest, {name}'s {largest / GIB:g} GiB); {self.gpu_model!r} has no memory figure"
+            f"that is more than any GPU has (the largest, {name}'s {largest / GIB:g} GiB), and "
+            f"{self.gpu_model!r} has no memory figure"
         )
 
     def invalid(self) -> Invalid:
@@ -199,7 +199,9 @@ class MemoryAssessment:
     def verdict(self) -> tuple[str, str]:
         """The preview's verdict and why: certain OOM, predicted OOM, unknown or fits."""
         if self.certain_oom and self.largest is not None:
-            return "certain OOM", self.beyond_every_device()
+            assert self.bound is not None
+            needs = f"needs at least {self.bound.gib:.2f} GiB per device: "
+            return "certain OOM", needs + self.beyond_every_device()
         if self.certain_oom:
             return "certain OOM", "the lower bound exceeds the device"
         if self.predicted_oom and self.prediction is not None:
