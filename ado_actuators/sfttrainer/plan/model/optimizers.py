@@ -55,7 +55,7 @@ class OptimizerState:
 
 # The table below is built at import, before mutmut activates a mutant: its builders' mutants
 # could never be told apart, so they are not made; the table's entries are tested one by one.
-def _torch(cls: str, states: int, temporaries: int = 0) -> OptimizerState:
+def _torch(cls: str, states: int, temporaries: int = 0) -> OptimizerState:  # pragma: no mutate
     source = TORCH.format(cls=cls)  # pragma: no mutate
     return OptimizerState(states, temporaries=temporaries, source=source)  # pragma: no mutate
 
@@ -65,7 +65,12 @@ FOREACH_ADAMW = OptimizerState(
 )
 
 
-def _bnb(cls: str, states: int, bits: int, paged: bool = False) -> OptimizerState:
+def _bnb(
+    cls: str,
+    states: int,
+    bits: int,
+    paged: bool = False,  # pragma: no mutate
+) -> OptimizerState:
     text = (BNB_32 if bits == 32 else BNB_8).format(cls=cls)  # pragma: no mutate
     text += PAGED if paged else ""  # pragma: no mutate
     size = states * bits / 8  # pragma: no mutate
