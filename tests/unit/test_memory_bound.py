@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from model_configs import LLAMA_31_8B
 
 from ado_actuators.sfttrainer.catalog.entity import GPU_MODELS
 from ado_actuators.sfttrainer.contract.units import GIB
@@ -28,16 +29,6 @@ from ado_actuators.sfttrainer.plan.model.training import (
 )
 
 # config.json fields as published on the hub for each model
-LLAMA_31_8B = dict(
-    model_type="llama",
-    vocab_size=128256,
-    hidden_size=4096,
-    intermediate_size=14336,
-    num_hidden_layers=32,
-    num_attention_heads=32,
-    num_key_value_heads=8,
-    tie_word_embeddings=False,
-)
 LLAMA_31_405B = dict(
     LLAMA_31_8B,
     hidden_size=16384,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from model_configs import LLAMA_31_8B
 
 from ado_actuators.sfttrainer.catalog.entity import FIELDS
 from ado_actuators.sfttrainer.plan.memory.verdict import assess
@@ -18,16 +19,6 @@ from ado_actuators.sfttrainer.plan.model.training import (
     Tuning,
 )
 
-LLAMA_31_8B = {
-    "model_type": "llama",
-    "vocab_size": 128256,
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "tie_word_embeddings": False,
-}
 BASE = TrainingConfiguration(
     model_name="llama3.1-8b",
     fms_hf_tuning_version=FIELDS["fms_hf_tuning_version"].default,

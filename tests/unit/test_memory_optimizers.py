@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from model_configs import LLAMA_31_8B
 
 from ado_actuators.sfttrainer.catalog.entity import FIELDS
 from ado_actuators.sfttrainer.catalog.entity import OPTIMIZERS as ENTITY_OPTIMIZERS
@@ -26,17 +27,6 @@ from ado_actuators.sfttrainer.plan.model.training import (
     TrainingConfiguration,
     Tuning,
 )
-
-LLAMA_31_8B = {
-    "model_type": "llama",
-    "vocab_size": 128256,
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "tie_word_embeddings": False,
-}
 
 
 def test_every_optimizer_the_entity_lists_is_stated_or_says_why_not():

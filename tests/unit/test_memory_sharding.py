@@ -5,6 +5,7 @@ its backward, HYBRID_SHARD shards over a node's devices, NO_SHARD keeps everythi
 from __future__ import annotations
 
 import pytest
+from model_configs import LLAMA_31_8B
 
 from ado_actuators.sfttrainer.catalog.entity import FIELDS
 from ado_actuators.sfttrainer.plan.memory.verdict import assess
@@ -14,17 +15,6 @@ from ado_actuators.sfttrainer.plan.model.training import (
     TrainingConfiguration,
     Tuning,
 )
-
-LLAMA_31_8B = {
-    "model_type": "llama",
-    "vocab_size": 128256,
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "tie_word_embeddings": False,
-}
 
 
 def _peak(strategy: str, gpus: int = 4, nodes: int = 1, method: str = "none"):

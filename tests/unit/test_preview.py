@@ -9,21 +9,13 @@ import json
 import pytest
 import yaml
 from cli_checks import one_line_error
+from model_configs import LLAMA_31_8B
 from typer.testing import CliRunner
 
 from ado_actuators.sfttrainer.cli.preview import app
 from ado_actuators.sfttrainer.space.preview import SpaceError, entities
 
-LLAMA_8B = {
-    "model_type": "llama",
-    "vocab_size": 128256,
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "tie_word_embeddings": False,
-}
+LLAMA_8B = LLAMA_31_8B
 LLAMA_405B = dict(
     LLAMA_8B,
     hidden_size=16384,

@@ -36,6 +36,10 @@ GPTQ_MIN_BITS = 2
 config.json does not say (a smaller count than any checkpoint really has)."""
 
 
+UNCOUNTED_STATE = "optimizer state of"
+"""How a bound's note that leaves an optimizer's state out begins: the verdict repeats it."""
+
+
 @dataclasses.dataclass(frozen=True)
 class MemoryBound:
     """Bytes one device needs at least; `parts` are per device (already divided)."""
@@ -146,10 +150,10 @@ def memory_bound(
     gradients = trainable * width if optimizer.gradients_stored else 0
     state = 0.0
     if optimizer.unstated:
-        notes.append(f"optimizer state of {optim} not counted: {optimizer.unstated}")
+        notes.append(f"{UNCOUNTED_STATE} {optim} not counted: {optimizer.unstated}")
     elif optimizer.paged:
         # the driver can move it all to the host: no device must hold it
-        notes.append(f"optimizer state of {optim} not counted: paged to the host when short")
+        notes.append(f"{UNCOUNTED_STATE} {optim} not counted: paged to the host when short")
     else:
         state = optimizer.state_bytes(trainable, width)
     divisor, sharding = shards(configuration)

@@ -33,6 +33,7 @@ from ado_actuators.sfttrainer.metrics.gpu_memory import (
 )
 from ado_actuators.sfttrainer.plan.memory import traced as traced_parts
 from ado_actuators.sfttrainer.plan.memory.bound import (
+    UNCOUNTED_STATE,
     MemoryBound,
     memory_bound,
     trainable_parameters,
@@ -219,7 +220,8 @@ class MemoryAssessment:
         the host; or that the optimizer's state could not be counted, and why."""
         need, paged = self.predicted_need, self.prediction.paged if self.prediction else 0.0
         if not paged or need is None:
-            unstated = [n for n in self.bound.notes if "state of" in n] if self.bound else []
+            notes = self.bound.notes if self.bound else ()
+            unstated = [n for n in notes if n.startswith(UNCOUNTED_STATE)]
             return "".join(f"; {note}" for note in unstated)
         whole = (need + paged) / GIB
         text = f"; plus {paged / GIB:.2f} GiB of paged optimizer state ({whole:.2f} GiB in all)"
