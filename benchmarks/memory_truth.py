@@ -30,6 +30,7 @@ worst one.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import os
@@ -327,6 +328,7 @@ def behaviour_of(spec: StepSpec, model_type: str) -> ReleaseBehaviour:
         loss=loss_code(RELEASE, model_type),
         logits_copy=True,
         lora_dropout=spec.lora_dropout > 0,
+        fsdp_upcast=spec.mixed_precision,  # FSDP's, where it runs (more than one device)
     )
 
 
@@ -408,12 +410,17 @@ def fake_against_real() -> list[tuple[str, dict[str, int], dict[str, int]]]:
 
 
 FSDP_CASES = (
-    ("none", None),
-    ("none", "reentrant"),
-    ("lora", "reentrant"),
-    ("lora", "non_reentrant"),
-    ("pt", "reentrant"),
+    ("none", None, False),
+    ("none", "reentrant", False),
+    ("lora", "reentrant", False),
+    ("lora", "non_reentrant", False),
+    ("pt", "reentrant", False),
+    ("none", None, True),
+    ("none", "reentrant", True),
+    ("lora", "non_reentrant", True),
 )
+"""(method, checkpointing, fp32 weights under bf16 mixed precision: FSDP's policy gathers each
+unit in bf16, accelerate's upcast keeps what trains in fp32)."""
 
 
 LAYERED = dict(SMALL, vocab_size=512, hidden_size=512, intermediate_size=1408, num_hidden_layers=8)
@@ -431,29 +438,37 @@ LAYERED_BIGCODE = {
 """LAYERED's GPTBigCode kin (multi-query attention, resid_pdrop's default 0.1)."""
 
 
-def fsdp_rows(batch: int = 2, length: int = 512) -> list[Row]:
+def fsdp_cases(batch: int = 2, length: int = 512) -> list[Case]:
+    """The FSDP rows' steps: the small Llama over two devices."""
+    cases = []
+    for method, ckpt, mixed in FSDP_CASES:
+        targets = ("q_proj", "v_proj") if method == "lora" else ()
+        spec = StepSpec(
+            LAYERED, method, targets, checkpointing=ckpt, batch=batch, length=length, fake=False
+        )
+        if mixed:
+            spec = dataclasses.replace(spec, torch_dtype="float32", mixed_precision=True)
+        cases.append(Case("small llama (h 512, 8 layers)", spec, shards=2))
+    return cases
+
+
+def fsdp_rows(cases: list[Case] | None = None) -> list[Row]:
     """Two gloo ranks train the small Llama under FSDP as accelerate wraps it; each case's
-    row is rank 0's trace (both ranks' peaks are printed)."""
-    import json
+    row is the trace of the rank whose peak is larger (both are printed)."""
     import tempfile
 
     import torch.multiprocessing as mp
 
     rows = []
-    for method, ckpt in FSDP_CASES:
-        targets = ("q_proj", "v_proj") if method == "lora" else ()
-        spec = StepSpec(
-            LAYERED, method, targets, checkpointing=ckpt, batch=batch, length=length, fake=False
-        )
+    for case in fsdp_cases() if cases is None else cases:
         with tempfile.TemporaryDirectory() as directory:
             start = time.monotonic()
             port = _free_port()
             mp.start_processes(
-                _rank, (spec, directory, port), nprocs=2, join=True, start_method="spawn"
+                _rank, (case.spec, directory, port), nprocs=2, join=True, start_method="spawn"
             )
             ranks = [json.loads(Path(directory, f"{r}.json").read_text()) for r in range(2)]
-        case = Case("small llama (h 512, 8 layers)", spec, shards=2)
-        row = Row(case, ranks[0], predicted(spec, shards=2), time.monotonic() - start)
+        row = Row(case, ranks[0], predicted(case.spec, shards=2), time.monotonic() - start)
         rows.append(
             dataclasses.replace(
                 row, traced=max(ranks, key=lambda r: max(sum(p.values()) for p in r.values()))
@@ -506,20 +521,24 @@ def _rank(rank: int, spec: StepSpec, directory: str, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     try:
-        trace = trace_step(spec, wrap=_fsdp)
+        trace = trace_step(spec, wrap=functools.partial(_fsdp, mixed=spec.mixed_precision))
         Path(directory, f"{rank}.json").write_text(json.dumps(trace.phases))
     finally:
         dist.destroy_process_group()
 
 
-def _fsdp(model: Any) -> Any:
+def _fsdp(model: Any, mixed: bool = False) -> Any:
     """accelerate's FSDP as the actuator configures it (plan/launch/accelerate.py): FULL_SHARD,
     BACKWARD_PRE, use_orig_params; the decoder layers as units, or, under PEFT, PEFT's own
-    policy (the adapters units of their own) as transformers' Trainer installs it."""
-    import functools
-
+    policy (the adapters units of their own) as transformers' Trainer installs it. `mixed`:
+    under bf16 mixed precision, the policy accelerate gives FSDP (every dtype bf16)."""
     import torch
-    from torch.distributed.fsdp import BackwardPrefetch, FullyShardedDataParallel, ShardingStrategy
+    from torch.distributed.fsdp import (
+        BackwardPrefetch,
+        FullyShardedDataParallel,
+        MixedPrecision,
+        ShardingStrategy,
+    )
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
     if hasattr(model, "peft_config"):
@@ -537,6 +556,7 @@ def _fsdp(model: Any) -> Any:
         backward_prefetch=BackwardPrefetch.BACKWARD_PRE,
         use_orig_params=True,
         device_id=torch.device("cpu"),
+        mixed_precision=MixedPrecision(*(torch.bfloat16,) * 3) if mixed else None,
     )
 
 
@@ -636,11 +656,13 @@ def append(rows: list[Row]) -> int:
     return len(added)
 
 
-def unrecorded() -> list[Case]:
-    """The configurations of a full run (the FSDP rows aside) whose labels the record lacks:
-    what `--append` traces after cases are added to the matrix or to branch_cases()."""
+def unrecorded() -> tuple[list[Case], list[Case]]:
+    """The configurations of a full run whose labels the record lacks, traced in one process
+    and on FSDP's ranks: what `--append` runs after cases are added to the matrix, to
+    branch_cases() or to FSDP_CASES."""
     known = {entry["label"] for entry in json.loads(RECORD.read_text())}
-    return [case for case in matrix() + branch_cases() if case.label() not in known]
+    single = [case for case in matrix() + branch_cases() if case.label() not in known]
+    return single, [case for case in fsdp_cases() if case.label() not in known]
 
 
 def pairwise_entries(cases: list[Case]) -> list[dict[str, Any]]:
@@ -695,7 +717,8 @@ def main(argv: list[str]) -> int:
         print(f"  {what:<32} fake {fake}  real {real}  {'equal' if fake == real else 'DIFFER'}")
     chosen = "--append" in argv
     if chosen:
-        rows = [run(case) for case in unrecorded()]
+        single, sharded = unrecorded()
+        rows = [run(case) for case in single] + (fsdp_rows(sharded) if sharded else [])
     else:
         rows = [run(case) for case in matrix(layers=4 if quick else None)]
     if not quick and not chosen:

@@ -10,6 +10,7 @@ import pytest
 from model_configs import LLAMA_31_8B
 
 from ado_actuators.sfttrainer.catalog.entity import FIELDS
+from ado_actuators.sfttrainer.plan.memory.peak import widths
 from ado_actuators.sfttrainer.plan.memory.verdict import assess
 from ado_actuators.sfttrainer.plan.model.training import (
     Batch,
@@ -102,10 +103,12 @@ def test_reentrant_checkpointing_under_lora_holds_more_than_non_reentrant():
     assert peak(tuning=lora, kernels={"checkpointing": "reentrant"}) >= peak(tuning=lora)
 
 
-def test_mixed_precision_over_fp32_weights_adds_its_copies_and_upcast():
-    fp32 = {"torch_dtype": "float32"}
-    assert peak(precision={**fp32, "mixed_precision": True, "autocast_dtype": "bfloat16"}) != peak(
-        precision=fp32
+def test_mixed_precision_over_fp32_weights_on_one_device_adds_its_copies():
+    fp32, one = {"torch_dtype": "float32"}, {"gpus": 1}
+    mixed = {**fp32, "mixed_precision": True, "autocast_dtype": "bfloat16"}
+    lora = dataclasses.asdict(LORA)  # the step's tensors, not the states, decide the peak
+    assert peak(precision=mixed, parallelism=one, tuning=lora) != peak(
+        precision=fp32, parallelism=one, tuning=lora
     )
 
 
@@ -113,3 +116,30 @@ def test_sdpa_and_flash_attention_keep_the_same_tensors():
     """On a GPU torch's SDPA runs a fused kernel too: both keep q, k, v, the output and the
     log-sum-exp, not the scores."""
     assert peak(kernels={"attention": "flash_attention_2"}) == peak()
+
+
+MIXED = {"mixed_precision": True, "autocast_dtype": "bfloat16"}
+
+
+def test_under_fsdp_mixed_precision_fp32_weights_train_the_shards_bf16_weights_are_upcast_to():
+    """accelerate gives FSDP autocast's dtype as its param_dtype: every unit is gathered in 16
+    bits, so fp32 weights add no whole-model 16-bit copy; under full fine-tuning bf16 weights
+    are upcast to the same fp32 shards (issue 51's Llama-3-8B on 8 GPUs: 34.3 GiB against 18.7)."""
+    fp32, bf16 = {"torch_dtype": "float32", **MIXED}, {"torch_dtype": "bfloat16", **MIXED}
+    eight = {"gpus": 8}
+    assert peak(precision=fp32, parallelism=eight) == peak(precision=bf16, parallelism=eight)
+    # frozen weights are not upcast: fp32's shards are twice bf16's, and nothing else differs
+    lora = dataclasses.asdict(LORA)
+    frozen = 8_030_261_248  # Llama-3.1-8B's own weights (the adapters are fp32 in both)
+    gained = (frozen * (4 - 2)) / 8 / 2**30
+    wider = peak(precision=fp32, parallelism=eight, tuning=lora)
+    assert wider - peak(precision=bf16, parallelism=eight, tuning=lora) == pytest.approx(gained)
+
+
+def test_without_fsdp_autocast_over_fp32_weights_keeps_its_16_bit_copies():
+    """One device: no FSDP, so autocast casts each fp32 weight itself, caches the copies of
+    those that train, and the residual stream stays fp32; under FSDP the units arrive in 16 bits."""
+    fp32 = dataclasses.replace(BASE.precision, torch_dtype="float32", **MIXED)
+    for gpus, expected in ((1, (2, 4, "cached")), (4, (2, 2, "none"))):
+        alone = dataclasses.replace(BASE.parallelism, gpus=gpus)
+        assert widths(dataclasses.replace(BASE, precision=fp32, parallelism=alone)) == expected

@@ -19,6 +19,7 @@ from ado_actuators.sfttrainer.plan.model.training import (
     Batch,
     Kernels,
     Parallelism,
+    Precision,
     TrainingConfiguration,
     Tuning,
 )
@@ -209,3 +210,48 @@ def test_a_trace_needs_the_libraries_and_says_which(monkeypatch):
     monkeypatch.setattr(T, "versions", lambda: {"torch": "", "transformers": "4", "peft": ""})
     with pytest.raises(T.TraceUnavailable, match=r"needs torch, peft: install .*\[fms\]"):
         T._run(StepSpec({}))
+
+
+def mixed_fp32(tuning: Tuning, gpus: int = 2) -> TrainingConfiguration:
+    """fp32 weights under bf16 mixed precision, FSDP over `gpus`."""
+    return TrainingConfiguration(
+        kernels=KERNELS,
+        tuning=tuning,
+        parallelism=Parallelism(gpus=gpus),
+        batch=TOKENS,
+        precision=Precision(torch_dtype="float32", mixed_precision=True, autocast_dtype="bfloat16"),
+    )
+
+
+def test_under_fsdp_mixed_precision_the_step_is_traced_in_16_bits_and_the_shards_kept_fp32():
+    """FSDP gathers each unit in autocast's dtype (plan/memory/fsdp.casts_units): the trace runs
+    the layers as they compute, in bf16; at rest the frozen weights stay at the loaded fp32
+    (STEP's 1000 weights traced at 2 bytes, 2 more each), the adapters fp32 in both."""
+    two = mixed_fp32(Tuning(method="lora", target_modules=("q_proj",), lora_r=2))
+    assert T.request(two).torch_dtype == "bfloat16"
+    assert T.request(dataclasses.replace(two, parallelism=Parallelism(gpus=1))).torch_dtype == (
+        "float32"
+    )
+    bound = memory_bound(T.counts_of(INVENTORY), two)
+    prediction = T.predict(STEP, two, bound, ReleaseBehaviour())
+    assert prediction.phases["forward"]["weights"] == (2000 + 1000 * 2) / 2
+    root = 200 + 0 + 8
+    assert prediction.phases["forward"]["fsdp_gathered"] == (root + (1000 - root) / 4) * 2
+    assert prediction.notes[-1] == (
+        "traced at bfloat16, the dtype FSDP's mixed precision gathers every unit in; at rest "
+        "trained parameters in fp32, frozen ones at float32"
+    )
+
+
+def test_under_fsdp_mixed_precision_trained_weights_their_gradients_and_states_are_fp32():
+    """Full fine-tuning: accelerate upcasts the trained flat parameters to fp32, so the states
+    traced at bf16 double (as peak.model_states' upcast), then shard over the 2 devices."""
+    two = mixed_fp32(Tuning(method="none"))
+    inventory = dict(INVENTORY, trainable=1000)
+    step = dataclasses.replace(STEP, inventory=inventory)
+    prediction = T.predict(step, two, memory_bound(T.counts_of(inventory), two), ReleaseBehaviour())
+    assert prediction.phases["backward"]["weights"] == 2000 * 2 / 2
+    assert prediction.phases["backward"]["gradients"] == 16 * 2 / 2
+    assert prediction.phases["forward"]["optimizer_state"] == 32 * 2 / 2
+    # the first step's temporaries less the state it made, both doubled
+    assert prediction.phases["optimizer_step"]["optimizer_temporaries"] == (48 - 32) * 2 / 2

@@ -34,6 +34,26 @@ backward, so by the end of the forward the whole model is unsharded beside the d
 That is what they are chosen for: no second all-gather in the backward."""
 
 
+def casts_units(configuration: TrainingConfiguration) -> bool:
+    """FSDP runs (accelerate launches more than one rank) under 16-bit mixed precision:
+    accelerate then hands FSDP a mixed-precision policy whose param_dtype is autocast's, so
+    every unit is gathered, and computes, in 16 bits whatever its shards keep (fp32 loaded, or
+    upcast by accelerate). No whole-model 16-bit copy is made: autocast meets 16-bit weights."""
+    return (
+        configuration.parallelism.backend == "FSDP"
+        and configuration.parallelism.gpus > 1
+        and configuration.precision.mixed_precision
+        and configuration.precision.autocast_dtype is not None
+    )
+
+
+def layer_weight_bytes(configuration: TrainingConfiguration) -> int:
+    """Bytes of a weight as the layers compute with it: autocast's under FSDP's mixed precision
+    (`casts_units`), else the loaded dtype's."""
+    dtype = configuration.precision.autocast_dtype if casts_units(configuration) else None
+    return DTYPE_BYTES[dtype or configuration.precision.torch_dtype]
+
+
 def gathered_layers(configuration: TrainingConfiguration, layers: int) -> int:
     """Decoder layers FSDP holds unsharded at once: all of them where the strategy keeps them
     from forward to backward, else the prefetched ones (FSDP_PREFETCHED_UNITS)."""
@@ -53,10 +73,11 @@ def gathered_bytes(
     """FSDP's unsharded parameters during forward and backward: the root unit (`embeddings`, the
     input embedding and an untied LM head, and the final norm: gathered for the whole step) and
     the decoder layers `gathered_layers` holds, each all-gathered whole into a buffer beside the
-    device's own shard (benchmarks/memory_truth.py's FSDP rows: the shard stays)."""
+    device's own shard (benchmarks/memory_truth.py's FSDP rows: the shard stays), in the dtype
+    the layers compute in (`layer_weight_bytes`)."""
     if configuration.parallelism.backend != "FSDP" or bound.shards < 2:
         return 0.0  # one device's share is all of it: nothing gathered
-    width = DTYPE_BYTES[configuration.precision.torch_dtype]
+    width = layer_weight_bytes(configuration)
     root = embeddings + hidden
     layer = (total - root) / max(1, layers)
     return (root + gathered_layers(configuration, layers) * layer) * width
@@ -91,5 +112,5 @@ def held_input_gradient_bytes(
         and behaviour.checkpointed_by_model
     ):
         return 0.0
-    width = DTYPE_BYTES[configuration.precision.torch_dtype]
+    width = layer_weight_bytes(configuration)
     return float((layers - 1) * tokens * hidden * width)

@@ -219,6 +219,10 @@ def widths(configuration: TrainingConfiguration) -> tuple[int, int, str]:
     another dtype every linear computes in 16 bits while the residual stream stays fp32 (fp32
     weights; 16-bit weights of the other kind promote to fp32 at the first residual sum), and
     autocast casts every weight: fp32 weights that train are cached."""
+    if fsdp.casts_units(configuration):
+        # the layers meet FSDP's 16-bit gathered units, as a 16-bit model's layers meet their
+        # weights: nothing for autocast to cast or cache, the stream in 16 bits
+        return AUTOCAST_BYTES, AUTOCAST_BYTES, "none"
     model = DTYPE_BYTES[configuration.precision.torch_dtype]
     dtype = configuration.precision.autocast_dtype or (
         configuration.precision.torch_dtype if model == AUTOCAST_BYTES else None
@@ -247,7 +251,7 @@ def block_of(
         intermediate=dims.intermediate,
         width=width,
         stream=stream,
-        dtype_width=DTYPE_BYTES[configuration.precision.torch_dtype],
+        dtype_width=fsdp.layer_weight_bytes(configuration),
         casts=casts,
         tuning=configuration.tuning,
         kernels=configuration.kernels,
@@ -292,9 +296,9 @@ def layer_bytes(
         held = block.residual * dims.hidden  # the recomputed output, held through backward
     backward = _layer_backward(block, configuration, length, tokens, held)
     hooked = configuration.tuning.method != "none" and input_hook(configuration)
-    # the embedding's output is in the model's dtype (an embedding is no autocast op), of the
+    # the embedding's output is in its weight's dtype (an embedding is no autocast op), of the
     # samples' tokens alone (prompt tuning joins its virtual tokens to it after)
-    model = DTYPE_BYTES[configuration.precision.torch_dtype]
+    model = fsdp.layer_weight_bytes(configuration)
     real = model * dims.hidden * configuration.batch.per_device_batch
     real *= configuration.batch.model_max_length
     # the select's backward is in the weights' dtype, whatever autocast computes in
@@ -355,7 +359,7 @@ def _layer_backward(
         softmax -= activations.copies_after_attention(block)
         if configuration.tuning.method == "none":
             grads = activations.gradients_before_attention(block)
-            softmax += DTYPE_BYTES[configuration.precision.torch_dtype] * grads
+            softmax += fsdp.layer_weight_bytes(configuration) * grads
         # reentrant: the gradient at the layer's output stays an argument of the checkpoint's
         # backward while the recomputed layer's own runs, beside the residual's gradient the
         # attention's backward reads (a sum made in the MLP's backward)
@@ -405,7 +409,7 @@ def head_bytes(
     """What the final norm, the LM head and the loss's target keep for backward: the norm's
     fp32 input (its output needs a gradient under every method), the LM head's input when it
     trains, the token ids the embedding keeps when it trains, the int64 labels."""
-    width = DTYPE_BYTES[configuration.precision.torch_dtype]
+    width = fsdp.layer_weight_bytes(configuration)
     full = configuration.tuning.method == "none"
     if dims.layout == "gpt_bigcode":
         # LayerNorm: its input, a mean and an rstd in the dtype; the embedding dropout's mask;

@@ -27,8 +27,14 @@ from ado_actuators.sfttrainer.contract.memory_trace import StepSpec, TracedStep,
 from ado_actuators.sfttrainer.host.atomic import write_atomically
 from ado_actuators.sfttrainer.plan.memory import fsdp
 from ado_actuators.sfttrainer.plan.memory.bound import MemoryBound, weight_bits
-from ado_actuators.sfttrainer.plan.memory.peak import PeakPrediction, ReleaseBehaviour, paged_state
+from ado_actuators.sfttrainer.plan.memory.peak import (
+    ADAPTER_BYTES,
+    PeakPrediction,
+    ReleaseBehaviour,
+    paged_state,
+)
 from ado_actuators.sfttrainer.plan.model.architecture import (
+    DTYPE_BYTES,
     PROMPT_TUNING_VIRTUAL_TOKENS,
     LinearShape,
     ParameterCounts,
@@ -89,7 +95,9 @@ def request(configuration: TrainingConfiguration) -> StepSpec:
         lora_r=configuration.tuning.lora_r,
         lora_alpha=configuration.tuning.lora_alpha,
         prompt_tokens=PROMPT_TUNING_VIRTUAL_TOKENS,
-        torch_dtype=configuration.precision.torch_dtype,
+        # under FSDP's mixed precision the layers compute with 16-bit gathered units: traced
+        # so, the states kept at rest rescaled after (`_kept_by_fsdp`)
+        torch_dtype=traced_dtype(configuration),
         attention=attention_named(configuration.kernels.attention),
         checkpointing=None if checkpointing == "none" else checkpointing,
         mixed_precision=configuration.precision.mixed_precision,
@@ -98,6 +106,13 @@ def request(configuration: TrainingConfiguration) -> StepSpec:
         accumulation=2 if configuration.batch.gradient_accumulation_steps > 1 else 1,
         steps=1,
     )
+
+
+def traced_dtype(configuration: TrainingConfiguration) -> str:
+    """The dtype the step is traced in: the one the layers compute with (plan/memory/fsdp.py)."""
+    if fsdp.casts_units(configuration) and configuration.precision.autocast_dtype:
+        return configuration.precision.autocast_dtype
+    return configuration.precision.torch_dtype
 
 
 def key(spec: StepSpec) -> str:
@@ -185,6 +200,10 @@ TRACE_PARTS = {
 """The trace's parts (contract/memory_trace.PARTS) by the prediction's names."""
 
 
+UPCAST_PARTS = ("weights", "gradients", "optimizer_temporaries")
+"""The traced parts that scale with the trained parameters' dtype (`_kept_by_fsdp`)."""
+
+
 def predict(
     found: TracedStep,
     configuration: TrainingConfiguration,
@@ -197,16 +216,18 @@ def predict(
     unit and the prefetched layers gathered, and (frozen layer units, reentrant checkpointing)
     every layer's input gradient held. `quantized`: the bytes a quantized checkpoint's block
     weights save against the traced model's dtype."""
-    traced_state = found.rest.get("optimizer_state", 0)
+    upcast, frozen = _kept_by_fsdp(found, configuration)
+    traced_state = found.rest.get("optimizer_state", 0) * upcast
     state, temporaries = _optimizer(found, configuration, bound, traced_state)
     phases = {}
     for phase, parts in found.phases.items():
         named = {TRACE_PARTS[part]: float(size) for part, size in parts.items() if size}
+        named = {k: v * upcast if k in UPCAST_PARTS else v for k, v in named.items()}
         if phase == "optimizer_step":  # the first step's state is made in this phase
             traced = named.get("optimizer_temporaries", 0.0) - traced_state
             named["optimizer_temporaries"] = traced * temporaries
         named["optimizer_state"] = float(state)
-        named["weights"] = named.get("weights", 0.0) - quantized
+        named["weights"] = named.get("weights", 0.0) + frozen - quantized
         phases[phase] = named
     notes = [
         f"parts from a trace of the model's own code (transformers {found.versions['transformers']}, "
@@ -219,6 +240,12 @@ def predict(
             f"traced at {configuration.precision.torch_dtype}: the block weights at "
             f"{weight_bits(configuration)} bits as the bound counts them (dequantization not traced)"
         )
+    if upcast != 1.0 or frozen:
+        notes.append(
+            f"traced at {traced_dtype(configuration)}, the dtype FSDP's mixed precision gathers "
+            f"every unit in; at rest trained parameters in fp32, frozen ones at "
+            f"{configuration.precision.torch_dtype}"
+        )
     if bound.shards > 1 and configuration.parallelism.backend == "FSDP":
         phases = _sharded(found, configuration, bound, behaviour, phases)
     return PeakPrediction(
@@ -228,6 +255,22 @@ def predict(
         notes=(*bound.notes, *notes),
         paged=paged_state(counts_of(found.inventory), configuration, bound),
     )
+
+
+def _kept_by_fsdp(found: TracedStep, configuration: TrainingConfiguration) -> tuple[float, float]:
+    """What the states at rest are beside the trace's, when the step was traced in the dtype
+    FSDP's mixed precision computes in rather than the loaded one (`traced_dtype`): the factor
+    on the trained parameters' weights, gradients and optimizer states (accelerate upcasts
+    trained flat parameters to fp32: peak.model_states' upcast), and the bytes the frozen
+    weights add at the loaded dtype (PEFT's adapters are fp32 in both)."""
+    if not fsdp.casts_units(configuration) or weight_bits(configuration):
+        return 1.0, 0.0
+    traced = DTYPE_BYTES[traced_dtype(configuration)]
+    loaded = DTYPE_BYTES[configuration.precision.torch_dtype]
+    if configuration.tuning.method == "none":
+        return ADAPTER_BYTES / traced, 0.0
+    frozen = found.inventory["total"] - found.inventory["trainable"]
+    return 1.0, float(frozen * (loaded - traced))
 
 
 def _optimizer(
