@@ -55,6 +55,20 @@ def test_model_map_overrides_per_model_and_per_format():
         model_location("new-model", "GPTQ-Quantized", overrides)
 
 
+@pytest.mark.parametrize(
+    ("name", "offered"),
+    [
+        ("new-modle", "(did you mean new-model?)"),  # the actuator configuration's model_map
+        ("granite-3.1-2bb", "(did you mean granite-3.1-2b, "),  # the catalogue's
+    ],
+)
+def test_an_unknown_model_is_answered_with_the_close_names(name, offered):
+    overrides = {"new-model": {"Vanilla": "org/new"}}
+    with pytest.raises(UnknownModelError) as raised:
+        model_location(name, "Vanilla", overrides)
+    assert str(raised.value).startswith(f"model_name {name!r} {offered}")
+
+
 def test_relative_token_cache_lives_under_data_directory():
     params = SFTTrainerParameters(data_directory="/data", num_tokens_cache_directory="cache")
     assert str(params.tokens_cache_path()) == "/data/cache"

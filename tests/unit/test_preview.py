@@ -142,15 +142,46 @@ def test_a_space_that_launches_reports_exact_gpu_hours_for_time_bounded_measurem
             lambda d: d.update(
                 entitySpace=[{"identifier": "modle_name", "propertyDomain": {"values": [1]}}]
             ),
-            ("modle_name",),
+            (
+                "unknown field 'modle_name' (did you mean model_name?)",
+                "`ado describe experiment SFTTrainer.finetune_full_benchmark-v1.0.0` lists",
+            ),
+        ),
+        (
+            lambda d: d["entitySpace"][4].update(identifier="batch_sise"),
+            ("'batch_sise' (did you mean batch_size?)",),
+        ),
+        (
+            lambda d: d["experiments"][0]["parameterization"][0]["property"].update(
+                identifier="stop_after_second"
+            ),
+            (
+                "the parameterization of finetune_full_benchmark-v1.0.0 names an unknown field "
+                "'stop_after_second' (did you mean stop_after_seconds?)",
+            ),
         ),
         (
             lambda d: d["entitySpace"][0]["propertyDomain"].update(values=["no-such-model"]),
-            ("no-such-model", "model_map"),
+            ("unknown model 'no-such-model': add it", "model_map"),
+        ),
+        # the names the actuator configuration's model_map adds, and the catalogue's
+        (
+            lambda d: d["entitySpace"][0]["propertyDomain"].update(values=["llama-405bb"]),
+            ("unknown model 'llama-405bb' (did you mean llama-405b", "model_map"),
+        ),
+        (
+            lambda d: d["entitySpace"][0]["propertyDomain"].update(values=["granite-3.1-2bb"]),
+            ("unknown model 'granite-3.1-2bb' (did you mean granite-3.1-2b,",),
         ),
         (
             lambda d: d["experiments"][0].update(experimentIdentifier="finetune_nothing"),
             ("finetune_nothing",),
+        ),
+        (
+            lambda d: d["experiments"][0].update(
+                experimentIdentifier="finetune_ful_benchmark-v1.0.0"
+            ),
+            ("(did you mean finetune_full_benchmark-v1.0.0?)",),
         ),
     ],
 )
@@ -180,6 +211,33 @@ def test_an_actuator_configuration_not_shaped_as_ado_reads_it_is_named(
     ac = tmp_path / "flat.yaml"
     ac.write_text(yaml.safe_dump(document))
     one_line_error(invoke(space, "--actuator-config", ac), "--actuator-config", *needles)
+
+
+def test_a_value_outside_its_domain_fails_on_its_own_gpus_with_the_reason_whole(files):
+    """A parameterization's misspelt value fails every configuration before launch: each row
+    keeps the GPU model and count the space gives it, and the reason, with its likely fix, is
+    printed once and whole (the CSV has it per row)."""
+    space, ac = files
+    document = yaml.safe_load(space.read_text())
+    stop = {"property": {"identifier": "auto_stop_method"}, "value": "STEADY_CI95_1PC"}
+    document["experiments"][0]["parameterization"].append(stop)
+    space.write_text(yaml.safe_dump(document))
+    result = invoke(space, "--actuator-config", ac)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    rows = [line.split() for line in lines if line.startswith("full ")]
+    # batch 16 over 3 GPUs breaks a configuration rule, answered before the domain
+    assert {(row[2], row[3], row[6]) for row in rows} == {
+        ("A100-80GB", "1", "failed"),
+        ("A100-80GB", "3", "invalid"),
+    }
+    (reason,) = [line for line in lines if "STEADY_CI95_1PC'" in line]
+    assert reason.startswith("  2 configurations: ")
+    assert (
+        "auto_stop_method 'STEADY_CI95_1PC' is not one of its values (did you mean "
+        "STEADY_CI95_1PCT?): 'WARMUP_60S_STABLE_120S_OR_10_STEPS', 'STEADY_CI95_1PCT'"
+    ) in reason
+    assert "Model shapes:" not in result.output  # no shape was read: nothing to say there
 
 
 def test_a_missing_file_is_named(files, tmp_path):

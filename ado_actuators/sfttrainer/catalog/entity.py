@@ -19,6 +19,7 @@ from ado_actuators.sfttrainer.catalog import datasets
 
 # generated from FIELDS below (catalog/entity_codegen.py), so a type checker sees every field
 from ado_actuators.sfttrainer.catalog.entity_values import EntityValues as EntityValues
+from ado_actuators.sfttrainer.catalog.names import did_you_mean
 from ado_actuators.sfttrainer.stopping import methods, steady
 
 
@@ -441,8 +442,11 @@ def domain_problems(values: EntityValues) -> list[str]:
                     f"{field.range[1] - 1:g}]"
                 )
         elif field.domain is Domain.CATEGORICAL and value not in (known := field.values or ()):
-            shown = ", ".join(repr(v) for v in known if v is not None)
-            problems.append(f"{name} {value!r} is not one of {shown}")
+            listed = [v for v in known if v is not None]
+            # the likely fix before the list, which can be long
+            hint = did_you_mean(value, map(str, listed))
+            shown = ", ".join(map(repr, listed))
+            problems.append(f"{name} {value!r} is not one of its values{hint}: {shown}")
         elif isinstance(value, str) and (not value.isprintable() or not value.strip()):
             problems.append(f"{name} {value!r} must be a non-empty name without control characters")
     return problems

@@ -7,6 +7,8 @@ from importlib import resources
 
 import yaml
 
+from ado_actuators.sfttrainer.catalog.names import did_you_mean
+
 VANILLA = "Vanilla"
 """The weights_format of every experiment but GPTQ-LoRA: the checkpoint as published."""
 GPTQ_QUANTIZED = "GPTQ-Quantized"
@@ -44,6 +46,16 @@ class UnknownModelError(LookupError):
     pass
 
 
+CLOSE_MODELS = 3
+"""How many close model names a message offers: a typo is usually one of a family's sizes."""
+
+
+def close_models(model_name: object, overrides: ModelMap | None) -> str:
+    """' (did you mean NAME?)' naming the models of the catalogue and of `overrides` closest to
+    `model_name`, or '' when none is close."""
+    return did_you_mean(model_name, merged_model_map(overrides), CLOSE_MODELS)
+
+
 def model_location(model_name: str | None, weights_format: str, overrides: ModelMap | None) -> str:
     """The hub id or path of `model_name` in `weights_format`, or a message saying how to add it.
     None (an entity that names no model; its open domain lets it through) is in no map."""
@@ -51,9 +63,9 @@ def model_location(model_name: str | None, weights_format: str, overrides: Model
     formats = merged.get(model_name) if model_name is not None else None
     if formats is None:
         raise UnknownModelError(
-            f"model_name {model_name!r} is not in the shipped model map nor in the actuator "
-            f"configuration's model_map; add it there, e.g. model_map: {{{model_name}: "
-            f"{{{weights_format}: <hub id or absolute path>}}}}"
+            f"model_name {model_name!r}{close_models(model_name, overrides)} is not in the "
+            f"shipped model map nor in the actuator configuration's model_map; add it there, "
+            f"e.g. model_map: {{{model_name}: {{{weights_format}: <hub id or absolute path>}}}}"
         )
     if weights_format not in formats:
         raise UnknownModelError(

@@ -154,7 +154,7 @@ def _parameters_of(document: Any, path: Path) -> dict[str, Any]:  # YAML as writ
 
 
 def _rows(space: Path, actuator_config: Path | None):
-    from ado_actuators.sfttrainer.catalog.models import merged_model_map
+    from ado_actuators.sfttrainer.catalog.models import close_models, merged_model_map
     from ado_actuators.sfttrainer.space.preview import (
         SpaceError,
         entities,
@@ -170,9 +170,10 @@ def _rows(space: Path, actuator_config: Path | None):
     known = set(merged_model_map(settings.model_map))
     unknown = sorted({v["model_name"] for _, v in points if "model_name" in v} - known)
     if unknown:
+        name = unknown[0]
         raise UsageError(
-            f"{space}: unknown model {unknown[0]!r}: add it to the actuator "
-            f"configuration's model_map"
+            f"{space}: unknown model {name!r}{close_models(name, settings.model_map)}: add it "
+            f"to the actuator configuration's model_map"
         )
     rows = [preview_entity(values, experiment, settings) for experiment, values in points]
     return sorted_rows(rows), settings

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -190,12 +191,27 @@ def _shape_lines(rows: list[PreviewRow]) -> list[str]:
         name = str(row.entity.get("model_name", ""))
         if row.shape_source:
             shapes.setdefault(name, f"{name}: {shape_in_words(row)}")
-        elif row.verdict in ("unknown", "failed") and row.why:
+        elif row.verdict == "unknown" and row.why:
             shapes.setdefault(name, f"{name}: {row.why_in_brief or row.why}")
-    lines = ["Model shapes:", *(f"  {line}" for line in shapes.values())]
+    lines = [f"  {line}" for line in shapes.values()]
     if any(row.why_in_brief for row in rows):
         lines.append(f"  {ADD_A_MODEL}")
-    return lines
+    return ["Model shapes:", *lines] if lines else []
+
+
+def _failed_lines(rows: list[PreviewRow]) -> list[str]:
+    """Each reason a configuration would fail without launching, whole (the field, its value
+    and the likely fix), once with the number of configurations it fails."""
+    reasons = Counter(row.why for row in rows if row.verdict == "failed")
+    if not reasons:
+        return []
+    return [
+        "Failed without launching:",
+        *(
+            f"  {count} configuration{'s' if count > 1 else ''}: {why}"
+            for why, count in reasons.items()
+        ),
+    ]
 
 
 def _note_lines(rows: list[PreviewRow]) -> list[str]:
@@ -213,6 +229,8 @@ def print_table(rows: list[PreviewRow], bill: SpaceBill, width: int) -> None:
 
     console = Console(width=width, soft_wrap=False)
     console.print(_table(rows))
+    for line in _failed_lines(rows):  # whole, on one line: the fix is in it
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     for line in _shape_lines(rows):  # one line per model: the CSV and JSON have the rest
         cut = line if len(line) <= width else line[: width - 3] + "..."  # ASCII, as the table
         console.print(cut, markup=False, highlight=False, no_wrap=True, overflow="crop")
@@ -272,15 +290,14 @@ def write_html(rows: list[PreviewRow], bill: SpaceBill, path: Path, title: str) 
     from ado_actuators.sfttrainer.report.table import space_table
 
     table = space_table([_plot_row(row) for row in rows], "the preview", metrics=PREDICTED_METRICS)
-    write_preview_report(
-        table,
-        path,
-        f"SFTTrainer space preview: {title} (predicted, not measured)",
-        [
-            ("The bill (predicted)", bill.lines()),
-            ("Model shapes", [*_shape_lines(rows)[1:], *_note_lines(rows)]),
-        ],
-    )
+    failed = _failed_lines(rows)[1:]
+    blocks = [
+        ("The bill (predicted)", bill.lines()),
+        *([("Failed without launching", failed)] if failed else []),
+        ("Model shapes", [*_shape_lines(rows)[1:], *_note_lines(rows)]),
+    ]
+    title = f"SFTTrainer space preview: {title} (predicted, not measured)"
+    write_preview_report(table, path, title, blocks)
 
 
 def _plot_row(row: PreviewRow) -> dict[str, Any]:

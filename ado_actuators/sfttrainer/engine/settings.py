@@ -8,7 +8,6 @@ fields; each field is declared here once.
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any, Self
 
@@ -19,6 +18,7 @@ from ado_actuators.sfttrainer.catalog.models import (
     WEIGHTS_FORMATS,
     ModelMap,
 )
+from ado_actuators.sfttrainer.catalog.names import did_you_mean
 from ado_actuators.sfttrainer.plan.speed.devices import DEFAULT_NETWORK_GBPS
 
 
@@ -214,11 +214,7 @@ class MeasurementSettings(pydantic.BaseModel):
         unknown = sorted((self.model_extra or {}).keys())
         if unknown:
             known = sorted(type(self).model_fields)
-            hints = [
-                f"{key} (did you mean {close[0]}?)" if close else key
-                for key in unknown
-                for close in [difflib.get_close_matches(key, known, n=1)]
-            ]
+            hints = [key + did_you_mean(key, known) for key in unknown]
             raise ValueError(
                 f"unknown SFTTrainer parameter(s) {', '.join(hints)}; "
                 f"known parameters are {', '.join(known)}"

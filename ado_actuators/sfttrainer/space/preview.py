@@ -12,8 +12,11 @@ import itertools
 from importlib import metadata
 from typing import Any
 
-from ado_actuators.sfttrainer.catalog.entity import FIELDS, EntityValues
-from ado_actuators.sfttrainer.catalog.experiments import catalog_data
+import pydantic
+
+from ado_actuators.sfttrainer.catalog.entity import FIELDS, EntityValues, entity_values
+from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
+from ado_actuators.sfttrainer.catalog.names import did_you_mean
 from ado_actuators.sfttrainer.contract.outcomes import Invalid
 from ado_actuators.sfttrainer.contract.units import GIB
 from ado_actuators.sfttrainer.engine.measurement import Resolved, resolve
@@ -105,17 +108,54 @@ def _values(domain: dict[str, Any], name: str) -> list[Any]:
     raise SpaceError(f"entitySpace {name}: a propertyDomain needs values or a domainRange")
 
 
-def _dimensions(document: dict[str, Any]) -> list[tuple[str, list[Any]]]:
+def _describe(experiment: str) -> str:
+    return f"`ado describe experiment SFTTrainer.{experiment}` lists the fields"
+
+
+def _known_field(name: Any, where: str, experiment: str) -> str:
+    """`name` if it is an entity field, else the error naming it, its likely fix and the
+    command that lists the fields."""
+    if name not in FIELDS:
+        raise SpaceError(
+            f"{where} names an unknown field {name!r}{did_you_mean(name, FIELDS)}: "
+            f"{_describe(experiment)}"
+        )
+    return str(name)
+
+
+def _dimensions(document: dict[str, Any], experiment: str) -> list[tuple[str, list[Any]]]:
     dimensions = []
     for item in document["entitySpace"]:
-        name = item.get("identifier") if isinstance(item, dict) else None
-        if name not in FIELDS:
-            raise SpaceError(
-                f"entitySpace names an unknown field {name!r}: see `ado describe "
-                f"experiment` for the fields"
-            )
+        found = item.get("identifier") if isinstance(item, dict) else None
+        name = _known_field(found, "entitySpace", experiment)
         dimensions.append((name, _values(item.get("propertyDomain") or {}, name)))
     return dimensions
+
+
+def _experiment_ids(document: dict[str, Any]) -> list[str]:
+    experiments = document.get("experiments") or []
+    if not experiments:
+        raise SpaceError("the space file lists no experiments")
+    catalog = catalog_data()
+    identifiers = []
+    for experiment in experiments:
+        identifier = experiment.get("experimentIdentifier", "")
+        try:
+            catalog.experiment(identifier)
+        except KeyError:
+            hint = did_you_mean(identifier, catalog.experiments)
+            raise SpaceError(f"unknown experiment {identifier!r}{hint}") from None
+        identifiers.append(identifier)
+    return identifiers
+
+
+def _fixed(experiment: dict[str, Any], identifier: str) -> dict[str, Any]:
+    """An experiment's parameterization, each property an entity field."""
+    where = f"the parameterization of {identifier}"
+    return {
+        _known_field(p["property"]["identifier"], where, identifier): p["value"]
+        for p in experiment.get("parameterization") or []
+    }
 
 
 def entities(document: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -124,23 +164,12 @@ def entities(document: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         raise SpaceError(
             "the space file has no entitySpace: give the file `ado create space -f` takes"
         )
-    dimensions = _dimensions(document)
-    experiments = document.get("experiments") or []
-    if not experiments:
-        raise SpaceError("the space file lists no experiments")
-    found = []
-    catalog = catalog_data()
+    identifiers = _experiment_ids(document)
+    dimensions = _dimensions(document, identifiers[0])
     names = [n for n, _ in dimensions]
-    for experiment in experiments:
-        identifier = experiment.get("experimentIdentifier", "")
-        try:
-            catalog.experiment(identifier)
-        except KeyError:
-            raise SpaceError(f"unknown experiment {identifier!r}") from None
-        fixed = {
-            p["property"]["identifier"]: p["value"]
-            for p in experiment.get("parameterization") or []
-        }
+    found = []
+    for experiment, identifier in zip(document["experiments"], identifiers, strict=True):
+        fixed = _fixed(experiment, identifier)
         for point in itertools.product(*(values for _, values in dimensions)):
             found.append((identifier, {**dict(zip(names, point, strict=True)), **fixed}))
     return found
@@ -177,6 +206,16 @@ def _priced(
     )
 
 
+def _as_given(row: PreviewRow, definition: ExperimentDefinition) -> PreviewRow:
+    """A configuration the engine refused, with its GPUs and values as the space gives them
+    (the table's GPU columns), where they can be read at all."""
+    try:
+        values = entity_values(row.entity, overrides=definition.default_overrides())
+    except pydantic.ValidationError:
+        return row
+    return dataclasses.replace(row, gpus=max(values.number_gpus, 0), effective=values.model_dump())
+
+
 def preview_entity(
     values_in: dict[str, Any], experiment_id: str, settings: MeasurementSettings
 ) -> PreviewRow:
@@ -185,7 +224,7 @@ def preview_entity(
     row = PreviewRow(experiment=experiment_id, entity=values_in, verdict="unknown")
     if not isinstance(resolved, Resolved):
         verdict = "invalid" if isinstance(resolved, Invalid) else "failed"
-        return dataclasses.replace(row, verdict=verdict, why=resolved.reason)
+        return dataclasses.replace(_as_given(row, definition), verdict=verdict, why=resolved.reason)
     values, training, found = resolved.values, resolved.training, resolved.found
     row = dataclasses.replace(row, gpus=max(values.number_gpus, 0), effective=values.model_dump())
     if found is None:
