@@ -1,0 +1,93 @@
+"""Racing: stop a measurement once it cannot win its answer group (issue 54).
+
+A run launched in a group that already has a measured fastest (the incumbent) carries that
+incumbent's figure and 95 % interval. At each step end after the warm-up its stop rule
+requires, and over at least the floor of measured steps that rule judges an interval on
+(stopping/steady.py's MIN_STEADY_STEPS: three batches that happen to agree cannot end a run
+here either), the run has lost once it cannot reach the tie band, as the guided walk
+(space/guided_rule.py's _ruled_out) defines it for a configuration not yet measured:
+
+- ties measured: this run's 95 % upper bound lies below the incumbent's lower bound, so the
+  two intervals no longer overlap (report/answers.py's ties: it cannot even tie);
+- ties not measured: also once this run's figure is below the incumbent's, its interval still
+  overlapping: at best a tie, which that walk does not spend GPU-hours on.
+
+Pure and standard library only: the trainer's stop decision calls `race` with the interval it
+already computes (stats/batch_means.py), and benchmarks/guided_search.py simulates the same
+function on public tables, so the rule simulated is the rule run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ado_actuators.sfttrainer.stopping.steady import MIN_STEADY_STEPS
+
+
+@dataclasses.dataclass(frozen=True)
+class Incumbent:
+    """The group's measured fastest: its tokens/s and 95 % half-width in percent of it (None:
+    its row has no interval, so its figure is its lower bound, as the guided walk reads it)."""
+
+    speed: float
+    ci95_percent: float | None = None
+
+    @property
+    def lower(self) -> float:
+        return self.speed * (1 - (self.ci95_percent or 0.0) / 100)
+
+
+@dataclasses.dataclass(frozen=True)
+class Standing:
+    """This run as its stop rule sees it at a step end: its tokens/s over the measured steps,
+    their 95 % half-width in percent (None below the interval's floor of steps), whether the
+    warm-up is over and how many steps were measured since."""
+
+    speed: float
+    ci95_percent: float | None
+    warmed_up: bool
+    measured_steps: int
+
+    @property
+    def upper(self) -> float | None:
+        if self.ci95_percent is None:
+            return None
+        return self.speed * (1 + self.ci95_percent / 100)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """lost: stop now; reason: why, naming the incumbent and the margin (empty when racing on)."""
+
+    lost: bool
+    reason: str = ""
+
+
+def race(
+    incumbent: Incumbent | None,
+    run: Standing,
+    measure_ties: bool = True,
+    min_steps: int = MIN_STEADY_STEPS,
+) -> Verdict:
+    """Whether `run` has lost its group to `incumbent` (module docstring); never without an
+    incumbent, before the warm-up ends, below `min_steps` measured steps or without an
+    interval."""
+    upper = run.upper
+    if incumbent is None or not run.warmed_up or run.measured_steps < min_steps or upper is None:
+        return Verdict(False)
+    lower = incumbent.lower
+    if upper < lower:
+        return Verdict(True, _reason(run, incumbent, f"its 95 % upper bound {upper:,.0f}", lower))
+    if not measure_ties and run.speed < incumbent.speed:
+        said = f"at best tied: {run.speed:,.0f} tokens/s"
+        return Verdict(True, _reason(run, incumbent, said, incumbent.speed))
+    return Verdict(False)
+
+
+def _reason(run: Standing, incumbent: Incumbent, said: str, bar: float) -> str:
+    behind = 100 * (1 - run.speed / incumbent.speed)
+    plus = f" ± {incumbent.ci95_percent:g} %" if incumbent.ci95_percent is not None else ""
+    return (
+        f"raced: {said} < {bar:,.0f} of the incumbent's {incumbent.speed:,.0f} tokens/s{plus} "
+        f"after {run.measured_steps} measured steps; {behind:.1f} % behind it"
+    )
