@@ -93,3 +93,4 @@ def test_a_missing_measured_file_is_one_line_naming_the_option(tmp_path):
         [str(_space(tmp_path / "space.yaml")), "--calibrate-from", str(tmp_path / "no.csv")],
     )
     one_line_error(result, "--calibrate-from", "no.csv")
+    assert result.stdout == ""  # it fails first: no table before the error

@@ -91,9 +91,13 @@ def preview(
         from ado_actuators.sfttrainer.cli import preview_output as output
         from ado_actuators.sfttrainer.space.preview_bill import space_bill
 
+        # the measured rows are read first: a wrong --calibrate-from fails before the table
+        measured = None
+        if calibrate_from is not None:
+            measured = (calibrate_from, _measured(calibrate_from))
         rows, settings = _rows(space, actuator_config)
         bill = space_bill(rows, settings)
-        _print(rows, bill, settings, calibrate_from)
+        _print(rows, bill, settings, measured)
         if csv_file is not None:
             output.write_csv(rows, csv_file)
             typer.echo(f"rows written to {csv_file}")
@@ -179,29 +183,33 @@ def _rows(space: Path, actuator_config: Path | None):
     return sorted_rows(rows), settings
 
 
-def _print(rows: Any, bill: Any, settings: Any, measured: str | None) -> None:
+def _measured(measured: str) -> Any:  # rows as ado or its CSV gives them
+    """The rows --calibrate-from names: a CSV file, else a space id read through ado."""
+    from ado_actuators.sfttrainer.report import sources
+    from ado_actuators.sfttrainer.report.table import TableError
+
+    try:
+        if measured.endswith(".csv"):
+            return sources.rows_from_csv(Path(measured))
+        return sources.rows_from_space(measured)
+    except TableError as error:
+        raise UsageError(f"--calibrate-from {measured}: {error}") from None
+
+
+def _print(rows: Any, bill: Any, settings: Any, measured: tuple[str, Any] | None) -> None:
     """The table and the bill; then, with --calibrate-from, the calibrated predictions."""
     from ado_actuators.sfttrainer.catalog.entity import FIELDS
     from ado_actuators.sfttrainer.cli import preview_calibrated as section
     from ado_actuators.sfttrainer.cli import preview_output as output
-    from ado_actuators.sfttrainer.report import sources
-    from ado_actuators.sfttrainer.report.table import TableError
     from ado_actuators.sfttrainer.space.calibrated import calibrated, measured_rows
 
     output.print_table(rows, bill, WIDTH)
     if measured is None:
         return
-    try:
-        given = (
-            sources.rows_from_csv(Path(measured))
-            if measured.endswith(".csv")
-            else sources.rows_from_space(measured)
-        )
-    except TableError as error:
-        raise UsageError(f"--calibrate-from {measured}: {error}") from None
+    source, given = measured
     found = measured_rows(given, settings, list(FIELDS))
     lines, calibrations = calibrated(rows, found, settings)
-    for line in section.lines(lines, calibrations, measured):
+    for line in section.lines(lines, calibrations, source):
         typer.echo(line)
 
 
