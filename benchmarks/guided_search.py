@@ -18,7 +18,9 @@ Strategies, on the same oracle: the full walk (every configuration); random orde
 guided walk's stopping rule; Optuna's TPE (ado-ray-tune's default sampler) per group at the
 GPU-hours the guided walk spent on that group; the guided walk. Reported: GPU-hours, the share
 of groups whose named fastest is the true fastest or within TIE of it, and the regret in
-tokens/s (the true fastest's throughput less the named one's, summed over the groups).
+tokens/s (the true fastest's throughput less the named one's, summed over the groups). Then
+racing (issue 54, benchmarks/guided_racing.py): the guided walk with and without stopping a
+measurement once it cannot win its group, against the floor, under each stop method's window.
 
     python benchmarks/guided_search.py [--seeds 5] [--without-attention-factor]
 """
@@ -485,6 +487,8 @@ def main(argv: list[str] | None = None) -> int:
     global ATTENTION
     ATTENTION = not args.without_attention_factor
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    import guided_racing  # imports this module's walk: here, not at the top, so no cycle
+
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
@@ -497,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(table(scores)))
         for goal, met in goals(scores).items():
             print(f"goal ({label}): {goal}: {'met' if met else 'NOT met'}")
+        print("\n".join(guided_racing.report(label, spaces)))
     return 0
 
 

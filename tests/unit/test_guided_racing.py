@@ -1,0 +1,99 @@
+"""benchmarks/guided_racing.py: racing simulated as guided_search.py prints it, on a made-up
+space whose runs and step times are known, through stopping/racing.race itself."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from ado_actuators.sfttrainer.space.calibration import prior_for
+from ado_actuators.sfttrainer.stats.batch_means import throughput_interval
+from ado_actuators.sfttrainer.stopping import steady
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+L40 = "NVIDIA-L40"
+
+
+@pytest.fixture(scope="module")
+def sim():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import guided_racing
+        import guided_search
+    finally:
+        sys.path.pop(0)
+    return SimpleNamespace(racing=guided_racing, search=guided_search)
+
+
+def config(sim, key: str, group: str, tokens_per_second: float, oom: bool = False):
+    """One GPU, 1,000 tokens a step: its step is 1,000 / tokens_per_second seconds."""
+    configuration = SimpleNamespace(
+        parallelism=SimpleNamespace(gpus=1),
+        batch=SimpleNamespace(per_device_batch=1, sample_tokens=1000),
+        tuning=SimpleNamespace(method="full"),
+    )
+    observed = SimpleNamespace(
+        configuration=configuration,
+        tokens_per_second=tokens_per_second,
+        shape=SimpleNamespace(total_params=1e9),
+    )
+    return sim.search.Config(key, group, observed, oom, tokens_per_second, 0.1)
+
+
+def test_the_expected_half_width_is_the_batch_means_interval_of_steps_that_vary_so(sim):
+    """Steps alternating 1 +/- cv: the interval the rank computes over them is the model's."""
+    assert sim.racing.half_width(5) is None
+    for n in (6, 20, 36):
+        seconds = [1 + 0.02 * (-1) ** i for i in range(n)]
+        found = throughput_interval(seconds, [1000] * n).percent
+        assert found is not None and found <= sim.racing.half_width(n)
+
+
+def test_steady_reaches_one_percent_at_two_percent_cv_or_stops_at_its_cap(sim):
+    n = sim.racing.STEADY_WINDOW.measured(0.1)
+    assert n >= steady.MIN_STEADY_STEPS and sim.racing.half_width(n) <= steady.TARGET_PERCENT
+    assert sim.racing.half_width(n - 1) > steady.TARGET_PERCENT
+    warm = 1 + steady.WARMUP_WINDOW
+    assert sim.racing.STEADY_WINDOW.measured(2.0) == math.ceil(80 / 2.0) - warm  # the cap
+
+
+def test_a_clear_loser_is_raced_at_the_floor_and_a_tie_runs_whole(sim):
+    window = sim.racing.SPEC_WINDOW
+    incumbent = sim.racing.Incumbent(1000.0, 0.5)
+    whole = sim.racing.measure(config(sim, "a", "g", 500.0), window, None, True)
+    raced = sim.racing.measure(config(sim, "a", "g", 500.0), window, incumbent, True)
+    tied = sim.racing.measure(config(sim, "b", "g", 995.0), window, incumbent, True)
+    assert not whole.raced and raced.raced and not tied.raced
+    start = 8.5 + 2.0  # the process start and 2 GB of weights at 1 GB/s
+    step = 2.0
+    assert raced.result.gpu_hours == pytest.approx(
+        (start + (30 + steady.MIN_STEADY_STEPS) * step) / 3600
+    )
+    assert whole.result.gpu_hours == pytest.approx((start + (30 + 60) * step) / 3600)
+    assert raced.result.ci95_percent > whole.result.ci95_percent
+    untied = sim.racing.measure(config(sim, "b", "g", 995.0), window, incumbent, False)
+    assert untied.raced  # ties unmeasured: at best tied
+
+
+def test_the_walk_races_losers_never_names_them_and_costs_less(sim):
+    space = [
+        config(sim, "1", "g", 1000.0),
+        config(sim, "2", "g", 600.0),
+        config(sim, "3", "g", 400.0),
+        config(sim, "4", "g", 300.0, oom=True),
+    ]
+    for c in space[1:3]:  # predicted as fast as the winner: the walk measures them all
+        object.__setattr__(c, "predicted", 1000.0)
+    walked = (space, L40, prior_for(L40))
+    tallies = sim.racing.simulate({"made up": walked}, sim.racing.SPEC_WINDOW)
+    plain, raced = tallies["ties measured, no racing"], tallies["ties measured, racing"]
+    assert raced.raced == 2 and raced.hours < plain.hours
+    assert raced.right == raced.groups == 1
+    assert tallies["floor"].hours < raced.hours
+    lines = sim.racing.table(tallies)
+    assert lines[0].startswith("| guided walk | GPU-hours | x the floor | rows raced |")
+    assert any(line.startswith("| ties measured, racing |") for line in lines)
