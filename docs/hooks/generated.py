@@ -154,4 +154,10 @@ def on_files(files: Any, config: Any, **_: Any) -> Any:
 
 
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
+    if any(not picture for picture, _ in PREVIEW.findall(markdown)):
+        # the preview's table is 120 columns wide: the table of contents' column lets it fit
+        # at the size of the other code blocks (stylesheets/extra.css), as `hide: [toc]` would
+        hidden = page.meta.setdefault("hide", [])
+        if "toc" not in hidden:
+            hidden.append("toc")
     return render(markdown, page.file.src_uri)

@@ -9,9 +9,11 @@ anchors and the navigation).
 import importlib.util
 import re
 import tomllib
+import types
 from pathlib import Path
 
 from ado.modules.actuators.executor_supervisor import ExperimentExecutorSupervisorParameters
+from markdown.extensions.toc import slugify
 
 from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
 from ado_actuators.sfttrainer.catalog.entity import FIELDS
@@ -275,3 +277,41 @@ def test_every_generated_part_says_where_it_is_on_github():
                 assert "<!-- github-only -->" in near or "<!-- /github-only -->" in near, (
                     f"{_page(path)}:{number + 1}: {line}"
                 )
+
+
+def test_the_readme_lists_every_guide_page_and_the_example_readme_every_file():
+    guides = {f"docs/guide/{p.name}" for p in (DOCS / "guide").glob("*.md")}
+    assert guides <= set(re.findall(r"\]\((docs/guide/[^)#]+)", README))
+    folder = REPO / "examples" / "remote-raycluster"
+    listed = (folder / "README.md").read_text()
+    for path in folder.glob("*.yaml"):
+        assert f"`{path.name}`" in listed, path.name
+
+
+def test_a_page_shows_each_preview_command_once_and_gives_its_table_the_width():
+    """The preview block prints its command above its output: a page that also writes the
+    command shows it twice. Its table is 120 columns: the page has no table of contents."""
+    commands = [f"```console\n{SHOWN.command(name)}\n```" for name in SHOWN.PREVIEWS]
+    for path in PAGES:
+        markdown = path.read_text()
+        page = types.SimpleNamespace(meta={}, file=types.SimpleNamespace(src_uri=_page(path)))
+        rendered = SHOWN.on_page_markdown(markdown, page=page)
+        for command in commands:
+            assert rendered.count(command) <= 1, (_page(path), command)
+        tables = [p for p, _ in SHOWN.PREVIEW.findall(markdown) if not p]
+        assert ("toc" in page.meta.get("hide", [])) == bool(tables), _page(path)
+
+
+def test_a_link_to_a_section_above_or_below_points_the_right_way():
+    link = re.compile(r"\]\(#([\w-]+)\)\)? (above|below)\b")
+    for path in PAGES:
+        text = path.read_text()
+        headings = {
+            slugify(m.group(1), "-"): m.start()
+            for m in re.finditer(r"^#+ (.+)$", text, re.MULTILINE)
+        }
+        for found in link.finditer(text):
+            anchor, way = found.groups()
+            assert anchor in headings, (_page(path), anchor)
+            below = headings[anchor] > found.start()
+            assert below == (way == "below"), (_page(path), anchor, way)
