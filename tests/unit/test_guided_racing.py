@@ -93,6 +93,10 @@ def test_the_walk_races_losers_never_names_them_and_costs_less(sim):
     plain, raced = tallies["ties measured, no racing"], tallies["ties measured, racing"]
     assert raced.raced == 2 and raced.hours < plain.hours
     assert raced.right == raced.groups == 1
+    assert raced.raced_hours > 0 and plain.raced_hours == 0
+    winner = sim.racing.measure(space[0], sim.racing.SPEC_WINDOW, None, True).result.gpu_hours
+    parts = raced.oom_hours + raced.raced_hours + raced.losers_hours + winner
+    assert parts == pytest.approx(raced.hours)
     assert tallies["floor"].hours < raced.hours
     lines = sim.racing.table(tallies)
     assert lines[0].startswith("| guided walk | GPU-hours | x the floor | rows raced |")
