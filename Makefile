@@ -3,6 +3,21 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
+# Where torch comes from: PyPI unless named. PyPI's torch for Linux x86-64 is the CUDA build; a
+# machine without a GPU can take the CPU build from PyTorch's CPU index instead:
+# make env TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+TORCH_INDEX_URL ?=
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+# What `make env` says before it downloads torch. The sizes are 2.13.0's wheels for Python 3.11
+# on Linux x86-64 (pip install --dry-run --report names the files; each file's size as served).
+ifeq ($(TORCH_INDEX_URL),)
+TORCH_SAYS = $(TORCH) from PyPI: on Linux x86-64 its CUDA build, 527 MB, and the NVIDIA \
+	libraries and triton it needs, 2.2 GB more (2.7 GB for 2.13.0). Without a GPU, the CPU build \
+	is 192 MB: make env TORCH_INDEX_URL=$(TORCH_CPU_INDEX)
+else
+TORCH_SAYS = $(TORCH) from $(TORCH_INDEX_URL)$(if $(filter $(TORCH_CPU_INDEX),$(TORCH_INDEX_URL)), \
+	(the CPU build: 192 MB for 2.13.0))
+endif
 FMS    ?= 3.2.2
 STAMP  := $(VENV)/.installed
 comma  := ,
@@ -15,13 +30,14 @@ PACKAGE_LISTS := ado_actuators/sfttrainer/plan/packages
 
 env: $(STAMP)
 
-# torch first (a free choice pulls a multi-GB CUDA build), then fms-hf-tuning's own
+# torch first (pinned, from TORCH_INDEX_URL where one is named), then fms-hf-tuning's own
 # requirements minus torch, then fms-hf-tuning --no-deps, then this package with extras $(2),
 # into the virtual environment $(1).
 define INSTALL
 	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
 	$(1)/bin/pip install --quiet --upgrade pip
-	$(1)/bin/pip install --quiet "$(TORCH)"
+	@echo "make env: installing $(TORCH_SAYS)"
+	$(1)/bin/pip install --quiet $(if $(TORCH_INDEX_URL),--index-url "$(TORCH_INDEX_URL)") "$(TORCH)"
 	$(1)/bin/pip install --quiet -r $(PACKAGE_LISTS)/fms-hf-tuning_v$(FMS).txt
 	$(1)/bin/pip install --quiet --no-deps fms-hf-tuning==$(FMS)
 	$(1)/bin/pip install --quiet -e '.[$(2)]'
