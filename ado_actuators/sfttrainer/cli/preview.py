@@ -88,25 +88,30 @@ def preview(
 ) -> None:
     outputs = [f for f in (csv_file, json_file, html_file) if f is not None]
     with one_line_errors(outputs[0] if outputs else None, "Interrupted; nothing was launched."):
-        from ado_actuators.sfttrainer.cli import preview_output as output
         from ado_actuators.sfttrainer.space.preview_bill import space_bill
 
-        # the measured rows are read first: a wrong --calibrate-from fails before the table
-        measured = None
-        if calibrate_from is not None:
-            measured = (calibrate_from, _measured(calibrate_from))
+        measured = _measured(calibrate_from)  # first: a wrong one fails before the table
         rows, settings = _rows(space, actuator_config)
         bill = space_bill(rows, settings)
         _print(rows, bill, settings, measured)
-        if csv_file is not None:
-            output.write_csv(rows, csv_file)
-            typer.echo(f"rows written to {csv_file}")
-        if json_file is not None:
-            output.write_json(rows, bill, json_file)
-            typer.echo(f"rows written to {json_file}")
-        if html_file is not None:
-            output.write_html(rows, bill, html_file, space.name)
-            typer.echo(f"page written to {html_file}")
+        _write(rows, bill, space.name, csv_file, json_file, html_file)
+
+
+def _write(
+    rows: Any, bill: Any, title: str, csv: Path | None, json: Path | None, html: Path | None
+) -> None:
+    """The files the options name, each said when written."""
+    from ado_actuators.sfttrainer.cli import preview_output as output
+
+    if csv is not None:
+        output.write_csv(rows, csv)
+        typer.echo(f"rows written to {csv}")
+    if json is not None:
+        output.write_json(rows, bill, json)
+        typer.echo(f"rows written to {json}")
+    if html is not None:
+        output.write_html(rows, bill, html, title)
+        typer.echo(f"page written to {html}")
 
 
 def _load_yaml(path: Path, what: str) -> Any:  # YAML as written
@@ -183,15 +188,18 @@ def _rows(space: Path, actuator_config: Path | None):
     return sorted_rows(rows), settings
 
 
-def _measured(measured: str) -> Any:  # rows as ado or its CSV gives them
-    """The rows --calibrate-from names: a CSV file, else a space id read through ado."""
+def _measured(measured: str | None) -> tuple[str, Any] | None:  # rows as ado gives them
+    """The rows --calibrate-from names (a CSV file, else a space id read through ado), beside
+    the name; None without the option."""
     from ado_actuators.sfttrainer.report import sources
     from ado_actuators.sfttrainer.report.table import TableError
 
+    if measured is None:
+        return None
     try:
         if measured.endswith(".csv"):
-            return sources.rows_from_csv(Path(measured))
-        return sources.rows_from_space(measured)
+            return measured, sources.rows_from_csv(Path(measured))
+        return measured, sources.rows_from_space(measured)
     except TableError as error:
         raise UsageError(f"--calibrate-from {measured}: {error}") from None
 
