@@ -28,6 +28,7 @@ from ado_actuators.sfttrainer.space.calibration import (
     calibrate,
 )
 from ado_actuators.sfttrainer.stats.interval import COVERAGE, Interval
+from ado_actuators.sfttrainer.stopping.racing import behind
 
 K = TypeVar("K", bound=Hashable)
 
@@ -167,10 +168,8 @@ def _ruled_out(
     """(below the fastest, possibly tied but ties are not wanted)."""
     if interval is None or fastest is None:
         return False, False
-    if interval.high < fastest.lower(settings.coverage):
-        return True, False
-    tied = not settings.measure_ties and interval.central < (fastest.speed or 0.0)
-    return False, tied
+    lower, speed = fastest.lower(settings.coverage), fastest.speed or 0.0
+    return behind(interval.high, interval.central, lower, speed, settings.measure_ties)
 
 
 def _spent(

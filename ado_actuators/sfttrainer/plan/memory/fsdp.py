@@ -47,11 +47,16 @@ def casts_units(configuration: TrainingConfiguration) -> bool:
     )
 
 
-def layer_weight_bytes(configuration: TrainingConfiguration) -> int:
-    """Bytes of a weight as the layers compute with it: autocast's under FSDP's mixed precision
-    (`casts_units`), else the loaded dtype's."""
+def layer_dtype(configuration: TrainingConfiguration) -> str:
+    """The dtype of a weight as the layers compute with it: autocast's under FSDP's mixed
+    precision (`casts_units`), else the loaded one."""
     dtype = configuration.precision.autocast_dtype if casts_units(configuration) else None
-    return DTYPE_BYTES[dtype or configuration.precision.torch_dtype]
+    return dtype or configuration.precision.torch_dtype
+
+
+def layer_weight_bytes(configuration: TrainingConfiguration) -> int:
+    """Bytes of a weight as the layers compute with it (`layer_dtype`)."""
+    return DTYPE_BYTES[layer_dtype(configuration)]
 
 
 def gathered_layers(configuration: TrainingConfiguration, layers: int) -> int:

@@ -475,11 +475,7 @@ def model_states(
         scale = ADAPTER_BYTES / width
         weights += (scale - 1) * gradients
         gradients, state = gradients * scale, state * scale
-    if (
-        behaviour.fsdp_upcast
-        and configuration.parallelism.gpus > 1
-        and not weight_bits(configuration)
-    ):
+    if upcast_by_fsdp(configuration, behaviour):
         # accelerate upcasts FSDP's flat parameters to fp32 under mixed precision when they
         # train: gradients and AdamW's state (zeros_like) become fp32 too. Under PEFT the
         # adapters are units of their own (peft's fsdp_auto_wrap_policy), already fp32. FSDP
@@ -500,6 +496,16 @@ def model_states(
         "optimizer_temporaries": temporaries,
     }
     return parts, notes
+
+
+def upcast_by_fsdp(configuration: TrainingConfiguration, behaviour: ReleaseBehaviour) -> bool:
+    """accelerate upcasts FSDP's trained flat parameters to fp32 (`model_states`): under mixed
+    precision, where FSDP runs (more than one device), over weights that are not quantized."""
+    return (
+        behaviour.fsdp_upcast
+        and configuration.parallelism.gpus > 1
+        and not weight_bits(configuration)
+    )
 
 
 def _fixed_state(

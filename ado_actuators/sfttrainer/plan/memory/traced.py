@@ -32,6 +32,7 @@ from ado_actuators.sfttrainer.plan.memory.peak import (
     PeakPrediction,
     ReleaseBehaviour,
     paged_state,
+    upcast_by_fsdp,
 )
 from ado_actuators.sfttrainer.plan.model.architecture import (
     DTYPE_BYTES,
@@ -97,7 +98,7 @@ def request(configuration: TrainingConfiguration) -> StepSpec:
         prompt_tokens=PROMPT_TUNING_VIRTUAL_TOKENS,
         # under FSDP's mixed precision the layers compute with 16-bit gathered units: traced
         # so, the states kept at rest rescaled after (`_kept_by_fsdp`)
-        torch_dtype=traced_dtype(configuration),
+        torch_dtype=fsdp.layer_dtype(configuration),
         attention=attention_named(configuration.kernels.attention),
         checkpointing=None if checkpointing == "none" else checkpointing,
         mixed_precision=configuration.precision.mixed_precision,
@@ -106,13 +107,6 @@ def request(configuration: TrainingConfiguration) -> StepSpec:
         accumulation=2 if configuration.batch.gradient_accumulation_steps > 1 else 1,
         steps=1,
     )
-
-
-def traced_dtype(configuration: TrainingConfiguration) -> str:
-    """The dtype the step is traced in: the one the layers compute with (plan/memory/fsdp.py)."""
-    if fsdp.casts_units(configuration) and configuration.precision.autocast_dtype:
-        return configuration.precision.autocast_dtype
-    return configuration.precision.torch_dtype
 
 
 def key(spec: StepSpec) -> str:
@@ -216,7 +210,7 @@ def predict(
     unit and the prefetched layers gathered, and (frozen layer units, reentrant checkpointing)
     every layer's input gradient held. `quantized`: the bytes a quantized checkpoint's block
     weights save against the traced model's dtype."""
-    upcast, frozen = _kept_by_fsdp(found, configuration)
+    upcast, frozen = _kept_by_fsdp(found, configuration, behaviour)
     traced_state = found.rest.get("optimizer_state", 0) * upcast
     state, temporaries = _optimizer(found, configuration, bound, traced_state)
     phases = {}
@@ -242,7 +236,7 @@ def predict(
         )
     if upcast != 1.0 or frozen:
         notes.append(
-            f"traced at {traced_dtype(configuration)}, the dtype FSDP's mixed precision gathers "
+            f"traced at {fsdp.layer_dtype(configuration)}, the dtype FSDP's mixed precision gathers "
             f"every unit in; at rest trained parameters in fp32, frozen ones at "
             f"{configuration.precision.torch_dtype}"
         )
@@ -257,18 +251,19 @@ def predict(
     )
 
 
-def _kept_by_fsdp(found: TracedStep, configuration: TrainingConfiguration) -> tuple[float, float]:
-    """What the states at rest are beside the trace's, when the step was traced in the dtype
-    FSDP's mixed precision computes in rather than the loaded one (`traced_dtype`): the factor
-    on the trained parameters' weights, gradients and optimizer states (accelerate upcasts
-    trained flat parameters to fp32: peak.model_states' upcast), and the bytes the frozen
-    weights add at the loaded dtype (PEFT's adapters are fp32 in both)."""
-    if not fsdp.casts_units(configuration) or weight_bits(configuration):
-        return 1.0, 0.0
-    traced = DTYPE_BYTES[traced_dtype(configuration)]
-    loaded = DTYPE_BYTES[configuration.precision.torch_dtype]
+def _kept_by_fsdp(
+    found: TracedStep, configuration: TrainingConfiguration, behaviour: ReleaseBehaviour
+) -> tuple[float, float]:
+    """What the states at rest are beside the trace's, traced in the dtype the layers compute in
+    (fsdp.layer_dtype: FSDP's mixed precision's 16 bits over fp32 weights): the factor on the
+    trained parameters' weights, gradients and optimizer states (accelerate's fp32 upcast:
+    peak.upcast_by_fsdp, as peak.model_states counts it), and the bytes the frozen weights add
+    at the loaded dtype (PEFT's adapters are fp32 in both)."""
+    traced = DTYPE_BYTES[fsdp.layer_dtype(configuration)]
     if configuration.tuning.method == "none":
-        return ADAPTER_BYTES / traced, 0.0
+        upcast = upcast_by_fsdp(configuration, behaviour)
+        return (ADAPTER_BYTES / traced if upcast else 1.0), 0.0
+    loaded = DTYPE_BYTES[configuration.precision.torch_dtype]
     frozen = found.inventory["total"] - found.inventory["trainable"]
     return 1.0, float(frozen * (loaded - traced))
 
