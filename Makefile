@@ -26,7 +26,7 @@ PACKAGE_LISTS := ado_actuators/sfttrainer/plan/packages
 
 # the loop to run while working (under two minutes): ruff's lint and format checks, mypy, the
 # strict docs build, then the fast unit tests on both cores. .pre-commit-config.yaml runs the same.
-.PHONY: env check lint typecheck test test-fast test-versions test-operators mutation demo bench overnight bench-gpu gpu-kit gpu-kit-rehearsal docs docs-build clean
+.PHONY: env check lint typecheck test coverage test-fast test-versions test-operators mutation demo bench overnight bench-gpu gpu-kit gpu-kit-rehearsal docs docs-build clean
 
 env: $(STAMP)
 
@@ -55,18 +55,24 @@ OPS_STAMP := $(OPS_VENV)/.installed
 $(OPS_STAMP): pyproject.toml $(PACKAGE_LISTS)/fms-hf-tuning_v$(FMS).txt
 	$(call INSTALL,$(OPS_VENV),test$(comma)operators)
 
-# Under coverage.py, which follows every Python process the tests start (pyproject.toml,
-# [tool.coverage.run]); then the total and the modules under 80 % with their reasons.
 # Two pytest-xdist workers, each taking whole modules (a module's cluster is started once):
 # most of a slow test is waiting on Ray, ado and launchers, so one worker left a core idle.
 # Modules go in collection order, the slow e2e and integration ones first (xdist's default
 # orders them by test count, which left the longest module running alone at the end).
-COVERAGE_DATA := .coverage-data
 TEST_WORKERS ?= 2
+PYTEST_SUITE := pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadscope \
+	--no-loadscope-reorder --durations 25
 test: env lint docs-build
+	$(BIN)/python -m $(PYTEST_SUITE)
+
+# The same suite under coverage.py, which follows every Python process the tests start
+# (pyproject.toml, [tool.coverage.run]); then the total and the modules under 80 % with their
+# reasons. Not part of `make test`: tracing every process (trainers, ranks, ado, Ray's daemons
+# and workers) adds about a quarter to the suite's time on two cores.
+COVERAGE_DATA := .coverage-data
+coverage: env
 	rm -rf $(COVERAGE_DATA) && mkdir -p $(COVERAGE_DATA)
-	$(BIN)/python -m coverage run -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadscope \
-		--no-loadscope-reorder --durations 25; status=$$?; \
+	$(BIN)/python -m coverage run -m $(PYTEST_SUITE); status=$$?; \
 	$(BIN)/python tests/coverage/summary.py $(COVERAGE_DATA); exit $$status
 
 test-fast: env
