@@ -13,3 +13,9 @@ THROUGHPUT_PREDICTED = "dataset_tokens_per_second_per_gpu_predicted"
 """The speed model's THROUGHPUT_PER_GPU, computed before launch: a prediction, never measured."""
 THROUGHPUT_CI95 = "dataset_tokens_per_second_ci95_percent"
 """The relative half-width of THROUGHPUT's 95 % interval over batch means (stats/batch_means.py)."""
+CPU_OTHERS = "cpu_others_utilization"
+"""What other processes used of the training's busiest node's CPUs over the measured window,
+100 = one core: a CPU measurement beside other work is slower and noisier than alone."""
+CPU_BUSY_THRESHOLD = 50.0
+"""CPU_OTHERS from which a CPU row is said to have been measured on a busy host (half a core:
+Ray's and ado's own processes use about a tenth of one while a measurement runs)."""

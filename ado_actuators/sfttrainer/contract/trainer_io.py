@@ -116,6 +116,9 @@ class ProcessSample(pydantic.BaseModel):
     time: float
     cpu_percent: float  # of one core: 100 == one full core
     memory_percent: float  # this process's RSS as % of the node's memory
+    # every process on the node since the previous sample, 100 == one full core: what the
+    # others used is this less the ranks' own (None: not read)
+    machine_cpu_percent: float | None = None
 
 
 class GpuSample(pydantic.BaseModel):

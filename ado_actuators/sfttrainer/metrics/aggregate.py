@@ -14,11 +14,17 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from ado_actuators.sfttrainer.contract.properties import (
+    CPU_OTHERS,
     THROUGHPUT,
     THROUGHPUT_CI95,
     THROUGHPUT_PER_GPU,
 )
-from ado_actuators.sfttrainer.contract.trainer_io import GpuSample, RankReport, StepTiming
+from ado_actuators.sfttrainer.contract.trainer_io import (
+    GpuSample,
+    ProcessSample,
+    RankReport,
+    StepTiming,
+)
 from ado_actuators.sfttrainer.contract.units import GIB
 from ado_actuators.sfttrainer.metrics import flops, gpu_peaks, loss, precision
 from ado_actuators.sfttrainer.metrics.steps import step_time_properties
@@ -234,13 +240,31 @@ def _sampled_properties(reports: list[RankReport], since: float | None) -> dict[
     process = [
         [p for p in r.process_samples if in_window(p.time, windows[r.rank])] for r in reports
     ]
+    others = cpu_others(reports, process)
     return {
         "cpu_compute_utilization": _mean(_mean(p.cpu_percent for p in ps) for ps in process),
         "cpu_memory_utilization": _mean(_mean(p.memory_percent for p in ps) for ps in process),
+        **({CPU_OTHERS: others} if others is not None else {}),
         **gpu_properties(
             [g for r in reports for g in r.gpu_samples if in_window(g.time, windows[r.rank])]
         ),
     }
+
+
+def cpu_others(reports: list[RankReport], process: list[list[ProcessSample]]) -> float | None:
+    """What other processes used of the busiest node's CPUs over the window, 100 == one core:
+    the node's use (each rank reads it; their mean) less every rank's own there, never below
+    0. None when no rank read the node's use (a report from before the reading existed)."""
+    readings: dict[str, list[float]] = defaultdict(list)
+    own: dict[str, float] = defaultdict(float)
+    for report, samples in zip(reports, process, strict=True):
+        own[report.hostname] += _mean(p.cpu_percent for p in samples)
+        machine = [p.machine_cpu_percent for p in samples if p.machine_cpu_percent is not None]
+        if machine:
+            readings[report.hostname].append(statistics.fmean(machine))
+    if not readings:
+        return None
+    return max(max(0.0, statistics.fmean(r) - own[host]) for host, r in readings.items())
 
 
 def _device_properties(

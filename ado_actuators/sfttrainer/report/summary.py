@@ -88,6 +88,18 @@ def _fastest(group: GroupAnswers) -> str:
         f"{with_interval(group.fastest)} dataset tokens/s{interval}"
         + (f", {cost:.3g} GPU-hours per million dataset tokens" if cost else "")
         + _memory(group.fastest)
+        + _busy(group.fastest)
+    )
+
+
+def _busy(point: Point) -> str:
+    """A CPU row measured beside other work says so: the schedule, not the configuration, may
+    have set its figure."""
+    if not point.busy_host or point.cpu_others is None:
+        return ""
+    return (
+        f"; the host was busy: other processes used {point.cpu_others / 100:.1f} cores while it"
+        " was measured, so its figure is lower and its interval wider than alone"
     )
 
 

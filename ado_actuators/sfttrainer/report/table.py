@@ -19,7 +19,12 @@ from ado_actuators.sfttrainer.catalog.entity import FIELDS
 from ado_actuators.sfttrainer.catalog.experiments import short_name
 from ado_actuators.sfttrainer.contract import loss as loss_names
 from ado_actuators.sfttrainer.contract.outcomes import ANSWERED_BY, INVALID_REASON, MACHINE
-from ado_actuators.sfttrainer.contract.properties import THROUGHPUT, THROUGHPUT_CI95
+from ado_actuators.sfttrainer.contract.properties import (
+    CPU_BUSY_THRESHOLD,
+    CPU_OTHERS,
+    THROUGHPUT,
+    THROUGHPUT_CI95,
+)
 from ado_actuators.sfttrainer.report.loss import RowLoss, row_loss
 from ado_actuators.sfttrainer.report.machine import Fingerprint, of_measurements
 from ado_actuators.sfttrainer.report.metrics import METRICS, Metric
@@ -91,6 +96,18 @@ class Point:
     loss: RowLoss = dataclasses.field(default_factory=RowLoss)
     # What its valid measurements ran on; empty where the rows hold no metadata (ado's CSV)
     machine: Fingerprint = ()
+    # The most other processes used of its machine's CPUs while a valid measurement of it
+    # ran, 100 = one core (CPU_OTHERS); None where no row recorded it
+    cpu_others: float | None = None
+
+    @property
+    def busy_host(self) -> bool:
+        """A CPU configuration measured beside other work: its figure is low, its interval wide."""
+        return (
+            self.panel.number_gpus == 0
+            and self.cpu_others is not None
+            and self.cpu_others >= CPU_BUSY_THRESHOLD
+        )
 
     @property
     def interval(self) -> tuple[float, float] | None:
@@ -273,7 +290,12 @@ def _point(
             {n: [v for r in valid_rows for v in _numbers(r.get(n))] for n in loss_names.NAMES}
         ),
         of_measurements(f for r in valid_rows for f in r.get(MACHINE) or [()]),
+        _most(v for r in valid_rows for v in _numbers(r.get(CPU_OTHERS))),
     )
+
+
+def _most(values: Iterable[float]) -> float | None:
+    return max((v for v in values if math.isfinite(v)), default=None)
 
 
 def _interval(rows: list[dict[str, Any]]) -> float | None:

@@ -39,6 +39,35 @@ def _not_supported(nvml, error: Exception) -> bool:
     return getattr(error, "value", None) == getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", 3)
 
 
+class MachineCpu:
+    """The node's CPU use since the previous reading, every process's, 100 == one core.
+
+    From psutil.cpu_times() deltas rather than psutil.cpu_percent(None), whose baseline is
+    module-wide and would be moved by any other caller in this process."""
+
+    def __init__(self) -> None:
+        self._last: tuple[float, float] | None = None
+
+    @staticmethod
+    def _busy_and_total() -> tuple[float, float]:
+        times = psutil.cpu_times()
+        total = sum(times)
+        idle = times.idle + getattr(times, "iowait", 0.0)
+        return total - idle, total
+
+    def prime(self) -> None:
+        self._last = self._busy_and_total()
+
+    def read(self) -> float | None:
+        """None on the first reading (no baseline) or when no time passed."""
+        now, last = self._busy_and_total(), self._last
+        self._last = now
+        if last is None or now[1] <= last[1]:
+            return None
+        cores = psutil.cpu_count() or 1
+        return 100.0 * cores * (now[0] - last[0]) / (now[1] - last[1])
+
+
 class GpuSampler:
     """NVML readings for the given node-local GPU indices; `available` is False without NVML.
 
@@ -221,6 +250,7 @@ class SystemMonitor:
         self._gpus: GpuSampler | None = None
         self._on_process, self._on_gpus = on_process_sample, on_gpu_samples
         self._process = psutil.Process()
+        self._machine_cpu = MachineCpu()
         self._node_memory = psutil.virtual_memory().total
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -240,6 +270,7 @@ class SystemMonitor:
         if self.describe_machine:
             self.machine = machine.describe(*self._gpus.devices(), gpu_problem=self.gpu_problem)
         self._process.cpu_percent(None)  # prime: the first reading is always 0.0
+        self._machine_cpu.prime()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="sfttrainer-monitor", daemon=True)
         self._thread.start()
@@ -262,6 +293,7 @@ class SystemMonitor:
             return
         with self._lock:
             self._process.cpu_percent(None)
+            self._machine_cpu.prime()
             self._window_start, self._window_sampled = now, False
         self.gpu_energy = {}
         for index, value in self._gpus.energy_millijoules().items():
@@ -307,8 +339,12 @@ class SystemMonitor:
             with self._process.oneshot():
                 cpu = self._process.cpu_percent(None)
                 rss = self._process.memory_info().rss
+            machine_cpu = self._machine_cpu.read()
         sample = ProcessSample(
-            time=now, cpu_percent=cpu, memory_percent=100.0 * rss / self._node_memory
+            time=now,
+            cpu_percent=cpu,
+            memory_percent=100.0 * rss / self._node_memory,
+            machine_cpu_percent=machine_cpu,
         )
         gpus, failures = self._gpus.sample(now) if self._gpus else ([], [])
         with self._lock:
