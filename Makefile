@@ -26,7 +26,7 @@ PACKAGE_LISTS := ado_actuators/sfttrainer/plan/packages
 
 # the loop to run while working (under two minutes): ruff's lint and format checks, mypy, the
 # strict docs build, then the fast unit tests on both cores. .pre-commit-config.yaml runs the same.
-.PHONY: env check lint typecheck test coverage test-fast test-versions test-operators mutation demo bench overnight bench-gpu gpu-kit gpu-kit-rehearsal docs docs-build clean
+.PHONY: env check lint typecheck test coverage test-fast test-versions test-operators mutation demo guided-demo bench overnight bench-gpu gpu-kit gpu-kit-rehearsal docs docs-build clean
 
 env: $(STAMP)
 
@@ -123,6 +123,10 @@ mutation: env
 demo: env
 	$(BIN)/python examples/local-cpu/demo.py
 
+# The guided walk on the demo's tiny model: one configuration measured, one left with its reason.
+guided-demo: env
+	$(BIN)/python examples/local-cpu/demo.py --guided
+
 bench: env
 	$(BIN)/python benchmarks/time_to_first_step.py
 	$(BIN)/python benchmarks/operation_overhead.py
@@ -162,4 +166,4 @@ $(IMITATION)/.installed: benchmarks/gpu/imitation.txt
 	touch $@
 
 clean:
-	rm -rf $(VENV) $(OPS_VENV) demo-work mutants site
+	rm -rf $(VENV) $(OPS_VENV) demo-work demo-work-guided mutants site

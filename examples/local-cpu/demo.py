@@ -3,6 +3,10 @@
 Everything is local: a tiny Llama built here, a small generated dataset, ado's own state in
 demo-work/ado-config. Prints the measured table, then draws the space with `sfttrainer_plot`
 (demo-work/<space-id>.png and .html) and prints its answers and where.
+
+`make guided-demo` (`demo.py --guided`, in demo-work-guided/): the guided walk over
+space-guided.yaml (operation-guided.yaml), which measures only what can still be the fastest;
+then `sfttrainer_plot` prints the answer, what the walk left unmeasured and why, and the bill.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from rich.table import Table
 from tiny_model import build_tiny_model
 
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
+from ado_actuators.sfttrainer.contract.guided import ENVIRONMENT as GUIDED_RECORDS
 
 HERE = Path(__file__).parent
 # Rows of the printed table: what identifies a configuration, then every measured property.
@@ -36,7 +41,70 @@ def main() -> int:
     console = Console()
     if not console.is_terminal:
         console = Console(width=140)  # make's output is no terminal: rich would assume 80
+    if sys.argv[1:] == ["--guided"]:
+        return guided(console)
     work = Path(os.environ.get("DEMO_WORK", "demo-work")).absolute()
+    started = time.monotonic()
+    ado, config_id = prepare(console, work)
+    space_id = ado.create("space", HERE / "space.yaml", "--new-sample-store")
+    operation = work / "operation.yaml"
+    spec = yaml.safe_load((HERE / "operation.yaml").read_text())
+    spec |= {"spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id]}
+    operation.write_text(yaml.safe_dump(spec))
+    console.print(f"space [bold]{space_id}[/], measuring 8 configurations (full + LoRA) on CPU")
+    with console.status("ado create operation (real training; a few minutes)"):
+        ado.run("create", "operation", "-f", str(operation))
+    rows = ado.measurements(space_id)
+    print_table(console, space_id, rows)
+    valid = sum(row.get("is_valid") in ("1", "1.0") for row in rows)
+    written = work / "measurements.csv"
+    shutil.copyfile(ado.home / f"measurements-{space_id}.csv", written)
+    console.print(
+        f"{len(rows)} measured, {valid} valid, in {time.monotonic() - started:.0f} s. "
+        f"Every property, one row per configuration: {written}\n(written by "
+        f"XDG_CONFIG_HOME={work / 'ado-config'} ado show measurements space {space_id} "
+        "-o csv --property-format target --output-file FILE)"
+    )
+    answers = plot(console, ado, space_id, work)
+    return 0 if answers is not None and valid >= 4 else 1
+
+
+def guided(console: Console) -> int:
+    """The guided walk of space-guided.yaml: one configuration measured, the other left."""
+    work = Path(os.environ.get("DEMO_WORK", "demo-work-guided")).absolute()
+    started = time.monotonic()
+    ado, config_id = prepare(console, work)
+    space_id = ado.create("space", HERE / "space-guided.yaml", "--new-sample-store")
+    records = work / "guided"
+    spec = yaml.safe_load((HERE / "operation-guided.yaml").read_text())
+    spec |= {"spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id]}
+    sampler = spec["operation"]["parameters"]["samplerConfig"]["parameters"]
+    sampler |= {
+        "actuator_parameters": {"hf_home": str(work / "hf"), "model_map": model_map(work)},
+        "record_directory": str(records),
+    }
+    operation = work / "operation-guided.yaml"
+    operation.write_text(yaml.safe_dump(spec))
+    console.print(f"space [bold]{space_id}[/]: 2 configurations, the guided walk on CPU")
+    with console.status("ado create operation (the guided walk; real training, about a minute)"):
+        ado.run("create", "operation", "-f", str(operation))
+    rows = ado.measurements(space_id)
+    console.print(
+        f"{len(rows)} of 2 configurations measured in {time.monotonic() - started:.0f} s "
+        f"(the walk's record: {records / (space_id + '.json')})"
+    )
+    ado.extra_env[GUIDED_RECORDS] = str(records)
+    answers = plot(console, ado, space_id, work)
+    return 0 if answers is not None else 1
+
+
+def model_map(work: Path) -> dict[str, dict[str, str]]:
+    return {"tiny-llama": {"Vanilla": str(work / "tiny-llama")}}
+
+
+def prepare(console: Console, work: Path) -> tuple[AdoCLI, str]:
+    """A fresh `work`: the tiny model, the dataset, ado's context and the actuator
+    configuration; returns the ado CLI and the configuration's identifier."""
     shutil.rmtree(work, ignore_errors=True)
     (work / "data").mkdir(parents=True)
     offline = {
@@ -46,10 +114,8 @@ def main() -> int:
         "HF_HOME": str(work / "hf"),
     }
     os.environ.update(offline)
-    started = time.monotonic()
-
     with console.status("building a tiny Llama model and tokenizer"):
-        model = build_tiny_model(work / "tiny-llama")
+        build_tiny_model(work / "tiny-llama")
     dataset_id = "news-chars-512-entries-4096"
     generate_text_dataset(work / "data", dataset_id, 256)
 
@@ -63,23 +129,18 @@ def main() -> int:
                     "data_directory": str(work / "data"),
                     "hf_home": str(work / "hf"),
                     "output_dir": str(work / "measurements"),
-                    "model_map": {"tiny-llama": {"Vanilla": str(model)}},
+                    "model_map": model_map(work),
                 },
             }
         )
     )
-    config_id = ado.create("actuatorconfiguration", config)
-    space_id = ado.create("space", HERE / "space.yaml", "--new-sample-store")
-    operation = work / "operation.yaml"
-    spec = yaml.safe_load((HERE / "operation.yaml").read_text())
-    spec |= {"spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id]}
-    operation.write_text(yaml.safe_dump(spec))
-    console.print(f"space [bold]{space_id}[/], measuring 8 configurations (full + LoRA) on CPU")
-    with console.status("ado create operation (real training; a few minutes)"):
-        ado.run("create", "operation", "-f", str(operation))
-    rows = ado.measurements(space_id)
+    return ado, ado.create("actuatorconfiguration", config)
 
-    # One column per configuration, one row per property: 23 properties fit down a page.
+
+def print_table(console: Console, space_id: str, rows: list[dict[str, str]]) -> None:
+    """One column per configuration, one row per property that holds a figure: on CPU the
+    GPU properties read 0 and a few are not measured, which would bury the others."""
+    shown = [name for name in PROPERTIES if any(_holds(row.get(name, "")) for row in rows)]
     table = Table(title=f"SFTTrainer measurements, space {space_id}", show_header=False)
     table.add_column("")
     for _ in rows:
@@ -87,27 +148,37 @@ def main() -> int:
     for column, title in CONFIGURATION.items():
         table.add_row(title, *(_cell(row.get(column, "")) for row in rows), style="bold")
     table.add_section()
-    for name in PROPERTIES:
+    for name in shown:
         table.add_row(name, *(_cell(row.get(name, "")) for row in rows))
     console.print(table)
-    valid = sum(row.get("is_valid") in ("1", "1.0") for row in rows)
+    hidden = len(PROPERTIES) - len(shown)
     console.print(
-        f"{len(rows)} measured, {valid} valid, in {time.monotonic() - started:.0f} s. "
-        f"Inspect with: XDG_CONFIG_HOME={work / 'ado-config'} ado show measurements space "
-        f"{space_id}"
+        f"({hidden} properties that are 0 or empty in every row, as GPU ones on CPU, not shown)"
     )
 
-    # The picture, read back through ado's API in the demo's ado context, as a user would.
-    plot = [str(Path(sys.executable).with_name("sfttrainer_plot")), space_id, "-o", str(work)]
-    drawn = subprocess.run(plot, env=ado.env, capture_output=True, text=True)
+
+def _holds(value: str) -> bool:
+    """Whether a stored value is a figure: not empty, NaN or 0."""
+    try:
+        number = float(value)
+    except ValueError:
+        return bool(value.strip())
+    return number == number and number != 0
+
+
+def plot(console: Console, ado: AdoCLI, space_id: str, work: Path) -> list[str] | None:
+    """The picture, read back through ado's API in the demo's ado context, as a user would;
+    prints the answers and returns them (None when sfttrainer_plot failed)."""
+    command = [str(Path(sys.executable).with_name("sfttrainer_plot")), space_id, "-o", str(work)]
+    drawn = subprocess.run(command, env=ado.env, capture_output=True, text=True)
     if drawn.returncode != 0:
         console.print(f"[red]sfttrainer_plot failed:[/] {drawn.stderr.strip()}")
-        return 1
+        return None
     # sfttrainer_plot prints the two paths, then the answers (fastest, largest batch, ...).
     png, html, *answers = drawn.stdout.splitlines()
     console.print("\n".join(answers), markup=False, highlight=False)
     console.print(f"Picture: [bold]{png}[/] (page with the values and answers: {html})")
-    return 0 if valid >= 4 else 1
+    return answers
 
 
 def _cell(value: str) -> str:
