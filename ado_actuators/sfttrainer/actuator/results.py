@@ -9,6 +9,11 @@ from ado.schema.result import InvalidMeasurementResult, ValidMeasurementResult
 from ado.utilities.support import compute_measurement_status, observed_property_values_from_dict
 
 from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
+from ado_actuators.sfttrainer.catalog.entity import (
+    fields_command,
+    misspelt_fields,
+    unknown_fields,
+)
 from ado_actuators.sfttrainer.contract.outcomes import (
     INVALID_REASON,
     Failed,
@@ -81,12 +86,9 @@ def measure_request(request: Any, *, experiment: Any, params: SFTTrainerParamete
     """Measure each entity of `request` in turn and complete it (runs in a Ray task)."""
     results = []
     for entity in request.entities:
-        try:
-            values = experiment.propertyValuesFromEntity(entity)
-        except ValueError as error:
-            outcome: MeasurementOutcome = Failed(
-                f"entity {entity.identifier} lacks an input: {error}"
-            )
+        values = entity_inputs(entity, experiment)
+        if isinstance(values, Failed):
+            outcome: MeasurementOutcome = values
         else:
             outcome = measure(values, experiment.identifier, params, label=entity.identifier)
         announce(outcome, entity.identifier, experiment.identifier)
@@ -94,3 +96,20 @@ def measure_request(request: Any, *, experiment: Any, params: SFTTrainerParamete
     request.measurements = results
     request.status = compute_measurement_status(results)
     return request
+
+
+# Any: ado-core is untyped (no py.typed)
+def entity_inputs(entity: Any, experiment: Any) -> dict[str, Any] | Failed:
+    """The experiment's inputs from `entity` (ado-core's reading), or the one line that names
+    what is wrong with its properties: a misspelt field (ado-core would drop it silently and
+    measure the default) with the field it was likely meant as, or a missing required one;
+    either way the command that lists the fields."""
+    given = {v.property.identifier for v in entity.constitutive_property_values}
+    where = f"entity {entity.identifier}"
+    if misspelt := misspelt_fields(given):
+        return Failed(unknown_fields(misspelt, where, experiment.identifier))
+    try:
+        values: dict[str, Any] = experiment.propertyValuesFromEntity(entity)
+    except ValueError as error:
+        return Failed(f"{where} lacks an input: {error}; {fields_command(experiment.identifier)}")
+    return values

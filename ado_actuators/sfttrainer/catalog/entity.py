@@ -19,7 +19,7 @@ from ado_actuators.sfttrainer.catalog import datasets
 
 # generated from FIELDS below (catalog/entity_codegen.py), so a type checker sees every field
 from ado_actuators.sfttrainer.catalog.entity_values import EntityValues as EntityValues
-from ado_actuators.sfttrainer.catalog.names import did_you_mean
+from ado_actuators.sfttrainer.catalog.names import close_names, did_you_mean
 from ado_actuators.sfttrainer.stopping import methods, steady
 
 
@@ -415,6 +415,33 @@ def entity_values(
     merged = {**(overrides or {}), **values}
     known = {k: FIELDS[k].normalise(v) for k, v in merged.items() if k in FIELDS}
     return EntityValues(**known)
+
+
+def fields_command(experiment: str) -> str:
+    """The command that lists `experiment`'s fields, as it runs (the actuator's name too)."""
+    return f"`ado describe experiment SFTTrainer.{experiment}` lists the fields"
+
+
+def unknown_fields(names: list[Any], where: str, experiment: str) -> str:
+    """The one line that answers names which are no entity field, wherever they are met (a
+    space's entitySpace or parameterization, an entity): each name with the field it was
+    likely meant as, and the command that lists the fields, as it runs."""
+    named = ", ".join(f"{name!r}{did_you_mean(name, FIELDS)}" for name in names)
+    noun = "an unknown field" if len(names) == 1 else "unknown fields"
+    return f"{where} names {noun} {named}: {fields_command(experiment)}"
+
+
+def misspelt_fields(given: set[str]) -> list[str]:
+    """The names of `given` that are no entity field and whose closest field (the one the
+    hint names) `given` lacks: a typo (`batch_sise` for `batch_size`), which ado-core drops
+    from what it hands the actuator (the field's default is measured instead, or "no value
+    for required property" said). A name close to no field, or to a field also given, may be
+    another actuator's property: it is let through."""
+    return sorted(
+        name
+        for name in given - FIELDS.keys()
+        if any(close not in given for close in close_names(name, FIELDS))
+    )
 
 
 # Lower bounds the spec's validity rules answer with is_valid = 0 instead (catalog/validity.py).

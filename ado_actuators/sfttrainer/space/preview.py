@@ -14,7 +14,12 @@ from typing import Any
 
 import pydantic
 
-from ado_actuators.sfttrainer.catalog.entity import FIELDS, EntityValues, entity_values
+from ado_actuators.sfttrainer.catalog.entity import (
+    FIELDS,
+    EntityValues,
+    entity_values,
+    unknown_fields,
+)
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
 from ado_actuators.sfttrainer.catalog.names import did_you_mean
 from ado_actuators.sfttrainer.contract.outcomes import Invalid
@@ -108,18 +113,11 @@ def _values(domain: dict[str, Any], name: str) -> list[Any]:
     raise SpaceError(f"entitySpace {name}: a propertyDomain needs values or a domainRange")
 
 
-def _describe(experiment: str) -> str:
-    return f"`ado describe experiment SFTTrainer.{experiment}` lists the fields"
-
-
 def _known_field(name: Any, where: str, experiment: str) -> str:
     """`name` if it is an entity field, else the error naming it, its likely fix and the
-    command that lists the fields."""
+    command that lists the fields (catalog/entity.unknown_fields, as the actuator says it)."""
     if name not in FIELDS:
-        raise SpaceError(
-            f"{where} names an unknown field {name!r}{did_you_mean(name, FIELDS)}: "
-            f"{_describe(experiment)}"
-        )
+        raise SpaceError(unknown_fields([name], where, experiment))
     return str(name)
 
 
