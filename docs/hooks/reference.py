@@ -375,3 +375,33 @@ def render(markdown: str, where: str = "a page") -> str:
 
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
     return render(markdown, page.file.src_uri)
+
+
+# ---- table cells that wrap between words ------------------------------------------------------
+
+CELL = re.compile(r"(<td[^>]*>)(.*?)(</td>)", re.S)
+TAG = re.compile(r"(<[^>]+>)")
+# A row's first cell that is one code span: the name the row is about (a parameter, a field).
+NAME = re.compile(r"(<tr>\s*)<td>(<code>[^<]*</code>)</td>")
+# After an underscore or a slash, before a letter or a digit, and after a hyphen that follows
+# two word characters, before a digit (browsers do not wrap "vision-384x768-16384plus-"; "rules
+# 1-7" stays whole): where a long name (a field, a parameter, a path, a dataset) may wrap.
+# <wbr> is no character: a name copied from the page is whole.
+JOINT = re.compile(r"(?<=[_/])(?=\w)|(?<=\w\w-)(?=\d)")
+
+
+def wrap_points(html: str) -> str:
+    """`html` with a <wbr> at each joint of the text in its table cells (not in tags, nor in
+    attributes), and a row's name cell marked `name`: stylesheets/extra.css lets cells wrap
+    there and between words, never mid-word, and keeps a name whole where the table has room."""
+
+    def cell(match: re.Match[str]) -> str:
+        parts = TAG.split(match.group(2))
+        text = [p if i % 2 else JOINT.sub("<wbr>", p) for i, p in enumerate(parts)]
+        return match.group(1) + "".join(text) + match.group(3)
+
+    return CELL.sub(cell, NAME.sub(r'\1<td class="name">\2</td>', html))
+
+
+def on_page_content(html: str, **_: Any) -> str:
+    return wrap_points(html)
