@@ -102,6 +102,10 @@ NameStem = Annotated[
     "finite or rising in one space only; it says where the rows ran on different GPUs, "
     "drivers or library versions. --fail-on makes it a regression gate: exit status 1 when a "
     "matched configuration fails a chosen check, with the offending pairs printed, 0 otherwise. "
+    "Read from SPACE_ID, each configuration whose requests failed (nothing stored, e.g. an "
+    "unknown model) is listed after the answers with its reason; where every request failed, "
+    "the list, then one line naming `ado show trace operation OPERATION_ID -o yaml`, exit "
+    "status 2. "
     "Writes DIR/NAME.png and DIR/NAME.html (the picture "
     "embedded, plus the plotted values; no network needed to view it), prints both paths, "
     "then the answers. "
@@ -125,7 +129,7 @@ def plot(
         checks = gate.parse(fail_on) if fail_on is not None else ()
         if checks and compare is None:
             raise TableError(f"{gate.OPTION} needs --compare OTHER: it judges a comparison's pairs")
-        files, comparison = _plot(space_id, csv_file, context, output_dir, name, compare)
+        files, comparison, failed = _plot(space_id, csv_file, context, output_dir, name, compare)
     # The paths first, one a line, so scripts can take the first two lines.
     typer.echo(files.png)
     typer.echo(files.html)
@@ -136,6 +140,10 @@ def plot(
         left = guided_text(space_id)
         if left is not None:
             typer.echo(left)
+    if failed:
+        from ado_actuators.sfttrainer.report.failures import failure_lines
+
+        typer.echo("\n".join(failure_lines(failed)))
     if checks:
         found = gate.offences(comparison, checks)
         typer.echo(summary.as_text([summary.gate_block(checks, found, len(comparison.pairs))]))
@@ -155,18 +163,14 @@ def _plot(space_id, csv_file, context, output_dir, name, other):
         if context is not None:
             raise table.TableError("--context applies to SPACE_ID, not to --csv FILE")
         rows, source, stem = sources.rows_from_csv(csv_file), str(csv_file), csv_file.stem
-        title = csv_file.name
+        title, failed = csv_file.name, ()
     else:
-        rows, source, stem = (
-            sources.rows_from_space(space_id, context),
-            f"space {space_id}",
-            space_id,
-        )
-        title = space_id
+        rows, failed = sources.rows_and_failures(space_id, context)
+        source, stem, title = f"space {space_id}", space_id, space_id
     stem = name or stem
     if not stem or "/" in stem or stem.startswith("."):
         raise table.TableError(f"--name {stem!r}: give a plain file name stem, e.g. my-space")
-    data = table.space_table(rows, source)
+    data = _table(rows, source, failed)
     comparison = None
     if other is not None:
         other_rows = (
@@ -183,7 +187,28 @@ def _plot(space_id, csv_file, context, output_dir, name, other):
     written = files.write_report(
         data, output_dir, stem, f"SFTTrainer measurements: {title}", comparison, guided
     )
-    return written, comparison
+    return written, comparison, failed
+
+
+def _table(rows, source, failed):
+    """The space's table; where it cannot be drawn and requests failed, the failures first
+    (their reasons say why nothing is there), then one line: every request failed."""
+    from ado_actuators.sfttrainer.report import failures, table
+
+    try:
+        return table.space_table(rows, source)
+    except table.TableError:
+        if not failed:
+            raise
+        typer.echo("\n".join(failures.failure_lines(failed)))
+        if rows:
+            raise
+        operations = sorted({f.operation for f in failed})
+        raise table.TableError(
+            f"every request of {source} failed ({len(failed)} configuration(s) listed above, "
+            "none measured); the reasons in full: "
+            + "; ".join(f"`{failures.trace_command(o)}`" for o in operations)
+        ) from None
 
 
 def main() -> None:

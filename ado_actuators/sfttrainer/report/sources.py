@@ -10,6 +10,8 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from ado_actuators.sfttrainer.report import failures
+from ado_actuators.sfttrainer.report.failures import Failure
 from ado_actuators.sfttrainer.report.machine import fingerprint
 from ado_actuators.sfttrainer.report.table import (
     ANSWERED,
@@ -42,12 +44,32 @@ def rows_from_csv(path: Path) -> SpaceRows:
 def rows_from_space(space_id: str, context_file: Path | None = None) -> SpaceRows:
     """The measured entities of a stored space, in the active ado context (or the
     ProjectContext in `context_file`, like `ado --context FILE`)."""
+    return _rows(_space(space_id, context_file))
+
+
+def rows_and_failures(
+    space_id: str, context_file: Path | None = None
+) -> tuple[SpaceRows, tuple[Failure, ...]]:
+    """As rows_from_space, with the configurations whose requests failed and that have no
+    row (report/failures.py)."""
+    space = _space(space_id, context_file)
+    rows = _rows(space)
+    measured = {(str(row.get("identifier")), str(row.get(EXPERIMENT))) for row in rows}
+    return rows, failures.of_space(space, measured)
+
+
+def _rows(space: Any) -> SpaceRows:  # ado-core's DiscoverySpace
+    frame = space.measuredEntitiesTable(property_type="target")
+    return with_metadata(frame.to_dict(orient="records"), space.sampledEntities())
+
+
+def _space(space_id: str, context_file: Path | None) -> Any:  # ado-core is untyped
     context = _project_context(context_file)
     from ado.core.discoveryspace.space import DiscoverySpace
     from ado.metastore.base import ResourceDoesNotExistError
 
     try:
-        space = DiscoverySpace.from_stored_configuration(
+        return DiscoverySpace.from_stored_configuration(
             project_context=context, space_identifier=space_id
         )
     except ResourceDoesNotExistError:
@@ -55,8 +77,6 @@ def rows_from_space(space_id: str, context_file: Path | None = None) -> SpaceRow
             f"space {space_id!r} does not exist in ado context {context.project!r}; list the "
             "spaces with `ado get spaces`, or pick the context with --context FILE"
         ) from None
-    frame = space.measuredEntitiesTable(property_type="target")
-    return with_metadata(frame.to_dict(orient="records"), space.sampledEntities())
 
 
 def with_metadata(rows: SpaceRows, entities: Any) -> SpaceRows:  # ado-core is untyped
