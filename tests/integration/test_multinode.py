@@ -451,21 +451,57 @@ def test_remote_workflow_wheel_runtime_env_and_ray_jobs(cluster, inputs, tmp_pat
         str(inputs["hf"]),
     )
 
-    ado = AdoCLI(home=tmp_path / "ado")
+    # step 3 as the README writes it, with the context file's sample store swapped for the
+    # SQLite form its comment shows (this machine has no MySQL; the job sees the same file)
+    example = REPO / "examples/remote-raycluster"
+    step3 = (example / "README.md").read_text().split("# 3. ")[1].split("# 4. ")[0]
+    step3 = step3.splitlines()[1:]
+    assert step3 == [
+        "ado create context -f finetuning-context.yaml",
+        "ado context finetuning",
+        "ado create actuatorconfiguration -f actuator_configuration.yaml",
+        "ado create space -f space.yaml --new-sample-store",
+        "ado get context --output yaml finetuning > context.yaml",
+    ], step3
+    shipped_context = (example / "finetuning-context.yaml").read_text()
+    lines = shipped_context.splitlines()
+    sqlite = yaml.safe_load(
+        "\n".join(line.removeprefix("# ") for line in lines[lines.index("# metadataStore:") :])
+    )
+    sqlite["metadataStore"]["path"] = str(tmp_path / "shared" / "finetuning.db")
+    write_yaml(jobs / "finetuning-context.yaml", yaml.safe_load(shipped_context) | sqlite)
     params = actuator_parameters(inputs) | {"data_directory": str(data)}
-    config_id = ado.create(
-        "actuatorconfiguration",
-        write_yaml(jobs / "ac.yaml", {"actuatorIdentifier": "SFTTrainer", "parameters": params}),
+    write_yaml(
+        jobs / "actuator_configuration.yaml",
+        {"actuatorIdentifier": "SFTTrainer", "parameters": params},
     )
-    space_id = ado.create(
-        "space",
-        write_yaml(jobs / "space.yaml", space_document({"number_nodes": [1]})),
-        "--new-sample-store",
-    )
+    write_yaml(jobs / "space.yaml", space_document({"number_nodes": [1]}))
+    ado = AdoCLI(home=tmp_path / "ado")
+    printed = []
+    for line in step3:
+        result = subprocess.run(
+            line,
+            shell=True,
+            cwd=jobs,
+            env={**ado.env, "PATH": f"{Path(ado.executable).parent}{os.pathsep}{ado.env['PATH']}"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 0, f"{line}:\n{result.stdout}\n{result.stderr}"
+        printed.append(result.stdout + result.stderr)
+    # what the README says each line prints
+    assert "Success!" in printed[0] and "ado context finetuning" in printed[0], printed[0]
+    assert "Success! Now using context finetuning" in printed[1], printed[1]
+    config_id = re.search(r"Created actuator configuration with identifier (\S+)", printed[2])
+    space_id = re.search(r"Created space with identifier: (\S+)", printed[3])
+    assert config_id and space_id, printed[2:4]
+    config_id, space_id = config_id.group(1), space_id.group(1)
+    assert not printed[4].strip(), printed[4]
+    context = yaml.safe_load((jobs / "context.yaml").read_text())
+    assert context["project"] == "finetuning", context
+    assert context["metadataStore"]["path"] == sqlite["metadataStore"]["path"], context
     write_yaml(jobs / "operation.yaml", operation_document(space_id, config_id))
-    (jobs / "context.yaml").write_text(
-        ado.run("get", "context", "--output", "yaml", "local").stdout
-    )
     output = _submit(
         cluster, jobs, "ado", "-c", "context.yaml", "create", "operation", "-f", "operation.yaml"
     )
