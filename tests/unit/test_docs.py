@@ -12,6 +12,8 @@ import tomllib
 import types
 from pathlib import Path
 
+import yaml
+from ado.metastore.project import ProjectContext
 from ado.modules.actuators.executor_supervisor import ExperimentExecutorSupervisorParameters
 from markdown.extensions.toc import slugify
 
@@ -286,6 +288,19 @@ def test_the_readme_lists_every_guide_page_and_the_example_readme_every_file():
     listed = (folder / "README.md").read_text()
     for path in folder.glob("*.yaml"):
         assert f"`{path.name}`" in listed, path.name
+
+
+def test_the_remote_example_context_is_a_valid_context_in_both_its_forms():
+    """`ado create context -f finetuning-context.yaml` accepts the MySQL form as shipped and the
+    SQLite form of its comment (the 2-node test creates that one)."""
+    text = (REPO / "examples/remote-raycluster/finetuning-context.yaml").read_text()
+    mysql = ProjectContext.model_validate(yaml.safe_load(text))
+    assert (mysql.project, mysql.metadataStore.database) == ("finetuning", "finetuning")
+    lines = text.splitlines()
+    commented = lines[lines.index("# metadataStore:") :]
+    sqlite = yaml.safe_load("\n".join(line.removeprefix("# ") for line in commented))
+    context = ProjectContext.model_validate(yaml.safe_load(text) | sqlite)
+    assert context.metadataStore.scheme == "sqlite", context
 
 
 def test_a_page_shows_each_preview_command_once_and_gives_its_table_the_width():
