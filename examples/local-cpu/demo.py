@@ -47,10 +47,7 @@ def main() -> int:
     started = time.monotonic()
     ado, config_id = prepare(console, work)
     space_id = ado.create("space", HERE / "space.yaml", "--new-sample-store")
-    operation = work / "operation.yaml"
-    spec = yaml.safe_load((HERE / "operation.yaml").read_text())
-    spec |= {"spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id]}
-    operation.write_text(yaml.safe_dump(spec))
+    operation = operation_file(work, "operation.yaml", space_id, config_id)
     console.print(f"space [bold]{space_id}[/], measuring 8 configurations (full + LoRA) on CPU")
     with console.status("ado create operation (real training; a few minutes)"):
         ado.run("create", "operation", "-f", str(operation))
@@ -76,15 +73,11 @@ def guided(console: Console) -> int:
     ado, config_id = prepare(console, work)
     space_id = ado.create("space", HERE / "space-guided.yaml", "--new-sample-store")
     records = work / "guided"
-    spec = yaml.safe_load((HERE / "operation-guided.yaml").read_text())
-    spec |= {"spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id]}
-    sampler = spec["operation"]["parameters"]["samplerConfig"]["parameters"]
-    sampler |= {
+    sampler = {
         "actuator_parameters": {"hf_home": str(work / "hf"), "model_map": model_map(work)},
         "record_directory": str(records),
     }
-    operation = work / "operation-guided.yaml"
-    operation.write_text(yaml.safe_dump(spec))
+    operation = operation_file(work, "operation-guided.yaml", space_id, config_id, sampler)
     console.print(f"space [bold]{space_id}[/]: 2 configurations, the guided walk on CPU")
     with console.status("ado create operation (the guided walk; real training, about a minute)"):
         ado.run("create", "operation", "-f", str(operation))
@@ -96,6 +89,20 @@ def guided(console: Console) -> int:
     ado.extra_env[GUIDED_RECORDS] = str(records)
     answers = plot(console, ado, space_id, work)
     return 0 if answers is not None else 1
+
+
+def operation_file(
+    work: Path, name: str, space_id: str, config_id: str, sampler: dict | None = None
+) -> Path:
+    """This directory's operation `name` with the two identifiers filled in (and the sampler's
+    parameters, for the guided walk), written to `work`."""
+    spec = yaml.safe_load((HERE / name).read_text())
+    spec |= {"spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id]}
+    if sampler:
+        spec["operation"]["parameters"]["samplerConfig"]["parameters"] |= sampler
+    written = work / name
+    written.write_text(yaml.safe_dump(spec))
+    return written
 
 
 def model_map(work: Path) -> dict[str, dict[str, str]]:
