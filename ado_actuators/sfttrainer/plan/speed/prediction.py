@@ -20,12 +20,14 @@ from ado_actuators.sfttrainer.plan.model.architecture import (
     UnsupportedArchitecture,
     count_parameters,
 )
+from ado_actuators.sfttrainer.plan.model.mamba import mamba_layers, scan_note, scan_path
 from ado_actuators.sfttrainer.plan.model.meta_shape import (
     MetaCounts,
     MetaCountUnavailable,
     meta_counts,
 )
 from ado_actuators.sfttrainer.plan.model.shape import ModelShape as ConfigShape
+from ado_actuators.sfttrainer.plan.model.shape import language_config
 from ado_actuators.sfttrainer.plan.model.training import (
     CHARS_PER_TOKEN,
     TrainingConfiguration,
@@ -78,7 +80,7 @@ def _active_mlp(counts: ParameterCounts, config: ConfigShape) -> tuple[float, in
 
 META_NOTE = (
     "counted from transformers' own model on the meta device: an architecture outside the "
-    "fitted data (a Mamba layer's scan is not counted)"
+    "fitted data"
 )
 
 
@@ -148,7 +150,8 @@ def model_shape(
     try:
         counts = count_parameters(shape)
     except UnsupportedArchitecture:
-        return _meta_shape(meta_counts(config), shape, trainable, quantization)
+        counted = _meta_shape(meta_counts(config), shape, trainable, quantization)
+        return dataclasses.replace(counted, mamba=mamba_layers(language_config(config)))
     if shape.quantized_bits is None and quantization is None:
         quantized = 0
     else:
@@ -282,4 +285,7 @@ def predict_speed(
     notes = _notes(configuration, device) + (
         (META_NOTE,) if shape.attention_layers is not None else ()
     )
+    if shape.mamba is not None:
+        version = configuration.fms_hf_tuning_version
+        notes += (scan_note(scan_path(version), version),)
     return SpeedPrediction(step=step_time(shape, configuration, device), notes=notes)

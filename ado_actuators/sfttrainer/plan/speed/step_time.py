@@ -52,6 +52,7 @@ from typing import Any
 
 from ado_actuators.sfttrainer.contract.memory_trace import Attention
 from ado_actuators.sfttrainer.plan.model.architecture import DTYPE_BYTES
+from ado_actuators.sfttrainer.plan.model.mamba import MambaLayers
 from ado_actuators.sfttrainer.plan.model.optimizers import FOREACH_ADAMW, optimizer_state
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 from ado_actuators.sfttrainer.plan.speed.devices import (
@@ -61,6 +62,7 @@ from ado_actuators.sfttrainer.plan.speed.devices import (
     Device,
     device_named,
 )
+from ado_actuators.sfttrainer.plan.speed.mamba import mamba_parts
 
 __all__ = [
     "ATTENTION_KERNELS",
@@ -104,6 +106,7 @@ class ModelShape:
     attention_layers: int | None = None  # None: every layer (hybrids have fewer)
     head_dim: int = 128  # the attention kernel's speed depends on it
     hidden: int = 0  # the residual stream's width (0: unknown, no L2 reuse is counted)
+    mamba: MambaLayers | None = None  # a hybrid's Mamba-2 layers (plan/speed/mamba.py)
 
 
 ATTENTION_KERNELS: dict[Attention, str] = {
@@ -371,6 +374,7 @@ def _micro_batch(
             dequant * shape.quantized_params * passes, COUNTED_DEQUANT_BYTES, dequant, memory
         ),
         "latency": fitted.layer_latency_s * shape.layers,
+        **mamba_parts(shape.mamba, configuration, device),
     }
 
 
