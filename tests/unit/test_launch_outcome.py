@@ -313,6 +313,7 @@ def test_the_metadata_of_a_measurement():
     assert isinstance(found, Measured)
     assert found.metadata == {
         "flash_attention": True,
+        "mamba_scan_path": None,  # no Mamba layers
         "distributed_type": "NO",
         "notes": [
             "dataset_tokens_per_second_ci95_percent omitted: 2 measured step(s): an interval "

@@ -302,6 +302,11 @@ class RankReport(pydantic.BaseModel):
     )
     model_parameters: ModelParameters | None = None
     flash_attention: bool = False
+    mamba_scan_path: str | None = pydantic.Field(
+        default=None,
+        description="The code a hybrid's Mamba-2 layers ran: 'fused' (mamba-ssm and "
+        "causal-conv1d's kernels), 'torch' (transformers' torch path); None: no Mamba layers.",
+    )
     distributed_type: str | None = pydantic.Field(
         default=None,
         description="accelerate's distributed mode as it ran (FSDP, MULTI_GPU, MULTI_CPU, NO), "

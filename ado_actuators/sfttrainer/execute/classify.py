@@ -244,6 +244,7 @@ def _training_outcome(
         )
     metadata = {
         "flash_attention": rank0.flash_attention,
+        "mamba_scan_path": rank0.mamba_scan_path,
         "distributed_type": rank0.distributed_type,
         "notes": sorted(notes),
         VERSIONS: rank0.versions,

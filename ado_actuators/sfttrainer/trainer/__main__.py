@@ -217,6 +217,7 @@ class Measurement:
             report.warmup_steps = self.policy.warmup_steps
             report.auto_stop = self.policy.outcome()
             report.model_parameters = self.callback.model_parameters
+            report.mamba_scan_path = self.callback.mamba_scan_path
             report.notes.extend(self.callback.notes)
         report.gpu_memory_max_allocated_bytes = cuda.max_memory_allocated()
         if self.aim is not None:

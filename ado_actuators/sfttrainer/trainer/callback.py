@@ -52,6 +52,7 @@ class MeasurementCallback(TrainerCallback):
         self.stopped_by: str | None = None
         self.notes: list[str] = []
         self.model_parameters: ModelParameters | None = None
+        self.mamba_scan_path: str | None = None
         self._step_start: float | None = None
 
     def on_init_end(self, args, state, control, **kwargs):
@@ -64,6 +65,10 @@ class MeasurementCallback(TrainerCallback):
         tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a vision processor wraps one
         if self.appends_eos and tokenizer is not None:
             self.meter.appended_eos_id = tokenizer.eos_token_id
+        if (placed := kwargs.get("model")) is not None:
+            self.mamba_scan_path = model_size.mamba_scan_path(placed)
+            if self.mamba_scan_path:
+                self.notes.append(model_size.MAMBA_PATH_NOTES[self.mamba_scan_path])
         model = kwargs.get("model") if self.align_prompt_logits else None
         if model is not None and (note := adapt.align_prompt_learning_logits(model)):
             self.notes.append(note)

@@ -108,3 +108,31 @@ def parameters_of_model(model) -> ModelParameters:
         attention_width=width,
         mixture_of_experts=is_mixture_of_experts(config),
     )
+
+
+MAMBA_PATH_NOTES = {
+    "fused": "Mamba-2 layers ran mamba-ssm and causal-conv1d's fused kernels",
+    "torch": "Mamba-2 layers ran transformers' torch path (mamba_ssm or causal_conv1d does not "
+    "import here, or the model is not on a GPU): many times slower and larger than the fused "
+    "kernels",
+}
+"""What a row says of the scan path that ran (mamba_scan_path)."""
+
+
+def mamba_scan_path(model) -> str | None:
+    """Which code a hybrid's Mamba-2 layers run: "fused" where transformers' modeling module
+    found mamba_ssm and causal_conv1d (its `is_fast_path_available`) and the layer's weights
+    are on a CUDA device, which is its own test; "torch" otherwise; None without Mamba layers.
+    Read after the model is placed (on_train_begin): before, FSDP's weights are still on CPU."""
+    import sys
+
+    for module in model.modules():
+        kind = type(module)
+        if not (hasattr(kind, "cuda_kernels_forward") and hasattr(kind, "torch_forward")):
+            continue
+        modeling = sys.modules.get(kind.__module__)
+        fast = bool(getattr(modeling, "is_fast_path_available", False))
+        weight = getattr(getattr(module, "in_proj", None), "weight", None)
+        on_cuda = weight is not None and weight.device.type == "cuda"
+        return "fused" if fast and on_cuda else "torch"
+    return None
