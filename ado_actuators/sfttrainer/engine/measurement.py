@@ -181,7 +181,8 @@ def measure(
         if oom_record is not None:
             oom_record.record_outcome(outcome)
         if definition.repeats == 1:
-            outcome = _speed(resolved.training, settings).attach_to(outcome)
+            speed = _speed(resolved.training, settings, memory.paged_out_bytes)
+            outcome = speed.attach_to(outcome)
         return memory.attach_bound_and_prediction(outcome)
     except Exception as error:
         log.exception("measurement of %s failed unexpectedly", label)
@@ -246,10 +247,15 @@ def _launch(
     return outcome
 
 
-def _speed(training: TrainingConfiguration, settings: MeasurementSettings) -> SpeedPrediction:
-    """The predicted throughput a measured row carries beside the measured one."""
+def _speed(
+    training: TrainingConfiguration, settings: MeasurementSettings, paged_out_bytes: float = 0.0
+) -> SpeedPrediction:
+    """The predicted throughput a measured row carries beside the measured one (with what a
+    paged optimizer moves every step where the memory verdict finds no room for its state)."""
     try:
-        return predict_speed(training, settings.inter_node_gbps, settings.intra_node_gbps)
+        return predict_speed(
+            training, settings.inter_node_gbps, settings.intra_node_gbps, paged_out_bytes
+        )
     except Exception as error:  # a prediction never costs the measurement its row
         log.exception("predicting the throughput of %s failed", training.model_name)
         return SpeedPrediction(skipped=f"the prediction failed: {error!r}")

@@ -248,7 +248,9 @@ def preview_entity(
         allocatable_gib=memory.allocatable / GIB if memory.allocatable else None,
         fewest_gpus=fewest,
     )
-    speed = predict_speed(training, settings.inter_node_gbps, settings.intra_node_gbps)
+    speed = predict_speed(
+        training, settings.inter_node_gbps, settings.intra_node_gbps, memory.paged_out_bytes
+    )
     return _priced(row, values, memory, speed, definition.repeats)
 
 

@@ -96,6 +96,19 @@ class MemoryAssessment:
         return self.prediction.total * (1 + ALLOCATOR_HEADROOM)
 
     @property
+    def paged_out_bytes(self) -> float:
+        """Bytes per device of a paged optimizer's state that cross the host link each way every
+        step (plan/speed/step_time.py prices them): all of it once the device cannot hold it
+        beside the predicted need (torch's allocator keeps that reserved through the update),
+        since the update visits the states in the same order every step and the driver evicts
+        the least recently used pages: each is gone by the time it is needed again. 0 where it
+        fits, or where nothing is paged or known."""
+        need, paged = self.predicted_need, self.prediction.paged if self.prediction else 0.0
+        if not paged or need is None or self.allocatable is None:
+            return 0.0
+        return paged if need + paged > self.allocatable else 0.0
+
+    @property
     def predicted_oom(self) -> bool:
         need = self.predicted_need
         return need is not None and self.allocatable is not None and need > self.allocatable

@@ -40,6 +40,7 @@ class MetaCounts:
     expert_share: float  # experts a token uses / experts
     linears: tuple[tuple[str, int, int, int], ...]  # (name, inputs, outputs, count)
     linear_names: frozenset[str] = frozenset()  # every nn.Linear's last name, experts' included
+    stacked_experts: bool = False  # experts as 3-D parameters sliced per expert, not nn.Linear
 
     @property
     def active_matmul(self) -> float:
@@ -98,9 +99,11 @@ def _counts(config_json: str) -> MetaCounts:
                 attention_linear += size
                 attention_layers.add(path.rsplit(".", 2)[0])
     count = shape.experts_given or 0
+    stacked_experts = 0
     for path, parameter in model.named_parameters():
         stacked = parameter.dim() == 3 and parameter.shape[0] == count and "conv" not in path
-        experts += parameter.numel() if stacked else 0
+        stacked_experts += parameter.numel() if stacked else 0
+    experts += stacked_experts
     share = shape.experts_per_token / count if count > 1 else 1.0
     # the built config: transformers maps each family's own names (MPT's n_layers, d_model,
     # n_heads; GPT-2's n_layer, n_embd) onto the common ones
@@ -121,6 +124,7 @@ def _counts(config_json: str) -> MetaCounts:
         expert_share=share,
         linears=tuple((n, i, o, c) for (n, i, o), c in linears.items()),
         linear_names=frozenset(names),
+        stacked_experts=stacked_experts > 0,
     )
 
 

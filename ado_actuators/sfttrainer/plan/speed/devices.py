@@ -32,6 +32,15 @@ at 4k tokens, head dimension 128, without the mask (FlashAttention-3 paper, arXi
 figures 5 and 6: standard attention 133 against 368 TFLOP/s forward, 174 against 310 backward)."""
 
 
+HOST_LINK_GBPS = {3: 12.0, 4: 24.0, 5: 48.0}
+"""What one GPU's x16 link to the host carries one way, GB/s, by PCIe generation: about three
+quarters of the link's 16, 32 and 64 GB/s (PCI-SIG's rates; 128b/130b encoding and packet
+headers take the rest), what a pinned cudaMemcpy reaches on such links (NVIDIA's bandwidthTest
+sample). A paged optimizer's state moves over it (cudaMemPrefetchAsync); pages the driver evicts
+on demand move no faster (NVIDIA's blog 'Improving GPU Memory Oversubscription Performance',
+2021), so this is the fastest paging can be."""
+
+
 @dataclasses.dataclass(frozen=True)
 class AttentionCurve:
     """A kernel's measured TFLOP/s on one device by sequence length, one direction."""
@@ -73,6 +82,12 @@ class Device:
     link_kind: str = "nvlink"  # nvlink | pcie (metrics/gpu_peaks.yaml, `link`)
     bus_gbps: float = 0.0  # NCCL busbw within a node with few GPUs (0: not measured)
     host_gbps: float = 0.0  # what the host carries for all GPUs at once (0: no limit)
+    pcie_gen: int = 4  # the GPU's own link to the host, x16
+
+    @property
+    def host_link_gbps(self) -> float:
+        """GB/s one way between this GPU and the host's memory (HOST_LINK_GBPS)."""
+        return HOST_LINK_GBPS.get(self.pcie_gen, HOST_LINK_GBPS[4])
 
     def __post_init__(self) -> None:
         if not self.gemm_tflops:
@@ -179,6 +194,7 @@ def _link(entry: GpuPeak, stated_gbps: float | None) -> dict[str, Any]:
             "link_kind": entry.link.kind,
             "bus_gbps": entry.link.bus_gbps or 0.0,
             "host_gbps": entry.link.host_gbps or 0.0,
+            "pcie_gen": entry.link.pcie_gen,
         }
     if stated_gbps:
         fields |= {"bus_gbps": stated_gbps, "host_gbps": 0.0}

@@ -15,6 +15,7 @@ from typing import Any
 from ado_actuators.sfttrainer.catalog.models import GPTQ_QUANTIZED
 from ado_actuators.sfttrainer.contract.outcomes import Invalid, Measured, MeasurementOutcome
 from ado_actuators.sfttrainer.contract.properties import THROUGHPUT_PREDICTED
+from ado_actuators.sfttrainer.contract.units import GIB
 from ado_actuators.sfttrainer.plan.model.architecture import (
     ParameterCounts,
     UnsupportedArchitecture,
@@ -34,6 +35,7 @@ from ado_actuators.sfttrainer.plan.model.training import (
     Tuning,
 )
 from ado_actuators.sfttrainer.plan.speed.devices import DEFAULT_NETWORK_GBPS, device_named
+from ado_actuators.sfttrainer.plan.speed.experts import Experts, expert_note
 from ado_actuators.sfttrainer.plan.speed.step_time import (
     REFERENCE,
     Device,
@@ -76,6 +78,35 @@ def _active_mlp(counts: ParameterCounts, config: ConfigShape) -> tuple[float, in
     experts = config.experts
     per_token = config.experts_per_token if experts > 1 else 1
     return counts.mlp * per_token / experts, per_token
+
+
+def _experts(
+    config: ConfigShape, hidden: int, layers: int, per_expert: int, trainable: Tuning
+) -> Experts | None:
+    """A mixture of experts' shape for plan/speed/experts.py, from one expert's matmul weights
+    in one layer (gated: 3 x hidden x width); None for a dense model. A family's own dispatch
+    where it declares one; else experts stacked in 3-D parameters run as GraniteMoE's and
+    experts of their own nn.Linear as Mixtral's loop."""
+    family = config.family
+    if config.experts <= 1 or per_expert <= 0:
+        return None
+    width = per_expert // (3 * hidden)
+    stacked = family.moe == "granitemoe" if family and family.moe else None
+    if stacked is None:
+        stacked = config.model_type.startswith("granitemoe")
+    names = family.expert_linears if family and family.expert_linears else ()
+    adapted = len(set(names) & set(trainable.adapted_modules))
+    return Experts(
+        count=config.experts,
+        per_token=min(config.experts_per_token, config.experts),
+        params=per_expert,
+        # gate and up fused into one input matmul, or three of their own
+        io_width=2 * hidden + 3 * width if stacked else 3 * (hidden + width),
+        hidden=hidden,
+        layers=layers,
+        dispatch="granitemoe" if stacked else "mixtral",
+        adapted=adapted,
+    )
 
 
 META_NOTE = (
@@ -132,7 +163,21 @@ def _meta_shape(
         attention_layers=counts.attention_layers,
         head_dim=_head_dim(config, counts.hidden, counts.heads),
         hidden=counts.hidden,
+        experts=_meta_experts(counts, config, trainable),
     )
+
+
+def _meta_experts(counts: MetaCounts, config: ConfigShape, trainable: Tuning) -> Experts | None:
+    """The experts of a model transformers built on the meta device: one expert's weights in
+    one layer from all of them; its dispatch from how they are stored."""
+    if config.experts <= 1 or not counts.experts:
+        return None
+    per_expert = counts.experts // (config.experts * counts.layers)
+    found = _experts(config, counts.hidden, counts.layers, per_expert, trainable)
+    if found is None:
+        return None
+    stacked = counts.stacked_experts or config.model_type.startswith("granitemoe")
+    return dataclasses.replace(found, dispatch="granitemoe" if stacked else "mixtral")
 
 
 def model_shape(
@@ -176,6 +221,9 @@ def model_shape(
         adapters_per_layer=sum(s.count for s in adapted) // layers if lora else 0,
         head_dim=_head_dim(shape, counts.hidden_size),
         hidden=counts.hidden_size,
+        experts=_experts(
+            shape, counts.hidden_size, layers, 3 * counts.hidden_size * intermediate, trainable
+        ),
     )
 
 
@@ -256,7 +304,10 @@ def predict_speed(
     configuration: TrainingConfiguration,
     network_gbps: float = DEFAULT_NETWORK_GBPS,
     intra_node_gbps: float | None = None,
+    paged_out_bytes: float = 0.0,
 ) -> SpeedPrediction:
+    """The step time of `configuration` (plan/speed/step_time.py); `paged_out_bytes`: a paged
+    optimizer's state per device the memory verdict finds no room for, moved every step."""
     if configuration.parallelism.gpus < 1:
         return SpeedPrediction(skipped="number_gpus 0 trains on CPUs: no GPU to predict")
     if configuration.config is None:
@@ -288,4 +339,18 @@ def predict_speed(
     if shape.mamba is not None:
         version = configuration.fms_hf_tuning_version
         notes += (scan_note(scan_path(version), version),)
-    return SpeedPrediction(step=step_time(shape, configuration, device), notes=notes)
+    if shape.experts is not None:
+        notes += (expert_note(shape.experts, configuration),)
+    if paged_out_bytes > 0:
+        notes += (paging_note(paged_out_bytes, device),)
+    step = step_time(shape, configuration, device, paged_out_bytes=paged_out_bytes)
+    return SpeedPrediction(step=step, notes=notes)
+
+
+def paging_note(paged_out_bytes: float, device: Device) -> str:
+    return (
+        f"paged optimizer: its {paged_out_bytes / GIB:.2f} GiB of state per device does not fit "
+        f"beside the step's peak, priced as paged in and out every step over PCIe "
+        f"Gen{device.pcie_gen} at {device.host_link_gbps:g} GB/s each way (the fastest a copy "
+        f"goes; demand paging can be far slower)"
+    )

@@ -8,8 +8,9 @@ micro-batch is priced by what limits it, on one device:
 - gemm: the matmuls' hardware FLOPs (not model FLOPs): 2 per weight a token passes through, for
   the forward, again for the backward's input gradients (frozen layers too), again for the
   forward recomputed under gradient checkpointing, plus 2 per trainable weight for the weight
-  gradients (none for LoRA's frozen weights or prompt tuning's). Over the dense bf16 rate cuBLAS
-  achieves on the device (metrics/gpu_peaks.yaml, `gemm_tflops`, each figure cited), times
+  gradients (none for LoRA's frozen weights or prompt tuning's; of experts, a token's own
+  experts' only). Over the dense bf16 rate cuBLAS achieves on the device (metrics/gpu_peaks.yaml,
+  `gemm_tflops`, each figure cited), times
   `matmul_efficiency`, the framework's share of it (fitted);
 - attention: QK^T and AV, 4 x width x length FLOPs per layer and token forward (causal: the
   masked half skipped), the backward 2.5 times that, the recompute once more. Each pass at the
@@ -25,6 +26,9 @@ micro-batch is priced by what limits it, on one device:
 - adapters: LoRA's dropout, small matmuls and adds, in proportion to the adapted widths (the
   same split);
 - dequantization: quantized base weights unpacked once per pass and micro-batch (the same split);
+- experts: a mixture of experts' loop as the pinned transformers runs it, each expert's matmuls
+  at its few rows, the router, gathers and scatters and each op's host time, beyond the active
+  experts' FLOPs the gemm part counts (plan/speed/experts.py; none under ScatterMoE);
 - latency: a fixed host cost per layer and micro-batch, and under FSDP one per wrapped unit;
 - FSDP traffic: the weights all-gathered for the forward and again for the backward, the
   trainable gradients reduce-scattered. FSDP prefetches the next unit's weights while the current
@@ -38,6 +42,10 @@ micro-batch is priced by what limits it, on one device:
 Per step: AdamW reads and writes OPTIMIZER_BYTES per trainable weight on the device (another
 optimizer what its states move against AdamW's, `update_bytes`), and DDP
 all-reduces the trainable gradients once, overlapped with the last backward as its buckets are.
+A paged optimizer whose state the device cannot hold beside the step's peak pages all of it in
+and out every step over the GPU's PCIe link (`paging`; devices.HOST_LINK_GBPS; the verdict's
+MemoryAssessment.paged_out_bytes says why all of it); where it fits, nothing moves and it costs
+what the same optimizer unpaged does.
 
 The fitted constants are the fields of `Fitted`; FITTED holds the values fitted on
 fms-acceleration's A100-80GB runs by `benchmarks/throughput_prediction.py`. What the device can
@@ -62,6 +70,7 @@ from ado_actuators.sfttrainer.plan.speed.devices import (
     Device,
     device_named,
 )
+from ado_actuators.sfttrainer.plan.speed.experts import Experts, expert_seconds, experts_train
 from ado_actuators.sfttrainer.plan.speed.mamba import mamba_parts
 
 __all__ = [
@@ -103,6 +112,7 @@ class ModelShape:
     quantization: str | None = None  # "gptq" | "bnb" | None
     adapted_width: int = 0  # LoRA: sum over adapted linears of inputs + outputs, whole model
     adapters_per_layer: int = 0
+    experts: Experts | None = None  # a mixture of experts' (plan/speed/experts.py)
     attention_layers: int | None = None  # None: every layer (hybrids have fewer)
     head_dim: int = 128  # the attention kernel's speed depends on it
     hidden: int = 0  # the residual stream's width (0: unknown, no L2 reuse is counted)
@@ -191,7 +201,7 @@ read again for A, B's output written, scaled and added to the base output (about
 twice that backward, once more recomputed): about 9.5 a pass of the fitted 18.9."""
 COUNTED_DEQUANT_BYTES = 2.5
 """The same count for unpacking a 4-bit weight: half a byte read, 2 bytes of bf16 written (the
-matmul's read of them is the GEMM's): 2.5 of the fitted 10.4 (GPTQ) and 13.2 (bitsandbytes)."""
+matmul's read of them is the GEMM's): 2.5 of the fitted 9.82 (GPTQ) and 12.6 (bitsandbytes)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,9 +220,9 @@ class Fitted:
     """Bytes moved per token, pass and unit of adapted width by LoRA's adapters."""
     fused_lora_adapters: float = 4.61e-19
     """Share of the adapters' bytes left with the fused LoRA kernels."""
-    dequant_bytes_gptq: float = 10.4
+    dequant_bytes_gptq: float = 9.82
     """Bytes per quantized weight, pass and micro-batch to unpack GPTQ weights."""
-    dequant_bytes_bnb: float = 13.2
+    dequant_bytes_bnb: float = 12.6
     """The same for bitsandbytes' 4-bit weights."""
     layer_latency_s: float = 3.97e-3
     """Host time per layer and micro-batch."""
@@ -269,6 +279,9 @@ def dense_flops_per_token(shape: ModelShape, configuration: TrainingConfiguratio
     """Matmul FLOPs of one token's forward, backward and recompute."""
     frozen = configuration.tuning.method in ("lora", "pt")
     weight_gradients = 0 if frozen else shape.trainable_params
+    if shape.experts and experts_train(configuration):
+        # each token's rows reach the weight gradients of its own experts only
+        weight_gradients -= shape.experts.inactive_params()
     return 2 * _passes(configuration) * shape.matmul_params + 2 * weight_gradients
 
 
@@ -471,10 +484,13 @@ def step_time(
     configuration: TrainingConfiguration,
     device: Device = REFERENCE,
     fitted: Fitted = FITTED,
+    paged_out_bytes: float = 0.0,
 ) -> StepTime:
     """One optimizer step of `configuration` on `device`, priced part by part (module
-    docstring)."""
+    docstring); `paged_out_bytes`: a paged optimizer's state per device that crosses the host
+    link each way every step (plan/memory/verdict.py's MemoryAssessment.paged_out_bytes)."""
     per_micro = _micro_batch(shape, configuration, device, fitted)
+    per_micro |= expert_seconds(shape.experts, configuration, device, weight_bytes(configuration))
     compute = sum(v for k, v in per_micro.items() if k != "latency")
     n, backend = gpus(configuration), configuration.parallelism.backend
     sharded = n > 1 and backend == "FSDP"
@@ -483,6 +499,9 @@ def step_time(
     parts = {k: v * micro_batches(configuration) for k, v in per_micro.items()}
     on_device = shape.trainable_params / (n if sharded else 1)
     parts["optimizer"] = update_bytes(configuration) * on_device / (device.memory_gbps * 1e9)
+    if paged_out_bytes > 0:
+        # paged in for the update, each page in evicting one out
+        parts["paging"] = 2 * paged_out_bytes / (device.host_link_gbps * 1e9)
     if n > 1 and backend == "DDP":
         # one all-reduce of the gradients: 2 (n - 1) / n * S over busbw (nccl-tests)
         volume = 2 * (n - 1) / n * shape.trainable_params * weight_bytes(configuration)

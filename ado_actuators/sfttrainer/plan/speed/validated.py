@@ -74,7 +74,7 @@ VALIDATED: dict[str, Validated] = {
         0.078, 56, "PyTorch's FSDP blog, torchtitan and llm-foundry, A100 and H100, 2-16 nodes"
     ),
     "NVIDIA-L40, one node": Validated(
-        0.148, 20, "fms-acceleration's L40 table (Mistral, Mixtral; 1 and 2 GPUs)"
+        0.147, 20, "fms-acceleration's L40 table (Mistral, Mixtral; 1 and 2 GPUs)"
     ),
 }
 """Written from benchmarks/throughput_validation.py's output (docs/benchmarks/throughput.md

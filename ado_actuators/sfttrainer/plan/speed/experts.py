@@ -1,0 +1,194 @@
+"""Mixture-of-experts layers as the pinned transformers releases run them (4.44 to 4.55, the
+releases plan/packages/*.txt pin), priced beside plan/speed/step_time.py's dense parts, which
+count the active experts' matmul FLOPs at the device's dense GEMM rate and nothing else of them.
+
+How those releases run experts (each release's modeling file, read):
+
+- Mixtral (`MixtralSparseMoeBlock.forward`): the router (`gate`, softmax, top-k, a one-hot
+  mask), then a Python loop over the experts (4.44-4.48 every expert, from 4.49 every expert a
+  token was routed to, which at any real batch is every one): `torch.where` on the expert's mask
+  (a nonzero, whose size the host must read: a device-to-host sync per expert), the expert's
+  tokens gathered, its own w1, w3 and w2 nn.Linear at those rows with the activation and product
+  between, its routing weights gathered and multiplied, `index_add_` into the output.
+- GraniteMoE, GraniteMoeShared and GraniteMoeHybrid (granite-4.0-h's experts): the router's
+  top-k and one `expert_size.tolist()` per layer (one sync), the tokens sorted and gathered, then
+  `ParallelExperts`: one F.linear per expert on `weight[i]`, a slice of one 3-D parameter of all
+  experts, for input_linear (gate and up fused) and output_linear, concatenated; gates
+  multiplied, `index_add` back.
+
+What that costs beyond the dense pricing, per layer of experts and micro-batch:
+
+- each expert's matmuls at its own rows, tokens x top_k / experts (routing taken as balanced),
+  at the roofline: the longer of their FLOPs at the device's GEMM rate and their bytes (the
+  expert's weights, read once a pass, and its rows in and out) at its memory bandwidth. At a few
+  hundred rows an expert's weights take as long to read as its FLOPs take to run;
+- the loop's host time: each eager op costs the host EAGER_OP_SECONDS; the GPU waits wherever
+  the host queues kernels slower than they run (small experts), and each sync empties the queue;
+- the gathers and scatters of the routed rows (ROUTED_ACCESSES);
+- full fine-tuning of stacked experts (ParallelExperts): autograd's backward of `weight[i]`
+  (SelectBackward) writes a zero tensor the size of all experts' weights and adds it into the
+  parameter's gradient, once per expert: experts x all experts' bytes x STACKED_ACCESSES per
+  layer, quadratic in the experts. Mixtral's experts own their weights: none.
+
+fms-acceleration's ScatterMoE (`fast_moe`) replaces the loop with grouped kernels: nothing here.
+No constant is fitted: the device's figures are metrics/gpu_peaks.yaml's, the host's are the
+published per-op cost, and the op counts are read from the code. docs/benchmarks/throughput.md
+gives the public MoE runs that test it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
+from ado_actuators.sfttrainer.plan.speed.devices import Device
+
+DispatchName = Literal["mixtral", "granitemoe"]
+
+EAGER_OP_SECONDS = 10e-6
+"""Host time of one eager op with autograd, Python to cudaLaunchKernel: 5-25 us an op (Python,
+pybind11, autograd's node, the dispatcher, the launch: the 'overhead' of horace.io/
+brrr_intro.html, broken down layer by layer in jiahuanglin.xyz's lesson 'From PyTorch op to
+kernel launch'). The loop's ops are small ones, so the lower part of that range. Not fitted."""
+SYNC_SECONDS = 2 * EAGER_OP_SECONDS
+"""A sync (nonzero's size, tolist) waits for the queue to drain, then the GPU idles while the host
+reads the result and launches the next op: about two ops' host time."""
+ROUTED_ACCESSES = 5
+"""Accesses per routed row element and pass: the gather reads and writes it, index_add reads it
+and reads and writes the output row."""
+STACKED_ACCESSES = 4
+"""Per expert and backward, of all experts' weight bytes: SelectBackward's zeros written, and the
+gradient buffer's add (two read, one written)."""
+LORA_FORWARD_OPS = 5
+"""A LoRA-adapted linear's extra ops forward: dropout, A, B, scaling, add (PEFT's Linear)."""
+LORA_BACKWARD_OPS = 8
+"""Their backward: A's and B's input and weight gradients, the scaling's, the dropout's, the add."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Dispatch:
+    """Eager ops and syncs of one family's expert loop, counted in its modeling file."""
+
+    forward_per_layer: int  # the router and the output's assembly
+    forward_per_expert: int
+    backward_per_layer: int
+    backward_per_expert: int  # input gradients only (frozen experts)
+    backward_per_trained_expert: int  # added when the experts' weights train
+    syncs_per_layer: int
+    syncs_per_expert: int
+    stacked: bool  # one 3-D parameter of all experts, sliced per expert
+
+
+DISPATCH: dict[DispatchName, Dispatch] = {
+    # per expert: where (sync), mask select, gather, w1, act, w3, mul, w2, weights gather, mul,
+    # index_add; backward: index_select, the two muls' grads and the weight's sum, the weights'
+    # scatter, w2, act, mul's two, w1, w3, their sum, the rows' scatter; w1-w3 weight gradients
+    "mixtral": Dispatch(12, 11, 10, 14, 3, 0, 1, stacked=False),
+    # per expert: weight[i] and F.linear, twice; backward: two input gradients, and training,
+    # two weight gradients and two SelectBackward; per layer the router (top-k, softmax,
+    # scatter, sort, tolist), gather, split, cat, chunk, act, mul, gates, zeros, index_add
+    "granitemoe": Dispatch(28, 4, 20, 2, 4, 1, 0, stacked=True),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Experts:
+    """A model's experts as the step time prices them (plan/speed/prediction.py reads them)."""
+
+    count: int  # experts per layer
+    per_token: int  # experts each token is routed to
+    params: int  # one expert's matmul weights in one layer
+    io_width: int  # its matmuls' inputs plus outputs, summed
+    hidden: int
+    layers: int  # layers holding experts
+    dispatch: DispatchName
+    adapted: int = 0  # LoRA-adapted linears per expert
+
+    def rows(self, tokens: int) -> float:
+        """Rows each expert multiplies in a micro-batch of `tokens`: balanced routing."""
+        return tokens * self.per_token / self.count
+
+    def inactive_params(self) -> int:
+        """Expert weights a token does not pass through, all layers."""
+        return self.layers * self.params * (self.count - self.per_token)
+
+
+def experts_train(configuration: TrainingConfiguration) -> bool:
+    """The experts' own weights get gradients: full fine-tuning (LoRA adapts them beside)."""
+    return configuration.tuning.method not in ("lora", "pt")
+
+
+def _pass_seconds(experts: Experts, tokens: int, width: float, device: Device) -> float:
+    """GPU time of one pass over every expert of a layer: each expert's matmuls at the
+    roofline, then the routed rows' gathers and scatters."""
+    rows = experts.rows(tokens)
+    rate, bandwidth = device.gemm_tflops * 1e12, device.memory_gbps * 1e9
+    flops = 2 * rows * experts.params / rate
+    moved = (experts.params + rows * experts.io_width) * width / bandwidth
+    routed = ROUTED_ACCESSES * tokens * experts.per_token * experts.hidden * width / bandwidth
+    return experts.count * max(flops, moved) + routed
+
+
+def _host_seconds(experts: Experts, trained: bool, backward: bool) -> float:
+    """Host time of one pass of the loop over a layer's experts: its eager ops."""
+    shape = DISPATCH[experts.dispatch]
+    if backward:
+        per_expert = shape.backward_per_expert + experts.adapted * LORA_BACKWARD_OPS
+        per_expert += shape.backward_per_trained_expert if trained else 0
+        return (shape.backward_per_layer + experts.count * per_expert) * EAGER_OP_SECONDS
+    per_expert = shape.forward_per_expert + experts.adapted * LORA_FORWARD_OPS
+    syncs = shape.syncs_per_layer + experts.count * shape.syncs_per_expert
+    ops = shape.forward_per_layer + experts.count * per_expert
+    return ops * EAGER_OP_SECONDS + syncs * SYNC_SECONDS
+
+
+def expert_seconds(
+    experts: Experts | None,
+    configuration: TrainingConfiguration,
+    device: Device,
+    width: float,
+) -> dict[str, float]:
+    """Seconds per micro-batch the expert loop adds to the dense pricing (module docstring):
+    `{"experts": s}`, or nothing for a dense model or under ScatterMoE (`fast_moe`)."""
+    if experts is None or experts.count <= 1 or configuration.parallelism.fast_moe:
+        return {}
+    tokens = configuration.batch.per_device_batch * configuration.batch.sample_tokens
+    trained = experts_train(configuration)
+    forwards = 2 if configuration.kernels.gradient_checkpointing else 1
+    gpu = _pass_seconds(experts, tokens, width, device)
+    backwards = 2 if trained else 1  # input gradients, and the weights' where they train
+    loop = forwards * max(gpu, _host_seconds(experts, trained, backward=False))
+    loop += max(backwards * gpu, _host_seconds(experts, trained, backward=True))
+    counted = 2 * tokens * experts.per_token * experts.params / (device.gemm_tflops * 1e12)
+    stacked = 0.0
+    if trained and DISPATCH[experts.dispatch].stacked:
+        whole = experts.count * experts.params * width
+        stacked = experts.count * whole * STACKED_ACCESSES / (device.memory_gbps * 1e9)
+    per_layer = loop - (forwards + backwards) * counted + stacked
+    return {"experts": experts.layers * max(0.0, per_layer)}
+
+
+def expert_note(experts: Experts, configuration: TrainingConfiguration) -> str:
+    """How the preview priced the experts, for its notes."""
+    if configuration.parallelism.fast_moe:
+        return (
+            f"{experts.count} experts, {experts.per_token} per token: ScatterMoE (fast_moe) "
+            f"runs them as grouped kernels, priced as dense matmuls of the active experts"
+        )
+    tokens = configuration.batch.per_device_batch * configuration.batch.sample_tokens
+    text = (
+        f"{experts.count} experts, {experts.per_token} per token: priced as transformers runs "
+        f"them, a Python loop of per-expert matmuls at about {experts.rows(tokens):.0f} rows "
+        f"each (memory-bound where an expert's weights take longer to read than its FLOPs), "
+        f"with the router, gathers, scatters and each op's host time"
+    )
+    if experts_train(configuration) and DISPATCH[experts.dispatch].stacked:
+        text += (
+            "; full fine-tuning of stacked experts adds each expert's full-size gradient "
+            "(weight[i]'s backward), quadratic in the experts"
+        )
+    return text + (
+        " (plan/speed/experts.py, not fitted; tested on fms-acceleration's granite-3.0-3b-a800m "
+        "runs on 1-4 A100s: predicted 31-38 % too fast, 3-4 times too fast before)"
+    )

@@ -1,0 +1,172 @@
+"""The step time's mixture of experts (plan/speed/experts.py) and paged optimizers' paging (issue
+50, parts 2 and 3): the direction the physics says each moves the step, on pure arithmetic."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from model_configs import MIXTRAL_8X7B
+
+from ado_actuators.sfttrainer.contract.units import GIB
+from ado_actuators.sfttrainer.plan.memory.peak import PeakPrediction
+from ado_actuators.sfttrainer.plan.memory.verdict import MemoryAssessment
+from ado_actuators.sfttrainer.plan.model.training import (
+    Batch,
+    Kernels,
+    Parallelism,
+    Precision,
+    TrainingConfiguration,
+    Tuning,
+)
+from ado_actuators.sfttrainer.plan.speed.devices import device_named
+from ado_actuators.sfttrainer.plan.speed.prediction import model_shape, predict_speed
+from ado_actuators.sfttrainer.plan.speed.step_time import (
+    ModelShape,
+    dense_flops_per_token,
+    step_time,
+)
+
+A100 = device_named("NVIDIA-A100-SXM4-80GB")
+GRANITE_3B_A800M = {
+    "model_type": "granitemoe",
+    "vocab_size": 49155,
+    "hidden_size": 1536,
+    "intermediate_size": 512,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 24,
+    "num_key_value_heads": 8,
+    "num_local_experts": 40,
+    "num_experts_per_tok": 8,
+    "tie_word_embeddings": True,
+}
+"""ibm-granite/granite-3.0-3b-a800m-instruct (benchmarks/data/model_configs.yaml)."""
+
+
+def configuration(
+    method: str = "lora",
+    tokens: int = 512,
+    batch: int = 1,
+    optim: str = "adamw_torch",
+    fast_moe: int = 0,
+    config: dict | None = None,
+) -> TrainingConfiguration:
+    return TrainingConfiguration(
+        config=config,
+        tuning=Tuning(method=method, target_modules=("q_proj", "v_proj")),  # type: ignore[arg-type]
+        parallelism=Parallelism(gpus=1, fast_moe=fast_moe),
+        batch=Batch(per_device_batch=batch, sample_tokens=tokens),
+        precision=Precision(torch_dtype="bfloat16", optim=optim),
+        kernels=Kernels(
+            flash_attention=True, attention="flash_attention_2", checkpointing="reentrant"
+        ),
+    )
+
+
+def shape_of(config: dict, method: str = "lora") -> ModelShape:
+    return model_shape(config, configuration(method).tuning, "Vanilla")
+
+
+def test_a_moe_step_costs_more_than_a_dense_model_of_the_same_active_weights():
+    moe = shape_of(MIXTRAL_8X7B)
+    assert moe.experts is not None and moe.experts.dispatch == "mixtral"
+    dense = dataclasses.replace(moe, experts=None)  # the same matmul weights a token passes
+    for tokens, batch in ((512, 1), (4096, 4)):
+        run = configuration(tokens=tokens, batch=batch)
+        assert step_time(moe, run, A100).seconds > step_time(dense, run, A100).seconds
+        assert step_time(moe, run, A100).parts["experts"] > 0
+
+
+def test_more_experts_at_the_same_active_and_total_weights_is_slower():
+    moe = shape_of(GRANITE_3B_A800M, "none")
+    assert moe.experts is not None
+    few = moe.experts
+    many = dataclasses.replace(
+        few, count=few.count * 4, per_token=few.per_token * 4, params=few.params // 4
+    )
+    assert many.per_token * many.params == few.per_token * few.params
+    run = configuration("none", tokens=279, batch=8)
+    slow = step_time(dataclasses.replace(moe, experts=many), run, A100).seconds
+    assert slow > step_time(moe, run, A100).seconds
+
+
+def test_stacked_experts_full_fine_tuning_costs_quadratic_gradient_traffic():
+    """GraniteMoE's ParallelExperts: each expert's weight[i] backward writes a full-size
+    gradient, so full fine-tuning pays experts x all experts' bytes; LoRA (experts frozen) not."""
+    full = shape_of(GRANITE_3B_A800M, "none")
+    run = configuration("none", tokens=279, batch=8)
+    experts = full.experts
+    assert experts is not None and experts.dispatch == "granitemoe"
+    doubled = dataclasses.replace(experts, count=2 * experts.count, per_token=2 * experts.per_token)
+    once = step_time(full, run, A100).parts["experts"]
+    twice = step_time(dataclasses.replace(full, experts=doubled), run, A100).parts["experts"]
+    assert twice > 3 * once  # quadratic, not linear, in the experts
+    frozen = step_time(shape_of(GRANITE_3B_A800M), configuration(tokens=279, batch=8), A100)
+    assert frozen.parts["experts"] < once / 3
+
+
+def test_scattermoe_leaves_the_loop_out():
+    moe = shape_of(MIXTRAL_8X7B)
+    assert "experts" not in step_time(moe, configuration(fast_moe=1), A100).parts
+
+
+def test_weight_gradients_of_full_fine_tuning_count_a_tokens_own_experts_only():
+    moe = shape_of(MIXTRAL_8X7B, "none")
+    assert moe.experts is not None
+    run = configuration("none")
+    active_gradients = moe.trainable_params - moe.experts.inactive_params()
+    assert dense_flops_per_token(moe, run) == 2 * 3 * moe.matmul_params + 2 * active_gradients
+    assert moe.experts.inactive_params() == 32 * 6 * 3 * 4096 * 14336
+
+
+def on_a100(run: TrainingConfiguration, fast_moe: int = 0) -> TrainingConfiguration:
+    gpu = Parallelism(gpus=1, gpu_model="NVIDIA-A100-SXM4-80GB", fast_moe=fast_moe)
+    return dataclasses.replace(run, parallelism=gpu)
+
+
+def test_the_preview_note_says_how_experts_are_priced():
+    notes = predict_speed(on_a100(configuration(config=MIXTRAL_8X7B))).notes
+    assert any("8 experts, 2 per token" in n and "Python loop" in n for n in notes)
+    scatter = predict_speed(on_a100(configuration(config=MIXTRAL_8X7B), fast_moe=1)).notes
+    assert any("ScatterMoE" in n for n in scatter)
+    full = predict_speed(on_a100(configuration("none", config=GRANITE_3B_A800M))).notes
+    assert any("quadratic in the experts" in n for n in full)
+
+
+def paged_run(optim: str) -> TrainingConfiguration:
+    return on_a100(configuration("none", tokens=1024, batch=2, optim=optim))
+
+
+@pytest.mark.parametrize("paged, unpaged", [("paged_adamw_8bit", "adamw_8bit")])
+def test_a_paged_optimizer_with_room_costs_what_the_unpaged_one_does(paged, unpaged):
+    shape = shape_of(MIXTRAL_8X7B, "none")
+    assert step_time(shape, paged_run(paged), A100) == step_time(shape, paged_run(unpaged), A100)
+
+
+def test_a_paged_optimizer_short_of_memory_pages_every_step_over_pcie():
+    shape = dataclasses.replace(shape_of(MIXTRAL_8X7B, "none"), experts=None)
+    run = paged_run("paged_adamw_32bit")
+    ample = step_time(shape, run, A100)
+    short = step_time(shape, run, A100, paged_out_bytes=40 * GIB)
+    # 40 GiB out and back in over PCIe Gen4 (24 GB/s each way): 3.6 s a step
+    assert short.parts["paging"] == pytest.approx(2 * 40 * GIB / 24e9)
+    assert short.seconds > 2 * ample.seconds
+    assert "paging" not in ample.parts
+    preview = dataclasses.replace(run, config=MIXTRAL_8X7B)
+    note = predict_speed(preview, paged_out_bytes=40 * GIB).notes[-1]
+    assert note.startswith("paged optimizer: its 40.00 GiB") and "PCIe Gen4" in note
+    unpaged = predict_speed(preview).tokens_per_second_per_gpu
+    paging = predict_speed(preview, paged_out_bytes=40 * GIB).tokens_per_second_per_gpu
+    assert unpaged is not None and paging is not None and paging < unpaged / 2
+
+
+def test_the_memory_verdict_pages_every_step_all_the_state_once_it_does_not_fit():
+    """The update visits the states in the same order each step and the driver evicts the
+    least recently used pages: once they do not all fit, none is resident when needed again."""
+    prediction = PeakPrediction(phases={"step": {"weights": 60 * GIB}}, paged=30 * GIB)
+    fits = MemoryAssessment(prediction=prediction, allocatable=int(200 * GIB))
+    short = MemoryAssessment(prediction=prediction, allocatable=int(79 * GIB))
+    assert short.predicted_need is not None and short.predicted_need < 79 * GIB
+    assert fits.paged_out_bytes == 0.0
+    assert short.paged_out_bytes == 30 * GIB
+    assert MemoryAssessment(prediction=prediction).paged_out_bytes == 0.0  # device unknown
