@@ -190,5 +190,5 @@ def expert_note(experts: Experts, configuration: TrainingConfiguration) -> str:
         )
     return text + (
         " (plan/speed/experts.py, not fitted; tested on fms-acceleration's granite-3.0-3b-a800m "
-        "runs on 1-4 A100s: predicted 31-38 % too fast, 3-4 times too fast before)"
+        "runs on 1-4 A100s: predicted 30-38 % too fast, 3-4 times too fast before)"
     )
