@@ -170,3 +170,15 @@ def test_the_memory_verdict_pages_every_step_all_the_state_once_it_does_not_fit(
     assert fits.paged_out_bytes == 0.0
     assert short.paged_out_bytes == 30 * GIB
     assert MemoryAssessment(prediction=prediction).paged_out_bytes == 0.0  # device unknown
+
+
+def test_lora_on_experts_adapts_a_tokens_own_experts_per_token():
+    """LoRA on Mixtral's w1, w2, w3 trains every expert's adapters, but a token's rows pass
+    through its two experts' of eight: the adapters' per-token bytes count those."""
+    attention = model_shape(MIXTRAL_8X7B, Tuning(method="lora", target_modules=("q_proj",)), "")
+    both = Tuning(method="lora", target_modules=("q_proj", "w1", "w2", "w3"))
+    shape = model_shape(MIXTRAL_8X7B, both, "")
+    per_expert = 32 * 3 * (4096 + 14336)  # w1, w2 and w3 of every layer
+    assert shape.adapted_width == attention.adapted_width + per_expert * 2
+    assert shape.experts is not None and shape.experts.adapted == 3
+    assert shape.trainable_params > attention.trainable_params + 8 * 8 * per_expert - 1

@@ -208,6 +208,9 @@ def model_shape(
     intermediate = shape.intermediate
     adapted = [s for s in counts.linears if s.name in set(trainable.target_modules)]
     lora = trainable.method == "lora"
+    # a token passes through the adapters of its own experts only
+    routed = family.expert_linears or () if family else ()
+    share = dict.fromkeys(routed, per_token / shape.experts)
     return ModelShape(
         layers=layers,
         attention_width=_attention_width(shape, counts.hidden_size),
@@ -217,7 +220,11 @@ def model_shape(
         trainable_params=trainable.count(counts),
         quantized_params=quantized,
         quantization=quantization if quantized else None,
-        adapted_width=sum((s.inputs + s.outputs) * s.count for s in adapted) if lora else 0,
+        adapted_width=(
+            int(sum((s.inputs + s.outputs) * s.count * share.get(s.name, 1.0) for s in adapted))
+            if lora
+            else 0
+        ),
         adapters_per_layer=sum(s.count for s in adapted) // layers if lora else 0,
         head_dim=_head_dim(shape, counts.hidden_size),
         hidden=counts.hidden_size,
