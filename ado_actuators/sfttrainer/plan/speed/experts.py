@@ -174,7 +174,8 @@ def expert_note(experts: Experts, configuration: TrainingConfiguration) -> str:
     if configuration.parallelism.fast_moe:
         return (
             f"{experts.count} experts, {experts.per_token} per token: ScatterMoE (fast_moe) "
-            f"runs them as grouped kernels, priced as dense matmuls of the active experts"
+            f"runs them as grouped kernels, priced as dense matmuls of the active experts (tested "
+            f"on fms-acceleration's granite-3.0-3b-a800m run on one A100: predicted 73 % too fast)"
         )
     tokens = configuration.batch.per_device_batch * configuration.batch.sample_tokens
     text = (
