@@ -16,29 +16,22 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import logging
-import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import filelock
-
 from ado_actuators.sfttrainer.ledger.dominance import Configuration, dominates
+from ado_actuators.sfttrainer.ledger.lines import RecordUnavailable, append_lines, read_lines
+
+__all__ = ["Entry", "Record", "RecordUnavailable"]
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1
 OOM = "oom"
 SUPERSEDED = "superseded"
-LOCK_TIMEOUT_SECONDS = 60.0
-"""Appending takes milliseconds; only a writer stuck on a dead filesystem holds it longer."""
-
-
-class RecordUnavailable(OSError):
-    """The record cannot be read or written here (an unmounted or read-only directory)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,63 +92,11 @@ class Record:
         return marked
 
     def _lines(self) -> list[dict[str, Any]]:
-        try:
-            text = self.path.read_text(errors="replace")
-        except FileNotFoundError:
-            return []
-        except OSError as error:
-            raise RecordUnavailable(f"cannot read the OOM record {self.path}: {error}") from error
-        found, skipped = [], 0
-        for line in text.splitlines():
-            try:
-                item = json.loads(line)
-            except ValueError:
-                skipped += bool(line.strip())
-                continue
-            if isinstance(item, dict) and item.get("format") == FORMAT:
-                found.append(item)
-            else:
-                skipped += 1
-        if skipped:
-            log.warning("skipped %d unreadable line(s) of the OOM record %s", skipped, self.path)
-        return found
+        return read_lines(self.path, FORMAT, "the OOM record")
 
     def _append(self, decide: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]) -> None:
         """Under the lock: read the record, let `decide` say which lines to add, add them."""
-        lock = filelock.FileLock(f"{self.path}.lock", timeout=LOCK_TIMEOUT_SECONDS)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with lock:
-                lines = decide(self._lines())
-                if not lines:
-                    return
-                text = "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines)
-                descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                try:
-                    if _ends_mid_line(self.path):  # a writer died mid-line: start a fresh one
-                        text = "\n" + text
-                    os.write(descriptor, text.encode())
-                    os.fsync(descriptor)
-                finally:
-                    os.close(descriptor)
-        except filelock.Timeout as error:
-            raise RecordUnavailable(
-                f"the OOM record {self.path} stayed locked for {LOCK_TIMEOUT_SECONDS:g} s "
-                f"({lock.lock_file})"
-            ) from error
-        except RecordUnavailable:
-            raise
-        except OSError as error:
-            raise RecordUnavailable(f"cannot write the OOM record {self.path}: {error}") from error
-
-
-def _ends_mid_line(path: Path) -> bool:
-    with path.open("rb") as handle:
-        handle.seek(0, os.SEEK_END)
-        if handle.tell() == 0:
-            return False
-        handle.seek(-1, os.SEEK_END)
-        return handle.read(1) != b"\n"
+        append_lines(self.path, FORMAT, "the OOM record", decide)
 
 
 def _in_force(lines: list[dict[str, Any]]) -> list[Entry]:
