@@ -1,5 +1,5 @@
 """Racing (issue 54) simulated on guided_search.py's public oracles: a measurement stops once it
-cannot win its group (stopping/racing.race, the function the trainer is to call), and what that
+cannot win its group (stopping/racing.race, the function the trainer calls through stopping/raced.py), and what that
 saves against the floor (only each group's true fastest measured).
 
 Each measured configuration's window is priced from its own step time (its tokens per step over

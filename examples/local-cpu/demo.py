@@ -74,7 +74,11 @@ def guided(console: Console) -> int:
     space_id = ado.create("space", HERE / "space-guided.yaml", "--new-sample-store")
     records = work / "guided"
     sampler = {
-        "actuator_parameters": {"hf_home": str(work / "hf"), "model_map": model_map(work)},
+        "actuator_parameters": {
+            "hf_home": str(work / "hf"),
+            "model_map": model_map(work),
+            "data_directory": str(work / "data"),
+        },
         "record_directory": str(records),
     }
     operation = operation_file(work, "operation-guided.yaml", space_id, config_id, sampler)

@@ -18,6 +18,7 @@ the measurements that have finished.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncGenerator, Generator, Mapping
 from typing import Any
 
@@ -30,6 +31,7 @@ from ado.schema.entity import Entity
 from ado_actuators.sfttrainer.contract.guided import write_record
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
 from ado_actuators.sfttrainer.space.guided_walk import (
+    Decision,
     Point,
     Result,
     Settings,
@@ -37,6 +39,8 @@ from ado_actuators.sfttrainer.space.guided_walk import (
     point_key,
     result_of,
 )
+
+log = logging.getLogger(__name__)
 
 
 class GuidedSamplerParameters(pydantic.BaseModel):
@@ -57,8 +61,9 @@ class GuidedSamplerParameters(pydantic.BaseModel):
     )
     actuator_parameters: dict[str, Any] = pydantic.Field(
         default_factory=dict,
-        description="The actuator configuration's parameters (hf_home, model_map): where the "
-        "models' config.json files are, for the predictions",
+        description="The actuator configuration's parameters (hf_home, model_map, "
+        "data_directory): where the models' config.json files are, for the predictions, and "
+        "where the measurements read what each races (race_cards_path)",
     )
     record_directory: str | None = pydantic.Field(
         None, description="Where the record of unmeasured configurations goes"
@@ -103,6 +108,7 @@ class GuidedSampler(BaseSampler):
             budget_gpu_hours=self.parameters.gpu_hour_budget,
             measure_ties=self.parameters.measure_ties,
         )
+        self.measurement = MeasurementSettings.model_validate(self.parameters.actuator_parameters)
 
     @classmethod
     def parameters_model(cls) -> type[pydantic.BaseModel] | None:
@@ -115,16 +121,26 @@ class GuidedSampler(BaseSampler):
         return True
 
     def walk(self, space: DiscoverySpace) -> Walk:
-        measurement = MeasurementSettings.model_validate(self.parameters.actuator_parameters)
-        return Walk.of(space.uri, _points(space), measurement, self.settings)
+        return Walk.of(space.uri, _points(space), self.measurement, self.settings)
 
     def _next(self, walk: Walk, results: Mapping[str, Result], yielded: set[str]) -> Point | None:
-        decision = walk.decide(results, yielded - set(results))
+        decision = walk.decide(results, yielded - set(results), yielded)
         write_record(walk.record(decision, results), self.parameters.record_directory)
         if decision.next is None:
             return None
         yielded.add(decision.next.key)
+        self._deal(walk, decision)
         return walk.points[decision.next.key]
+
+    def _deal(self, walk: Walk, decision: Decision) -> None:
+        """The card the measurement of the next configuration reads when it starts (ado sends
+        it after this); without one it is measured whole, so a failure only costs the saving."""
+        if problem := walk.deal(decision, self.measurement.race_cards_file()):
+            log.warning(
+                "measuring without racing: %s; give the sampler's actuator_parameters the "
+                "actuator configuration's data_directory",
+                problem,
+            )
 
     def entityIterator(
         self, discoverySpace: DiscoverySpace, batchsize: int = 1

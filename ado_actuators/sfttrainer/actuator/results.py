@@ -14,6 +14,7 @@ from ado_actuators.sfttrainer.catalog.entity import (
     misspelt_fields,
     unknown_fields,
 )
+from ado_actuators.sfttrainer.contract.guided import point_key
 from ado_actuators.sfttrainer.contract.outcomes import (
     INVALID_REASON,
     Failed,
@@ -90,12 +91,22 @@ def measure_request(request: Any, *, experiment: Any, params: SFTTrainerParamete
         if isinstance(values, Failed):
             outcome: MeasurementOutcome = values
         else:
-            outcome = measure(values, experiment.identifier, params, label=entity.identifier)
+            key = configuration_key(entity, experiment)
+            outcome = measure(
+                values, experiment.identifier, params, label=entity.identifier, race_key=key
+            )
         announce(outcome, entity.identifier, experiment.identifier)
         results.append(_result(outcome, entity.identifier, experiment))
     request.measurements = results
     request.status = compute_measurement_status(results)
     return request
+
+
+# Any: ado-core is untyped (no py.typed)
+def configuration_key(entity: Any, experiment: Any) -> str:
+    """The key a guided walk dealt this configuration's race card under (contract/guided.py)."""
+    point = {v.property.identifier: v.value for v in entity.constitutive_property_values}
+    return point_key(experiment.reference.experimentIdentifier, point)
 
 
 # Any: ado-core is untyped (no py.typed)

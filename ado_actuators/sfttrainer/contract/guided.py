@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,20 @@ class GuidedRecord:
 
     def as_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1, default=str)
+
+
+def canonical(value: Any) -> Any:  # an entity value as ado or YAML gives it
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def point_key(experiment: str, point: Mapping[str, Any]) -> str:
+    """One configuration's key: its experiment and its entity values, whatever their types. The
+    guided walk names its configurations by it, and the actuator finds their race cards by it
+    (ledger/race_cards.py)."""
+    values = {k: canonical(v) for k, v in sorted(point.items())}
+    return f"{experiment} {json.dumps(values, sort_keys=True, default=str)}"
 
 
 def directory(given: str | None = None) -> Path:

@@ -19,3 +19,10 @@ CPU_OTHERS = "cpu_others_utilization"
 CPU_BUSY_THRESHOLD = 50.0
 """CPU_OTHERS from which a CPU row is said to have been measured on a busy host (half a core:
 Ray's and ado's own processes use about a tenth of one while a measurement runs)."""
+RACED_BEHIND = "raced_behind_percent"
+"""Only on a row whose measurement stopped once it could not win its answer group (racing,
+stopping/racing.py): how far its THROUGHPUT lay below the group's measured fastest, in percent.
+Its figure is measured, its interval wider than the stop method's target: never the fastest."""
+RACED_SAVED = "raced_saved_seconds"
+"""Beside RACED_BEHIND: the training seconds the stop method would still have spent to reach its
+target (or its cap), at the pace of the steps measured: what racing saved, per device."""

@@ -41,6 +41,19 @@ class RankOutcome(enum.StrEnum):
     ERROR = "error"
 
 
+class RaceAgainst(pydantic.BaseModel):
+    """The answer group's measured fastest a run races (stopping/racing.py): its whole-run tokens/s
+    and 95 % half-width in percent (None: no interval, its figure is its lower bound), the
+    configuration that measured it, and whether possible ties are still wanted."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    speed: float = pydantic.Field(gt=0)
+    ci95_percent: float | None = pydantic.Field(default=None, ge=0)
+    incumbent: str = pydantic.Field(description="What the reason names: the fastest's values.")
+    measure_ties: bool = True
+
+
 class TrainerJob(pydantic.BaseModel):
     """What the trainer wrapper needs besides fms-hf-tuning's own arguments."""
 
@@ -58,6 +71,11 @@ class TrainerJob(pydantic.BaseModel):
     auto_stop_method: str | None = None
     auto_stop_max_seconds: float | None = pydantic.Field(
         default=None, description="STEADY_CI95_1PCT's cap; None: the method's default."
+    )
+    race: RaceAgainst | None = pydantic.Field(
+        default=None,
+        description="Stop once this run cannot win its group (STEADY_CI95_1PCT only); None: "
+        "measure to the method's own end.",
     )
     sample_interval_seconds: float = 0.5
     gpu_indices: list[int] = pydantic.Field(
@@ -79,13 +97,25 @@ class AutoStopOutcome(pydantic.BaseModel):
     ended_by: str = pydantic.Field(
         description="'target': the interval reached the target; 'cap': max_seconds passed first; "
         "'other limit': another limit (stop_after_seconds) stopped it; 'training end': the "
-        "training's own end (max_steps, epochs) came first."
+        "training's own end (max_steps, epochs) came first (a race lost: RankReport.race)."
     )
     ci95_percent: float | None = pydantic.Field(
         default=None, description="The relative half-width the method judged at its last step."
     )
     warmup_steps: int = 0
     measured_steps: int = 0
+
+
+class RaceOutcome(pydantic.BaseModel):
+    """How a run that raced its group's measured fastest (RaceAgainst) lost: why, naming the
+    incumbent and the margin, how far behind it was, and the training seconds its stop method
+    would still have spent (what racing saved)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    reason: str
+    behind_percent: float
+    saved_seconds: float = pydantic.Field(ge=0)
 
 
 class StepTiming(pydantic.BaseModel):
@@ -280,6 +310,9 @@ class RankReport(pydantic.BaseModel):
     )
     auto_stop: AutoStopOutcome | None = pydantic.Field(
         default=None, description="How an adaptive auto_stop_method ended; None for the others."
+    )
+    race: RaceOutcome | None = pydantic.Field(
+        default=None, description="Where the run stopped once it could not win; None otherwise."
     )
     warmup_steps: int = pydantic.Field(
         default=0,

@@ -168,6 +168,20 @@ class MeasurementSettings(pydantic.BaseModel):
         "a file lock), read and written by every measurement wherever Ray runs it: a relative "
         "path is under data_directory, which every node already reads.",
     )
+    racing: bool = pydantic.Field(
+        default=True,
+        description="Stop a measurement a guided walk sends as soon as it cannot be the fastest "
+        "of its answer group: once its 95 % interval lies below that of the group's measured "
+        "fastest, after its stop method's warm-up and 20 measured steps. The row stays valid, with its wider interval, raced_behind_percent and "
+        "raced_saved_seconds, and is never named fastest. false measures every configuration "
+        "to its method's end. A plain random walk deals no incumbent, so it never races.",
+    )
+    race_cards_path: str = pydantic.Field(
+        default=".sfttrainer/race-cards.jsonl",
+        description="Where a guided walk leaves, for each configuration it sends, the measured "
+        "fastest it races (JSON lines, appended under a file lock): a relative path is under "
+        "data_directory, which the walk and every node read.",
+    )
     allow_shared_gpus: bool = pydantic.Field(
         default=False,
         description="Measure on a GPU where another process holds memory (the metadata lists "
@@ -237,6 +251,10 @@ class MeasurementSettings(pydantic.BaseModel):
         if not self.oom_dominance:
             return None
         path = Path(self.oom_record_path).expanduser()
+        return path if path.is_absolute() else Path(self.data_directory) / path
+
+    def race_cards_file(self) -> Path:
+        path = Path(self.race_cards_path).expanduser()
         return path if path.is_absolute() else Path(self.data_directory) / path
 
     def tokens_cache_path(self) -> Path | None:

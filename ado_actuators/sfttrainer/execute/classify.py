@@ -14,7 +14,12 @@ from ado_actuators.sfttrainer.contract.outcomes import (
     Measured,
     MeasurementOutcome,
 )
-from ado_actuators.sfttrainer.contract.trainer_io import AutoStopOutcome, RankOutcome, RankReport
+from ado_actuators.sfttrainer.contract.trainer_io import (
+    AutoStopOutcome,
+    RaceOutcome,
+    RankOutcome,
+    RankReport,
+)
 from ado_actuators.sfttrainer.execute.node import NodeRun
 from ado_actuators.sfttrainer.metrics import flops
 from ado_actuators.sfttrainer.metrics.aggregate import (
@@ -278,7 +283,7 @@ def _notes(
             "warm-up not excluded: training ended on the last warm-up step, so the "
             "figures cover every step"
         )
-    if note := auto_stop_note(rank0.auto_stop):
+    if note := race_note(rank0.race) or auto_stop_note(rank0.auto_stop):
         notes.add(note)
     if no_interval:
         notes.add(f"dataset_tokens_per_second_ci95_percent omitted: {no_interval}")
@@ -287,6 +292,17 @@ def _notes(
     if per_token is None:
         notes.add(f"model_tflops_per_device omitted: {flops.why_no_flops(rank0.model_parameters)}")
     return notes
+
+
+def race_note(outcome: RaceOutcome | None) -> str | None:
+    """What a row stopped once it could not win must say: against what, by how much."""
+    if outcome is None:
+        return None
+    return (
+        f"stopped once it could not win its answer group ({outcome.reason}): its figure is "
+        f"measured, its interval wider than a whole measurement's; about "
+        f"{outcome.saved_seconds:,.0f} s of training saved"
+    )
 
 
 def auto_stop_note(outcome: AutoStopOutcome | None) -> str | None:

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 
 from ado_actuators.sfttrainer.contract.properties import (
     CPU_OTHERS,
+    RACED_BEHIND,
+    RACED_SAVED,
     THROUGHPUT,
     THROUGHPUT_CI95,
     THROUGHPUT_PER_GPU,
@@ -22,6 +24,7 @@ from ado_actuators.sfttrainer.contract.properties import (
 from ado_actuators.sfttrainer.contract.trainer_io import (
     GpuSample,
     ProcessSample,
+    RaceOutcome,
     RankReport,
     StepTiming,
 )
@@ -224,6 +227,7 @@ def benchmark_properties(
     interval = throughput_interval(reports, since)
     if interval.percent is not None:
         props[THROUGHPUT_CI95] = interval.percent
+    props |= raced_properties(rank0.race)
     props |= _device_properties(
         reports, since, (tokens, runtime, devices), number_gpus=number_gpus, gpu_model=gpu_model
     )
@@ -249,6 +253,13 @@ def _sampled_properties(reports: list[RankReport], since: float | None) -> dict[
             [g for r in reports for g in r.gpu_samples if in_window(g.time, windows[r.rank])]
         ),
     }
+
+
+def raced_properties(outcome: RaceOutcome | None) -> dict[str, float]:
+    """RACED_BEHIND and RACED_SAVED where the run stopped once it could not win its group."""
+    if outcome is None:
+        return {}
+    return {RACED_BEHIND: outcome.behind_percent, RACED_SAVED: outcome.saved_seconds}
 
 
 def cpu_others(reports: list[RankReport], process: list[list[ProcessSample]]) -> float | None:

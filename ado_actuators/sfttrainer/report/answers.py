@@ -62,6 +62,8 @@ class GroupAnswers:
     rivals: int = 0  # the other valid configurations
     # Valid configurations whose loss says they did not train, fastest first
     passed_over: tuple[Point, ...] = ()
+    # Valid configurations stopped once they could not win (racing), fastest first
+    raced: tuple[Point, ...] = ()
 
     @property
     def label(self) -> str:
@@ -105,7 +107,7 @@ def ties(point: Point, other: Point) -> bool:
 
 def _group_answers(group: tuple[str, ...], points: list[Point]) -> GroupAnswers:
     trained = [p for p in points if p.valid and SPEED in p.values]
-    candidates = [p for p in trained if p.loss.problem is None]
+    candidates = [p for p in trained if p.loss.problem is None and not p.raced]
     fastest = max(candidates, key=speed, default=None)
     others = [p for p in candidates if p is not fastest]
     tied: tuple[Point, ...] = ()
@@ -123,6 +125,9 @@ def _group_answers(group: tuple[str, ...], points: list[Point]) -> GroupAnswers:
         unjudged,
         len(others),
         passed,
+        tuple(
+            sorted((p for p in trained if p.raced and not p.loss.problem), key=speed, reverse=True)
+        ),
     )
 
 

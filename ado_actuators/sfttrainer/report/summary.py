@@ -56,6 +56,7 @@ def answer_blocks(groups: tuple[GroupAnswers, ...]) -> list[Block]:
                 _fastest(g),
                 *_ties(g),
                 *_passed_over(g),
+                *_raced(g),
                 *_limits(g.batch_limits),
                 *_scaling(g.scaling),
             ],
@@ -134,6 +135,28 @@ def _passed_over(group: GroupAnswers) -> list[str]:
         f"{p.loss.problem}"
         for p in group.passed_over
     ]
+
+
+def _raced(group: GroupAnswers) -> list[str]:
+    """The configurations stopped once they could not win: measured, never the answer, and
+    what stopping them early saved."""
+    if not group.raced:
+        return []
+    named = "; ".join(
+        f"{configuration(p)}: {with_interval(p)}, {p.raced_behind or 0:.0f} % behind"
+        for p in group.raced
+    )
+    saved = sum(_saved_gpu_seconds(p) for p in group.raced)
+    unit = "GPU-seconds" if any(p.panel.number_gpus for p in group.raced) else "seconds"
+    return [
+        f"Raced (stopped once their 95 % interval lay below the measured fastest's; never "
+        f"named fastest): {named}; stopping them saved about {saved:,.0f} {unit}"
+    ]
+
+
+def _saved_gpu_seconds(point: Point) -> float:
+    """What racing saved a configuration: its seconds on every GPU it held (on CPU: seconds)."""
+    return (point.raced_saved_seconds or 0.0) * max(1, point.panel.number_gpus or 0)
 
 
 def _memory(point: Point) -> str:

@@ -22,6 +22,8 @@ from ado_actuators.sfttrainer.contract.outcomes import ANSWERED_BY, INVALID_REAS
 from ado_actuators.sfttrainer.contract.properties import (
     CPU_BUSY_THRESHOLD,
     CPU_OTHERS,
+    RACED_BEHIND,
+    RACED_SAVED,
     THROUGHPUT,
     THROUGHPUT_CI95,
 )
@@ -99,6 +101,15 @@ class Point:
     # The most other processes used of its machine's CPUs while a valid measurement of it
     # ran, 100 = one core (CPU_OTHERS); None where no row recorded it
     cpu_others: float | None = None
+    # Where a measurement of it stopped once it could not win its group (RACED_BEHIND): how
+    # far behind the fastest it raced it was, in %, and the seconds that saved (RACED_SAVED)
+    raced_behind: float | None = None
+    raced_saved_seconds: float | None = None
+
+    @property
+    def raced(self) -> bool:
+        """Stopped once it could not win: measured, but never the fastest or tied."""
+        return self.raced_behind is not None
 
     @property
     def busy_host(self) -> bool:
@@ -291,7 +302,14 @@ def _point(
         ),
         of_measurements(f for r in valid_rows for f in r.get(MACHINE) or [()]),
         _most(v for r in valid_rows for v in _numbers(r.get(CPU_OTHERS))),
+        _most(v for r in valid_rows for v in _numbers(r.get(RACED_BEHIND))),
+        _total(v for r in valid_rows for v in _numbers(r.get(RACED_SAVED))),
     )
+
+
+def _total(values: Iterable[float]) -> float | None:
+    found = [v for v in values if math.isfinite(v)]
+    return sum(found) if found else None
 
 
 def _most(values: Iterable[float]) -> float | None:

@@ -62,13 +62,19 @@ class Result:
     ci95_percent: float | None = None
     gpu_hours: float | None = None
     trained: bool = True  # False: its loss was not finite or rose: never the fastest
+    raced: bool = False  # stopped once it could not win (stopping/racing.py): never the fastest
 
     def lower(self, coverage: float = COVERAGE) -> float:
         """The low end of its interval at `coverage` (its 95 % interval scaled, as a normal
         one scales); its figure where the row has none."""
-        speed = self.speed or 0.0
+        return (self.speed or 0.0) * (1 - self._half(coverage))
+
+    def upper(self, coverage: float = COVERAGE) -> float:
+        return (self.speed or 0.0) * (1 + self._half(coverage))
+
+    def _half(self, coverage: float) -> float:
         scale = NormalDist().inv_cdf(0.5 + coverage / 2) / NormalDist().inv_cdf(0.975)
-        return speed * (1 - (self.ci95_percent or 0.0) / 100 * scale)
+        return (self.ci95_percent or 0.0) / 100 * scale
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +95,8 @@ class Decision:
     next: Candidate | None
     unmeasured: Mapping[str, str]
     calibrations: Mapping[str, Calibration]
+    incumbent: Result | None = None
+    """The measured fastest of `next`'s group, which its measurement races; None: none yet."""
 
 
 def calibrations(
@@ -155,6 +163,7 @@ def _fastest(candidates: Sequence[Candidate], results: Mapping[str, Result]) -> 
             found
             and found.valid
             and found.trained
+            and not found.raced
             and found.speed is not None
             and (c.group not in best or found.speed > (best[c.group].speed or 0.0))
         ):
@@ -170,6 +179,20 @@ def _ruled_out(
         return False, False
     lower, speed = fastest.lower(settings.coverage), fastest.speed or 0.0
     return behind(interval.high, interval.central, lower, speed, settings.measure_ties)
+
+
+def _requeued(found: Result, fastest: Result | None, measure_ties: bool) -> bool:
+    """Whether a raced row must be measured again: the group's measured fastest it lost to is
+    gone (re-measured slower, found invalid), so its interval, judged at the 95 % its race
+    used, no longer lies below the fastest's as the race required."""
+    if not found.raced or not found.valid:
+        return False
+    if fastest is None:
+        return True
+    below, tied = behind(
+        found.upper(), found.speed or 0.0, fastest.lower(), fastest.speed or 0.0, measure_ties
+    )
+    return not (below or tied)
 
 
 def _spent(
@@ -190,16 +213,22 @@ def judge(
     results: Mapping[str, Result],
     pending: Iterable[str] = (),
     settings: Settings = Settings(),
+    sent: Iterable[str] = (),
 ) -> tuple[list[tuple[float, Candidate]], dict[str, str], dict[str, Calibration]]:
     """The configurations that can still win (upper bound, candidate), highest first; those
-    that cannot, with their reasons; and the devices' calibrations."""
-    in_flight = set(pending)
+    that cannot, with their reasons; and the devices' calibrations. A raced row whose fastest
+    is gone can win again, unless this walk `sent` it already (ado would replay its row)."""
+    in_flight, done = set(pending), set(sent)
     found = calibrations(candidates, results, settings.priors)
     fastest = _fastest(candidates, results)
     unmeasured: dict[str, str] = {}
     open_: list[tuple[float, Candidate]] = []
     for c in candidates:
-        if c.key in results or c.key in in_flight:
+        if c.key in in_flight:
+            continue
+        if (result := results.get(c.key)) is not None:
+            if c.key not in done and _requeued(result, fastest.get(c.group), settings.measure_ties):
+                open_.append((result.upper(settings.coverage), c))
             continue
         if c.skip:
             unmeasured[c.key] = c.skip
@@ -219,12 +248,14 @@ def decide(
     results: Mapping[str, Result],
     pending: Iterable[str] = (),
     settings: Settings = Settings(),
+    sent: Iterable[str] = (),
 ) -> Decision:
     """The next configuration to measure (the highest upper bound of those that can still win,
-    within the budget) and the reasons for those left, from what is measured (`results`) and
-    what is being measured (`pending`)."""
+    within the budget), the measured fastest it races, and the reasons for those left, from
+    what is measured (`results`), what is being measured (`pending`) and what this walk has
+    sent already (`sent`)."""
     in_flight = set(pending)
-    open_, unmeasured, found = judge(candidates, results, in_flight, settings)
+    open_, unmeasured, found = judge(candidates, results, in_flight, settings, sent)
     spent = _spent(candidates, results, in_flight)
     budget = settings.budget_gpu_hours
     chosen = None
@@ -238,7 +269,8 @@ def decide(
             )
         else:
             unmeasured[c.key] = "not measured yet: waits for the measurements before it"
-    return Decision(chosen, unmeasured, found)
+    incumbent = _fastest(candidates, results).get(chosen.group) if chosen else None
+    return Decision(chosen, unmeasured, found, incumbent)
 
 
 def measuring_order(

@@ -7,34 +7,34 @@ turned into the record sfttrainer_plot prints (contract/guided.py). The sampler 
 from __future__ import annotations
 
 import dataclasses
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ado_actuators.sfttrainer.contract import loss
-from ado_actuators.sfttrainer.contract.guided import GuidedRecord, Unmeasured
-from ado_actuators.sfttrainer.contract.properties import THROUGHPUT, THROUGHPUT_CI95
+from ado_actuators.sfttrainer.contract.guided import GuidedRecord, Unmeasured, point_key
+from ado_actuators.sfttrainer.contract.properties import RACED_BEHIND, THROUGHPUT, THROUGHPUT_CI95
+from ado_actuators.sfttrainer.contract.trainer_io import RaceAgainst
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
+from ado_actuators.sfttrainer.ledger.lines import RecordUnavailable
+from ado_actuators.sfttrainer.ledger.race_cards import RaceCards
 from ado_actuators.sfttrainer.space import stored
 from ado_actuators.sfttrainer.space.calibration import REFERENCE_DEVICE
-from ado_actuators.sfttrainer.space.groups import device_of, group_of, subgroup_of, varying
+from ado_actuators.sfttrainer.space.groups import AXES, device_of, group_of, subgroup_of, varying
 from ado_actuators.sfttrainer.space.guided_rule import Candidate, Decision, Result, Settings, decide
 from ado_actuators.sfttrainer.space.preview import PreviewRow, preview_entity
 
 FITS = ("fits", "unknown")
-__all__ = ["Candidate", "Decision", "Point", "Result", "Settings", "Walk", "candidates"]
-
-
-def canonical(value: Any) -> Any:  # an entity value as ado or YAML gives it
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-def point_key(experiment: str, point: Mapping[str, Any]) -> str:
-    """One configuration's key: its experiment and its entity values, whatever their types."""
-    values = {k: canonical(v) for k, v in sorted(point.items())}
-    return f"{experiment} {json.dumps(values, sort_keys=True, default=str)}"
+__all__ = [
+    "Candidate",
+    "Decision",
+    "Point",
+    "Result",
+    "Settings",
+    "Walk",
+    "candidates",
+    "point_key",
+]
 
 
 def _predicted(row: PreviewRow, settings: MeasurementSettings) -> float | None:
@@ -97,6 +97,7 @@ def result_of(key: str, properties: Mapping[str, Any], gpus: int) -> Result:
         ci95_percent=number(THROUGHPUT_CI95),
         gpu_hours=None if seconds is None else seconds * gpus / 3600,
         trained=number(loss.FINITE) != 0 and number(loss.ROSE) != 1,  # as report/loss.py reads
+        raced=number(RACED_BEHIND) is not None,
     )
 
 
@@ -120,8 +121,36 @@ class Walk:
         keyed = {point_key(e, p): (e, p, f) for e, p, f in points}
         return cls(space, keyed, candidates(points, measurement), settings)
 
-    def decide(self, results: Mapping[str, Result], pending: set[str]) -> Decision:
-        return decide(self.candidates, results, pending, self.settings)
+    def decide(
+        self, results: Mapping[str, Result], pending: set[str], sent: Iterable[str] = ()
+    ) -> Decision:
+        return decide(self.candidates, results, pending, self.settings, sent)
+
+    def deal(self, decision: Decision, cards: Path) -> str | None:
+        """Deals `decision.next` its race card in the record at `cards` (ledger/race_cards.py):
+        what its measurement races, or that it races nothing; returns why it could not."""
+        if decision.next is None:
+            return None
+        try:
+            RaceCards(cards).deal(decision.next.key, self.race_card(decision))
+        except RecordUnavailable as error:
+            return str(error)
+        return None
+
+    def race_card(self, decision: Decision) -> RaceAgainst | None:
+        """What the measurement of `decision.next` races: its group's measured fastest, named
+        by the values that set it apart (its batch size, length and GPUs); None: none yet."""
+        fastest = decision.incumbent
+        if decision.next is None or fastest is None or not fastest.speed:
+            return None
+        point = self.points[fastest.key][1]
+        name = ", ".join(f"{axis} {point[axis]}" for axis in AXES if axis in point)
+        return RaceAgainst(
+            speed=fastest.speed,
+            ci95_percent=fastest.ci95_percent,
+            incumbent=name or fastest.key,
+            measure_ties=self.settings.measure_ties,
+        )
 
     def record(self, decision: Decision, results: Mapping[str, Result]) -> GuidedRecord:
         by_key = {c.key: c for c in self.candidates}

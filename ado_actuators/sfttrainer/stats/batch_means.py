@@ -40,6 +40,10 @@ MIN_STEPS = MIN_BATCHES * MIN_BATCH_STEPS
 """From 6 steps on, floor(sqrt(n)) >= 2 and n // floor(sqrt(n)) >= 3 (4 and 5 give 2
 batches), so `batching` needs no other condition."""
 MAX_BATCHES = 30
+MIN_STEADY_STEPS = 20
+"""No stop decision (a target reached, a race lost) on fewer measured steps: 20 steps make at
+least 5 batches (t <= 2.78, so three batches that happen to agree cannot end a run), and exceed
+the (t * CV / 1 %)^2 ~ 16 steps a 2 % coefficient of variation needs."""
 
 T_975 = {
     2: 4.302653,

@@ -24,6 +24,11 @@ class AnyOf(PolicyBase):
     def outcome(self) -> AutoStopOutcome | None:
         return next((o for p in self.policies if (o := p.outcome()) is not None), None)
 
+    def seconds_left(self, elapsed: float, measured_seconds: float, percent: float | None) -> float:
+        """Whichever policy that can stop would stop first."""
+        left = [p.seconds_left(elapsed, measured_seconds, percent) for p in self.policies]
+        return min((s for s in left if s > 0), default=0.0)
+
     def begin(self, start: float) -> None:
         for p in self.policies:
             p.begin(start)

@@ -6,10 +6,13 @@ and the bill all read this registry."""
 
 from __future__ import annotations
 
+from ado_actuators.sfttrainer.contract.trainer_io import RaceAgainst
 from ado_actuators.sfttrainer.stopping import steady, warmup_stable
 from ado_actuators.sfttrainer.stopping.any_of import AnyOf
 from ado_actuators.sfttrainer.stopping.method import StopMethod
 from ado_actuators.sfttrainer.stopping.policy import PolicyBase
+from ado_actuators.sfttrainer.stopping.raced import Racing
+from ado_actuators.sfttrainer.stopping.racing import Incumbent
 from ado_actuators.sfttrainer.stopping.seconds import NeverStop, StopAfterSeconds
 
 _ALL: tuple[StopMethod, ...] = (warmup_stable.METHOD, steady.METHOD)
@@ -28,9 +31,11 @@ def make_policy(
     stop_after_seconds: float,
     auto_stop_method: str | None,
     auto_stop_max_seconds: float | None = None,
+    race: RaceAgainst | None = None,
 ) -> PolicyBase:
-    """The policy a rank runs for its job's stop settings: the method's, stop_after_seconds' (when
-    positive), both at once, or none that ever stops."""
+    """The policy a rank runs for its job's stop settings: the method's, stop_after_seconds'
+    (when positive), both at once, or none that ever stops; racing `race`'s incumbent once the
+    warm-up ends, where given (stopping/raced.py)."""
     policies: list[PolicyBase] = []
     if auto_stop_method and auto_stop_method.lower() != "none":
         method = method_named(auto_stop_method)
@@ -42,4 +47,8 @@ def make_policy(
         policies.append(StopAfterSeconds(stop_after_seconds))
     if not policies:
         return NeverStop()
-    return policies[0] if len(policies) == 1 else AnyOf(*policies)
+    policy = policies[0] if len(policies) == 1 else AnyOf(*policies)
+    if race is None:
+        return policy
+    incumbent = Incumbent(race.speed, race.ci95_percent, race.incumbent)
+    return Racing(policy, incumbent, race.measure_ties)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Protocol
 
-from ado_actuators.sfttrainer.contract.trainer_io import AutoStopOutcome
+from ado_actuators.sfttrainer.contract.trainer_io import AutoStopOutcome, RaceOutcome
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +37,8 @@ class StopPolicy(Protocol):
     def commit(self, end: float, decision: Decision) -> None: ...
 
     def outcome(self) -> AutoStopOutcome | None: ...
+
+    def race_outcome(self) -> RaceOutcome | None: ...
 
 
 class PolicyBase:
@@ -69,3 +71,13 @@ class PolicyBase:
     def outcome(self) -> AutoStopOutcome | None:
         """How an adaptive method ended, for the rank's report; None for the fixed ones."""
         return None
+
+    def race_outcome(self) -> RaceOutcome | None:
+        """How the run lost its race, where it raced and lost (stopping/raced.py)."""
+        return None
+
+    def seconds_left(self, elapsed: float, measured_seconds: float, percent: float | None) -> float:
+        """The seconds it would still train, `elapsed` after the first step's start with
+        `measured_seconds` measured since the warm-up and an interval of `percent`: what a
+        race lost now saves (stopping/raced.py). None that never stops on its own: 0."""
+        return 0.0

@@ -3,25 +3,26 @@
 A run launched in a group that already has a measured fastest (the incumbent) carries that
 incumbent's figure and 95 % interval. At each step end after the warm-up its stop rule
 requires, and over at least the floor of measured steps that rule judges an interval on
-(stopping/steady.py's MIN_STEADY_STEPS: three batches that happen to agree cannot end a run
-here either), the run has lost once it cannot reach the tie band, as the guided walk
-(space/guided_rule.py's _ruled_out) defines it for a configuration not yet measured:
+(stats/batch_means.py's MIN_STEADY_STEPS, which stopping/steady.py's target waits for too:
+three batches that happen to agree cannot end a run here either), the run has lost once it
+cannot reach the tie band, as the guided walk (space/guided_rule.py's _ruled_out) defines it
+for a configuration not yet measured:
 
 - ties measured: this run's 95 % upper bound lies below the incumbent's lower bound, so the
   two intervals no longer overlap (report/answers.py's ties: it cannot even tie);
 - ties not measured: also once this run's figure is below the incumbent's, its interval still
   overlapping: at best a tie, which that walk does not spend GPU-hours on.
 
-Pure and standard library only: the trainer's stop decision calls `race` with the interval it
-already computes (stats/batch_means.py), and benchmarks/guided_search.py simulates the same
-function on public tables, so the rule simulated is the rule run.
+Pure and standard library only: stopping/raced.py wraps any stop method's policy and calls
+`race` at each step end after the method's warm-up, and benchmarks/guided_search.py simulates
+the same function on public tables, so the rule simulated is the rule run.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from ado_actuators.sfttrainer.stopping.steady import MIN_STEADY_STEPS
+from ado_actuators.sfttrainer.stats.batch_means import MIN_STEADY_STEPS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +32,8 @@ class Incumbent:
 
     speed: float
     ci95_percent: float | None = None
+    name: str = "the incumbent"
+    """What the reason calls it: the configuration that measured it."""
 
     @property
     def lower(self) -> float:
@@ -61,6 +64,8 @@ class Verdict:
 
     lost: bool
     reason: str = ""
+    behind_percent: float | None = None
+    """How far the run's figure lies below the incumbent's, where it lost."""
 
 
 def race(
@@ -77,11 +82,13 @@ def race(
         return Verdict(False)
     lower = incumbent.lower
     below, tied = behind(upper, run.speed, lower, incumbent.speed, measure_ties)
+    margin = 100 * (1 - run.speed / incumbent.speed)
     if below:
-        return Verdict(True, _reason(run, incumbent, f"its 95 % upper bound {upper:,.0f}", lower))
+        said = f"its 95 % upper bound {upper:,.0f}"
+        return Verdict(True, _reason(run, incumbent, said, lower, margin), margin)
     if tied:
         said = f"at best tied: {run.speed:,.0f} tokens/s"
-        return Verdict(True, _reason(run, incumbent, said, incumbent.speed))
+        return Verdict(True, _reason(run, incumbent, said, incumbent.speed, margin), margin)
     return Verdict(False)
 
 
@@ -97,10 +104,19 @@ def behind(
     return False, not measure_ties and central < fastest
 
 
-def _reason(run: Standing, incumbent: Incumbent, said: str, bar: float) -> str:
-    behind = 100 * (1 - run.speed / incumbent.speed)
+def _reason(run: Standing, incumbent: Incumbent, said: str, bar: float, margin: float) -> str:
     plus = f" ± {incumbent.ci95_percent:g} %" if incumbent.ci95_percent is not None else ""
     return (
-        f"raced: {said} < {bar:,.0f} of the incumbent's {incumbent.speed:,.0f} tokens/s{plus} "
-        f"after {run.measured_steps} measured steps; {behind:.1f} % behind it"
+        f"raced: {said} < {bar:,.0f} of {incumbent.name}'s {incumbent.speed:,.0f} tokens/s{plus} "
+        f"after {run.measured_steps} measured steps; {margin:.1f} % behind it"
     )
+
+
+def seconds_saved(
+    ci95_percent: float, target_percent: float, measured_seconds: float, left_to_cap: float
+) -> float:
+    """The seconds a run stopped by its race would still have trained to reach its target: an
+    interval's half-width shrinks as one over the root of the steps, so (ci / target)^2 times
+    the window measured so far, less that window; at most what was left before the cap."""
+    needed = measured_seconds * (ci95_percent / target_percent) ** 2
+    return max(0.0, min(left_to_cap, needed - measured_seconds))

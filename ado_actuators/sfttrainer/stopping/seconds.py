@@ -28,3 +28,6 @@ class StopAfterSeconds(PolicyBase):
         super().commit(end, decision)
         if decision.stop:
             self.reason = self.name
+
+    def seconds_left(self, elapsed: float, measured_seconds: float, percent: float | None) -> float:
+        return max(0.0, self.limit - elapsed)

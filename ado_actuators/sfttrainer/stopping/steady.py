@@ -26,20 +26,21 @@ from __future__ import annotations
 import itertools
 
 from ado_actuators.sfttrainer.contract.trainer_io import AutoStopOutcome
-from ado_actuators.sfttrainer.stats.batch_means import Interval, throughput_interval
+from ado_actuators.sfttrainer.stats.batch_means import (
+    MIN_STEADY_STEPS,
+    Interval,
+    throughput_interval,
+)
 from ado_actuators.sfttrainer.stats.trend import MIN_LENGTH, mann_kendall
 from ado_actuators.sfttrainer.stopping.method import Expected
 from ado_actuators.sfttrainer.stopping.policy import Decision, PolicyBase
+from ado_actuators.sfttrainer.stopping.racing import seconds_saved
 
 STEADY_CI95_1PCT = "STEADY_CI95_1PCT"
 TARGET_PERCENT = 1.0
 WARMUP_WINDOW = MIN_LENGTH
 """Step durations the trend test reads: the fewest for which its normal approximation holds,
 so warm-up ends as early as the test can tell."""
-MIN_STEADY_STEPS = 20
-"""No stop on fewer measured steps: 20 steps make at least 5 batches (t <= 2.78, so three
-batches that happen to agree cannot end a run), and exceed the (t * CV / 1 %)^2 ~ 16 steps a
-2 % coefficient of variation needs."""
 DEFAULT_MAX_SECONDS = 80.0
 """The cap's default: 4/9 of the 180 s the spec's method trains at least (60 s of warm-up, then
 120 s), so even where the figure never settles this method trains less than half as long, with
@@ -95,6 +96,13 @@ class SteadyInterval(PolicyBase):
         if decision.stop and self._ended_by is None:
             self._ended_by = "target" if self._reached else "cap" if self._at_cap else "other limit"
             self.reason = self.name
+
+    def seconds_left(self, elapsed: float, measured_seconds: float, percent: float | None) -> float:
+        """Until the interval would reach the target at the pace so far, at most the cap."""
+        left = max(0.0, self.max_seconds - elapsed)
+        if percent is None:
+            return left
+        return seconds_saved(percent, self.target_percent, measured_seconds, left)
 
     def outcome(self) -> AutoStopOutcome:
         percent = self.interval.percent if self.interval is not None else None

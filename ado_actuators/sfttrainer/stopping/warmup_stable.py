@@ -45,6 +45,12 @@ class WarmupThenStable(PolicyBase):
         elif decision.stop:
             self.reason = self.name
 
+    def seconds_left(self, elapsed: float, measured_seconds: float, percent: float | None) -> float:
+        """The rest of its stable window (its 10 steps are long passed where a race is lost)."""
+        if self.warmup_end is None:
+            return self.warmup - elapsed + self.stable_seconds
+        return max(0.0, self.stable_seconds - measured_seconds)
+
 
 class WarmupThenStableMethod:
     """The method as the rest of the package asks for it (stopping/method.py)."""

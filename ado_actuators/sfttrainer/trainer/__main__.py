@@ -151,7 +151,10 @@ class Measurement:
                 notes.append(note)
         self.report.flash_attention = bool(args.model_args.use_flash_attn)
         self.policy = policy = make_policy(
-            self.job.stop_after_seconds, self.job.auto_stop_method, self.job.auto_stop_max_seconds
+            self.job.stop_after_seconds,
+            self.job.auto_stop_method,
+            self.job.auto_stop_max_seconds,
+            self.job.race,
         )
         self._open_aim()
         # local rank 0 samples the node's GPUs of this measurement
@@ -216,6 +219,7 @@ class Measurement:
             assert self.policy is not None  # made before the callback
             report.warmup_steps = self.policy.warmup_steps
             report.auto_stop = self.policy.outcome()
+            report.race = self.policy.race_outcome()
             report.model_parameters = self.callback.model_parameters
             report.mamba_scan_path = self.callback.mamba_scan_path
             report.notes.extend(self.callback.notes)

@@ -10,7 +10,7 @@ import pydantic
 
 from ado_actuators.sfttrainer.catalog.entity import FIELDS, EntityValues
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
-from ado_actuators.sfttrainer.contract.trainer_io import JOB_FLAG, TrainerJob
+from ado_actuators.sfttrainer.contract.trainer_io import JOB_FLAG, RaceAgainst, TrainerJob
 from ado_actuators.sfttrainer.contract.workspace import Workspace
 from ado_actuators.sfttrainer.plan.launch.accelerate import accelerate_config
 from ado_actuators.sfttrainer.plan.launch.environments import skip_prepare_dataset_problem
@@ -98,6 +98,8 @@ class MeasurementInputs(pydantic.BaseModel):
     run_labels: dict[str, str] = pydantic.Field(default_factory=dict)
     use_cpu: bool = False
     """Run multi-process measurements on CPUs over gloo (machines without GPUs, tests)."""
+    race: RaceAgainst | None = None
+    """The answer group's measured fastest this run races (stopping/racing.py); None: none."""
 
 
 class PlanInputs(MeasurementInputs):
@@ -282,6 +284,7 @@ def _trainer_job(inputs: PlanInputs, workspace: Workspace) -> TrainerJob:
         stop_after_seconds=values.stop_after_seconds,
         auto_stop_method=values.auto_stop_method,
         auto_stop_max_seconds=values.auto_stop_max_seconds,
+        race=inputs.race,
         # use_cpu stands CPU processes in for GPUs: there is no GPU to sample
         gpu_indices=[]
         if inputs.use_cpu
