@@ -49,6 +49,7 @@ from memory_truth_matrix import design, step
 
 from ado_actuators.sfttrainer.contract.memory_trace import PHASES, StepSpec
 from ado_actuators.sfttrainer.contract.units import GIB, MIB
+from ado_actuators.sfttrainer.plan.memory import hybrid
 from ado_actuators.sfttrainer.plan.memory import traced as traced_parts
 from ado_actuators.sfttrainer.plan.memory.bound import memory_bound
 from ado_actuators.sfttrainer.plan.memory.logits import checkpointing, loss_code
@@ -88,6 +89,9 @@ FAMILIES = {
     "microsoft/Phi-3-mini-4k-instruct": ("qkv_proj",),
     "ibm-ai-platform/Bamba-9B": ("q_proj", "v_proj"),
     "ibm-granite/granite-4.0-h-small": ("q_proj", "v_proj"),
+    # Granite 4.0's other hybrid sizes, by formula since issue 52 (plan/memory/hybrid.py)
+    "ibm-granite/granite-4.0-h-tiny": ("q_proj", "v_proj"),
+    "ibm-granite/granite-4.0-h-1b": ("q_proj", "v_proj"),
 }
 METHODS = ("none", "lora", "pt")
 CHECKPOINTING = (None, "reentrant", "non_reentrant")
@@ -332,12 +336,24 @@ def behaviour_of(spec: StepSpec, model_type: str) -> ReleaseBehaviour:
     )
 
 
+FUSED_SCAN_VERSION = "3.1.0"
+"""An fms-hf-tuning version whose package list has mamba-ssm and causal-conv1d, and whose
+transformers is RELEASE: the trace runs a Mamba layer as the fused kernel allocates."""
+
+
 def predicted(spec: StepSpec, shards: int = 1) -> PeakPrediction:
     """The product's prediction for the step: by formula where plan/model/architecture.py counts the
-    model, else from a trace of its code (plan/memory/traced.py, run as the product runs it)."""
+    model or it is a Granite 4.0 hybrid (plan/memory/hybrid.py), else from a trace of its code
+    (plan/memory/traced.py, run as the product runs it)."""
     model_type = ModelShape.of(spec.config).model_type
     training = training_of(spec, shards)
     behaviour = behaviour_of(spec, model_type)
+    if hybrid.is_hybrid(spec.config):
+        twin = ModelShape.of(hybrid.twin_config(spec.config)).model_type
+        fused = dataclasses.replace(
+            training, config=spec.config, shape=None, fms_hf_tuning_version=FUSED_SCAN_VERSION
+        )
+        return hybrid.predict_hybrid(fused, behaviour_of(spec, twin)).prediction
     if model_type in COUNTED:
         counts = count_parameters(spec.config)
         bound = memory_bound(counts, training)

@@ -587,14 +587,16 @@ def predict_peak(
     bound: MemoryBound,
     behaviour: ReleaseBehaviour,
     adapted: tuple[str, ...] = (),
+    layer: dict[str, float] | None = None,
 ) -> PeakPrediction:
     """The peak of `configuration` on one device, as the releases run it (`behaviour`);
     `bound` gives the model states as the certain-OOM bound counts them (the same sharding),
-    without its CUDA context, which torch's peak does not include."""
+    without its CUDA context, which torch's peak does not include. `layer`: what layer_bytes
+    gives, where the layers differ (a hybrid's, plan/memory/hybrid.py)."""
     states, upcast_notes = model_states(counts, configuration, bound, behaviour, dims.buffers)
     notes = _notes(bound, configuration, behaviour, upcast_notes)
     base = _at_rest(counts, dims, configuration, bound, states)
-    layer = layer_bytes(dims, configuration, behaviour, adapted)
+    layer = layer or layer_bytes(dims, configuration, behaviour, adapted)
     kept = _kept(dims, checkpointed(configuration, behaviour), layer)
     kept += head_bytes(dims, configuration, behaviour)
     logits = logits_bytes(dims, configuration, behaviour)

@@ -31,6 +31,7 @@ from ado_actuators.sfttrainer.metrics.gpu_memory import (
     device_memory_bytes,
     largest_device,
 )
+from ado_actuators.sfttrainer.plan.memory import hybrid
 from ado_actuators.sfttrainer.plan.memory import traced as traced_parts
 from ado_actuators.sfttrainer.plan.memory.bound import (
     UNCOUNTED_STATE,
@@ -313,6 +314,8 @@ def judge(
         weight_bits(configuration)  # an unreadable quantization answers here, before a trace
         if shape.family is not None:
             found = _by_formula(configuration, shape)
+        elif hybrid.is_hybrid(config):
+            found = _by_hybrid(configuration)
         else:
             found = _by_trace(configuration, shape, traces)
     except (UnsupportedArchitecture, KeyError, TypeError, TraceUnavailable) as error:
@@ -354,6 +357,20 @@ def _by_formula(configuration: TrainingConfiguration, shape: ModelShape) -> Memo
         counts=counts,
         dimensions=dims,
         trainable=trainable_parameters(counts, configuration),
+    )
+
+
+def _by_hybrid(configuration: TrainingConfiguration) -> MemoryAssessment:
+    """A Granite 4.0 hybrid, by formula (plan/memory/hybrid.py): its attention layers as the
+    family the twin config.json names, its Mamba layers' mixers counted apart."""
+    twin = ModelShape.of(hybrid.twin_config(configuration.config or {}))
+    found = hybrid.predict_hybrid(configuration, behaviour_of(configuration, twin.model_type))
+    return MemoryAssessment(
+        bound=found.bound,
+        prediction=found.prediction,
+        counts=found.counts,
+        dimensions=found.dims,
+        trainable=trainable_parameters(found.counts, configuration),
     )
 
 

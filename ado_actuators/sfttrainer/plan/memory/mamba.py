@@ -1,0 +1,82 @@
+"""What a Mamba-2 mixer (a hybrid's Mamba layer, without its norms and MLP) keeps for backward and
+holds at its largest, per token, on each scan path (plan/model/mamba.py decides which). Pure.
+
+- fused (mamba_ssm's `mamba_split_conv1d_scan_combined`, as plan/memory/trace/mamba_emulation.py
+  allocates it, checked against the trace by benchmarks/memory_truth.py): kept, the in
+  projection's output zxbcdt, the scan's output and the gated norm's rstd; its forward holds the
+  convolution's output and fp32 scan buffers, its backward recomputes them beside every
+  gradient of the projection's output;
+- torch (transformers' torch_forward, counted tensor by tensor from its code and torch's
+  autograd formulas, not traced: the trace always runs the fused kernel): every broadcast
+  product's fp32 operands kept, and transients of [chunk, state] floats per token and head
+  (C·Bᵀ's product before its sum), many times the fused path's.
+
+`w` is the bytes of the model's dtype; FP32 4.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ado_actuators.sfttrainer.plan.model.mamba import MambaLayers, ScanPath
+
+FP32 = 4
+
+
+def chunks_per_token(layer: MambaLayers, length: int) -> float:
+    """Chunks of the scan per token: a sample of `length` tokens is cut into whole chunks."""
+    return math.ceil(length / layer.chunk) / max(1, length)
+
+
+def scan_buffers(layer: MambaLayers, length: int) -> float:
+    """The fused scan's fp32 buffers per token: dt and its cumulative sum (per head and chunk
+    position), the chunk states and the passed states, C·B per chunk
+    (mamba_emulation._Shape.scan_buffers)."""
+    h, chunk, per_token = layer.heads, layer.chunk, chunks_per_token(layer, length)
+    states = h * layer.head_dim * layer.state * per_token
+    return FP32 * per_token * chunk * (2 * h + layer.groups * chunk) + FP32 * 2 * states
+
+
+def mixer_saved(layer: MambaLayers, width: int, path: ScanPath, trains: bool, length: int) -> float:
+    """Bytes per token one mixer keeps for backward when its input needs a gradient (`trains`:
+    its own weights train, so in_proj and out_proj keep their inputs too)."""
+    inputs = width * layer.hidden if trains else 0
+    if path == "fused":
+        return width * (layer.projected + layer.inner) + FP32 * layer.groups + inputs
+    return _torch_saved(layer, width, trains, length) + inputs
+
+
+def _torch_saved(layer: MambaLayers, width: int, trains: bool, length: int) -> float:
+    """torch_forward's saved tensors per token: the projection's output (held by the
+    convolution's saved input, a view of it), SiLU's input; the fp32 x and x·dt; B and C
+    repeated per head; the decay mask L, C·Bᵀ and its masked product M ([chunk] per head each);
+    B's decayed copy, the chunk states, the read-out's sum; the gated norm's fp32 gate, its
+    SiLU, its product and the norm's output (modeling_granitemoehybrid.py)."""
+    h, n, chunk, inner = layer.heads, layer.state, layer.chunk, layer.inner
+    states = 2 * h * layer.head_dim * n * chunks_per_token(layer, length)
+    fp32 = 2 * inner + 2 * h * n + 3 * h * chunk + h * n + states + inner + 4 * inner
+    out_input = width * inner if trains else 0  # out_proj's input, the norm's output's cast
+    return width * (layer.projected + layer.conv_dim + h) + FP32 * fp32 + out_input
+
+
+def mixer_forward(layer: MambaLayers, width: int, path: ScanPath, length: int) -> float:
+    """What a mixer's forward holds per token at its largest beyond what it keeps: the fused
+    kernel's convolution output and scan buffers beside its scan output, the norm's output and
+    the out projection's; torch_forward's C·Bᵀ product ([chunk, state] floats per head)."""
+    if path == "fused":
+        stored = layer.conv_dim + 2 * layer.inner + layer.hidden
+        return width * stored + scan_buffers(layer, length)
+    return FP32 * layer.chunk * layer.heads * (layer.state + 1)
+
+
+def mixer_backward(layer: MambaLayers, width: int, path: ScanPath, length: int) -> float:
+    """What a mixer's backward adds per token at its largest: the fused kernel's recomputed
+    convolution output and norm output, the gradients of the projection's output, of the
+    convolution's, of the norm's output and input, and two sets of scan buffers (recomputed
+    states and their gradients); torch_forward's backward re-materialises C·Bᵀ's broadcast
+    product for each factor's gradient, beside the diagonal block's [chunk, head_dim] one."""
+    if path == "fused":
+        stored = 2 * layer.inner + 2 * layer.conv_dim + layer.projected + layer.inner
+        return width * stored + 2 * scan_buffers(layer, length)
+    per_head = layer.chunk * (layer.state + layer.head_dim)
+    return FP32 * layer.heads * per_head

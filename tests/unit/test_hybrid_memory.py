@@ -1,0 +1,141 @@
+"""Granite 4.0 hybrids' memory by formula (plan/memory/hybrid.py): their parameters, the scan path's
+weight on the peak, the layers LoRA's gradients reach, and the formula against a trace."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from ado_actuators.sfttrainer.catalog.model_shapes import shipped_shape
+from ado_actuators.sfttrainer.plan.memory.hybrid import (
+    hybrid_counts,
+    hybrid_layer,
+    predict_hybrid,
+    twin_config,
+    twin_dimensions,
+)
+from ado_actuators.sfttrainer.plan.memory.mamba import mixer_backward, mixer_saved
+from ado_actuators.sfttrainer.plan.memory.peak import ReleaseBehaviour
+from ado_actuators.sfttrainer.plan.memory.verdict import behaviour_of, judge
+from ado_actuators.sfttrainer.plan.model.architecture import count_parameters
+from ado_actuators.sfttrainer.plan.model.mamba import MambaLayers
+from ado_actuators.sfttrainer.plan.model.training import (
+    Batch,
+    Kernels,
+    Parallelism,
+    TrainingConfiguration,
+    Tuning,
+)
+
+
+def config_of(name: str) -> dict:
+    shape = shipped_shape(name)
+    assert shape is not None
+    return shape.config
+
+
+@pytest.mark.parametrize(
+    ("name", "parameters"),
+    [
+        # what transformers 4.55 builds from each config.json on the meta device
+        ("granite-4.0-h-tiny", 6_939_037_248),
+        ("granite-4.0-h-small", 32_207_337_984),
+        ("granite-4.0-h-micro", 3_191_396_096),
+        ("granite-4.0-h-1b", 1_461_538_368),
+        ("granite-4.0-micro", 3_402_836_480),
+        ("granite-4.0-350m", 352_379_904),
+    ],
+)
+def test_the_parameters_are_transformers_own(name, parameters):
+    config = config_of(name)
+    counts = hybrid_counts(config, count_parameters(twin_config(config)))
+    assert counts.total == parameters
+    assert counts.model_type == "granitemoehybrid"
+
+
+def configuration(
+    name: str,
+    version: str = "3.1.0",
+    method: str = "lora",
+    checkpointing: str = "none",
+    batch: int = 4,
+    length: int = 2048,
+) -> TrainingConfiguration:
+    targets = ("q_proj", "v_proj") if method == "lora" else ()
+    return TrainingConfiguration(
+        model_name=name,
+        tuning=Tuning(method=method, target_modules=targets),
+        parallelism=Parallelism(gpus=1, gpu_model="NVIDIA-H100-80GB-HBM3"),
+        batch=Batch(per_device_batch=batch, model_max_length=length, sample_tokens=length),
+        kernels=Kernels(attention="flash_attention_2", checkpointing=checkpointing),
+        fms_hf_tuning_version=version,
+        config=config_of(name),
+    )
+
+
+def test_the_torch_scan_keeps_and_holds_many_times_the_fused_kernels_bytes():
+    tiny = MambaLayers(layers=36, hidden=1536, heads=48, head_dim=64, state=128)
+    assert mixer_saved(tiny, 2, "torch", False, 4096) > 10 * mixer_saved(
+        tiny, 2, "fused", False, 4096
+    )
+    assert mixer_backward(tiny, 2, "torch", 4096) > 50 * mixer_backward(tiny, 2, "fused", 4096)
+    behaviour = behaviour_of(configuration("granite-4.0-h-tiny"), "granitemoeshared")
+    fused = predict_hybrid(configuration("granite-4.0-h-tiny", "3.1.0"), behaviour).prediction
+    slow = predict_hybrid(configuration("granite-4.0-h-tiny", "3.2.2"), behaviour).prediction
+    assert slow.total > 3 * fused.total
+    assert any("torch path" in note for note in slow.notes)
+    assert any("fused kernels" in note for note in fused.notes)
+
+
+def test_under_lora_the_mamba_layers_before_the_first_adapter_keep_nothing():
+    config = config_of("granite-4.0-h-tiny")  # attention at layers 5, 15, 25 and 35 of 40
+    dims = twin_dimensions(config)
+    behaviour = ReleaseBehaviour()
+    lora = configuration("granite-4.0-h-tiny")
+    active, _ = hybrid_layer(config, dims, lora, behaviour, ("q_proj", "v_proj"))
+    assert active.layers == 35
+    full = configuration("granite-4.0-h-tiny", method="none")
+    active, _ = hybrid_layer(config, dims, full, behaviour, ())
+    assert active.layers == 40
+
+
+def test_a_hybrid_is_judged_by_formula_with_no_trace(tmp_path):
+    found = judge(configuration("granite-4.0-h-small"), enabled=True, traces=tmp_path)
+    assert found.prediction is not None and found.prediction.source == "formula"
+    assert found.verdict()[0] in ("fits", "predicted OOM")
+    assert not list(tmp_path.iterdir())  # nothing traced
+
+
+def test_the_formula_is_the_trace_on_a_tiny_hybrid(tmp_path):
+    """A four-expert hybrid of 128 wide, a Mamba layer before its attention layer: the
+    product's trace of its code (the fused kernel emulated; about 10 s) and the formula
+    within 2 % under LoRA (the record's full-size rows cover the other methods)."""
+    pytest.importorskip("transformers")
+    from ado_actuators.sfttrainer.plan.memory import verdict
+    from ado_actuators.sfttrainer.plan.model.shape import ModelShape
+
+    config = {
+        "model_type": "granitemoehybrid",
+        "vocab_size": 256,
+        "hidden_size": 128,
+        "num_hidden_layers": 4,
+        "layer_types": ["mamba", "attention", "mamba", "mamba"],
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "intermediate_size": 64,
+        "shared_intermediate_size": 128,
+        "mamba_n_heads": 8,
+        "mamba_d_head": 32,
+        "mamba_d_state": 16,
+        "mamba_chunk_size": 64,
+        "tie_word_embeddings": True,
+    }
+    base = configuration("granite-4.0-h-tiny", batch=2, length=256)
+    trial = dataclasses.replace(base, config=config, shape=None)
+    traced = verdict._by_trace(trial, ModelShape.of(config), tmp_path).prediction
+    formula = verdict._by_hybrid(trial).prediction
+    assert traced is not None and formula is not None
+    assert formula.total == pytest.approx(traced.total, rel=0.02)
