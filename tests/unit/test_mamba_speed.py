@@ -131,3 +131,4 @@ def test_a_hybrid_row_says_which_scan_path_it_assumed():
     found = predict_speed(dataclasses.replace(configuration("3.2.2"), config=config, shape=None))
     assert found.step is not None and "mamba_scan" in found.step.parts
     assert any(note.startswith("Mamba-2 scan: transformers' torch path") for note in found.notes)
+    assert found.notes[0].startswith("regime not validated: a Mamba-2 hybrid")

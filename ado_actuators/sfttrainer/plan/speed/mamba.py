@@ -37,6 +37,11 @@ chunk by a 64-wide head or a 128-wide state are small for tensor cores, and Trit
 interleave them with the decay's exponentials. Assumed, not fitted (module docstring); at the
 Granite 4.0 shapes the fused scan is bandwidth-bound at any share above about 0.1, so the share
 hardly moves the step."""
+HYBRID_NOT_VALIDATED = (
+    "regime not validated: a Mamba-2 hybrid; no public measurement of a hybrid's training step "
+    "was at hand to check it against (its scan is priced from FLOPs and bytes, not fitted)"
+)
+"""The first note of a hybrid's row, in place of its device's validated error."""
 BACKWARD_RATIO = 2.0
 """The backward's work over the forward's: each product's gradient for each of its two inputs
 (mamba-ssm's backward kernels; autograd's broadcast-product backward on the torch path)."""

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from ado_actuators.sfttrainer.plan.model.mamba import mamba_layers
+from ado_actuators.sfttrainer.plan.model.shape import language_config
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
+from ado_actuators.sfttrainer.plan.speed.mamba import HYBRID_NOT_VALIDATED
 from ado_actuators.sfttrainer.plan.speed.step_time import REFERENCE, gpus, nodes
 
 
@@ -93,6 +96,8 @@ def regime(configuration: TrainingConfiguration, gpu_model: str) -> tuple[str, .
 
 def validated_note(configuration: TrainingConfiguration, gpu_model: str) -> str:
     """What a preview row says of how well its regime's prediction is known."""
+    if configuration.config and mamba_layers(language_config(configuration.config)):
+        return HYBRID_NOT_VALIDATED
     tokens = configuration.batch.sample_tokens
     fitted = (
         gpu_model == REFERENCE.name
