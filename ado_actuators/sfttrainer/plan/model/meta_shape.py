@@ -66,11 +66,24 @@ def _model(config: dict[str, Any]) -> Any:
     except ImportError as error:
         raise MetaCountUnavailable(f"counting it needs torch and transformers: {error}") from None
     try:
-        with _quiet(), torch.device("meta"):
+        with _quiet(), torch.device("meta"), _no_init():
             built = transformers.AutoConfig.for_model(**config)
-            return transformers.AutoModelForCausalLM.from_config(built)  # type: ignore[no-untyped-call]  # transformers'
+            model = transformers.AutoModelForCausalLM.from_config(built)  # type: ignore[no-untyped-call]  # transformers'
+        model.tie_weights()  # skipped with the initialisation: a tied LM head is one weight
+        return model
     except Exception as error:  # any failure of transformers to build it: not counted
         raise MetaCountUnavailable(f"transformers cannot build it: {error}") from None
+
+
+def _no_init() -> contextlib.AbstractContextManager[Any]:
+    """No weight initialisation: on the meta device it sets nothing, yet walks every module (most
+    of a build's time: 2 of 2.3 s for the seven Granite 4.0 models, which a preview builds)."""
+    try:
+        from transformers.modeling_utils import no_init_weights
+    except ImportError:
+        return contextlib.nullcontext()
+    found: contextlib.AbstractContextManager[Any] = no_init_weights()
+    return found
 
 
 @functools.cache
