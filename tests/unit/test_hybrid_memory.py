@@ -54,6 +54,20 @@ def test_the_parameters_are_transformers_own(name, parameters):
     assert counts.model_type == "granitemoehybrid"
 
 
+def test_the_linear_layers_are_transformers_own():
+    """By the names LoRA's targets match (the shared MLP's input_linear, the router's layer,
+    the Mamba layers' in_proj and out_proj), as many as transformers builds."""
+    pytest.importorskip("transformers")
+    from ado_actuators.sfttrainer.plan.model.meta_shape import meta_counts
+
+    for name in ("granite-4.0-h-tiny", "granite-4.0-h-1b", "granite-4.0-micro"):
+        config = config_of(name)
+        counts = hybrid_counts(config, count_parameters(twin_config(config)))
+        mine = {(s.name, s.inputs, s.outputs, s.count) for s in counts.linears}
+        built = {shape for shape in meta_counts(config).linears if shape[0] != "lm_head"}
+        assert mine == built, name
+
+
 def configuration(
     name: str,
     version: str = "3.1.0",

@@ -97,33 +97,52 @@ def mixer_parameters(layer: MambaLayers, config: dict[str, Any]) -> tuple[int, i
 
 
 def hybrid_counts(config: dict[str, Any], twin: ParameterCounts) -> ParameterCounts:
-    """The twin's counts with each Mamba layer's attention replaced by its mixer."""
+    """The twin's counts with each Mamba layer's attention replaced by its mixer, and the
+    hybrid's own linear layers (`hybrid_linears`)."""
     text = language_config(config)
     layer = mamba_layers(text)
+    found = dataclasses.replace(
+        twin, model_type=str(text.get("model_type")), linears=hybrid_linears(text, twin, layer)
+    )
     if layer is None:
-        return dataclasses.replace(twin, model_type=str(text.get("model_type")))
+        return found
     total_layers = int(text["num_hidden_layers"])
-    attention_layers = total_layers - layer.layers
     per_attention = twin.attention // total_layers
     params, matmul = mixer_parameters(layer, text)
-    linears = [
-        dataclasses.replace(s, count=attention_layers) if s.name in ATTENTION_LINEARS else s
-        for s in twin.linears
-    ]
-    linears += [
-        LinearShape("in_proj", layer.hidden, layer.projected, layer.layers),
-        LinearShape("out_proj", layer.inner, layer.hidden, layer.layers),
-    ]
     return dataclasses.replace(
-        twin,
-        model_type=str(text.get("model_type")),
-        attention=attention_layers * per_attention + layer.layers * params,
+        found,
+        attention=(total_layers - layer.layers) * per_attention + layer.layers * params,
         quantizable=twin.quantizable + layer.layers * (matmul - _attention_matmul(twin)),
-        linears=tuple(s for s in linears if s.count),
     )
 
 
 ATTENTION_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+def hybrid_linears(
+    text: dict[str, Any], twin: ParameterCounts, layer: MambaLayers | None
+) -> tuple[LinearShape, ...]:
+    """The hybrid's nn.Linear layers by the names LoRA's targets match: q, k, v and o in the
+    attention layers, in_proj and out_proj in the Mamba layers, and in every layer the shared
+    MLP's input_linear and output_linear and, with experts, the router's `layer` (the experts
+    themselves are stacked tensors, no nn.Linear)."""
+    layers = int(text["num_hidden_layers"])
+    mamba = layer.layers if layer else 0
+    hidden, shared = twin.hidden_size, int(text.get("shared_intermediate_size") or 0)
+    experts = int(text.get("num_local_experts") or 0)
+    found = [
+        dataclasses.replace(s, count=layers - mamba)
+        for s in twin.linears
+        if s.name in ATTENTION_LINEARS
+    ]
+    if layer is not None:
+        found.append(LinearShape("in_proj", hidden, layer.projected, mamba))
+        found.append(LinearShape("out_proj", layer.inner, hidden, mamba))
+    found.append(LinearShape("input_linear", hidden, 2 * shared, layers))
+    found.append(LinearShape("output_linear", shared, hidden, layers))
+    if experts:
+        found.append(LinearShape("layer", hidden, experts, layers))
+    return tuple(s for s in found if s.count)
 
 
 def _attention_matmul(twin: ParameterCounts) -> int:
@@ -236,6 +255,11 @@ def predict_hybrid(
     active, layer = hybrid_layer(config, dims, configuration, behaviour, adapted)
     found = predict_peak(counts, active, configuration, bound, behaviour, adapted, layer=layer)
     notes = [*found.notes, HYBRID_NOTE]
+    if outside := [name for name in adapted if name not in ATTENTION_LINEARS]:
+        notes.append(
+            f"LoRA on {', '.join(outside)}: their adapters' activations counted as an attention "
+            "layer's adapter would be, in every layer (not checked against a trace)"
+        )
     if mamba_layers(language_config(config)) is not None:
         version = configuration.fms_hf_tuning_version
         notes.append(scan_note(scan_path(version), version))
