@@ -4,21 +4,21 @@ weight on the peak, the layers LoRA's gradients reach, and the formula against a
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
 from ado_actuators.sfttrainer.catalog.model_shapes import shipped_shape
 from ado_actuators.sfttrainer.plan.memory.hybrid import (
-    hybrid_counts,
     hybrid_layer,
     predict_hybrid,
-    twin_config,
     twin_dimensions,
 )
 from ado_actuators.sfttrainer.plan.memory.mamba import mixer_backward, mixer_saved
 from ado_actuators.sfttrainer.plan.memory.peak import ReleaseBehaviour
 from ado_actuators.sfttrainer.plan.memory.verdict import behaviour_of, judge
 from ado_actuators.sfttrainer.plan.model.architecture import count_parameters
+from ado_actuators.sfttrainer.plan.model.hybrid import hybrid_counts, meta_fields, twin_config
 from ado_actuators.sfttrainer.plan.model.mamba import MambaLayers
 from ado_actuators.sfttrainer.plan.model.training import (
     Batch,
@@ -66,6 +66,24 @@ def test_the_linear_layers_are_transformers_own():
         mine = {(s.name, s.inputs, s.outputs, s.count) for s in counts.linears}
         built = {shape for shape in meta_counts(config).linears if shape[0] != "lm_head"}
         assert mine == built, name
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["granite-4.0-h-tiny", "granite-4.0-h-small", "granite-4.0-h-1b", "granite-4.0-350m"],
+)
+def test_the_step_times_counts_are_what_transformers_builds_on_the_meta_device(name):
+    """plan/model/meta_shape.meta_counts answers a hybrid from config.json, with no transformers:
+    every field equal to the model transformers builds."""
+    pytest.importorskip("transformers")
+    from ado_actuators.sfttrainer.plan.model.meta_shape import _counts
+
+    config = config_of(name)
+    built = dataclasses.asdict(_counts(json.dumps(config, sort_keys=True)))
+    mine = meta_fields(config)
+    for field in ("linears", "linear_names"):
+        assert set(mine.pop(field)) == set(built.pop(field)), field
+    assert mine == built
 
 
 def configuration(

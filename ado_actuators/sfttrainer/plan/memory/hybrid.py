@@ -33,11 +33,9 @@ from ado_actuators.sfttrainer.plan.memory.peak import (
     layer_bytes,
     predict_peak,
 )
-from ado_actuators.sfttrainer.plan.model.architecture import (
-    LinearShape,
-    ParameterCounts,
-    count_parameters,
-)
+from ado_actuators.sfttrainer.plan.model.architecture import ParameterCounts
+from ado_actuators.sfttrainer.plan.model.hybrid import ATTENTION_LINEARS, counted, twin_config
+from ado_actuators.sfttrainer.plan.model.hybrid import is_hybrid as is_hybrid
 from ado_actuators.sfttrainer.plan.model.mamba import (
     MambaLayers,
     layer_kinds,
@@ -45,109 +43,8 @@ from ado_actuators.sfttrainer.plan.model.mamba import (
     scan_note,
     scan_path,
 )
-from ado_actuators.sfttrainer.plan.model.shape import ModelShape, language_config
+from ado_actuators.sfttrainer.plan.model.shape import language_config
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
-
-HYBRID_TYPES = ("granitemoehybrid",)
-"""The model types predicted here (Bamba's layers differ: still traced)."""
-TWIN_KEYS = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "tie_word_embeddings",
-    "attention_bias",
-)
-
-
-def is_hybrid(config: dict[str, Any]) -> bool:
-    return language_config(config).get("model_type") in HYBRID_TYPES
-
-
-def twin_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The attention-only config.json whose layers are the hybrid's attention layers:
-    granitemoeshared with experts, granite (a dense MLP of the shared MLP's width) without."""
-    text = language_config(config)
-    twin = {key: text[key] for key in TWIN_KEYS if key in text}
-    shared = int(text.get("shared_intermediate_size") or 0)
-    if int(text.get("num_local_experts") or 0) > 0:
-        twin |= {
-            "model_type": "granitemoeshared",
-            "intermediate_size": text.get("intermediate_size"),
-            "shared_intermediate_size": shared,
-            "num_local_experts": text["num_local_experts"],
-            "num_experts_per_tok": text.get("num_experts_per_tok"),
-        }
-    else:
-        twin |= {"model_type": "granite", "intermediate_size": shared}
-    return twin
-
-
-def mixer_parameters(layer: MambaLayers, config: dict[str, Any]) -> tuple[int, int]:
-    """A Mamba mixer's parameters (in_proj, the depthwise convolution, dt_bias, A_log, D, the
-    gated norm, out_proj) and, of them, its matmul weights (in_proj's and out_proj's)."""
-    proj_bias = bool(config.get("mamba_proj_bias", False))
-    conv_bias = bool(config.get("mamba_conv_bias", True))
-    matmul = layer.hidden * layer.projected + layer.inner * layer.hidden
-    biases = (layer.projected + layer.hidden) * proj_bias + layer.conv_dim * conv_bias
-    rest = layer.conv_dim * layer.conv_kernel + 3 * layer.heads + layer.inner
-    return matmul + biases + rest, matmul
-
-
-def hybrid_counts(config: dict[str, Any], twin: ParameterCounts) -> ParameterCounts:
-    """The twin's counts with each Mamba layer's attention replaced by its mixer, and the
-    hybrid's own linear layers (`hybrid_linears`)."""
-    text = language_config(config)
-    layer = mamba_layers(text)
-    found = dataclasses.replace(
-        twin, model_type=str(text.get("model_type")), linears=hybrid_linears(text, twin, layer)
-    )
-    if layer is None:
-        return found
-    total_layers = int(text["num_hidden_layers"])
-    per_attention = twin.attention // total_layers
-    params, matmul = mixer_parameters(layer, text)
-    return dataclasses.replace(
-        found,
-        attention=(total_layers - layer.layers) * per_attention + layer.layers * params,
-        quantizable=twin.quantizable + layer.layers * (matmul - _attention_matmul(twin)),
-    )
-
-
-ATTENTION_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj")
-
-
-def hybrid_linears(
-    text: dict[str, Any], twin: ParameterCounts, layer: MambaLayers | None
-) -> tuple[LinearShape, ...]:
-    """The hybrid's nn.Linear layers by the names LoRA's targets match: q, k, v and o in the
-    attention layers, in_proj and out_proj in the Mamba layers, and in every layer the shared
-    MLP's input_linear and output_linear and, with experts, the router's `layer` (the experts
-    themselves are stacked tensors, no nn.Linear)."""
-    layers = int(text["num_hidden_layers"])
-    mamba = layer.layers if layer else 0
-    hidden, shared = twin.hidden_size, int(text.get("shared_intermediate_size") or 0)
-    experts = int(text.get("num_local_experts") or 0)
-    found = [
-        dataclasses.replace(s, count=layers - mamba)
-        for s in twin.linears
-        if s.name in ATTENTION_LINEARS
-    ]
-    if layer is not None:
-        found.append(LinearShape("in_proj", hidden, layer.projected, mamba))
-        found.append(LinearShape("out_proj", layer.inner, hidden, mamba))
-    found.append(LinearShape("input_linear", hidden, 2 * shared, layers))
-    found.append(LinearShape("output_linear", shared, hidden, layers))
-    if experts:
-        found.append(LinearShape("layer", hidden, experts, layers))
-    return tuple(s for s in found if s.count)
-
-
-def _attention_matmul(twin: ParameterCounts) -> int:
-    """One attention layer's q, k, v and o weights."""
-    return sum(s.inputs * s.outputs for s in twin.linears if s.name in ATTENTION_LINEARS)
 
 
 def twin_dimensions(config: dict[str, Any]) -> Dimensions:
@@ -248,7 +145,7 @@ def predict_hybrid(
     `behaviour`: the releases' for the twin's model type (the same loss and checkpointing
     code). KeyError or UnsupportedArchitecture where config.json lacks a shape."""
     config = configuration.config or {}
-    counts = hybrid_counts(config, count_parameters(ModelShape.of(twin_config(config))))
+    counts = counted(config)
     dims = twin_dimensions(config)
     bound = memory_bound(counts, configuration)
     adapted = configuration.tuning.adapted_modules

@@ -17,7 +17,11 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from ado_actuators.sfttrainer.plan.model.shape import ModelShape, language_config
+from ado_actuators.sfttrainer.plan.model.shape import (
+    ModelShape,
+    UnsupportedArchitecture,
+    language_config,
+)
 
 ATTENTION_WORDS = ("attn", "attention")
 
@@ -142,5 +146,14 @@ def _counts(config_json: str) -> MetaCounts:
 
 
 def meta_counts(config: dict[str, Any]) -> MetaCounts:
-    """Raises MetaCountUnavailable where transformers (or torch) cannot build the model."""
+    """Raises MetaCountUnavailable where transformers (or torch) cannot build the model. A
+    Granite 4.0 model is counted from config.json alone (plan/model/hybrid.py, equal to what
+    transformers builds): a space of them previews without importing either."""
+    from ado_actuators.sfttrainer.plan.model import hybrid
+
+    if hybrid.is_hybrid(config):
+        try:
+            return MetaCounts(**hybrid.meta_fields(config))
+        except (KeyError, TypeError, ValueError, UnsupportedArchitecture) as error:
+            raise MetaCountUnavailable(f"config.json cannot be counted: {error}") from None
     return _counts(json.dumps(config, sort_keys=True))
