@@ -80,6 +80,7 @@ def _rows(runs: list[Config], device: str) -> dict[str, Row]:
             c.group,
             subgroup_of(c),
             c.attention_share,
+            c.parts,
         )
         for c in runs
         if not c.oom
@@ -92,7 +93,7 @@ def levels(prior: Prior) -> str:
 
 def _scored(row: Row, calibration: object) -> Scored:
     interval = calibration.interval(  # type: ignore[attr-defined]
-        row.predicted, 0.95, row.method, row.group, row.subgroup, row.attention_share
+        row.predicted, 0.95, row.method, row.group, row.subgroup, row.attention_share, row.parts
     )
     return (
         interval.central / row.measured - 1,
@@ -106,7 +107,7 @@ def score(rows: dict[str, Row], device: str, prior: Prior, k: int) -> list[Score
     """Each row past the first k the sampler measures, scored."""
     order = measuring_order(
         [
-            (key, r.predicted, r.method, r.group, r.subgroup, r.attention_share)
+            (key, r.predicted, r.method, r.group, r.subgroup, r.attention_share, r.parts)
             for key, r in rows.items()
         ],
         lambda done: calibrate(device, [rows[i] for i in done], prior),

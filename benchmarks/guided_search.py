@@ -57,7 +57,7 @@ from throughput_prediction import (
 )
 
 from ado_actuators.sfttrainer.plan.speed.prediction import device_of
-from ado_actuators.sfttrainer.plan.speed.step_time import Fitted, step_time
+from ado_actuators.sfttrainer.plan.speed.step_time import Fitted, StepParts, step_time
 from ado_actuators.sfttrainer.space.bill import start_seconds, training_time
 from ado_actuators.sfttrainer.space.calibration import (
     REFERENCE_DEVICE,
@@ -90,6 +90,7 @@ class Config:
     predicted: float  # whole run, tokens/s
     cost: float  # GPU-hours to measure it
     attention_share: float = 0.0  # of the predicted step, in the attention kernel
+    parts: StepParts | None = None  # the predicted step's compute and collectives
 
     @property
     def speed(self) -> float:
@@ -114,12 +115,17 @@ def attention_share(o: Observed, fitted: Fitted) -> float:
     return step_time(o.shape, o.configuration, o.device, fitted).attention_share
 
 
+def step_parts(o: Observed, fitted: Fitted) -> StepParts:
+    """The predicted step split into compute and the collectives within the node."""
+    return step_time(o.shape, o.configuration, o.device, fitted).step_parts
+
+
 def _config(index: int, row: dict[str, str], o: Observed, fitted: Fitted) -> Config:
     oom = not row["train_tokens_per_second"].strip()
     guess = predicted(o, fitted) * o.configuration.parallelism.gpus
     group = " ".join((row.get("table", "l40"), o.model, o.framework, o.configuration.tuning.method))
-    share = attention_share(o, fitted)
-    return Config(f"{index}", group, o, oom, guess, _cost(o, oom, guess), share)
+    share, parts = attention_share(o, fitted), step_parts(o, fitted)
+    return Config(f"{index}", group, o, oom, guess, _cost(o, oom, guess), share, parts)
 
 
 def a100_spaces() -> dict[str, list[Config]]:
@@ -303,8 +309,8 @@ def foundry_spaces() -> dict[str, list[Config]]:
     for i, o in enumerate(load_foundry()):
         guess = predicted(o, FITTED) * o.configuration.parallelism.gpus
         group = f"{o.device.name} {o.model} {o.framework}"
-        share = attention_share(o, FITTED)
-        config = Config(f"{i}", group, o, False, guess, _cost(o, False, guess), share)
+        share, parts = attention_share(o, FITTED), step_parts(o, FITTED)
+        config = Config(f"{i}", group, o, False, guess, _cost(o, False, guess), share, parts)
         spaces.setdefault(f"llm-foundry {o.device.name}", []).append(config)
     return spaces
 
@@ -320,6 +326,7 @@ def _candidates(space: list[Config], device: str) -> list[Candidate]:
             method=c.observed.configuration.tuning.method,
             subgroup=subgroup_of(c),
             attention_share=c.attention_share,
+            parts=c.parts,
         )
         for c in space
     ]

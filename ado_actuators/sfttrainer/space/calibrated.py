@@ -76,7 +76,8 @@ def measured_rows(
 ) -> list[Row]:
     """The valid measured rows as the calibration reads them: device, the speed model's
     prediction (stored, or predicted again from the row's `fields`), the measured figure, and
-    the attention's share of the step (previewed from the row's `fields`: not stored)."""
+    the attention's share of the step and its split into compute and collectives (previewed
+    from the row's `fields`: not stored)."""
     found = []
     for values in given:
         measured = _number(values.get(THROUGHPUT_PER_GPU))
@@ -90,7 +91,18 @@ def measured_rows(
             mine = {k: values[k] for k in fields if k in values}
             group, subgroup = groups_of(experiment, mine)
             device, share = device_of(values), previewed.attention_share or 0.0
-            found.append(Row(device, predicted, measured, experiment, group, subgroup, share))
+            found.append(
+                Row(
+                    device,
+                    predicted,
+                    measured,
+                    experiment,
+                    group,
+                    subgroup,
+                    share,
+                    previewed.step_parts,
+                )
+            )
     return found
 
 
@@ -112,7 +124,13 @@ def calibrated(
             None
             if prior is None
             else calibrations[device].interval(
-                prior, coverage, row.experiment, group, subgroup, row.attention_share or 0.0
+                prior,
+                coverage,
+                row.experiment,
+                group,
+                subgroup,
+                row.attention_share or 0.0,
+                row.step_parts,
             )
         )
         found.append(CalibratedRow(row, device, interval, calibrations[device].rows))

@@ -16,6 +16,19 @@ alike at one GPU count and length). So a level with one row moves part of the wa
 one with many rows follows them (Gaussian priors on Gaussian means), and a group's first
 measured row tells how far the model is off for the rest of the group.
 
+The link apart from the compute: the speed model splits each step into compute and the
+collectives within the node (plan/speed/parts.py's StepParts: their traffic at the table's bus
+bandwidth, the compute that hides them). On a device priced from its datasheet the factors
+above scale the compute, and one more, the link's (`Prior.link_sd`, by the link's kind),
+scales the traffic alone; the part the compute does not hide follows both. A row at one GPU
+has no collectives: it tells the compute; a row at more tells the link by what the compute
+leaves unexplained, and the link then moves every other GPU count as much as its collectives
+weigh there. The rows' gain is nonlinear in the link (a slower link exposes traffic the compute
+hid), so the factors are fitted by Gauss-Newton, their intervals by the delta method. Without
+rows at more than one GPU the link keeps its prior (the multi-GPU rows' intervals wider by it);
+on the fitted device, whose GPU counts' errors its subgroups' spreads were fitted on, there is
+no link factor and the factors scale the whole step, as before.
+
 The noise is how far one configuration strays from its subgroup's factor. How far the device's
 rows stray, against what the prior says, comes from the rows themselves, each predicted with
 the factors fitted on the others (leave one out), pooled with the prior's word counted as
@@ -43,7 +56,8 @@ from statistics import NormalDist
 import numpy as np
 import numpy.typing as npt
 
-from ado_actuators.sfttrainer.plan.speed.devices import REFERENCE_NAME
+from ado_actuators.sfttrainer.plan.speed.devices import REFERENCE_NAME, device_named
+from ado_actuators.sfttrainer.plan.speed.parts import StepParts
 from ado_actuators.sfttrainer.space.groups import CPU
 from ado_actuators.sfttrainer.stats.interval import COVERAGE, Interval, t_quantile
 
@@ -72,6 +86,10 @@ class Prior:
     attention_sd: float = 0.0
     """The spread of the log rate of the attention kernel the device's runs use, against the
     one the speed model priced: a factor on the attention's share of each step (0: none)."""
+    link_sd: float = 0.0
+    """The spread of the log of the time the collectives within a node take, against what the
+    device table's bus bandwidth prices: a factor on the step's traffic alone, the compute
+    they overlap kept at the compute's factor (0: none; the link errs with the rest)."""
 
 
 GROUP_SD = 0.058
@@ -124,6 +142,19 @@ flash-attention 2 325 and flash-attention 3 566 TFLOP/s (FlashAttention-3 paper,
 and 6, as metrics/gpu_peaks.yaml holds them). 0.36 puts the farther of them at 1.96 spreads.
 A framework's kernel (llm-foundry's ALiBi attention, another release's SDPA, FA3) moves a
 run's speed by its attention share of the step: long sequences most, short ones barely."""
+LINK_SD_PCIE = 0.38
+"""How far a PCIe node's collectives may run from the bus bandwidth the device table gives them
+(log of their time over the priced one's). The table's own sources span it: on eight PCIe
+A100s NCCL's all_reduce reached 8 GB/s of bus bandwidth without peer-to-peer and 21 GB/s with
+it (NVIDIA/nccl issue 841), about 10 GB/s a GPU staged through host memory (nccl-tests issue
+74), against the 10 GB/s the table prices a Gen4 node at: 0.38 puts 21 GB/s at 1.96 spreads.
+Whether a node has peer-to-peer, a PCIe switch or a busy root complex is what the first
+multi-GPU rows tell; no throughput table fitted it."""
+LINK_SD_NVLINK = 0.11
+"""The same for an NVLink node: NCCL's effective bus bandwidth on H100 NVLink, about 370 GB/s
+(nccl-tests issue 212), against the 300 GB/s the NVLink rule prices: 0.11 puts it at 1.96
+spreads. The fitted device has none: its GPU counts' errors are its subgroups' spreads, fitted
+on its own rows."""
 DATASHEET_DEVICE = Prior(
     shift_sd=0.35,
     spread=OFF_SOURCE_WITHIN,
@@ -141,7 +172,9 @@ FRAMEWORK_SHIFT_SD = 0.074
 """How far another framework's runs on the fitted device stray as a whole (log scale): the
 root mean square of each public source's mean log error on the A100 (fsdp_blog, torchtitan,
 xtuner, llm-foundry; benchmarks/guided_search.py's framework_shift_sd)."""
-OTHER_FRAMEWORK = dataclasses.replace(DATASHEET_DEVICE, shift_sd=FRAMEWORK_SHIFT_SD, method_sd=0.1)
+OTHER_FRAMEWORK = dataclasses.replace(
+    DATASHEET_DEVICE, shift_sd=FRAMEWORK_SHIFT_SD, method_sd=0.1, link_sd=LINK_SD_NVLINK
+)
 """The fitted device trained by another framework than the one the constants were fitted on:
 its factor near 0 give or take FRAMEWORK_SHIFT_SD, its groups and rows as off the source."""
 UNPRICED_DEVICE = Prior(shift_sd=4.0, spread=1.0, method_sd=0.3, known_spreads=True)
@@ -162,7 +195,17 @@ def prior_for(device: str, fitted_framework: bool = True) -> Prior:
         return FITTED_DEVICE if fitted_framework else OTHER_FRAMEWORK
     if device == CPU or not device:
         return UNPRICED_DEVICE
-    return DATASHEET_DEVICE
+    return dataclasses.replace(DATASHEET_DEVICE, link_sd=link_sd_of(device))
+
+
+def link_sd_of(device: str) -> float:
+    """The spread of the device's link factor by its link's kind (LINK_SD_PCIE, LINK_SD_NVLINK);
+    a device the table lacks, the wider."""
+    try:
+        kind = device_named(device).link_kind
+    except KeyError:
+        return LINK_SD_PCIE
+    return LINK_SD_NVLINK if kind == "nvlink" else LINK_SD_PCIE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,6 +220,7 @@ class Row:
     group: str = ""
     subgroup: str = ""  # the group's configurations at one GPU count
     attention_share: float = 0.0  # of its predicted step time, in the attention kernel
+    parts: StepParts | None = None  # its predicted step's compute and collectives
 
     @property
     def log_ratio(self) -> float:
@@ -201,7 +245,14 @@ class Calibration:
     subgroups: tuple[str, ...] = ()
     subgroup_sd: float = 0.0
     freedom: float = math.inf
-    attention_sd: float = 0.0  # above 0: the last factor is the attention kernel's
+    attention_sd: float = 0.0  # above 0: the last factor (but the link's) is the attention's
+    link_sd: float = 0.0  # above 0: the last factor is the link's (log of its time's factor)
+
+    @property
+    def link_factor(self) -> float:
+        """The bus bandwidth the device's collectives within a node reach over the one the
+        device table prices (1: no rows told it otherwise, or no link factor)."""
+        return math.exp(-self.mean[-1]) if self.link_sd > 0 else 1.0
 
     def _quadratic(self, weights: dict[int, float]) -> float:
         return sum(
@@ -211,13 +262,21 @@ class Calibration:
         )
 
     def _shift(
-        self, method: str, group: str = "", subgroup: str = "", share: float = 0.0
+        self,
+        method: str,
+        group: str = "",
+        subgroup: str = "",
+        share: float = 0.0,
+        parts: StepParts | None = None,
     ) -> tuple[float, float, float]:
         """The log factor of a configuration of `method`, answer group `group` and subgroup
         `subgroup` on this device, whose predicted step spends `share` of its time in the
-        attention kernel, and its variance in two parts: the device's, the method's and the
-        attention kernel's factors', then the rest (the group's and subgroup's factors' and
-        one row's spread, which the rows scale). A level without rows adds its prior spread."""
+        attention kernel and splits as `parts` says, and its variance in two parts: the
+        device's, the method's, the attention kernel's and the link's factors', then the rest
+        (the group's and subgroup's factors' and one row's spread, which the rows scale). A
+        level without rows adds its prior spread. With a link factor the compute's factors
+        scale the compute and the link's the traffic (`log_gain`), their variance by the
+        delta method."""
         index, unseen, offset = [0], [0.0, 0.0], 1
         levels = (
             (self.methods, method, self.method_sd, True),
@@ -230,19 +289,29 @@ class Calibration:
             else:
                 unseen[min(level, 1)] += sd**2
             offset += len(names)
+        last = len(self.mean) - 1 - (self.link_sd > 0)
         device = {i: 1.0 for i in index if i <= len(self.methods)}
         if self.attention_sd > 0 and share:
-            device[len(self.mean) - 1] = share
+            device[last] = share
         weights = dict.fromkeys(index, 1.0) | device
         mean = sum(self.mean[i] * w for i, w in weights.items())
+        if self.link_sd > 0:
+            mean, by_compute, by_link = log_gain(parts, mean, self.mean[-1])
+            device = {i: w * by_compute for i, w in device.items()} | {last + 1: by_link}
+            weights = {i: w * by_compute for i, w in weights.items()} | device
         known = self._quadratic(device)
         carried = max(self._quadratic(weights) - known, 0.0) + unseen[1] + self.spread**2
         return mean, known + unseen[0], carried
 
     def factor(
-        self, method: str = "", group: str = "", subgroup: str = "", attention_share: float = 0.0
+        self,
+        method: str = "",
+        group: str = "",
+        subgroup: str = "",
+        attention_share: float = 0.0,
+        parts: StepParts | None = None,
     ) -> float:
-        return math.exp(self._shift(method, group, subgroup, attention_share)[0])
+        return math.exp(self._shift(method, group, subgroup, attention_share, parts)[0])
 
     def interval(
         self,
@@ -252,14 +321,16 @@ class Calibration:
         group: str = "",
         subgroup: str = "",
         attention_share: float = 0.0,
+        parts: StepParts | None = None,
     ) -> Interval:
         """The calibrated prediction of a configuration of `method`, answer group `group` and
         subgroup `subgroup` that the speed model predicts at `predicted`, `attention_share` of
-        its step in the attention kernel, and its interval: the device's, method's and
-        attention kernel's part normal, the rest Student's t at `freedom` (normal where the
-        spreads are known), their half-widths added in quadrature."""
+        its step in the attention kernel, its step split as `parts` (None: no collectives
+        within a node), and its interval: the device's, method's, attention kernel's and
+        link's part normal, the rest Student's t at `freedom` (normal where the spreads are
+        known), their half-widths added in quadrature."""
         p = 0.5 + coverage / 2
-        shift, known, carried = self._shift(method, group, subgroup, attention_share)
+        shift, known, carried = self._shift(method, group, subgroup, attention_share, parts)
         z, t = NormalDist().inv_cdf(p), t_quantile(p, self.freedom)
         half = math.sqrt(z**2 * known + t**2 * carried)
         central = predicted * math.exp(shift)
@@ -274,6 +345,7 @@ class _Levels:
     groups: list[str]
     subgroups: list[str]
     attention: bool = False
+    link: bool = False
 
     @classmethod
     def of(cls, rows: Sequence[Row], prior: Prior) -> _Levels:
@@ -285,6 +357,7 @@ class _Levels:
             named((r.group for r in rows), prior.group_sd),
             named((r.subgroup for r in rows), prior.subgroup_sd),
             prior.attention_sd > 0,
+            prior.link_sd > 0,
         )
 
     def columns(self, rows: Sequence[Row]) -> Array:
@@ -324,6 +397,7 @@ class _Levels:
             + [prior.group_sd] * len(self.groups)
             + [prior.subgroup_sd] * len(self.subgroups)
             + [prior.attention_sd] * self.attention
+            + [prior.link_sd] * self.link
         )
 
 
@@ -339,14 +413,64 @@ class _Fit:
     y: Array
 
 
+def log_gain(parts: StepParts | None, compute: float, link: float) -> tuple[float, float, float]:
+    """The log of measured over predicted throughput of a step split as `parts` (shares of its
+    seconds) were its compute's log rate `compute` above the priced one and its collectives'
+    log time `link` above theirs; and its derivatives in `compute` and `link`. Without
+    collectives within the node it is `compute`."""
+    if parts is None or parts.link is None or parts.seconds <= 0:
+        return compute, 1.0, 0.0
+    shares = parts.shares()
+
+    def gain(c: float, ell: float) -> float:
+        return -math.log(shares.seconds_at(math.exp(-c), math.exp(ell)))
+
+    h = 1e-6
+    return (
+        gain(compute, link),
+        (gain(compute + h, link) - gain(compute - h, link)) / (2 * h),
+        (gain(compute, link + h) - gain(compute, link - h)) / (2 * h),
+    )
+
+
+LINK_ITERATIONS = 30
+"""Gauss-Newton steps at most for a fit with a link factor (each row's gain is nonlinear in
+it); they converge in a few."""
+
+
+def _linearised(rows: Sequence[Row], x: Array, theta: Array, link: bool) -> tuple[Array, Array]:
+    """Each row's log gain linearised about the factors `theta`: its Jacobian, and the
+    gain less the Jacobian times `theta`. Without a link factor the gain is linear: x."""
+    if not link:
+        return x, np.zeros(len(rows))
+    width = x.shape[1]
+    compute = x @ theta[:width]
+    jacobian, gains = np.zeros((len(rows), width + 1)), np.zeros(len(rows))
+    for i, row in enumerate(rows):
+        gains[i], by_compute, by_link = log_gain(row.parts, float(compute[i]), float(theta[width]))
+        jacobian[i, :width] = x[i] * by_compute
+        jacobian[i, width] = by_link
+    return jacobian, gains - jacobian @ theta
+
+
 def _posterior(rows: Sequence[Row], levels: _Levels, prior: Prior) -> _Fit:
-    """The factors' posterior mean and covariance (a Gaussian prior, Gaussian rows)."""
+    """The factors' posterior mean and covariance (a Gaussian prior, Gaussian rows): exact
+    without a link factor; with one, Gauss-Newton on the rows' gains (`log_gain`), the
+    covariance the last linearisation's."""
     x = levels.columns(rows)
     y = np.array([r.log_ratio for r in rows])
     weights = 1.0 / (prior.spread**2 + levels.unshared(rows, prior))
-    precision = np.diag(levels.prior_sds(prior) ** -2.0) + (x.T * weights) @ x
-    covariance = np.linalg.inv(precision)
-    return _Fit(covariance @ (x.T @ (weights * y)), covariance, x, weights, y)
+    prior_precision = np.diag(levels.prior_sds(prior) ** -2.0)
+    theta = np.zeros(len(prior_precision))
+    for _ in range(LINK_ITERATIONS if levels.link else 1):
+        jacobian, offset = _linearised(rows, x, theta, levels.link)
+        target = y - offset
+        covariance = np.linalg.inv(prior_precision + (jacobian.T * weights) @ jacobian)
+        found = covariance @ (jacobian.T @ (weights * target))
+        moved, theta = float(np.max(np.abs(found - theta), initial=0.0)), found
+        if moved < 1e-9:
+            break
+    return _Fit(theta, covariance, jacobian, weights, target)
 
 
 def _left_out_scale(rows: Sequence[Row], levels: _Levels, prior: Prior) -> float:
@@ -400,6 +524,7 @@ def calibrate(device: str, rows: Iterable[Row], prior: Prior | None = None) -> C
         prior.subgroup_sd,
         math.inf if prior.known_spreads else prior.weight + len(kept),
         prior.attention_sd,
+        prior.link_sd,
     )
 
 

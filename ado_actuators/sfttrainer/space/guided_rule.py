@@ -21,6 +21,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from statistics import NormalDist
 from typing import TypeVar
 
+from ado_actuators.sfttrainer.plan.speed.parts import StepParts
 from ado_actuators.sfttrainer.space.calibration import (
     Calibration,
     Prior,
@@ -48,6 +49,7 @@ class Candidate:
     method: str = ""
     subgroup: str = ""  # its group's configurations at its GPU count and sequence length
     attention_share: float = 0.0  # of its predicted step, in the attention kernel
+    parts: StepParts | None = None  # its predicted step's compute and collectives
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +121,7 @@ def calibrations(
                 c.group,
                 c.subgroup,
                 c.attention_share,
+                c.parts,
             )
             rows[c.device].append(row)
     given = priors or {}
@@ -138,6 +141,7 @@ def interval_of(
         candidate.group,
         candidate.subgroup,
         candidate.attention_share,
+        candidate.parts,
     )
 
 
@@ -274,12 +278,12 @@ def decide(
 
 
 def measuring_order(
-    candidates: Sequence[tuple[K, float, str, str, str, float]],
+    candidates: Sequence[tuple[K, float, str, str, str, float, StepParts | None]],
     calibration_of: Callable[[list[K]], Calibration],
     count: int,
 ) -> list[K]:
     """The first `count` keys a walk of one device's candidates (key, predicted, method,
-    group, subgroup, attention share) measures: the highest upper bound first, the device
+    group, subgroup, attention share, step parts) measures: the highest upper bound first, the device
     recalibrated after each."""
     done: list[K] = []
     for _ in range(min(count, len(candidates))):

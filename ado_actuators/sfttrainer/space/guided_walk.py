@@ -77,6 +77,7 @@ def candidates(points: Sequence[Point], settings: MeasurementSettings) -> list[C
                 method=experiment,
                 subgroup=subgroup_of(group, point),
                 attention_share=row.attention_share or 0.0,
+                parts=row.step_parts,
             )
         )
     return found

@@ -27,6 +27,7 @@ from ado_actuators.sfttrainer.contract.units import GIB
 from ado_actuators.sfttrainer.engine.measurement import Resolved, resolve
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
 from ado_actuators.sfttrainer.plan.memory.verdict import MemoryAssessment, assess, fewest_gpus
+from ado_actuators.sfttrainer.plan.speed.parts import StepParts
 from ado_actuators.sfttrainer.plan.speed.prediction import SpeedPrediction, predict_speed
 from ado_actuators.sfttrainer.space.bill import TrainingTime, start_seconds, training_time
 
@@ -59,6 +60,7 @@ class PreviewRow:
     tokens_per_second_per_gpu: float | None = None
     step_seconds: float | None = None
     attention_share: float | None = None  # of the predicted step, in the attention kernel
+    step_parts: StepParts | None = None  # the predicted step's compute and collectives
     speed_notes: tuple[str, ...] = ()
     training_seconds: float | None = None
     training_how: str = ""
@@ -196,6 +198,7 @@ def _priced(
         tokens_per_second_per_gpu=speed.tokens_per_second_per_gpu,
         step_seconds=step,
         attention_share=speed.attention_share,
+        step_parts=speed.step_parts,
         speed_notes=speed.notes or ((speed.skipped,) if speed.skipped else ()),
         training_seconds=bill.seconds,
         training_how=bill.how,

@@ -40,6 +40,7 @@ from ado_actuators.sfttrainer.plan.speed.step_time import (
     REFERENCE,
     Device,
     ModelShape,
+    StepParts,
     StepTime,
     gpus,
     nodes,
@@ -251,6 +252,12 @@ class SpeedPrediction:
     @property
     def attention_share(self) -> float | None:
         return self.step.attention_share if self.step else None
+
+    @property
+    def step_parts(self) -> StepParts | None:
+        """The step split into compute and the collectives within the node (a calibration
+        corrects each apart: space/calibration.py)."""
+        return self.step.step_parts if self.step else None
 
     def metadata(self) -> dict[str, Any]:
         if self.step is None:

@@ -72,6 +72,7 @@ from ado_actuators.sfttrainer.plan.speed.devices import (
 )
 from ado_actuators.sfttrainer.plan.speed.experts import Experts, expert_seconds, experts_train
 from ado_actuators.sfttrainer.plan.speed.mamba import mamba_parts
+from ado_actuators.sfttrainer.plan.speed.parts import LinkTraffic, StepParts, exposed
 
 __all__ = [
     "ATTENTION_KERNELS",
@@ -83,9 +84,11 @@ __all__ = [
     "Device",
     "Fitted",
     "ModelShape",
+    "StepParts",
     "StepTime",
     "attention_kernel",
     "attention_seconds_per_token",
+    "exposed",
     "fused_attention",
     "gpus",
     "hardware_flops_per_token",
@@ -245,10 +248,18 @@ class StepTime:
     tokens_per_gpu: int
     device: str
     scaled_from: str | None  # the reference device, when the device is another one
+    link: LinkTraffic | None = None  # the collectives within one node (None: none)
 
     @property
     def seconds(self) -> float:
         return sum(self.parts.values())
+
+    @property
+    def step_parts(self) -> StepParts:
+        """The step split into compute and the collectives within the node (parts.py): what a
+        calibration corrects apart."""
+        comm = self.link.exposed_seconds() if self.link else 0.0
+        return StepParts(self.seconds - comm, self.link)
 
     @property
     def tokens_per_second_per_gpu(self) -> float:
@@ -423,12 +434,6 @@ def intra_node_bytes_per_second(device: Device, gpus_in_node: int) -> float:
     return device.interconnect_gbps * 1e9 * NCCL_LINK_SHARE
 
 
-def exposed(traffic: float, compute: float, units: int) -> float:
-    """Seconds of traffic the compute cannot hide when each unit's transfer overlaps the
-    previous unit's compute: all but what the compute covers, and at least the first unit's."""
-    return max(traffic - compute, traffic / max(1, units))
-
-
 def _stored_bytes(shape: ModelShape, configuration: TrainingConfiguration) -> float:
     return (shape.total_params - shape.quantized_params) * weight_bytes(configuration) + (
         shape.quantized_params * 0.5
@@ -441,15 +446,17 @@ def _fsdp(
     device: Device,
     fitted: Fitted,
     compute: float,
-) -> dict[str, float]:
+) -> tuple[dict[str, float], LinkTraffic]:
     """Per micro-batch: the strategy's collectives (`_fsdp_traffic`), overlapped with the
-    compute that runs beside them; and the units' host time."""
+    compute that runs beside them; and the units' host time. With them, the collectives'
+    traffic and the compute they overlap."""
     traffic, overlapped = _fsdp_traffic(shape, configuration, device)
     units = shape.layers * (1 + shape.adapters_per_layer)
+    link = LinkTraffic(traffic, compute * overlapped, shape.layers)
     return {
-        "communication": exposed(traffic, compute * overlapped, shape.layers),
+        "communication": link.exposed_seconds(),
         "fsdp_latency": fitted.fsdp_unit_latency_s * units,
-    }
+    }, link
 
 
 def _fsdp_traffic(
@@ -494,9 +501,12 @@ def step_time(
     compute = sum(v for k, v in per_micro.items() if k != "latency")
     n, backend = gpus(configuration), configuration.parallelism.backend
     sharded = n > 1 and backend == "FSDP"
+    link, m = None, micro_batches(configuration)
     if sharded:
-        per_micro |= _fsdp(shape, configuration, device, fitted, compute)
-    parts = {k: v * micro_batches(configuration) for k, v in per_micro.items()}
+        fsdp, per = _fsdp(shape, configuration, device, fitted, compute)
+        per_micro |= fsdp
+        link = LinkTraffic(per.traffic_seconds * m, per.overlap_seconds * m, per.units)
+    parts = {k: v * m for k, v in per_micro.items()}
     on_device = shape.trainable_params / (n if sharded else 1)
     parts["optimizer"] = update_bytes(configuration) * on_device / (device.memory_gbps * 1e9)
     if paged_out_bytes > 0:
@@ -506,10 +516,13 @@ def step_time(
         # one all-reduce of the gradients: 2 (n - 1) / n * S over busbw (nccl-tests)
         volume = 2 * (n - 1) / n * shape.trainable_params * weight_bytes(configuration)
         traffic = volume / link_bytes_per_second(configuration, device)
-        parts["communication"] = exposed(traffic, compute * BACKWARD_SHARE, shape.layers)
+        link = LinkTraffic(traffic, compute * BACKWARD_SHARE, shape.layers)
+        parts["communication"] = link.exposed_seconds()
     return StepTime(
         parts=parts,
-        tokens_per_gpu=tokens_per_micro_batch(configuration) * micro_batches(configuration),
+        tokens_per_gpu=tokens_per_micro_batch(configuration) * m,
         device=device.name,
         scaled_from=None if device.name == REFERENCE.name else REFERENCE.name,
+        # across nodes the collectives cross the network, not the node's link
+        link=link if nodes(configuration) == 1 else None,
     )

@@ -1,0 +1,70 @@
+"""A predicted step split into what the device computes and what crosses the node's own link,
+so that a calibration can correct each apart (space/calibration.py): the compute by a factor
+on every part but the collectives, the link by a factor on the collectives' traffic, the part
+of the traffic the compute hides recomputed at both (`exposed`).
+
+Pure arithmetic, no device table: plan/speed/step_time.py fills it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+def exposed(traffic: float, compute: float, units: int) -> float:
+    """Seconds of traffic the compute cannot hide when each unit's transfer overlaps the
+    previous unit's compute: all but what the compute covers, and at least the first unit's."""
+    return max(traffic - compute, traffic / max(1, units))
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkTraffic:
+    """A step's collectives within one node: their seconds at the bus bandwidth the device
+    table gives the link (`traffic_seconds`), the compute they run beside (`overlap_seconds`)
+    and the units they go in, one after another (`exposed`'s)."""
+
+    traffic_seconds: float
+    overlap_seconds: float
+    units: int
+
+    def exposed_seconds(self, compute: float = 1.0, link: float = 1.0) -> float:
+        """Seconds the collectives add to the step were the compute `compute` times and the
+        traffic `link` times what was priced."""
+        return exposed(self.traffic_seconds * link, self.overlap_seconds * compute, self.units)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepParts:
+    """One optimizer step's seconds in two: `compute_seconds`, every part but the collectives
+    within the node (matmuls, attention, memory-bound kernels, host time, the optimizer;
+    collectives across nodes too: the network is not the node's link), and the collectives
+    within the node the compute does not hide (`comm_seconds`, from `link`)."""
+
+    compute_seconds: float
+    link: LinkTraffic | None = None
+
+    @property
+    def comm_seconds(self) -> float:
+        return self.link.exposed_seconds() if self.link else 0.0
+
+    @property
+    def seconds(self) -> float:
+        return self.compute_seconds + self.comm_seconds
+
+    def seconds_at(self, compute: float = 1.0, link: float = 1.0) -> float:
+        """The step's seconds were its compute `compute` times and its link's traffic `link`
+        times what was priced."""
+        moved = self.link.exposed_seconds(compute, link) if self.link else 0.0
+        return self.compute_seconds * compute + moved
+
+    def shares(self) -> StepParts:
+        """The same split, every figure over the step's seconds (so `seconds` is 1)."""
+        total = self.seconds
+        if total <= 0:
+            return self
+        link = self.link
+        if link is not None:
+            link = LinkTraffic(
+                link.traffic_seconds / total, link.overlap_seconds / total, link.units
+            )
+        return StepParts(self.compute_seconds / total, link)

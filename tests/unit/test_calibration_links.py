@@ -1,0 +1,132 @@
+"""Calibration learns a device's link apart from its compute (space/calibration.py's link
+factor) from the step split plan/speed/step_time.py exposes (plan/speed/parts.py): rows at one
+GPU tell the compute, rows at more the link, and the link moves the other GPU counts' rows as
+much as their collectives weigh."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from ado_actuators.sfttrainer.plan.model.training import (
+    Batch,
+    Kernels,
+    Parallelism,
+    TrainingConfiguration,
+)
+from ado_actuators.sfttrainer.plan.speed.devices import device_named
+from ado_actuators.sfttrainer.plan.speed.parts import LinkTraffic, StepParts
+from ado_actuators.sfttrainer.plan.speed.step_time import ModelShape, step_time
+from ado_actuators.sfttrainer.space.calibration import (
+    LINK_SD_PCIE,
+    REFERENCE_DEVICE,
+    Row,
+    calibrate,
+    log_gain,
+    prior_for,
+)
+
+L40S = "L40S"
+# A Llama-2-7B-like model trained in full: 32 layers, 6.7 billion weights, all trainable.
+SEVEN_B = ModelShape(
+    layers=32,
+    attention_width=4096,
+    activated_width=4096 + 2 * 11008,
+    matmul_params=6_500_000_000,
+    total_params=6_700_000_000,
+    trainable_params=6_700_000_000,
+    hidden=4096,
+)
+PRICED = device_named(L40S)
+# the node's link three times slower than the table says, its compute 10 % slower
+TRUE = dataclasses.replace(
+    PRICED,
+    bus_gbps=PRICED.bus_gbps / 3,
+    host_gbps=PRICED.host_gbps / 3,
+    gemm_tflops=PRICED.gemm_tflops * 0.9,
+)
+
+
+def configuration(gpus: int, batch: int) -> TrainingConfiguration:
+    return TrainingConfiguration(
+        batch=Batch(per_device_batch=batch, sample_tokens=1024),
+        kernels=Kernels(flash_attention=True, attention="flash_attention_2"),
+        parallelism=Parallelism(gpus=gpus, backend="FSDP"),
+    )
+
+
+def row(gpus: int, batch: int) -> Row:
+    """A configuration as the table prices it, measured on the true device."""
+    priced = step_time(SEVEN_B, configuration(gpus, batch), PRICED)
+    true = step_time(SEVEN_B, configuration(gpus, batch), TRUE)
+    return Row(
+        L40S,
+        priced.tokens_per_second_per_gpu,
+        true.tokens_per_second_per_gpu,
+        "full",
+        parts=priced.step_parts,
+    )
+
+
+def test_the_step_splits_into_compute_and_the_collectives_within_the_node():
+    one = step_time(SEVEN_B, configuration(1, 2), PRICED)
+    assert one.step_parts.link is None and one.step_parts.comm_seconds == 0.0
+    assert one.step_parts.seconds == pytest.approx(one.seconds)
+    four = step_time(SEVEN_B, configuration(4, 2), PRICED)
+    assert four.step_parts.comm_seconds == pytest.approx(four.parts["communication"])
+    assert four.step_parts.seconds == pytest.approx(four.seconds)
+    # across nodes the collectives cross the network: the node's link factor leaves them
+    nodes = dataclasses.replace(configuration(8, 2), parallelism=Parallelism(gpus=8, nodes=2))
+    assert step_time(SEVEN_B, nodes, PRICED).step_parts.link is None
+
+
+def test_a_slower_link_exposes_more_of_the_traffic():
+    parts = StepParts(0.8, LinkTraffic(0.5, 0.6, 10))  # the compute hides all but a tenth
+    assert parts.seconds == pytest.approx(0.85)
+    assert parts.seconds_at(link=3.0) == pytest.approx(0.8 + 1.5 - 0.6)
+    gain, by_compute, by_link = log_gain(parts, 0.0, math.log(3.0))
+    assert gain == pytest.approx(-math.log((0.8 + 0.9) / 0.85))
+    assert by_link < 0 < by_compute
+    assert log_gain(None, 0.2, 1.0) == (0.2, 1.0, 0.0)
+
+
+def test_rows_at_one_and_two_gpus_move_four_and_eight_as_the_link_says():
+    measured = [row(1, 1), row(1, 4), row(2, 1), row(2, 4)]
+    found = calibrate(L40S, measured, prior_for(L40S))
+    assert found.link_factor == pytest.approx(1 / 3, rel=0.25)
+    for gpus in (4, 8):
+        for batch in (1, 2, 4):
+            target = row(gpus, batch)
+            interval = found.interval(target.predicted, 0.95, "full", parts=target.parts)
+            assert interval.central == pytest.approx(target.measured, rel=0.05)
+            assert interval.low <= target.measured <= interval.high
+            # uncalibrated, the slow link leaves these far too fast
+            assert target.predicted / target.measured > 1.3
+
+
+def test_without_the_link_factor_the_compute_factor_cannot_follow_the_gpu_count():
+    measured = [row(1, 1), row(1, 4), row(2, 1), row(2, 4)]
+    prior = dataclasses.replace(prior_for(L40S), link_sd=0.0)
+    found = calibrate(L40S, measured, prior)
+    target = row(8, 2)
+    central = found.interval(target.predicted, 0.95, "full", parts=target.parts).central
+    assert abs(central / target.measured - 1) > 0.15
+
+
+def test_with_rows_at_one_gpu_only_the_link_keeps_its_prior():
+    found = calibrate(L40S, [row(1, 1), row(1, 4)], prior_for(L40S))
+    assert found.link_factor == pytest.approx(1.0)
+    one, eight = row(1, 2), row(8, 2)
+    narrow = found.interval(one.predicted, 0.95, "full", parts=one.parts)
+    wide = found.interval(eight.predicted, 0.95, "full", parts=eight.parts)
+    assert wide.half_width / wide.central > narrow.half_width / narrow.central
+    assert prior_for(L40S).link_sd == LINK_SD_PCIE
+
+
+def test_the_fitted_device_keeps_today_s_calibration():
+    assert prior_for(REFERENCE_DEVICE).link_sd == 0.0
+    rows = [dataclasses.replace(row(g, 2), device=REFERENCE_DEVICE) for g in (1, 2)]
+    bare = [dataclasses.replace(r, parts=None) for r in rows]
+    assert calibrate(REFERENCE_DEVICE, rows).mean == calibrate(REFERENCE_DEVICE, bare).mean
