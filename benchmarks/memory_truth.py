@@ -114,9 +114,10 @@ class Case:
         fsdp = f" FSDPx{self.shards}" if self.shards > 1 else ""
         mixed = " bf16-mixed" if s.mixed_precision else ""
         dtype = "" if s.torch_dtype == "bfloat16" else f" {s.torch_dtype}"
+        scan = " torch-scan" if s.mamba_scan == "torch" else ""
         return (
             f"{self.name.split('/')[-1][:22]:22} {method[:16]:16} {ckpt[s.checkpointing]:10} "
-            f"{s.attention[:5]:5} b{s.batch} s{s.length}{fsdp}{mixed}{dtype}"
+            f"{s.attention[:5]:5} b{s.batch} s{s.length}{fsdp}{mixed}{dtype}{scan}"
         )
 
 
@@ -336,9 +337,9 @@ def behaviour_of(spec: StepSpec, model_type: str) -> ReleaseBehaviour:
     )
 
 
-FUSED_SCAN_VERSION = "3.1.0"
-"""An fms-hf-tuning version whose package list has mamba-ssm and causal-conv1d, and whose
-transformers is RELEASE: the trace runs a Mamba layer as the fused kernel allocates."""
+SCAN_VERSIONS = {"fused": "3.1.0", "torch": "3.2.2"}
+"""fms-hf-tuning versions whose transformers is RELEASE, by the Mamba scan path their package
+lists give (mamba-ssm and causal-conv1d listed, or not): the trace runs the step's."""
 
 
 def predicted(spec: StepSpec, shards: int = 1) -> PeakPrediction:
@@ -350,10 +351,13 @@ def predicted(spec: StepSpec, shards: int = 1) -> PeakPrediction:
     behaviour = behaviour_of(spec, model_type)
     if hybrid.is_hybrid(spec.config):
         twin = ModelShape.of(hybrid.twin_config(spec.config)).model_type
-        fused = dataclasses.replace(
-            training, config=spec.config, shape=None, fms_hf_tuning_version=FUSED_SCAN_VERSION
+        stated = dataclasses.replace(
+            training,
+            config=spec.config,
+            shape=None,
+            fms_hf_tuning_version=SCAN_VERSIONS[spec.mamba_scan],
         )
-        return hybrid.predict_hybrid(fused, behaviour_of(spec, twin)).prediction
+        return hybrid.predict_hybrid(stated, behaviour_of(spec, twin)).prediction
     if model_type in COUNTED:
         counts = count_parameters(spec.config)
         bound = memory_bound(counts, training)
@@ -525,7 +529,51 @@ def branch_cases() -> list[Case]:
             StepSpec(dict(LAYERED, intermediate_size=128, vocab_size=64), "lora", ("o_proj",)),
         ),
     ]
-    return [Case(name, dataclasses.replace(spec, batch=2, length=512)) for name, spec in cases]
+    found = [Case(name, dataclasses.replace(spec, batch=2, length=512)) for name, spec in cases]
+    return found + hybrid_scan_cases()
+
+
+SMALL_HYBRID = {
+    "model_type": "granitemoehybrid",
+    "vocab_size": 512,
+    "hidden_size": 256,
+    "num_hidden_layers": 4,
+    "layer_types": ["mamba", "attention", "mamba", "mamba"],
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "intermediate_size": 128,
+    "shared_intermediate_size": 256,
+    "mamba_n_heads": 8,
+    "mamba_d_head": 64,
+    "mamba_d_state": 32,
+    "mamba_chunk_size": 64,
+    "tie_word_embeddings": True,
+}
+"""A Granite 4.0 hybrid whose Mamba layers, not its logits, decide the peak."""
+
+
+def hybrid_scan_cases() -> list[Case]:
+    """SMALL_HYBRID on both scan paths (issue 52): the fused kernel as emulated, and
+    transformers' torch_forward as it runs, under LoRA and full fine-tuning."""
+    qv = ("q_proj", "v_proj")
+    cases = []
+    for scan, (method, ckpt) in itertools.product(
+        ("fused", "torch"), (("lora", None), ("none", "reentrant"))
+    ):
+        spec = StepSpec(
+            SMALL_HYBRID,
+            method,
+            qv if method == "lora" else (),
+            attention="sdpa",
+            checkpointing=ckpt,
+            batch=2,
+            length=256,
+            mamba_scan=scan,
+        )
+        cases.append(Case("granite 4.0 hybrid (h 256)", spec))
+    return cases
 
 
 def _rank(rank: int, spec: StepSpec, directory: str, port: int) -> None:

@@ -57,6 +57,9 @@ class StepSpec:
     accumulation: int = 1
     steps: int = 2
     fake: bool = True
+    mamba_scan: str = "fused"
+    """How Mamba-2 layers run: "fused", as mamba-ssm's kernel allocates (emulated: it needs
+    CUDA), or "torch", transformers' own torch_forward (plan/model/mamba.scan_path)."""
 
     def __post_init__(self) -> None:
         if self.peft_method not in ("none", "lora", "pt"):
@@ -65,6 +68,8 @@ class StepSpec:
             raise ValueError(f"attention {self.attention!r}: one of {', '.join(ATTENTION)}")
         if self.checkpointing not in (None, "reentrant", "non_reentrant"):
             raise ValueError(f"checkpointing {self.checkpointing!r}: reentrant or non_reentrant")
+        if self.mamba_scan not in ("fused", "torch"):
+            raise ValueError(f"mamba_scan {self.mamba_scan!r}: fused or torch")
 
     def as_json(self) -> dict[str, Any]:  # json.dumps's input: any JSON
         return {**dataclasses.asdict(self), "target_modules": list(self.target_modules)}

@@ -12,7 +12,7 @@ input-gradient hook the Mamba layers before the first attention layer (which hol
 keep nothing: the layers peak.py counts start there.
 
 Checked against the trace of the model's own code (benchmarks/memory_truth.py's hybrid rows,
-which trace the fused kernel); the torch path is counted from its code, not traced.
+on both scan paths).
 """
 
 from __future__ import annotations

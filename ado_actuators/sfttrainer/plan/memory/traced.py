@@ -40,7 +40,9 @@ from ado_actuators.sfttrainer.plan.model.architecture import (
     LinearShape,
     ParameterCounts,
 )
+from ado_actuators.sfttrainer.plan.model.mamba import mamba_layers, scan_path
 from ado_actuators.sfttrainer.plan.model.optimizers import optimizer_state
+from ado_actuators.sfttrainer.plan.model.shape import language_config
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 
 TRACE_DIRECTORY = Path("sfttrainer") / "memory-traces"
@@ -106,7 +108,16 @@ def request(configuration: TrainingConfiguration) -> StepSpec:
         length=configuration.batch.model_max_length,
         accumulation=2 if configuration.batch.gradient_accumulation_steps > 1 else 1,
         steps=1,
+        mamba_scan=_scan(configuration),
     )
+
+
+def _scan(configuration: TrainingConfiguration) -> str:
+    """How a Mamba model's layers run (the version's package list decides: plan/model/mamba.py);
+    "fused" for any other model, so its trace does not depend on the version."""
+    if mamba_layers(language_config(configuration.config or {})) is None:
+        return "fused"
+    return scan_path(configuration.fms_hf_tuning_version)
 
 
 def key(spec: StepSpec) -> str:

@@ -132,6 +132,12 @@ def _mamba_kernels(assumed: list[str]) -> Iterator[None]:
         mamba_emulation.uninstall(replaced)
 
 
+@contextlib.contextmanager
+def _no_change() -> Iterator[None]:
+    """Mamba-2 layers through transformers' own torch_forward (no mamba-ssm to emulate)."""
+    yield
+
+
 def trace_step(
     spec: StepSpec, record: bool = False, wrap: Callable[[Any], Any] | None = None
 ) -> TracedStep:
@@ -143,7 +149,8 @@ def trace_step(
 
     tracker = _live_bytes_class()(record=record, fake=spec.fake)
     fake = FakeTensorMode(allow_non_fake_inputs=True) if spec.fake else contextlib.nullcontext()
-    with fake, _fake_parameters(), _cuda_dropout(), _mamba_kernels(tracker.assumed):
+    kernels = _mamba_kernels(tracker.assumed) if spec.mamba_scan == "fused" else _no_change()
+    with fake, _fake_parameters(), _cuda_dropout(), kernels:
         torch.manual_seed(0)
         model = build_model(spec)
         found = inventory(model)
