@@ -130,3 +130,13 @@ def test_the_fitted_device_keeps_today_s_calibration():
     rows = [dataclasses.replace(row(g, 2), device=REFERENCE_DEVICE) for g in (1, 2)]
     bare = [dataclasses.replace(r, parts=None) for r in rows]
     assert calibrate(REFERENCE_DEVICE, rows).mean == calibrate(REFERENCE_DEVICE, bare).mean
+
+
+def test_the_preview_names_the_device_s_link_beside_its_attention_kernel():
+    from ado_actuators.sfttrainer.cli.preview_calibrated import _device_line
+
+    measured = [row(1, 1), row(1, 4), row(2, 1), row(2, 4)]
+    found = calibrate(L40S, measured, prior_for(L40S))
+    assert found.attention_factor == pytest.approx(math.exp(found.mean[-2]))
+    assert f"link x{found.link_factor:.2f}" in _device_line(L40S, found)
+    assert "link x0.3" in _device_line(L40S, found)

@@ -26,7 +26,9 @@ def _device_line(device: str, found: Calibration) -> str:
         return f"{device or 'no gpu_model'}: no measured row, the speed model alone"
     factors = ", ".join(f"{short_name(m)} x{found.factor(m):.2f}" for m in found.methods)
     if found.attention_sd > 0:  # its kernel's rate against the priced one's, as the rows say
-        factors += f", attention x{math.exp(found.mean[-1]):.2f}"
+        factors += f", attention x{found.attention_factor:.2f}"
+    if found.link_sd > 0:  # the node's bus bandwidth against the table's, as the rows say
+        factors += f", link x{found.link_factor:.2f}"
     rows = f"{found.rows} measured row{'s' if found.rows != 1 else ''}"
     # the rows here name no answer group: their group's and subgroup's spreads are theirs too
     strays = math.sqrt(found.spread**2 + found.group_sd**2 + found.subgroup_sd**2)

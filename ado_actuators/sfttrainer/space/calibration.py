@@ -249,6 +249,13 @@ class Calibration:
     link_sd: float = 0.0  # above 0: the last factor is the link's (log of its time's factor)
 
     @property
+    def attention_factor(self) -> float:
+        """The attention kernel's rate the device's rows show over the priced one's (1: none)."""
+        if self.attention_sd <= 0:
+            return 1.0
+        return math.exp(self.mean[len(self.mean) - 1 - (self.link_sd > 0)])
+
+    @property
     def link_factor(self) -> float:
         """The bus bandwidth the device's collectives within a node reach over the one the
         device table prices (1: no rows told it otherwise, or no link factor)."""
