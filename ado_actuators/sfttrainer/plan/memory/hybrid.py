@@ -34,8 +34,9 @@ from ado_actuators.sfttrainer.plan.memory.peak import (
     predict_peak,
 )
 from ado_actuators.sfttrainer.plan.model.architecture import ParameterCounts
-from ado_actuators.sfttrainer.plan.model.hybrid import ATTENTION_LINEARS, counted, twin_config
+from ado_actuators.sfttrainer.plan.model.hybrid import ATTENTION_LINEARS, counted
 from ado_actuators.sfttrainer.plan.model.hybrid import is_hybrid as is_hybrid
+from ado_actuators.sfttrainer.plan.model.hybrid import twin_config as twin_config
 from ado_actuators.sfttrainer.plan.model.mamba import (
     MambaLayers,
     layer_kinds,
