@@ -172,9 +172,10 @@ class MeasurementSettings(pydantic.BaseModel):
         default=True,
         description="Stop a measurement a guided walk sends as soon as it cannot be the fastest "
         "of its answer group: once its 95 % interval lies below that of the group's measured "
-        "fastest, after its stop method's warm-up and 20 measured steps. The row stays valid, with its wider interval, raced_behind_percent and "
-        "raced_saved_seconds, and is never named fastest. false measures every configuration "
-        "to its method's end. A plain random walk deals no incumbent, so it never races.",
+        "fastest, after its stop method's warm-up and 20 measured steps. The row stays valid, "
+        "with its wider interval, raced_behind_percent and raced_saved_seconds, and is never "
+        "named fastest. false measures every configuration to its method's end. A plain "
+        "random walk deals no incumbent, so it never races.",
     )
     race_cards_path: str = pydantic.Field(
         default=".sfttrainer/race-cards.jsonl",
