@@ -73,19 +73,23 @@ class ParameterCounts:
     lm_head: int  # 0 when tied to the embedding
     quantizable: int
     linears: tuple[LinearShape, ...]
+    vision: int = 0  # a vision-language model's tower and projector (plan/model/vision.py)
+    vision_linears: tuple[LinearShape, ...] = ()  # the tower's, as LoRA's target names match
 
     @property
     def total(self) -> int:
-        return self.embedding + self.attention + self.mlp + self.norms + self.lm_head
+        language = self.embedding + self.attention + self.mlp + self.norms + self.lm_head
+        return language + self.vision
 
     def parts(self) -> dict[str, int]:
-        return {
+        parts = {
             "embedding": self.embedding,
             "attention": self.attention,
             "mlp": self.mlp,
             "norms": self.norms,
             "lm_head": self.lm_head,
         }
+        return parts | ({"vision": self.vision} if self.vision else {})
 
 
 def count_parameters(model: ModelShape | dict[str, Any]) -> ParameterCounts:
@@ -102,9 +106,13 @@ def _counted(shape: ModelShape) -> ParameterCounts:
             f"model_type {shape.model_type or '(none)'!r} is not one the bound counts "
             f"({', '.join(sorted(COUNTED))})"
         )
-    if family.layout == "gpt_bigcode":
-        return _gpt_bigcode(shape)
-    return _llama_like(shape, family)
+    counts = _gpt_bigcode(shape) if family.layout == "gpt_bigcode" else _llama_like(shape, family)
+    vision = shape.vision
+    if vision is None:
+        return counts
+    linears = tuple(LinearShape(*linear) for linear in vision.tower_linears)
+    total = vision.tower_parameters + vision.projector_parameters
+    return dataclasses.replace(counts, vision=total, vision_linears=linears)
 
 
 def _llama_like(shape: ModelShape, family: Family) -> ParameterCounts:

@@ -14,6 +14,7 @@ from typing import Any
 
 from ado_actuators.sfttrainer.plan.model.families.registry import family_of
 from ado_actuators.sfttrainer.plan.model.families.spec import UNCOUNTED_SPELLING, Family, Spelling
+from ado_actuators.sfttrainer.plan.model.vision import VisionShape
 
 RESIDUAL_DROPOUT_DEFAULT = 0.1
 """GPTBigCodeConfig's resid_pdrop where config.json omits it."""
@@ -25,7 +26,7 @@ class UnsupportedArchitecture(ValueError):
 
 def language_config(config: dict[str, Any]) -> dict[str, Any]:
     """The language model's settings: multimodal configs nest them under text_config (the
-    vision tower is then not counted: a smaller count, as a lower bound wants)."""
+    vision tower and projector are `ModelShape.vision`, plan/model/vision.py)."""
     text = config.get("text_config")
     return text if isinstance(text, dict) and text.get("model_type") else config
 
@@ -88,6 +89,7 @@ class ModelShape:
     problems: tuple[str, ...] = ()
     quantization: Quantization | None = None  # config.json's own, beside the language model's
     """What config.json gives that is no count, one sentence each."""
+    vision: VisionShape | None = None  # a vision-language model's image side; None: text only
 
     @classmethod
     def of(cls, config: dict[str, Any]) -> ModelShape:
@@ -121,6 +123,7 @@ class ModelShape:
             residual_dropout=isinstance(dropout, int | float) and dropout > 0,
             problems=tuple(reader.problems),
             quantization=Quantization.of(config.get("quantization_config")),
+            vision=VisionShape.of(config),
         )
 
     @property

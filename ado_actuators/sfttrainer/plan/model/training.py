@@ -78,7 +78,8 @@ class Tuning:
 
     def count(self, counts: ParameterCounts) -> int:
         """The parameters that train in a model of these counts."""
-        linears = ((s.name, s.inputs, s.outputs, s.count) for s in counts.linears)
+        every = (*counts.linears, *counts.vision_linears)  # PEFT matches the tower's names too
+        linears = ((s.name, s.inputs, s.outputs, s.count) for s in every)
         return self.count_of(linears, counts.hidden_size, counts.total)
 
     def count_of(
@@ -214,14 +215,7 @@ class TrainingConfiguration:
                 fast_moe=values.fast_moe,
                 gpu_model=values.gpu_model,
             ),
-            batch=Batch(
-                per_device_batch=per_device_batch(values),
-                model_max_length=values.model_max_length,
-                sample_tokens=sample_tokens(
-                    _named(values.dataset_id, "dataset_id"), values.model_max_length
-                ),
-                gradient_accumulation_steps=values.gradient_accumulation_steps,
-            ),
+            batch=_batch(values, shape),
             precision=_precision(values, definition),
             kernels=_kernels(
                 values, definition, attention_for(version, model_type, bool(values.flash_attn))
@@ -232,6 +226,57 @@ class TrainingConfiguration:
             config_problem=config_problem,
             shape=shape,
         )
+
+
+def _batch(values: EntityValues, shape: ModelShape | None) -> Batch:
+    """The micro-batch: a vision dataset's samples on a vision model are as long as their text
+    and image tokens, whatever model_max_length says (`vision_sample_tokens`)."""
+    dataset = _named(values.dataset_id, "dataset_id")
+    length = values.model_max_length
+    vision = vision_sample_tokens(dataset, shape)
+    return Batch(
+        per_device_batch=per_device_batch(values),
+        model_max_length=vision.total if vision else length,
+        sample_tokens=vision.total if vision else sample_tokens(dataset, length),
+        gradient_accumulation_steps=values.gradient_accumulation_steps,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class VisionSample:
+    """One sample of a vision dataset as a vision-language model's language model sees it."""
+
+    text_tokens: int  # the dataset's floor: its entries' responses alone hold that many
+    image_tokens: int  # one image's, plan/model/vision.py
+    tiles: int  # the tiles the vision tower encodes for it
+
+    @property
+    def total(self) -> int:
+        return self.text_tokens + self.image_tokens
+
+
+def vision_sample_tokens(dataset_id: str, shape: ModelShape | None) -> VisionSample | None:
+    """A vision dataset's sample on a vision-language model, None for any other pairing.
+
+    Not truncated: fms-hf-tuning 3.2.2's VisionDataCollator (tuning/data/collators.py) calls
+    the processor with `return_tensors` and `padding` only (setup_dataprocessor's
+    processor_kwargs), no `max_length`, so model_max_length caps nothing; the text is counted
+    at the dataset's floor of `min_tokens` (cli/vision_data.py: at least that many words in
+    the response alone)."""
+    if shape is None or shape.vision is None:
+        return None
+    try:
+        data = get_shape(dataset_id)
+    except (KeyError, ValueError):
+        return None
+    if data.kind != "vision" or not data.image_width or not data.image_height:
+        return None
+    height, width = data.image_height, data.image_width
+    return VisionSample(
+        text_tokens=data.min_tokens or 0,
+        image_tokens=shape.vision.image_tokens(height, width),
+        tiles=shape.vision.tiles(height, width),
+    )
 
 
 def _tuning(values: EntityValues, definition: ExperimentDefinition) -> Tuning:

@@ -141,6 +141,14 @@ class VisionShape:
         bias = out if self.projector_bias else 0
         return into * out + bias + out * out + bias + out
 
+    @property
+    def tower_linears(self) -> tuple[tuple[str, int, int, int], ...]:
+        """The tower's nn.Linear kinds (name, inputs, outputs, count), named as CLIP's and
+        SigLIP's encoder layers name them: LoRA's target_modules match these too."""
+        h, m, n = self.hidden, self.intermediate, self.layers
+        attention = tuple((name, h, h, n) for name in ("q_proj", "k_proj", "v_proj", "out_proj"))
+        return (*attention, ("fc1", h, m, n), ("fc2", m, h, n))
+
     def tower_flops(self, tiles: int) -> float:
         """Forward FLOPs of the tower and projector over `tiles` tiles: 2 per weight per
         position in each layer's matrices, and attention's QK^T and AV (4 x positions^2 x

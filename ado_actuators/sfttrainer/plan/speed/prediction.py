@@ -34,6 +34,7 @@ from ado_actuators.sfttrainer.plan.model.training import (
     TrainingConfiguration,
     Tuning,
 )
+from ado_actuators.sfttrainer.plan.speed import vision
 from ado_actuators.sfttrainer.plan.speed.devices import DEFAULT_NETWORK_GBPS, device_named
 from ado_actuators.sfttrainer.plan.speed.experts import Experts, expert_note
 from ado_actuators.sfttrainer.plan.speed.step_time import (
@@ -357,6 +358,9 @@ def predict_speed(
         notes += (expert_note(shape.experts, configuration),)
     if paged_out_bytes > 0:
         notes += (paging_note(paged_out_bytes, device),)
+    if vision_note := vision.note(configuration):
+        notes += (vision_note,)
+        shape = dataclasses.replace(shape, vision_flops=vision.flops_per_sample(configuration))
     step = step_time(shape, configuration, device, paged_out_bytes=paged_out_bytes)
     return SpeedPrediction(step=step, notes=notes)
 

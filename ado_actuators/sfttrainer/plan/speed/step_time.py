@@ -120,6 +120,7 @@ class ModelShape:
     head_dim: int = 128  # the attention kernel's speed depends on it
     hidden: int = 0  # the residual stream's width (0: unknown, no L2 reuse is counted)
     mamba: MambaLayers | None = None  # a hybrid's Mamba-2 layers (plan/speed/mamba.py)
+    vision_flops: float = 0.0  # a sample's image through the vision tower, every pass (vision.py)
 
 
 ATTENTION_KERNELS: dict[Attention, str] = {
@@ -399,7 +400,18 @@ def _micro_batch(
         ),
         "latency": fitted.layer_latency_s * shape.layers,
         **mamba_parts(shape.mamba, configuration, device),
+        **_vision(shape, configuration, gemm_rate),
     }
+
+
+def _vision(
+    shape: ModelShape, configuration: TrainingConfiguration, gemm_rate: float
+) -> dict[str, float]:
+    """The vision tower's and projector's matmuls over the micro-batch's images; none for a
+    text row."""
+    if not shape.vision_flops:
+        return {}
+    return {"vision": shape.vision_flops * configuration.batch.per_device_batch / gemm_rate}
 
 
 def update_bytes(configuration: TrainingConfiguration) -> float:
