@@ -8,7 +8,14 @@ import pytest
 
 from ado_actuators.sfttrainer.space.guided_rule import Result, Settings, _ruled_out
 from ado_actuators.sfttrainer.stats.interval import Interval
-from ado_actuators.sfttrainer.stopping.racing import Incumbent, Standing, Verdict, race
+from ado_actuators.sfttrainer.stopping.racing import (
+    Incumbent,
+    Standing,
+    Verdict,
+    behind,
+    race,
+    seconds_saved,
+)
 from ado_actuators.sfttrainer.stopping.steady import MIN_STEADY_STEPS
 
 INCUMBENT = Incumbent(1000.0, 1.0)  # lower bound 990
@@ -72,3 +79,27 @@ def test_the_same_tie_band_as_the_guided_walk(measure_ties):
         below, tied = _ruled_out(interval, Result("k", True, 1000.0, theirs), settings)
         verdict = race(Incumbent(1000.0, theirs), standing(speed, percent), measure_ties)
         assert verdict.lost == (below or tied), (speed, percent, theirs)
+
+
+def test_the_comparison_at_its_edges():
+    # an upper bound equal to the lower bound still reaches it: not below
+    assert behind(990.0, 960.0, 990.0, 1000.0, measure_ties=True) == (False, False)
+    # below is never also tied, whether ties are measured or not
+    assert behind(980.0, 960.0, 990.0, 1000.0, measure_ties=False) == (True, False)
+    # a figure equal to the fastest's is no tie left unmeasured: it may be the fastest
+    assert behind(1010.0, 1000.0, 990.0, 1000.0, measure_ties=False) == (False, False)
+
+
+def test_the_margin_is_the_runs_shortfall_in_percent_whichever_way_it_lost():
+    assert race(INCUMBENT, standing(960.0, 3.0)).behind_percent == pytest.approx(4.0)
+    tied = race(INCUMBENT, standing(990.0, 3.0), measure_ties=False)
+    assert tied.lost and tied.behind_percent == pytest.approx(1.0)
+
+
+def test_an_incumbent_without_an_interval_is_named_without_one():
+    verdict = race(Incumbent(1000.0), standing(500.0))
+    assert "of the incumbent's 1,000 tokens/s after 20 measured steps" in verdict.reason
+
+
+def test_seconds_saved_divide_by_the_target():
+    assert seconds_saved(4.0, 2.0, 10.0, 1000.0) == pytest.approx(30.0)  # 10 s x 2^2 - 10 s

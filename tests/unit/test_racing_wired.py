@@ -11,14 +11,23 @@ import random
 
 import pytest
 import stop_drive
+from test_plan import inputs
 
 from ado_actuators.sfttrainer.contract.guided import point_key
 from ado_actuators.sfttrainer.contract.properties import RACED_BEHIND, RACED_SAVED
-from ado_actuators.sfttrainer.contract.trainer_io import RaceAgainst, RaceOutcome
+from ado_actuators.sfttrainer.contract.trainer_io import (
+    RaceAgainst,
+    RaceOutcome,
+    RankOutcome,
+    RankReport,
+    StepTiming,
+)
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
-from ado_actuators.sfttrainer.execute.classify import race_note
+from ado_actuators.sfttrainer.execute.classify import launch_outcome, race_note
+from ado_actuators.sfttrainer.execute.node import NodeRun
 from ado_actuators.sfttrainer.ledger.race_cards import RaceCards
 from ado_actuators.sfttrainer.metrics.aggregate import raced_properties
+from ado_actuators.sfttrainer.plan.launch.launch_plan import plan_launch
 from ado_actuators.sfttrainer.report.answers import answers
 from ado_actuators.sfttrainer.report.summary import answer_blocks
 from ado_actuators.sfttrainer.report.table import space_table
@@ -28,7 +37,7 @@ from ado_actuators.sfttrainer.stopping.methods import make_policy
 from ado_actuators.sfttrainer.stopping.policy import PolicyBase
 from ado_actuators.sfttrainer.stopping.raced import Racing
 from ado_actuators.sfttrainer.stopping.racing import Incumbent, seconds_saved
-from ado_actuators.sfttrainer.stopping.steady import STEADY_CI95_1PCT, STEADY_STEPS
+from ado_actuators.sfttrainer.stopping.steady import STEADY_CI95_1PCT, STEADY_STEPS, SteadyInterval
 from ado_actuators.sfttrainer.stopping.warmup_stable import WarmupThenStable
 
 drive = functools.partial(stop_drive.drive, tokens=100, t0=1.7e9)
@@ -78,7 +87,7 @@ def test_a_run_that_can_still_win_is_never_raced():
 
 
 def test_the_specs_fixed_window_races_too_after_its_warm_up_and_saves_the_rest():
-    policy = Racing(WarmupThenStable(warmup=5.0, stable_seconds=120.0), Incumbent(3000.0, 1.0))
+    policy = Racing(WarmupThenStable(warmup=5.0, stable_seconds=120.0), Incumbent(3000.0, 1.0), True)
     steps = drive(policy, noisy(4000))
     lost = policy.race_outcome()
     assert lost is not None and policy.warmup_steps > 0
@@ -210,3 +219,101 @@ def test_the_answers_never_name_a_raced_row_fastest_or_tied_and_say_what_it_save
     [line] = [line for line in lines if line.startswith("Raced")]
     assert "batch 2: 1,100 ± 40 %, 20 % behind" in line
     assert line.endswith("saved about 60 GPU-seconds")  # 30 s on each of 2 GPUs
+
+
+# --- what mutation testing asked of the seams ---------------------------------------------
+
+
+def test_steadys_seconds_left_follow_the_interval_and_stop_at_the_cap():
+    policy = SteadyInterval(80.0)
+    assert policy.seconds_left(10.0, 2.0, 1.5) == pytest.approx(2.5)  # 2 s x 1.5^2 - 2 s
+    assert policy.seconds_left(10.0, 2.0, None) == pytest.approx(70.0)  # no interval: the cap
+    assert policy.seconds_left(79.5, 2.0, 20.0) == pytest.approx(0.5)  # the cap first
+    assert policy.seconds_left(90.0, 2.0, 20.0) == 0.0
+
+
+def test_a_race_lost_at_the_cap_saves_what_was_left_before_it():
+    durations = noisy(400)
+    steps = STEADY_STEPS  # where a clear loser is raced (the first test)
+    cap = sum(durations[:steps]) + 0.4  # the cap falls 0.4 s after that step's end
+    policy = make_policy(-1, STEADY_CI95_1PCT, cap, INCUMBENT)
+    assert drive(policy, durations) == steps
+    lost = policy.race_outcome()
+    assert lost is not None and lost.saved_seconds == pytest.approx(0.4)
+
+
+def test_a_narrow_loser_saves_what_its_interval_still_needed_not_the_cap():
+    # steps of 0.1 s within 2 %: 1,000 tokens/s, lost to 1,100 once its interval is narrow
+    policy = make_policy(-1, STEADY_CI95_1PCT, 80.0, INCUMBENT.model_copy(update={"speed": 1100.0}))
+    steps = drive(policy, noisy(2000, spread=0.02))
+    lost = policy.race_outcome()
+    assert lost is not None
+    assert lost.saved_seconds < 80.0 - steps * 0.1 - 1.0  # the interval's time, not the cap's
+
+
+def test_steps_measured_in_no_time_are_never_judged():
+    policy = make_policy(-1, STEADY_CI95_1PCT, 80.0, INCUMBENT)
+    t = 1.7e9
+    for n in range(60):  # a clock that stops as the warm-up ends (11 steps): nothing to judge
+        end = t + (0.1 if n < 11 else 0.0)
+        policy.begin(t)
+        decision = policy.propose(t, end, 100)
+        policy.commit(end, decision)
+        t = end
+    assert policy.measured_from == 11 and policy.race_outcome() is None
+
+
+def test_fast_steps_are_raced_as_slow_ones_are():
+    # 20 measured steps of about 10 ms: under a second measured, raced all the same
+    policy = make_policy(
+        -1, STEADY_CI95_1PCT, 80.0, INCUMBENT.model_copy(update={"speed": 30000.0})
+    )
+    assert drive(policy, noisy(400, mean=0.01)) == STEADY_STEPS
+    assert policy.race_outcome() is not None
+
+
+def test_ties_measured_run_on_while_the_intervals_overlap_and_unmeasured_stop():
+    slower = INCUMBENT.model_copy(update={"speed": 1030.0, "ci95_percent": 1.0})  # the run: ~1,000
+    measured = make_policy(-1, STEADY_CI95_1PCT, 80.0, slower)
+    unmeasured = make_policy(
+        -1, STEADY_CI95_1PCT, 80.0, slower.model_copy(update={"measure_ties": False})
+    )
+    drive(measured, noisy(2000, spread=0.3))
+    drive(unmeasured, noisy(2000, spread=0.3))
+    assert measured.race_outcome() is None or measured.race_outcome().behind_percent > 1.0
+    tied = unmeasured.race_outcome()
+    assert tied is not None and "at best tied" in tied.reason and tied.behind_percent > 0
+
+
+def test_a_run_that_ends_its_own_way_keeps_its_methods_reason():
+    policy = make_policy(-1, STEADY_CI95_1PCT, 80.0, INCUMBENT.model_copy(update={"speed": 1000.0}))
+    drive(policy, noisy(400, spread=0.02))
+    assert policy.race_outcome() is None
+    assert policy.reason == f"auto_stop_method={STEADY_CI95_1PCT}"
+
+
+def test_the_job_carries_the_card_to_the_trainer():
+    race = RaceAgainst(speed=3000.0, ci95_percent=1.0, incumbent="batch_size 4")
+    plan = plan_launch(inputs().model_copy(update={"race": race}))
+    assert plan.job.race == race
+    assert plan_launch(inputs()).job.race is None
+
+
+def test_a_lost_race_reaches_the_rows_properties_and_notes():
+    steps = [StepTiming(step=i, start=float(i), end=i + 0.5, dataset_tokens=100) for i in range(40)]
+    reports = [
+        RankReport(
+            rank=0,
+            local_rank=0,
+            world_size=1,
+            hostname="h",
+            outcome=RankOutcome.OK,
+            steps=steps,
+            race=LOST,
+        )
+    ]
+    outcome = launch_outcome(
+        reports, [NodeRun(returncode=0)], world_size=1, number_gpus=1, stop_after_seconds=-1
+    )
+    assert outcome.properties[RACED_BEHIND] == 66.7 and outcome.properties[RACED_SAVED] == 42.0
+    assert race_note(LOST) in outcome.metadata["notes"]

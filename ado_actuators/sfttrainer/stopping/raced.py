@@ -23,25 +23,24 @@ Step = tuple[float, float, int]
 
 class Racing(PolicyBase):
     shares_steps = True
+    # set by propose(), which every step's commit() follows
+    _pending: Step
+    _verdict: Verdict
+    _saved: float
 
-    def __init__(self, method: PolicyBase, incumbent: Incumbent, measure_ties: bool = True):
+    def __init__(self, method: PolicyBase, incumbent: Incumbent, measure_ties: bool):
         super().__init__()
         self.method, self.incumbent, self.measure_ties = method, incumbent, measure_ties
-        self.name = "racing"
         self.seen: list[Step] = []
         self.measured_from: int | None = None  # steps seen when the warm-up ended
         self.lost: RaceOutcome | None = None
-        self._pending: Step = (0.0, 0.0, 0)
-        self._verdict = Verdict(False)
-        self._saved = 0.0
 
     @property
     def warmup_steps(self) -> int:  # type: ignore[override]  # read-only: the method's own
         return self.method.warmup_steps
 
     def begin(self, start: float) -> None:
-        super().begin(start)
-        self.method.begin(start)
+        self.method.begin(start)  # this policy keeps its own steps (`seen`)
 
     def propose(self, start: float, end: float, tokens: int = 0) -> Decision:
         decision = self.method.propose(start, end, tokens)
@@ -51,11 +50,11 @@ class Racing(PolicyBase):
 
     def _judge(self, steps: list[Step]) -> Verdict:
         """The race at this step end, over the steps measured since the warm-up."""
-        if self.measured_from is None or self.lost is not None:
+        if self.measured_from is None:  # no step is judged in the warm-up
             return Verdict(False)
-        measured = steps[self.measured_from :]
+        measured = steps[self.measured_from :]  # never empty: it holds this step
         seconds = added_seconds(measured)
-        if not measured or sum(seconds) <= 0:
+        if sum(seconds) <= 0:
             return Verdict(False)
         interval = throughput_interval(seconds, [t for _, _, t in measured])
         speed = sum(t for _, _, t in measured) / sum(seconds)
@@ -67,17 +66,17 @@ class Racing(PolicyBase):
         return verdict
 
     def commit(self, end: float, decision: Decision) -> None:
-        super().commit(end, decision)
         self.method.commit(end, decision)
         self.seen.append(self._pending)
         if decision.end_warmup and self.measured_from is None:
             self.measured_from = len(self.seen)
         if not decision.stop:
             return
-        if self._verdict.lost and self.lost is None:
-            behind = self._verdict.behind_percent or 0.0
+        if self._verdict.lost:  # the last commit: nothing is proposed after a stop
             self.lost = RaceOutcome(
-                reason=self._verdict.reason, behind_percent=behind, saved_seconds=self._saved
+                reason=self._verdict.reason,
+                behind_percent=self._verdict.behind_percent,
+                saved_seconds=self._saved,
             )
             self.reason = self._verdict.reason
         else:

@@ -64,7 +64,7 @@ class Verdict:
 
     lost: bool
     reason: str = ""
-    behind_percent: float | None = None
+    behind_percent: float = 0.0
     """How far the run's figure lies below the incumbent's, where it lost."""
 
 
