@@ -87,7 +87,9 @@ def test_a_run_that_can_still_win_is_never_raced():
 
 
 def test_the_specs_fixed_window_races_too_after_its_warm_up_and_saves_the_rest():
-    policy = Racing(WarmupThenStable(warmup=5.0, stable_seconds=120.0), Incumbent(3000.0, 1.0), True)
+    policy = Racing(
+        WarmupThenStable(warmup=5.0, stable_seconds=120.0), Incumbent(3000.0, 1.0), True
+    )
     steps = drive(policy, noisy(4000))
     lost = policy.race_outcome()
     assert lost is not None and policy.warmup_steps > 0
