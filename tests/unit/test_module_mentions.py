@@ -95,6 +95,9 @@ FOREIGN_FILES = {
     "flash_attn_interface.py",
     "benchmark_flash_attention.py",
     "ssd_combined.py",
+    # transformers' Granite 4.0 hybrid and LLaVA-NeXT processor (plan/model/mamba.py, vision.py)
+    "modeling_granitemoehybrid.py",
+    "processing_llava_next.py",
     # fms-acceleration's fused ops; Liger-Kernel's convergence tests; ml-engineering's mamf-finder
     "fused_ops_and_kernels.py",
     "test_mini_models.py",
