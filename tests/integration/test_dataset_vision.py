@@ -16,9 +16,10 @@ import os
 import pytest
 from typer.testing import CliRunner
 
-from ado_actuators.sfttrainer.catalog import datasets
+from ado_actuators.sfttrainer.catalog import datasets, model_shapes
 from ado_actuators.sfttrainer.cli import generate_dataset_vision as gen
 from ado_actuators.sfttrainer.cli import vision_data
+from ado_actuators.sfttrainer.plan.model.vision import VisionShape
 
 hf_datasets = pytest.importorskip("datasets")
 tokenizers = pytest.importorskip("tokenizers")
@@ -34,6 +35,18 @@ TEMPLATE = (  # granite-vision's chat template renders {"type": "image"} as "<im
     "{%- endfor -%}{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<|assistant|>\n' -}}{%- endif -%}"
 )
+
+
+def _granite() -> VisionShape:
+    found = model_shapes.shipped_shape("granite-vision-3.2-2b")
+    shape = VisionShape.of(found.config) if found else None
+    assert shape is not None
+    return shape
+
+
+GRANITE = _granite()
+"""granite-vision-3.2-2b's image side from its shipped config.json: the processor below is built
+with its settings, and the count the preview uses (plan/model/vision.py) is checked against it."""
 
 
 @pytest.fixture(scope="module")
@@ -94,11 +107,11 @@ def processor(bpe):
         model_max_length=131072,
     )
     tokenizer.chat_template = TEMPLATE
-    tile = vision_data.GRANITE_VISION_TILE
+    tile, patch = GRANITE.image_size, GRANITE.patch_size
     image_processor = transformers.LlavaNextImageProcessor(
         size={"shortest_edge": tile},
         crop_size={"height": tile, "width": tile},
-        image_grid_pinpoints=[list(p) for p in vision_data.GRANITE_VISION_PINPOINTS],
+        image_grid_pinpoints=[list(p) for p in GRANITE.pinpoints],
         image_mean=[0.5] * 3,
         image_std=[0.5] * 3,
         do_pad=True,
@@ -108,7 +121,7 @@ def processor(bpe):
         image_processor=image_processor,
         tokenizer=tokenizer,
         chat_template=TEMPLATE,
-        patch_size=vision_data.GRANITE_VISION_PATCH,
+        patch_size=patch,
         vision_feature_select_strategy="full",
         num_additional_image_tokens=0,
         image_token="<image>",
@@ -158,7 +171,7 @@ def test_image_tokens_match_llava_next(processor):
 
     for width, height in ((384, 384), (384, 768), (768, 384), (500, 300)):
         # transformers' own count, then the count in an actual processed input
-        expected = vision_data.granite_vision_image_tokens(width, height)
+        expected = GRANITE.image_tokens(height, width)
         assert processor._get_number_of_features(height, width, 384, 384) == expected
         batch = processor(
             text=["<image>\nhi"], images=[Image.new("RGB", (width, height))], return_tensors="pt"
@@ -203,7 +216,7 @@ def test_fms_hf_tuning_prepares_and_collates(files, processor, tmp_path):
     batch = collator([train[i] for i in range(2)])
     image_id = processor.tokenizer.convert_tokens_to_ids("<image>")
     image_tokens = (batch["input_ids"] == image_id).sum(dim=1).tolist()
-    assert image_tokens == [vision_data.granite_vision_image_tokens(384, 384)] * 2
+    assert image_tokens == [GRANITE.image_tokens(384, 384)] * 2
     assert batch["pixel_values"].shape[0] == 2  # one image per entry
     assert int((batch["labels"] == image_id).sum()) == 0
     for i in range(2):

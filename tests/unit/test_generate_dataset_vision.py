@@ -192,14 +192,6 @@ def test_atomic_write(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["v.parquet"]
 
 
-def test_granite_vision_image_tokens():
-    # LLaVA-Next anyres with granite-vision-3.2-2b's settings: 27x27 base patches plus the
-    # best tiling's patches and one newline per patch row (checked against transformers in
-    # tests/integration/test_dataset_vision.py).
-    assert vision_data.granite_vision_image_tokens(384, 384) == 729 + 27 * 27 + 27 == 1485
-    assert vision_data.granite_vision_image_tokens(384, 768) == 729 + 54 * 27 + 54 == 2241
-
-
 def test_image_is_deterministic_and_small():
     for width, height in ((384, 384), (384, 768), (50, 30)):
         data = vision_data.draw_image(width, height)

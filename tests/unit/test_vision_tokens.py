@@ -62,14 +62,6 @@ def test_a_text_model_has_no_vision_shape() -> None:
     assert VisionShape.of(_config("granite-3.1-2b")) is None
 
 
-def test_the_dataset_cli_agrees() -> None:
-    from ado_actuators.sfttrainer.cli.vision_data import granite_vision_image_tokens
-
-    for width, height in ((384, 384), (384, 768), (1000, 300)):
-        expected = granite_vision_image_tokens(width, height)
-        assert _shape(GRANITE).image_tokens(height, width) == expected
-
-
 def _processor(name: str) -> Any:
     """transformers' LlavaNextProcessor with the model's processor settings, without a
     tokenizer (only _get_number_of_features is called)."""

@@ -19,8 +19,8 @@ the assistant text alone has at least `min_tokens` whitespace-separated words, e
 letter or digit, so any subword tokenizer yields at least that many tokens (argument in
 news_text.response_words); this holds before a single image token is counted. The
 instruction, chat-template markup and the image tokens are margin on top; for
-granite-vision-3.2-2b (LLaVA-Next "anyres", see `granite_vision_image_tokens`) the image adds
-1485 tokens at 384x384 and 2241 at 384x768.
+granite-vision-3.2-2b (LLaVA-Next "anyres", counted by plan/model/vision.py from its config.json)
+the image adds 1485 tokens at 384x384 and 2241 at 384x768.
 """
 
 from __future__ import annotations
@@ -31,57 +31,6 @@ import random
 from collections.abc import Iterator
 
 from ado_actuators.sfttrainer.cli import news_text
-
-# ----------------------------------------------------------------------------------------
-# granite-vision-3.2-2b's image cost (assumed, from its public config: SigLIP vision tower
-# at 384x384 with 14-pixel patches, LlavaNextImageProcessor with the pinpoints below,
-# vision_feature_select_strategy "full", no CLS token). The model cannot be loaded here; the
-# integration test checks this formula against transformers' LlavaNextProcessor built with
-# these settings.
-# ----------------------------------------------------------------------------------------
-
-GRANITE_VISION_TILE = 384
-GRANITE_VISION_PATCH = 14
-#: (height, width) pairs, as in granite-vision-3.2-2b's `image_grid_pinpoints`.
-GRANITE_VISION_PINPOINTS: tuple[tuple[int, int], ...] = (
-    *((384, w) for w in range(384, 3841, 384)),
-    *((768, w) for w in range(384, 1921, 384)),
-    *((1152, w) for w in (384, 768, 1152)),
-    (1536, 384),
-    (1536, 768),
-    (1920, 384),
-    (1920, 768),
-    *((h, 384) for h in (2304, 2688, 3072, 3456, 3840)),
-)
-
-
-def _best_resolution(height: int, width: int) -> tuple[int, int]:
-    best, best_effective, best_waste = (0, 0), 0, float("inf")
-    for ph, pw in GRANITE_VISION_PINPOINTS:
-        scale = min(pw / width, ph / height)
-        effective = min(int(width * scale) * int(height * scale), width * height)
-        waste = pw * ph - effective
-        if effective > best_effective or (effective == best_effective and waste < best_waste):
-            best, best_effective, best_waste = (ph, pw), effective, waste
-    return best
-
-
-def granite_vision_image_tokens(width: int, height: int) -> int:
-    """Image tokens one `width` x `height` image expands to in granite-vision-3.2-2b's input:
-    a base 27x27 patch grid of the resized image, plus the unpadded patch grid of the
-    best-fitting tiling with one newline token per row (LLaVA-Next anyres)."""
-    tile, patch = GRANITE_VISION_TILE, GRANITE_VISION_PATCH
-    best_h, best_w = _best_resolution(height, width)
-    grid = tile // patch
-    cur_h, cur_w = grid * (best_h // tile), grid * (best_w // tile)
-    if width / height > cur_w / cur_h:
-        new_h = int(round(height * (cur_w / width), 7))
-        cur_h -= 2 * ((cur_h - new_h) // 2)
-    else:
-        new_w = int(round(width * (cur_h / height), 7))
-        cur_w -= 2 * ((cur_w - new_w) // 2)
-    return cur_h * cur_w + cur_h + grid * grid
-
 
 # ----------------------------------------------------------------------------------------
 # The picture: a vertical gradient sky, a horizon, a sun, hills, a house and a few seeded
