@@ -9,6 +9,7 @@ import dataclasses
 import math
 
 import pytest
+from test_device_links import SEVEN_B  # a Llama-2-7B-like model trained in full
 
 from ado_actuators.sfttrainer.plan.model.training import (
     Batch,
@@ -18,7 +19,7 @@ from ado_actuators.sfttrainer.plan.model.training import (
 )
 from ado_actuators.sfttrainer.plan.speed.devices import device_named
 from ado_actuators.sfttrainer.plan.speed.parts import LinkTraffic, StepParts
-from ado_actuators.sfttrainer.plan.speed.step_time import ModelShape, step_time
+from ado_actuators.sfttrainer.plan.speed.step_time import step_time
 from ado_actuators.sfttrainer.space.calibration import (
     LINK_SD_PCIE,
     REFERENCE_DEVICE,
@@ -29,16 +30,6 @@ from ado_actuators.sfttrainer.space.calibration import (
 )
 
 L40S = "L40S"
-# A Llama-2-7B-like model trained in full: 32 layers, 6.7 billion weights, all trainable.
-SEVEN_B = ModelShape(
-    layers=32,
-    attention_width=4096,
-    activated_width=4096 + 2 * 11008,
-    matmul_params=6_500_000_000,
-    total_params=6_700_000_000,
-    trainable_params=6_700_000_000,
-    hidden=4096,
-)
 PRICED = device_named(L40S)
 # the node's link three times slower than the table says, its compute 10 % slower
 TRUE = dataclasses.replace(

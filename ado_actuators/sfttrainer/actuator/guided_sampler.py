@@ -10,10 +10,12 @@ the fastest of their answer group, in order of their predicted upper bound.
 Each time the walk asks for a configuration, the sampler reads what the space has measured so
 far (through the remote discovery space on a Ray cluster), recalibrates each device on its rows
 (space/calibration.py) and decides (space/guided_rule.py); it writes the configurations it leaves
-unmeasured, with their reasons, where sfttrainer_plot reads them (contract/guided.py). It keeps
-nothing else: a killed operation run again continues from what was stored, and measures
-nothing twice. Give the walk `batchSize: 1` for the strict order; a larger batch decides with
-the measurements that have finished.
+unmeasured, with their reasons, where sfttrainer_plot reads them (contract/guided.py), and deals
+the configuration it sends its group's measured fastest, which the measurement races
+(ledger/race_cards.py, under the actuator parameters' data_directory). It keeps nothing else:
+a killed operation run again continues from what was stored, and measures nothing twice. Give
+the walk `batchSize: 1` for the strict order; a larger batch decides with the measurements that
+have finished.
 """
 
 from __future__ import annotations
