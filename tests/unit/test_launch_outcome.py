@@ -288,6 +288,25 @@ def cpu_run(losses=(None, None), **fields):
     return outcome([rank(0, 1, steps=steps, **fields)], [node()], world_size=1, number_gpus=0)
 
 
+def test_a_vision_rows_metadata_and_note_say_how_many_of_its_tokens_were_image_tokens():
+    """Every rank's window steps: here warm-up (step 1) left out, 2 ranks, 80 of 100 tokens
+    image tokens in each step measured."""
+    steps = [
+        StepTiming(step=i, start=i - 1, end=i, dataset_tokens=100, image_tokens=10 + 70 * (i > 1))
+        for i in range(1, 8)
+    ]
+    reports = [rank(r, steps=steps, warmup_steps=1) for r in (0, 1)]
+    found = outcome(reports, [node()], number_gpus=0)
+    assert isinstance(found, Measured)
+    assert found.metadata["image_tokens"] == 2 * 6 * 80
+    assert (
+        "dataset tokens count text and image tokens together: 960 of the 1,200 in the measured "
+        "window (80%) are image tokens, one per image feature the model's processor expanded "
+        "each image into; they carry no loss"
+    ) in found.metadata["notes"]
+    assert not any("image tokens" in n for n in cpu_run().metadata["notes"])  # a text model
+
+
 def test_the_metadata_of_a_measurement():
     machine = Machine(
         node="h",
@@ -314,6 +333,7 @@ def test_the_metadata_of_a_measurement():
     assert found.metadata == {
         "flash_attention": True,
         "mamba_scan_path": None,  # no Mamba layers
+        "image_tokens": None,  # a text model
         "distributed_type": "NO",
         "notes": [
             "dataset_tokens_per_second_ci95_percent omitted: 2 measured step(s): an interval "

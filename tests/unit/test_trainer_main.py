@@ -172,6 +172,22 @@ def test_ranks_get_one_data_seed():
     assert adapt.same_shuffle_on_every_rank(args, 2) is None and args.data_seed == 7
 
 
+def test_a_vision_dataset_keeps_the_columns_its_collator_reads():
+    """Trainer would drop the text and image columns (not the model's arguments) and stop;
+    a text dataset, or a vision one already keeping them, is left as asked."""
+    vision = types.SimpleNamespace(dataset_image_field="images")
+    args = types.SimpleNamespace(remove_unused_columns=True)
+    note = adapt.keep_the_vision_columns(vision, args)
+    assert note and "trained with remove_unused_columns=False" in note
+    assert args.remove_unused_columns is False
+    assert adapt.keep_the_vision_columns(vision, args) is None  # already False: nothing said
+    text, args = (
+        types.SimpleNamespace(dataset_image_field=None),
+        types.SimpleNamespace(remove_unused_columns=True),
+    )
+    assert adapt.keep_the_vision_columns(text, args) is None and args.remove_unused_columns
+
+
 def test_cpu_ranks_ask_accelerate_for_gloo_ddp():
     import torch
 

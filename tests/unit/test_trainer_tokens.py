@@ -143,3 +143,20 @@ def test_installed_keeps_the_loss_training_step_returns():
         assert float(returned) == 2.5 and meter.take().loss == 2.5
     finally:
         transformers.Trainer.training_step = original
+
+
+def test_a_vision_models_image_tokens_are_counted_apart_and_among_the_dataset_tokens():
+    """The processor expanded each image into image tokens (id 9 here): dataset tokens count
+    them with the text, the image count says how many they were; a text model counts none."""
+    meter = TokenMeter()
+    ids = torch.tensor([[9, 9, 9, 4, 5, 0], [9, 9, 9, 6, 0, 0]])
+    batch = {"input_ids": ids, "attention_mask": (ids != 0).long()}
+    meter.add(batch)
+    text_model = meter.take()  # no image token known
+    assert (text_model.dataset_tokens, text_model.image_tokens) == (9, None)
+    meter.image_token_id = 9
+    meter.add(batch)
+    meter.add(batch)
+    counts = meter.take()
+    assert (counts.dataset_tokens, counts.image_tokens) == (18, 12)
+    assert meter.take().image_tokens is None  # reset per step

@@ -140,6 +140,11 @@ class StepTiming(pydantic.BaseModel):
         description="Positions of the step's batches with a label (not -100): what the loss is "
         "computed over; 0 when every label was masked. None where the batches carry no labels.",
     )
+    image_tokens: int | None = pydantic.Field(
+        default=None,
+        description="Of dataset_tokens, the image tokens a vision-language model's processor "
+        "expanded the step's images into. None for a model without an image token.",
+    )
 
 
 class ProcessSample(pydantic.BaseModel):

@@ -30,6 +30,7 @@ from ado_actuators.sfttrainer.metrics.aggregate import (
     model_flops_per_token,
     throughput_interval,
     warmup_end,
+    window_image_tokens,
     window_steps,
 )
 from ado_actuators.sfttrainer.metrics.loss import report_loss
@@ -239,8 +240,11 @@ def _training_outcome(
     interval = throughput_interval(reports, since)
     per_token = model_flops_per_token(reports, since)
     loss = report_loss(reports, window_steps(reports, rank0, since))
+    images = window_image_tokens(reports, since)
     notes = _notes(reports, since, interval.why, per_token) | {
-        note for note in (loss.note(), loss.why_not_judged(), machine_note(reports)) if note
+        note
+        for note in (loss.note(), loss.why_not_judged(), machine_note(reports), image_note(images))
+        if note
     }
     if per_token is not None and "model_flops_utilization" not in properties:
         notes.add(
@@ -250,6 +254,7 @@ def _training_outcome(
     metadata = {
         "flash_attention": rank0.flash_attention,
         "mamba_scan_path": rank0.mamba_scan_path,
+        "image_tokens": images[0] if images else None,
         "distributed_type": rank0.distributed_type,
         "notes": sorted(notes),
         VERSIONS: rank0.versions,
@@ -292,6 +297,18 @@ def _notes(
     if per_token is None:
         notes.add(f"model_tflops_per_device omitted: {flops.why_no_flops(rank0.model_parameters)}")
     return notes
+
+
+def image_note(images: tuple[int, int] | None) -> str | None:
+    """How a vision-language model's row counts its tokens (None: a text model's)."""
+    if images is None:
+        return None
+    image, tokens = images
+    return (
+        f"dataset tokens count text and image tokens together: {image:,} of the {tokens:,} "
+        f"in the measured window ({image / max(tokens, 1):.0%}) are image tokens, one per "
+        f"image feature the model's processor expanded each image into; they carry no loss"
+    )
 
 
 def race_note(outcome: RaceOutcome | None) -> str | None:

@@ -98,6 +98,16 @@ def window_steps(
     return [s for s in report.steps if first is not None and s.step >= first]
 
 
+def window_image_tokens(reports: list[RankReport], since: float | None) -> tuple[int, int] | None:
+    """(image tokens, dataset tokens) over every rank's steps in the window: how much of a
+    vision-language model's figure its images make. None where no step counted image tokens
+    (a text model)."""
+    steps = [s for r in reports for s in window_steps(reports, r, since)]
+    if all(s.image_tokens is None for s in steps):
+        return None
+    return sum(s.image_tokens or 0 for s in steps), sum(s.dataset_tokens for s in steps)
+
+
 def sample_window(
     reports: list[RankReport], report: RankReport, since: float | None
 ) -> tuple[float, float] | None:

@@ -146,6 +146,7 @@ class Measurement:
         for note in (
             adapt.check_flash_attention(args.model_args),
             adapt.same_shuffle_on_every_rank(args.train_args, self.ident.world_size),
+            adapt.keep_the_vision_columns(args.data_args, args.train_args),
         ):
             if note:
                 notes.append(note)

@@ -202,6 +202,21 @@ def same_shuffle_on_every_rank(train_args, world_size: int) -> str | None:
     )
 
 
+def keep_the_vision_columns(data_args, train_args) -> str | None:
+    """A vision dataset: keep the columns Trainer would remove (remove_unused_columns=True, the
+    spec's default). The vision collator reads the text and image columns, which are not the
+    model's forward arguments: Trainer would drop them all and stop with "No columns in the
+    dataset match the model's forward method signature". fms-hf-tuning's vision guide
+    (docs/vision-language-model-tuning.md) asks for False; what is trained is the same."""
+    if not getattr(data_args, "dataset_image_field", None) or not train_args.remove_unused_columns:
+        return None
+    train_args.remove_unused_columns = False
+    return (
+        "remove_unused_columns=True was requested, but a vision dataset's text and image columns "
+        "must reach fms-hf-tuning's vision collator: trained with remove_unused_columns=False"
+    )
+
+
 def _is_prefixing_prompt_learner(model) -> bool:
     """Prompt tuning / P-tuning prepend virtual tokens to the input embeddings, so the logits
     are longer than the labels; prefix tuning works through past_key_values and does not."""

@@ -61,10 +61,12 @@ class MeasurementCallback(TrainerCallback):
             self.model_parameters = model_size.parameters_of_model(model)
 
     def on_train_begin(self, args, state, control, **kwargs):
-        tokenizer = kwargs.get("processing_class") or kwargs.get("tokenizer")
-        tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a vision processor wraps one
+        processing = kwargs.get("processing_class") or kwargs.get("tokenizer")
+        tokenizer = getattr(processing, "tokenizer", processing)  # a vision processor wraps one
         if self.appends_eos and tokenizer is not None:
             self.meter.appended_eos_id = tokenizer.eos_token_id
+        if processing is not tokenizer and (model := kwargs.get("model")) is not None:
+            self.meter.image_token_id = model_size.image_token_id(model)
         if (placed := kwargs.get("model")) is not None:
             self.mamba_scan_path = model_size.mamba_scan_path(placed)
             if self.mamba_scan_path:
@@ -103,6 +105,7 @@ class MeasurementCallback(TrainerCallback):
                 sequence_tokens_squared=counts.sequence_tokens_squared,
                 loss=counts.loss,
                 labelled_tokens=counts.labelled_tokens,
+                image_tokens=counts.image_tokens,
             )
         )
         self._step_start = None

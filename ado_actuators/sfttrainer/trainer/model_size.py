@@ -136,3 +136,14 @@ def mamba_scan_path(model) -> str | None:
         on_cuda = weight is not None and weight.device.type == "cuda"
         return "fused" if fast and on_cuda else "torch"
     return None
+
+
+def image_token_id(model) -> int | None:
+    """The token a vision-language model's processor expands each image into (LLaVA-NeXT's
+    `image_token_index`, which newer configs call `image_token_id`); None for a text model.
+    `model` may be wrapped (DDP or FSDP keep it as `.module`; PEFT forwards `config`)."""
+    config = getattr(getattr(model, "module", model), "config", None)
+    for name in ("image_token_id", "image_token_index"):
+        if isinstance(found := getattr(config, name, None), int):
+            return found
+    return None

@@ -53,6 +53,7 @@ class StepCounts:
     sequence_tokens_squared: int = 0
     loss: float | None = None
     labelled_tokens: int | None = None
+    image_tokens: int | None = None
 
 
 class TokenMeter:
@@ -70,6 +71,10 @@ class TokenMeter:
 
     def __init__(self) -> None:
         self.appended_eos_id: int | None = None
+        # a vision-language model's image token: its processor has expanded every image into
+        # these, counted among the dataset tokens; counted apart too, to say how many they were
+        self.image_token_id: int | None = None
+        self._images: list = []
         self._tokens: list = []
         self._squares: list = []
         self._labelled: list = []
@@ -82,6 +87,8 @@ class TokenMeter:
         mask, ids, labels = get("attention_mask"), get("input_ids"), get("labels")
         if labels is not None:
             self._labelled.append((labels != IGNORE_INDEX).sum())
+        if self.image_token_id is not None and ids is not None:
+            self._images.append((ids == self.image_token_id).sum())
         if mask is None:
             # padding-free / packed batches carry no mask: every position is a real token
             if ids is not None:
@@ -111,9 +118,10 @@ class TokenMeter:
             sequence_tokens_squared=sum(int(t) for t in self._squares),
             loss=float(sum(self._losses)) if self._losses else None,
             labelled_tokens=sum(int(t) for t in self._labelled) if self._labelled else None,
+            image_tokens=sum(int(t) for t in self._images) if self._images else None,
         )
         self._tokens, self._squares, self._samples, self._padded = [], [], 0, 0
-        self._labelled, self._losses = [], []
+        self._labelled, self._losses, self._images = [], [], []
         return counts
 
     @contextlib.contextmanager

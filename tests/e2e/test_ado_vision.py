@@ -1,0 +1,156 @@
+"""A vision-language model measured as a user measures one: the real `ado` CLI, a real local Ray,
+fms-hf-tuning 3.2.2's vision path training a tiny LLaVA-NeXT on CPU (tests/tiny_vision_model.py,
+granite-vision's architecture and processor at toy sizes) on a dataset written by the shipped
+`sfttrainer_generate_dataset_vision`."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from ado_cli import AdoCLI
+from tiny_vision_model import build_tiny_vision_model
+
+from ado_actuators.sfttrainer.catalog import datasets
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+DATASET = datasets.VISION_DATASET_IDS[0]  # one 384×384 picture a sample
+BATCH, STEPS = 2, 3
+ENTRIES = BATCH * STEPS
+"""One epoch exactly: every entry is trained once, whatever order the sampler draws them in, so
+the row's tokens are the dataset's."""
+
+
+def write_yaml(path: Path, document: dict) -> Path:
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_a_vision_row_counts_the_text_and_image_tokens_the_processor_made(tmp_path):
+    home = tmp_path / "ado-home"
+    home.mkdir()
+    ado = AdoCLI(
+        home=home,
+        extra_env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HOME": str(home / "hf")},
+    )
+    model = build_tiny_vision_model(tmp_path / "tiny-granite-vision")
+    data = tmp_path / "data"
+    generated = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("sfttrainer_generate_dataset_vision")),
+            "--dataset-id",
+            DATASET,
+            "--output-dir",
+            str(data),
+            "--entries",
+            str(ENTRIES),
+            "--min-tokens",
+            "24",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert generated.returncode == 0, generated.stderr + generated.stdout
+    parameters = {
+        "data_directory": str(data),
+        "hf_home": str(tmp_path / "hf"),
+        "output_dir": str(tmp_path / "out"),
+        "model_map": {"tiny-granite-vision": {"Vanilla": str(model)}},
+    }
+    config_id = ado.create(
+        "actuatorconfiguration",
+        write_yaml(
+            tmp_path / "ac.yaml", {"actuatorIdentifier": "SFTTrainer", "parameters": parameters}
+        ),
+    )
+    fixed = {
+        "fms_hf_tuning_version": "3.2.2",  # the first release with a vision path: 2.8.2
+        "dataset_id": DATASET,
+        "max_steps": STEPS,
+        "torch_dtype": "float32",
+        "gradient_accumulation_steps": 1,
+    }
+    space = {
+        "experiments": [
+            {
+                "experimentIdentifier": "finetune_full_benchmark-v1.0.0",
+                "actuatorIdentifier": "SFTTrainer",
+                "parameterization": [
+                    {"property": {"identifier": k}, "value": v} for k, v in fixed.items()
+                ],
+            }
+        ],
+        "entitySpace": [
+            {"identifier": "model_name", "propertyDomain": {"values": ["tiny-granite-vision"]}},
+            {"identifier": "number_gpus", "propertyDomain": {"values": [0]}},
+            # a vision sample is not cut to it: the row holds whatever length it names
+            {"identifier": "model_max_length", "propertyDomain": {"values": [64]}},
+            {"identifier": "batch_size", "propertyDomain": {"values": [BATCH]}},
+        ],
+    }
+    space_id = ado.create("space", write_yaml(tmp_path / "space.yaml", space), "--new-sample-store")
+    operation = yaml.safe_load((REPO / "examples" / "local-cpu" / "operation.yaml").read_text())
+    operation |= {"spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id]}
+    operation_id = ado.create("operation", write_yaml(tmp_path / "op.yaml", operation))
+    [row] = ado.measurements(space_id)
+    assert float(row["is_valid"]) == 1, row
+    trained = float(row["dataset_tokens_per_second"]) * float(row["train_runtime"])
+    text, images = tokens_of(model, data / datasets.dataset_filename(DATASET))
+    # both counted: every sample's text (whole, far past 64 tokens) and its image's tokens
+    assert round(trained) == text + images, (trained, text, images)
+    assert text > ENTRIES * 64
+    # the row's own account: how many of its tokens were image tokens, and that the columns
+    # the vision collator reads were kept (the spec's remove_unused_columns default drops them)
+    trace = tmp_path / "trace.yaml"
+    ado.run("show", "trace", "operation", operation_id, "-o", "yaml", "--output-file", str(trace))
+    [metadata] = {
+        json.dumps(found, sort_keys=True)
+        for found in walk_yaml(yaml.safe_load(trace.read_text()))
+        if isinstance(found, dict) and "image_tokens" in found
+    }
+    metadata = json.loads(metadata)
+    assert metadata["image_tokens"] == images
+    notes = "\n".join(metadata["notes"])
+    assert f"{images:,} of the {text + images:,} in the measured window" in notes, notes
+    assert "trained with remove_unused_columns=False" in notes, notes
+
+
+def walk_yaml(node: object) -> Iterator[object]:
+    """Every node of a parsed YAML document, depth first."""
+    yield node
+    children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+    for child in children:
+        yield from walk_yaml(child)
+
+
+def tokens_of(model: Path, dataset: Path) -> tuple[int, int]:
+    """(text tokens, image tokens) of every sample of `dataset`, counted apart from the product:
+    the model's own processor on each sample's chat-templated text and its picture, as
+    fms-hf-tuning's vision collator hands them to it (no max_length: nothing cut)."""
+    import pyarrow.parquet as pq
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(model)
+    image_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
+    text = images = 0
+    for sample in pq.read_table(dataset).to_pylist():
+        [picture] = sample["images"]
+        rendered = processor.apply_chat_template(sample["messages"], tokenize=False)
+        batch = processor(
+            text=[rendered],
+            images=[Image.open(io.BytesIO(picture["bytes"])).convert("RGB")],
+            return_tensors="pt",
+        )
+        real = int(batch["attention_mask"].sum())
+        image = int((batch["input_ids"] == image_id).sum())
+        text, images = text + real - image, images + image
+    return text, images
