@@ -347,10 +347,12 @@ def test_guided_walk_killed_and_run_again_measures_only_what_can_win(ado, tmp_pa
     test asserts whichever the walk did, each with what makes it right: the reason's own
     figures when it left one, a wide interval when it did not. The first run is SIGKILLed while
     its first training runs: nothing of it is stored, nothing of it is left running, and the
-    run again ends as an uninterrupted walk would; run a third time it measures nothing. SHORT,
-    measured after TRAINS (by a walk at 99 % coverage where the walk left it), is raced: it
-    stops once it cannot win. A full walk of the same space then replays both rows and names
-    the same fastest; the plot prints what the guided walk left, with its reason."""
+    run again ends as an uninterrupted walk would. A third run, at 99 % coverage, measures
+    nothing a second time (TRAINS's row stays the same figure) and measures SHORT where the
+    walk left it; SHORT, measured after TRAINS (by that walk or by the run again), is raced: it
+    stops once it cannot win. (That the same stored rows leave the same configurations for the
+    same reasons is unit/test_guided.py's.) A full walk of the same space then replays both rows
+    and names the same fastest; the plot prints what the guided walk left, with its reason."""
     model = build_tiny_model(tmp_path / "tiny-llama")
     data = tmp_path / "data"
     generate_text_dataset(data, "news-chars-512-entries-4096", 64)
@@ -399,37 +401,42 @@ def test_guided_walk_killed_and_run_again_measures_only_what_can_win(ado, tmp_pa
         # nothing ruled out: only a wide interval allows that
         assert sorted(measured) == [SHORT, TRAINS] and record["unmeasured"] == [], record
         assert interval >= NARROW, (interval, record)
-    # run again: it decides from what the store holds, so it measures nothing a second time
-    # (the row is the same figure, not a new one) and leaves the same for the same reason
-    ado.create("operation", operation)
-    assert ado.measurements(space_id) == rows
-    again = json.loads((records / f"{space_id}.json").read_text())
-    assert again["finished"] and again["measured"] == len(rows)
-    assert again["unmeasured"] == record["unmeasured"]
-    raced_by = walked if SHORT in measured else None
-    rows = the_configuration_measured_after_the_fastest_is_raced(ado, tmp_path, guided, raced_by)
+    rows = the_configuration_measured_after_the_fastest_is_raced(
+        ado, tmp_path, guided, walked, rows
+    )
     full_walk_names_the_same_fastest(ado, tmp_path, space_id, config_id, rows, records, record)
 
 
 def the_configuration_measured_after_the_fastest_is_raced(
-    ado: AdoCLI, tmp_path: Path, guided: dict, measured_by: str | None
+    ado: AdoCLI, tmp_path: Path, guided: dict, walked: str, walked_rows: list[dict[str, str]]
 ) -> list[dict[str, str]]:
     """Racing (issue 54): SHORT, measured once TRAINS's row stands, stops once its 95 %
-    interval lies below TRAINS's. Where the walk above left SHORT, a walk at 99 % coverage
-    (whose bounds the prediction cannot rule it out at) measures it; where the walk above
-    measured it (`measured_by`), it was raced there. Either way its row is valid, says by how
-    much it lost and what that saved, its interval lies below TRAINS's as the rule requires,
-    and its notes name TRAINS. Asserted from the rows' own figures: SHORT does not train
-    (every label masked), so no schedule makes it the answer."""
+    interval lies below TRAINS's. The guided walk is run a third time, at 99 % coverage (its
+    own record): it decides from what the store holds, so it measures nothing a second time
+    (TRAINS's row is the same figure, not a new one; every row, where the run again `walked`
+    measured both). Where the run again left SHORT, the bounds at 99 % cannot rule it out and
+    this walk measures it; where the run again measured it, it was raced there. Either way its
+    row is valid, says by how much it lost and what that saved, its interval lies below
+    TRAINS's as the rule requires, and its notes, in the trace of the operation that measured
+    it, name TRAINS. Asserted from the rows' own figures: SHORT does not train (every label
+    masked), so no schedule makes it the answer."""
     space_id = guided["spaces"][0]
-    if measured_by is None:
-        wide = json.loads(json.dumps(guided))
-        sampler = wide["operation"]["parameters"]["samplerConfig"]["parameters"]
-        sampler |= {"coverage": 0.99, "record_directory": str(tmp_path / "guided-wide")}
-        measured_by = ado.create("operation", write_yaml(tmp_path / "wide.yaml", wide))
+    wide = json.loads(json.dumps(guided))
+    sampler = wide["operation"]["parameters"]["samplerConfig"]["parameters"]
+    sampler |= {"coverage": 0.99, "record_directory": str(tmp_path / "guided-wide")}
+    third = ado.create("operation", write_yaml(tmp_path / "wide.yaml", wide))
+    before = {int(r["model_max_length"]): r for r in walked_rows}
+    measured_by = walked if SHORT in before else third
+    wide_record = json.loads((tmp_path / "guided-wide" / f"{space_id}.json").read_text())
+    assert wide_record["finished"] and wide_record["measured"] == 2, wide_record
+    assert wide_record["unmeasured"] == [], wide_record
     rows = ado.measurements(space_id)
     by_length = {int(r["model_max_length"]): r for r in rows}
     assert sorted(by_length) == [SHORT, TRAINS], rows
+    if SHORT in before:
+        assert rows == walked_rows  # nothing measured a second time
+    else:
+        assert same_row(by_length[TRAINS], before[TRAINS]), (by_length[TRAINS], before[TRAINS])
     loser, fastest = by_length[SHORT], by_length[TRAINS]
     print({k: v for k, v in loser.items() if k.startswith(("raced", "dataset", "warmup"))})
     assert "raced_behind_percent" not in fastest or fastest["raced_behind_percent"] in ("", "nan")
@@ -455,6 +462,15 @@ def the_configuration_measured_after_the_fastest_is_raced(
     # the row's metadata, as the request and as its result: one note
     assert len(set(notes)) == 1 and f"model_max_length {TRAINS}" in notes[0], notes
     return rows
+
+
+def same_row(row: dict[str, str], was: dict[str, str]) -> bool:
+    """`row` is `was` as ado's table shows it once another row stands beside it: every cell the
+    same string but the table's row number (the column named ""), and a column only the other
+    row has (its racing figures) empty."""
+    return {k: v for k, v in row.items() if k and (k in was or v)} == {
+        k: v for k, v in was.items() if k
+    }
 
 
 def walk_yaml(node: object) -> Iterator[object]:

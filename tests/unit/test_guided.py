@@ -187,3 +187,54 @@ def test_the_record_says_which_configurations_left_would_not_have_launched(tmp_p
     measured = {fits.key: Result(fits.key, True, 1000.0, 1.0, 0.5)}
     done = walk.record(walk.decide(measured, set()), measured)
     assert done.finished and done.measured == 1 and done.spent_gpu_hours == 0.5
+
+
+def test_a_walk_run_again_from_the_same_stored_rows_leaves_the_same_for_the_same_reasons(
+    tmp_path,
+):
+    """space/guided_walk.py decides from what the store holds and nothing else: a fresh walk
+    of the same space (each `ado create operation` builds one) over the same stored row, read
+    as the sampler reads it (result_of), measures nothing and writes the same record, each
+    configuration left with the same reason. (tests/e2e/test_ado_cli.py's third run is at
+    another coverage, so it can no longer check this.)"""
+    from ado_actuators.sfttrainer.contract import loss
+    from ado_actuators.sfttrainer.contract.guided import GuidedRecord
+    from ado_actuators.sfttrainer.contract.properties import THROUGHPUT, THROUGHPUT_CI95
+    from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
+    from ado_actuators.sfttrainer.space.guided_walk import Walk, result_of
+
+    def point(gpus: int, batch: int) -> tuple[str, dict, dict]:
+        values = {
+            "model_name": "llama3-8b",  # a catalogue model: its shape is shipped
+            "number_gpus": gpus,
+            "gpu_model": "NVIDIA-A100-SXM4-80GB",
+            "model_max_length": 2048,
+            "batch_size": batch,
+        }
+        return "finetune_full_benchmark-v1.0.0", values, {"stop_after_seconds": 600}
+
+    points = [point(4, 16), point(4, 4), point(3, 16)]
+    settings = MeasurementSettings(hf_home=str(tmp_path))
+
+    def run(stored: dict[str, dict]) -> tuple[Candidate | None, GuidedRecord]:
+        walk = Walk.of("space-x", points, settings, Settings())
+        results = {key: result_of(key, properties, 4) for key, properties in stored.items()}
+        decision = walk.decide(results, set())
+        return decision.next, walk.record(decision, results)
+
+    first, _ = run({})
+    assert first is not None
+    row = {
+        "is_valid": 1,
+        THROUGHPUT: first.predicted,
+        THROUGHPUT_CI95: 2.0,
+        "measurement_seconds": 600,
+        loss.FINITE: 1,
+        loss.ROSE: 0,
+    }
+    stored = {first.key: row}
+    (done, record), (again, rerun) = run(stored), run(stored)
+    assert done is None and again is None and record.finished
+    reasons = [u.reason for u in record.unmeasured]
+    assert any(r.startswith("predicted ") for r in reasons), reasons  # left by the rule
+    assert rerun == record
