@@ -43,6 +43,7 @@ def config_of(name: str) -> dict:
         ("granite-4.0-h-small", 32_207_337_984),
         ("granite-4.0-h-micro", 3_191_396_096),
         ("granite-4.0-h-1b", 1_461_538_368),
+        ("granite-4.0-h-350m", 340_332_224),  # Mamba heads of 32, the others' 64
         ("granite-4.0-micro", 3_402_836_480),
         ("granite-4.0-350m", 352_379_904),
     ],
@@ -60,7 +61,12 @@ def test_the_linear_layers_are_transformers_own():
     pytest.importorskip("transformers")
     from ado_actuators.sfttrainer.plan.model.meta_shape import meta_counts
 
-    for name in ("granite-4.0-h-tiny", "granite-4.0-h-1b", "granite-4.0-micro"):
+    for name in (
+        "granite-4.0-h-tiny",
+        "granite-4.0-h-1b",
+        "granite-4.0-h-350m",
+        "granite-4.0-micro",
+    ):
         config = config_of(name)
         counts = hybrid_counts(config, count_parameters(twin_config(config)))
         mine = {(s.name, s.inputs, s.outputs, s.count) for s in counts.linears}
@@ -70,7 +76,13 @@ def test_the_linear_layers_are_transformers_own():
 
 @pytest.mark.parametrize(
     "name",
-    ["granite-4.0-h-tiny", "granite-4.0-h-small", "granite-4.0-h-1b", "granite-4.0-350m"],
+    [
+        "granite-4.0-h-tiny",
+        "granite-4.0-h-small",
+        "granite-4.0-h-1b",
+        "granite-4.0-h-350m",
+        "granite-4.0-350m",
+    ],
 )
 def test_the_step_times_counts_are_what_transformers_builds_on_the_meta_device(name):
     """plan/model/meta_shape.meta_counts answers a hybrid from config.json, with no transformers:
