@@ -14,6 +14,7 @@ from ado_actuators.sfttrainer.actuator.parameters import SFTTrainerParameters
 from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.catalog.entity import entity_values
 from ado_actuators.sfttrainer.cli.generate_dataset_text import generate
+from ado_actuators.sfttrainer.contract.guided import race_group
 from ado_actuators.sfttrainer.contract.outcomes import Failed, Invalid, Measured
 from ado_actuators.sfttrainer.contract.trainer_io import FAULT_ENV
 from ado_actuators.sfttrainer.engine.measurement import measure
@@ -23,6 +24,7 @@ from ado_actuators.sfttrainer.ledger.record import Record
 
 pytestmark = pytest.mark.slow
 DATASET = "news-chars-512-entries-4096"
+FULL = "finetune_full_benchmark-v1.0.0"
 
 
 @pytest.fixture(scope="module")
@@ -397,3 +399,33 @@ def test_uncached_hub_model_names_the_download_command(params, monkeypatch, offl
         assert "Connection refused" in outcome.reason and "Offline" not in outcome.reason
     assert f"sfttrainer_download_hf_weights -i models.yaml -o {params.hf_home}" in outcome.reason
     assert "`tiny: {Vanilla: example-org/not-cached}`" in outcome.reason
+
+
+def test_with_racing_on_a_plain_walks_measurement_races_its_groups_recorded_fastest(params):
+    """`racing: true` without a guided walk: the record of measured speeds (ledger/
+    measured_speeds.py, under data_directory) names the group's fastest, here a batch-8 row far
+    faster than a CPU runs, and the measurement stops after its warm-up and 20 measured steps,
+    valid, its row saying by how much it lost and to what. Its own row then joins the record,
+    never as the group's fastest."""
+    from ado_actuators.sfttrainer.contract.outcomes import Measured as Row
+    from ado_actuators.sfttrainer.engine.race import Race
+    from ado_actuators.sfttrainer.ledger.measured_speeds import MeasuredSpeeds
+
+    racing = params.model_copy(update={"racing": True})
+    steady = {
+        "auto_stop_method": "STEADY_CI95_1PCT",
+        "auto_stop_max_seconds": 60,
+        "num_train_epochs": 10000,
+        "max_steps": -1,
+    }
+    incumbent = {"is_valid": 1, "dataset_tokens_per_second": 1e9, "train_loss_finite": 1}
+    Race(racing, FULL, entity(**steady, batch_size=8), None).record(Row(properties=incumbent))
+    outcome = run(racing, **steady, model_max_length=16)
+    assert isinstance(outcome, Measured), getattr(outcome, "reason", "")
+    props, notes = outcome.properties, "\n".join(outcome.metadata["notes"])
+    assert props["is_valid"] == 1 and props["raced_behind_percent"] > 99
+    assert "batch_size 8, model_max_length 96, number_gpus 0" in notes, notes
+    assert outcome.metadata["measured_steps"] == 20  # STEADY's own window would need more
+    record = MeasuredSpeeds(racing.measured_speeds_file())  # type: ignore[arg-type]
+    found = record.fastest(race_group(FULL, entity(**steady)), excluding="")
+    assert found is not None and found.speed == 1e9  # the raced row leads nothing

@@ -21,6 +21,9 @@ from typing import Any
 from ado_actuators.sfttrainer.host.atomic import write_atomically
 
 ENVIRONMENT = "SFTTRAINER_GUIDED_RECORDS"
+AXES = ("batch_size", "model_max_length", "number_gpus")
+"""What varies inside an answer group: the picture's x axis, its lines, its rows of panels
+(space/groups.py builds the groups on them)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +71,15 @@ def point_key(experiment: str, point: Mapping[str, Any]) -> str:
     (ledger/race_cards.py)."""
     values = {k: canonical(v) for k, v in sorted(point.items())}
     return f"{experiment} {json.dumps(values, sort_keys=True, default=str)}"
+
+
+def race_group(experiment: str, inputs: Mapping[str, Any]) -> str:
+    """The group a configuration races in without a guided walk (ledger/measured_speeds.py):
+    its experiment and every input but the axes, as the measurement resolves them, the
+    experiment's fixed values and the device included. As strict as an answer group or
+    stricter: two spaces that fix a field differently never race each other."""
+    rest = {k: canonical(v) for k, v in sorted(inputs.items()) if k not in AXES}
+    return f"{experiment} {json.dumps(rest, sort_keys=True, default=str)}"
 
 
 def directory(given: str | None = None) -> Path:

@@ -37,13 +37,12 @@ from ado_actuators.sfttrainer.contract.outcomes import (
     failed_before_launch,
 )
 from ado_actuators.sfttrainer.contract.trainer_io import RaceAgainst
+from ado_actuators.sfttrainer.engine.race import Race
 from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
 from ado_actuators.sfttrainer.execute.cluster import measure_on_cluster
 from ado_actuators.sfttrainer.execute.environment import EnvironmentRequest
 from ado_actuators.sfttrainer.execute.node import NodeRequest
-from ado_actuators.sfttrainer.ledger.lines import RecordUnavailable
 from ado_actuators.sfttrainer.ledger.neighbours import neighbours
-from ado_actuators.sfttrainer.ledger.race_cards import RaceCards
 from ado_actuators.sfttrainer.plan.launch.environments import vision_problem
 from ado_actuators.sfttrainer.plan.launch.launch_plan import (
     MeasurementInputs,
@@ -153,10 +152,10 @@ def measure(
     race_key: str | None = None,
 ) -> MeasurementOutcome:
     """One measurement: resolve the entity, judge its memory, answer it from the record of
-    measured OOMs, or else launch it (racing the measured fastest a guided walk dealt under
-    `race_key`, where racing is on) and record the outcome. Each step before the launch may settle it, skipped without
-    launching. Never raises: an unexpected error is a Failed outcome with its traceback's
-    tail."""
+    measured OOMs, or else launch it (racing its group's measured fastest: engine/race.py;
+    `race_key` is the key a guided walk deals its card under) and record the outcome. Each
+    step before the launch may settle it, skipped without launching. Never raises: an
+    unexpected error is a Failed outcome with its traceback's tail."""
     try:
         definition = catalog_data().experiment(experiment_id)
         resolved = resolve(values_in, definition, settings.model_map, settings.hf_home)
@@ -178,14 +177,17 @@ def measure(
         oom_record = neighbours(settings.oom_record_file(), values, definition, location, label)
         if oom_record is not None and (answer := oom_record.answer_from_measured_ooms()):
             return memory.attach_bound_and_prediction(answer)
+        race = Race(settings, experiment_id, values_in, race_key)
+        against = race.against() if definition.repeats == 1 else None
         outcome = _launch(
-            _node_request(resolved, definition, settings, label, use_cpu, race_key),
+            _node_request(resolved, definition, settings, label, use_cpu, against),
             placement_timeout=settings.placement_timeout_seconds,
             aim_dashboard_url=settings.aim_dashboard_url,
         )
         if oom_record is not None:
             oom_record.record_outcome(outcome)
         if definition.repeats == 1:
+            race.record(outcome)
             speed = _speed(resolved.training, settings, memory.paged_out_bytes)
             outcome = speed.attach_to(outcome)
         return memory.attach_bound_and_prediction(outcome)
@@ -201,7 +203,7 @@ def _node_request(
     settings: MeasurementSettings,
     label: str,
     use_cpu: bool,
-    race_key: str | None = None,
+    race: RaceAgainst | None = None,
 ) -> NodeRequest:
     """What each node is asked to measure."""
     values = resolved.values
@@ -215,7 +217,7 @@ def _node_request(
             aim_repo=settings.aim_db,
             run_labels={"entity": label, "experiment": definition.identifier},
             use_cpu=use_cpu,
-            race=_race(settings, race_key) if definition.repeats == 1 else None,
+            race=race,
         ),
         output_root=Path(settings.output_dir).absolute() / definition.identifier,
         label=_safe_label(label),
@@ -223,19 +225,6 @@ def _node_request(
         environment=_environment_request(settings),
         allow_shared_gpus=settings.allow_shared_gpus,
     )
-
-
-def _race(settings: MeasurementSettings, key: str | None) -> RaceAgainst | None:
-    """The measured fastest a guided walk dealt the configuration `key` to race (ledger/
-    race_cards.py); None where racing is off, no walk dealt one, or the cards cannot be read:
-    racing only ever saves time, so without a card the measurement runs whole."""
-    if not settings.racing or key is None:
-        return None
-    try:
-        return RaceCards(settings.race_cards_file()).for_key(key)
-    except RecordUnavailable as error:
-        log.warning("measuring without racing: %s", error)
-        return None
 
 
 def _dataset(values: EntityValues, data_directory: str) -> dict[str, Any]:

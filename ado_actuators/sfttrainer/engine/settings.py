@@ -168,20 +168,28 @@ class MeasurementSettings(pydantic.BaseModel):
         "a file lock), read and written by every measurement wherever Ray runs it: a relative "
         "path is under data_directory, which every node already reads.",
     )
-    racing: bool = pydantic.Field(
-        default=True,
-        description="Stop a measurement a guided walk sends as soon as it cannot be the fastest "
-        "of its answer group: once its 95 % interval lies below that of the group's measured "
-        "fastest, after its stop method's warm-up and 20 measured steps. The row stays valid, "
-        "with its wider interval, raced_behind_percent and raced_saved_seconds, and is never "
-        "named fastest. false measures every configuration to its method's end. A plain "
-        "random walk deals no incumbent, so it never races.",
+    racing: bool | None = pydantic.Field(
+        default=None,
+        description="Stop a measurement as soon as it cannot be the fastest of its answer "
+        "group: once its 95 % interval lies below that of the group's measured fastest, after "
+        "its stop method's warm-up and 20 measured steps. The row stays valid, with its wider "
+        "interval, raced_behind_percent and raced_saved_seconds, and is never named fastest. "
+        "Unset (the default): only what a guided walk sends races, against the incumbent it "
+        "deals. true: a plain random walk's measurements race too, against the fastest of "
+        "their group that measurements have recorded (measured_speeds_path). false: every "
+        "configuration is measured to its method's end.",
     )
     race_cards_path: str = pydantic.Field(
         default=".sfttrainer/race-cards.jsonl",
         description="Where a guided walk leaves, for each configuration it sends, the measured "
         "fastest it races (JSON lines, appended under a file lock): a relative path is under "
         "data_directory, which the walk and every node read.",
+    )
+    measured_speeds_path: str = pydantic.Field(
+        default=".sfttrainer/measured-speeds.jsonl",
+        description="Where every measurement records its figure and interval by configuration "
+        "and group (JSON lines, appended under a file lock), which racing: true races against "
+        "when no guided walk dealt a card: a relative path is under data_directory.",
     )
     allow_shared_gpus: bool = pydantic.Field(
         default=False,
@@ -255,7 +263,14 @@ class MeasurementSettings(pydantic.BaseModel):
         return path if path.is_absolute() else Path(self.data_directory) / path
 
     def race_cards_file(self) -> Path:
-        path = Path(self.race_cards_path).expanduser()
+        return self._under_data(self.race_cards_path)
+
+    def measured_speeds_file(self) -> Path | None:
+        """The record of measured speeds, or None when racing is off."""
+        return None if self.racing is False else self._under_data(self.measured_speeds_path)
+
+    def _under_data(self, given: str) -> Path:
+        path = Path(given).expanduser()
         return path if path.is_absolute() else Path(self.data_directory) / path
 
     def tokens_cache_path(self) -> Path | None:

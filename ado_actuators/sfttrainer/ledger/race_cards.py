@@ -36,6 +36,10 @@ class RaceCards:
         }
         append_lines(self.path, FORMAT, WHAT, lambda _: [line])
 
+    def dealt(self, key: str) -> bool:
+        """Whether a walk dealt `key` a card, an incumbent or none."""
+        return any(line.get("key") == key for line in read_lines(self.path, FORMAT, WHAT))
+
     def for_key(self, key: str) -> RaceAgainst | None:
         """The card in force for `key`: what its measurement races, or None."""
         found = [line for line in read_lines(self.path, FORMAT, WHAT) if line.get("key") == key]

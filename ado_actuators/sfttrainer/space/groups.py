@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-AXES = ("batch_size", "model_max_length", "number_gpus")
-"""What varies inside an answer group: the picture's x axis, its lines, its rows of panels."""
+from ado_actuators.sfttrainer.contract.guided import AXES as AXES  # what varies in a group
+
 DEVICE = "gpu_model"
 DURATION = ("max_steps", "num_train_epochs", "stop_after_seconds", "auto_stop_")
 """Prefixes of the fields that say how long a run lasts, not how fast it trains."""
