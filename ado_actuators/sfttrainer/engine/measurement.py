@@ -70,6 +70,22 @@ class Resolved(NamedTuple):
     config_error: ModelConfigUnavailable | None = None
 
 
+def not_understood(error: pydantic.ValidationError) -> str:
+    """One line per field a configuration's values fail on, each naming the field and the fix
+    (pydantic's own dump is a wall of text with the whole input in it)."""
+    said = []
+    for found in error.errors():
+        field = ".".join(str(part) for part in found["loc"]) or "the values"
+        if found["type"] == "missing":
+            said.append(
+                f"{field} is required: give it in the space (entitySpace, or the experiment's "
+                "parameterization)"
+            )
+        else:
+            said.append(f"{field} = {found.get('input')!r}: {found['msg']}")
+    return "entity values not understood: " + "; ".join(said)
+
+
 def resolve(
     values_in: dict[str, Any],
     definition: ExperimentDefinition,
@@ -85,8 +101,7 @@ def resolve(
     try:
         values = entity_values(values_in, overrides=definition.default_overrides())
     except pydantic.ValidationError as error:
-        fields = ", ".join(str(e["loc"][0]) for e in error.errors())
-        return Failed(f"entity values not understood ({fields}): {error}")
+        return Failed(not_understood(error))
     # Rules 1-6 need no model: an invalid configuration is answered before anything else.
     if not values.fast_moe and (problems := configuration_problems(values)):
         return _broken_rule("; ".join(problems))
