@@ -1,7 +1,10 @@
 """The logits' memory of every transformers release an offered fms-hf-tuning version pins, read
 from the release itself: its wheel, fetched once from the package registry, through the same
-`read_loss_code` the record was written with. Fails when plan/packages/transformers-loss.yaml
-and the releases disagree, or when a version pins a release the record lacks. The same for
+`read_loss_code` the record was written with; and which of the model types the catalogue's
+shipped shapes name (catalog/model_shapes.yaml) each release can build: those its
+models/auto/configuration_auto.py maps to a config class (CONFIG_MAPPING_NAMES). Fails when
+plan/packages/transformers-loss.yaml and the releases disagree, or when a version pins a release
+the record lacks. The same for
 TRL's copy of the logits (plan/memory/logits.trl_copies_logits): each pinned TRL release's
 SFTTrainer, read from its wheel.
 
@@ -11,6 +14,7 @@ SFTTrainer, read from its wheel.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -22,8 +26,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.version import Version
 
 from ado_actuators.sfttrainer.catalog.entity import FMS_HF_TUNING_VERSIONS
+from ado_actuators.sfttrainer.catalog.model_shapes import shipped_shapes
 from ado_actuators.sfttrainer.plan.memory import logits as logits_memory
 from ado_actuators.sfttrainer.plan.model import releases
 
@@ -84,6 +90,45 @@ def read_release(wheel: Path) -> dict[str, dict[str, str]]:
         return read
 
 
+CONFIG_AUTO = "transformers/models/auto/configuration_auto.py"
+
+
+def catalogue_model_types() -> set[str]:
+    """Every model_type the shipped shapes' config.json fields name, their sub-configs'
+    (a vision model's text_config and vision_config) included; a weights format's own fields too."""
+    found: set[str] = set()
+
+    def collect(config: dict) -> None:
+        if isinstance(config.get("model_type"), str):
+            found.add(config["model_type"])
+        for value in config.values():
+            if isinstance(value, dict):
+                collect(value)
+
+    for entry in shipped_shapes().values():
+        for config in [entry.get("config")] + [
+            own.get("config") for own in entry.values() if isinstance(own, dict)
+        ]:
+            if isinstance(config, dict):
+                collect(config)
+    return found
+
+
+def read_builds(wheel: Path) -> list[str]:
+    """The catalogue's model types the release can build: those its CONFIG_MAPPING_NAMES maps
+    to a config class (what AutoConfig reads a config.json's model_type by)."""
+    with zipfile.ZipFile(wheel) as archive:
+        tree = ast.parse(archive.read(CONFIG_AUTO).decode())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "CONFIG_MAPPING_NAMES" for t in node.targets
+        ):
+            assert isinstance(node.value, ast.Call), "CONFIG_MAPPING_NAMES is not OrderedDict(...)"
+            names = dict(ast.literal_eval(node.value.args[0]))
+            return sorted(catalogue_model_types() & set(names))
+    raise AssertionError(f"no CONFIG_MAPPING_NAMES in {wheel.name}'s {CONFIG_AUTO}")
+
+
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory) -> dict[str, Path]:
     kept = os.environ.get("SFTTRAINER_TEST_ENVIRONMENTS")
@@ -102,12 +147,31 @@ def test_the_record_is_what_each_pinned_release_reads(wheels):
         assert record[release] == read_release(wheel), release
 
 
+@pytest.mark.slow
+def test_the_record_says_what_each_pinned_release_can_build(wheels):
+    builds = yaml.safe_load(RECORD.read_text())["builds"]
+    assert set(builds) == set(wheels), "the record and the pinned releases differ"
+    for release, wheel in wheels.items():
+        assert builds[release] == read_builds(wheel), release
+    # the reader itself: the newest pinned release builds every catalogue model type
+    assert set(builds[max(builds, key=Version)]) == catalogue_model_types()
+
+
 def test_every_pinned_release_is_in_the_record():
     """The fast half: an fms-hf-tuning list pinning a new transformers needs the record
     rewritten (the slow test above then checks it against the release)."""
     record = yaml.safe_load(RECORD.read_text())["releases"]
     assert set(pinned_releases()) == set(record)
     assert logits_memory.loss_code("4.45.2", "llama") == logits_memory.LossCode("model", "logits")
+
+
+def test_every_catalogue_model_type_is_judged_by_the_record():
+    """The fast half of what the releases build: a shipped shape of a new model type needs the
+    record rewritten (plan/model/releases.build_problem judges only the types it lists)."""
+    builds = yaml.safe_load(RECORD.read_text())["builds"]
+    assert set(builds) == set(pinned_releases())
+    assert catalogue_model_types() == set().union(*builds.values())
+    assert "granitemoehybrid" in catalogue_model_types()
 
 
 SFT_TRAINER = "trl/trainer/sft_trainer.py"
@@ -162,6 +226,7 @@ def test_the_installed_trl_copies_the_logits_as_its_source_says():
 
 def write(directory: Path) -> None:
     releases = {r: read_release(fetch(r, directory)) for r in sorted(pinned_releases())}
+    builds = {r: read_builds(fetch(r, directory)) for r in sorted(pinned_releases())}
     pins = pinned_releases()
     header = (
         "# Read by plan/memory/logits.py. What each transformers release pinned by an offered\n"
@@ -174,8 +239,16 @@ def write(directory: Path) -> None:
         "# checkpointed (layer: by the layer itself; model: by the model's forward around each\n"
         "# layer; none: not at all; plan/memory/logits.read_checkpointing); attention: what runs\n"
         "# when flash-attn is not asked for (sdpa | eager; plan/memory/logits.read_attention).\n"
+        "# builds: per release, the model types the catalogue's shipped shapes name\n"
+        "# (catalog/model_shapes.yaml, sub-configs included) that the release can build: those\n"
+        "# its models/auto/configuration_auto.py CONFIG_MAPPING_NAMES maps to a config class\n"
+        "# (read by plan/model/releases.build_problem).\n"
     )
-    body = {"pinned_by": {r: pins[r] for r in sorted(pins)}, "releases": releases}
+    body = {
+        "builds": builds,
+        "pinned_by": {r: pins[r] for r in sorted(pins)},
+        "releases": releases,
+    }
     RECORD.write_text(header + yaml.safe_dump(body, sort_keys=True, default_flow_style=None))
 
 

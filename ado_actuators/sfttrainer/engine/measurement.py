@@ -51,6 +51,7 @@ from ado_actuators.sfttrainer.plan.launch.launch_plan import (
 )
 from ado_actuators.sfttrainer.plan.memory.verdict import assess
 from ado_actuators.sfttrainer.plan.model.lora_targets import lora_target_problem
+from ado_actuators.sfttrainer.plan.model.releases import config_build_problem
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 from ado_actuators.sfttrainer.plan.speed.prediction import SpeedPrediction, predict_speed
 
@@ -118,6 +119,14 @@ def resolve(
     except UnknownModelError as error:
         return Failed(str(error))
     found, config_error = _model_config(values, definition, location, hf_home, hub)
+    # a model type the version's transformers cannot build would fail at its load, after a
+    # placement and an environment build (plan/packages/transformers-loss.yaml's builds)
+    if (
+        found is not None
+        and isinstance(found.config, dict)
+        and (problem := config_build_problem(values.fms_hf_tuning_version, found.config))
+    ):
+        return _broken_rule(problem)
     if values.fast_moe and found is None:
         return Failed(f"fast_moe needs the model's num_local_experts: {config_error}")
     fixed = values.model_copy(update={k: v for k, v in definition.fixed.items() if k in FIELDS})

@@ -2,20 +2,24 @@
 own code: the package list each version pins (plan/packages/fms-hf-tuning_v*.txt) and what
 tests/unit/test_transformers_releases.py read from each pinned transformers wheel
 (plan/packages/transformers-loss.yaml: the loss's logits, the layers' checkpointing, the
-attention a family runs by default). The memory formula (plan/memory/logits.py) and the speed
-model both read the attention that runs from here, so they cannot disagree on it.
+attention a family runs by default, and which of the catalogue's model types the release can
+build at all: build_problem). The memory formula (plan/memory/logits.py) and the speed model
+both read the attention that runs from here, so they cannot disagree on it.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
+from packaging.version import Version
 
+from ado_actuators.sfttrainer.catalog.entity import FMS_HF_TUNING_VERSIONS
 from ado_actuators.sfttrainer.contract.memory_trace import Attention
 
 PACKAGES_DIR = Path(__file__).parent.parent / "packages"
@@ -76,3 +80,67 @@ def attention_for(fms_hf_tuning_version: str, model_type: str, flash_attn: bool)
         return "flash_attention_2"
     default = default_attention(transformers_release(fms_hf_tuning_version), model_type)
     return "eager" if default == "eager" else "sdpa"
+
+
+def _can_build(fms_hf_tuning_version: str, model_type: str) -> bool:
+    """Whether the version's pinned transformers release builds `model_type` models, read from
+    the record (its builds); False too where its package list installs from git (no release on
+    the package registry: plan/launch/environments.environment_spec refuses it)."""
+    try:
+        lines = read_package_list(fms_hf_tuning_version)
+    except NoEnvironment:
+        return False
+    # a URL besides fms-hf-tuning's own line (the registry's release replaces that one)
+    if any("://" in line and not line.startswith(FMS) for line in lines):
+        return False
+    release = transformers_release(fms_hf_tuning_version)
+    return model_type in record().get("builds", {}).get(release, ())
+
+
+def build_problem(fms_hf_tuning_version: str, model_type: str) -> str | None:
+    """Why the transformers release `fms_hf_tuning_version` pins cannot build `model_type` models,
+    naming the earliest offered version (by version order) whose release can. None where it can,
+    where the record lists the model type under no release (a local model of another type is not
+    judged), or where the version pins no release the record holds."""
+    builds: dict[str, list[str]] = record().get("builds", {})
+    if not any(model_type in types for types in builds.values()):
+        return None
+    try:
+        release = transformers_release(fms_hf_tuning_version)
+    except NoEnvironment:
+        return None
+    if release not in builds or model_type in builds[release]:
+        return None
+    offered = sorted(FMS_HF_TUNING_VERSIONS, key=Version)
+    first = next((v for v in offered if _can_build(v, model_type)), None)
+    fix = (
+        f"choose fms_hf_tuning_version {first} or later"
+        if first
+        else "no offered fms_hf_tuning_version can"
+    )
+    return (
+        f"fms-hf-tuning {fms_hf_tuning_version} pins transformers {release}, which cannot build "
+        f"{model_type} models; {fix}"
+    )
+
+
+def model_types(config: Mapping[str, Any]) -> Iterator[str]:
+    """The model types a config.json names: its own, then its sub-configs' (a vision model's
+    text_config and vision_config), each once."""
+    seen: set[str] = set()
+    pending: list[Mapping[str, Any]] = [config]
+    while pending:
+        current = pending.pop(0)
+        if isinstance(kind := current.get("model_type"), str) and kind not in seen:
+            seen.add(kind)
+            yield kind
+        pending.extend(v for v in current.values() if isinstance(v, Mapping))
+
+
+def config_build_problem(fms_hf_tuning_version: str, config: Mapping[str, Any]) -> str | None:
+    """build_problem of the first model type the config.json names (model_types) that the
+    version's release cannot build; None where it builds them all."""
+    for kind in model_types(config):
+        if problem := build_problem(fms_hf_tuning_version, kind):
+            return problem
+    return None
