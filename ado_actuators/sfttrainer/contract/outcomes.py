@@ -75,7 +75,8 @@ ANSWERED_BY = "answered_by"
 here, the lowest layer, because its producers (engine/, plan/, ledger/) and its reader
 (report/, counting what a space cost) live in layers that share no other."""
 CONFIGURATION_RULE = "configuration_rule"
-"""A rule the configuration breaks (catalog/validity.py, plan/launch/environments.vision_problem)."""
+"""A rule the configuration breaks (catalog/validity.py, plan/launch/environments.vision_problem,
+plan/model/releases.build_problem)."""
 CERTAIN_OOM = "certain_oom"
 """The memory lower bound exceeds the device (plan/memory/verdict.py)."""
 PREDICTED_OOM = "prediction"
