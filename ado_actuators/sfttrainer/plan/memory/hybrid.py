@@ -125,9 +125,23 @@ def hybrid_layer(
         found["other"] = kept[last][1]  # only the recomputed last layer reads it
     else:
         found["other"] = sum(rest) / len(rest)  # first + (layers - 1) x other: their sum
-    found["backward"] = max(attention["backward"], mamba["backward"])
+    # peak.py adds the layers' largest transients to what every layer keeps (its moments at the
+    # model's last layer); a Mamba layer's come at the last Mamba layer, where the layers after
+    # it keep nothing yet (forward) or no longer (backward; under checkpointing, where they
+    # keep their inputs alone, the moment at the model's first layer has the Mamba layer's)
+    mambas = [i for i, kind in enumerate(kinds) if kind == "mamba"]
+    after = len(kinds) - 1 - mambas[-1] if mambas else 0
+    sizes = [kept[kind][i > 0] for i, kind in enumerate(active)]
+    later = after * attention["input"] if recomputing else sum(sizes[len(sizes) - after :])
+    found["backward"] = attention["backward"]
+    if "mamba" in active:  # the Mamba layers before the first adapter have no backward
+        found["backward"] = max(
+            attention["backward"], mamba["backward"] - later * (not recomputing)
+        )
     if last == "mamba":
         found["forward"], found["recomputed"] = mamba["forward"], mamba["recomputed"]
+    elif mambas:
+        found["forward"] = max(attention["forward"], mamba["forward"] - later)
     return dataclasses.replace(dims, layers=len(active)), found
 
 

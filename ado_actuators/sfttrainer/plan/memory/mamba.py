@@ -65,22 +65,29 @@ def mixer_forward(layer: MambaLayers, width: int, path: ScanPath, length: int) -
     """What a mixer's forward holds per token at its largest beyond what it keeps: the fused
     kernel's convolution output and scan buffers beside its scan output, the norm's output and
     the out projection's; torch_forward's C·Bᵀ product ([chunk, state] floats per head, a local
-    alive to the function's end) beside the diagonal block's ([chunk, head_dim] per head).
-    Measured on transformers 4.55's torch_forward on CPU: within 5 %."""
+    alive to the function's end) beside the larger of the diagonal block's product ([chunk,
+    head_dim] per head, freed by its sum) and the chunk states' ([head_dim, state] per head:
+    B·x's before its sum, then C times the states, a local too). Measured on transformers
+    4.55's torch_forward on CPU: within 5 %; against its trace at state 128 and head_dim 32
+    (Granite 4.0's state, h-350m's heads), where the chunk states' outgrow the block's."""
     if path == "fused":
         stored = layer.conv_dim + 2 * layer.inner + layer.hidden
         return width * stored + scan_buffers(layer, length)
-    return FP32 * layer.chunk * layer.heads * (layer.state + layer.head_dim)
+    chunk, state, head_dim = layer.chunk, layer.state, layer.head_dim
+    return FP32 * layer.heads * (chunk * state + max(chunk * head_dim, head_dim * state))
 
 
 def mixer_backward(layer: MambaLayers, width: int, path: ScanPath, length: int) -> float:
     """What a mixer's backward adds per token at its largest: the fused kernel's recomputed
     convolution output and norm output, the gradients of the projection's output, of the
     convolution's, of the norm's output and input, and two sets of scan buffers (recomputed
-    states and their gradients); torch_forward's backward of the diagonal block's product
-    materialises [chunk, head_dim] floats per head and token twice, one per factor's gradient
-    (measured as for mixer_forward: within 2 %)."""
+    states and their gradients); torch_forward's backward of a broadcast product materialises
+    it twice, one per factor's gradient, the largest of the diagonal block's ([chunk, head_dim]
+    floats per head and token), C·Bᵀ's ([chunk, state]) and the chunk states' ([head_dim,
+    state]) (measured as for mixer_forward: within 2 %; C·Bᵀ's is the largest at Granite
+    4.0's state of 128)."""
     if path == "fused":
         stored = 2 * layer.inner + 2 * layer.conv_dim + layer.projected + layer.inner
         return width * stored + 2 * scan_buffers(layer, length)
-    return 2 * FP32 * layer.heads * layer.chunk * layer.head_dim
+    chunk, state, head_dim = layer.chunk, layer.state, layer.head_dim
+    return 2 * FP32 * layer.heads * max(chunk * head_dim, chunk * state, head_dim * state)
