@@ -76,8 +76,8 @@ def settings(tmp_path, racing: bool | None) -> MeasurementSettings:
 
 
 def measured_fastest(tmp_path, speed: float = 400.0) -> None:
-    """A row of batch 4 in BASE's group, as its measurement recorded it."""
-    earlier = Race(settings(tmp_path, None), LORA, {**BASE, "batch_size": 4}, None)
+    """A row of batch 4 in BASE's group, as its measurement under racing: true recorded it."""
+    earlier = Race(settings(tmp_path, True), LORA, {**BASE, "batch_size": 4}, None)
     earlier.record(Measured(properties=row(speed)))
 
 
@@ -104,18 +104,27 @@ def test_a_walks_card_wins_over_the_record_even_when_it_says_none(tmp_path):
     assert race.against() is None
 
 
-def test_every_stored_outcome_is_recorded_unless_racing_is_off_and_a_failure_never(tmp_path):
+def test_under_racing_every_stored_outcome_is_recorded_and_a_failure_never(tmp_path):
     inputs = {**BASE, "batch_size": 2}
     key, group = point_key(LORA, inputs), race_group(LORA, inputs)
-    Race(settings(tmp_path, None), LORA, inputs, None).record(Measured(properties=row(700.0)))
-    speeds = MeasuredSpeeds(settings(tmp_path, None).measured_speeds_file())  # type: ignore[arg-type]
+    Race(settings(tmp_path, True), LORA, inputs, None).record(Measured(properties=row(700.0)))
+    speeds = MeasuredSpeeds(settings(tmp_path, True).measured_speeds_file())  # type: ignore[arg-type]
     assert speeds.fastest(group, excluding="x").speed == 700.0  # type: ignore[union-attr]
-    Race(settings(tmp_path, None), LORA, inputs, None).record(Failed("lost"))
+    Race(settings(tmp_path, True), LORA, inputs, None).record(Failed("lost"))
     assert speeds.fastest(group, excluding="x").speed == 700.0  # type: ignore[union-attr]
-    Race(settings(tmp_path, None), LORA, inputs, None).record(Invalid(reason="OOM"))
+    Race(settings(tmp_path, True), LORA, inputs, None).record(Invalid(reason="OOM"))
     assert speeds.fastest(group, excluding="x") is None
     assert speeds.fastest(group, excluding=key) is None
-    assert settings(tmp_path, False).measured_speeds_file() is None
+
+
+@pytest.mark.parametrize("racing", [None, False])
+def test_unless_racing_is_true_nothing_is_written(tmp_path, racing):
+    """A read-only data_directory must cost a measurement nothing (the guided walk reads the
+    space's own rows)."""
+    assert settings(tmp_path, racing).measured_speeds_file() is None
+    race = Race(settings(tmp_path, racing), LORA, {**BASE, "batch_size": 2}, None)
+    race.record(Measured(properties=row(700.0)))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_an_unwritable_record_measures_whole_and_says_why(tmp_path, caplog):

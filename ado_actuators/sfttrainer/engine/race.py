@@ -4,7 +4,8 @@ inside the trainer when the race is lost).
 A guided walk deals each configuration it sends a card (ledger/race_cards.py): the measured
 fastest of its answer group, or none. With `racing: true`, a configuration no walk dealt a card
 (a plain random walk's) races the fastest its group's measurements recorded
-(ledger/measured_speeds.py), which every measurement appends to as it ends. Racing only ever
+(ledger/measured_speeds.py), which every measurement under `racing: true` appends to as it
+ends (under the default nothing is written: a guided walk reads the space's own rows). Racing only ever
 saves time: where a record cannot be read or written, the measurement runs whole and the log
 says why.
 """

@@ -187,9 +187,9 @@ class MeasurementSettings(pydantic.BaseModel):
     )
     measured_speeds_path: str = pydantic.Field(
         default=".sfttrainer/measured-speeds.jsonl",
-        description="Where every measurement records its figure and interval by configuration "
-        "and group (JSON lines, appended under a file lock), which racing: true races against "
-        "when no guided walk dealt a card: a relative path is under data_directory.",
+        description="With racing: true, where every measurement records its figure and "
+        "interval by configuration and group (JSON lines, appended under a file lock), and "
+        "what one no guided walk dealt a card races: a relative path is under data_directory.",
     )
     allow_shared_gpus: bool = pydantic.Field(
         default=False,
@@ -266,8 +266,9 @@ class MeasurementSettings(pydantic.BaseModel):
         return self._under_data(self.race_cards_path)
 
     def measured_speeds_file(self) -> Path | None:
-        """The record of measured speeds, or None when racing is off."""
-        return None if self.racing is False else self._under_data(self.measured_speeds_path)
+        """The record of measured speeds, or None unless racing is true: a guided walk reads
+        the space's own rows, and a read-only data_directory must cost nothing else."""
+        return self._under_data(self.measured_speeds_path) if self.racing is True else None
 
     def _under_data(self, given: str) -> Path:
         path = Path(given).expanduser()

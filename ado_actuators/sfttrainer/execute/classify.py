@@ -242,9 +242,7 @@ def _training_outcome(
     loss = report_loss(reports, window_steps(reports, rank0, since))
     images = window_image_tokens(reports, since)
     notes = _notes(reports, since, interval.why, per_token) | {
-        note
-        for note in (loss.note(), loss.why_not_judged(), machine_note(reports), image_note(images))
-        if note
+        note for note in (loss.note(), loss.why_not_judged(), machine_note(reports)) if note
     }
     if per_token is not None and "model_flops_utilization" not in properties:
         notes.add(
@@ -294,6 +292,8 @@ def _notes(
         notes.add(f"dataset_tokens_per_second_ci95_percent omitted: {no_interval}")
     if note := energy_note(reports):
         notes.add(f"gpu_energy_joules_per_token omitted: {note}")
+    if note := image_note(window_image_tokens(reports, since)):
+        notes.add(note)
     if per_token is None:
         notes.add(f"model_tflops_per_device omitted: {flops.why_no_flops(rank0.model_parameters)}")
     return notes

@@ -3,7 +3,7 @@ races when no guided walk dealt it a card (the actuator parameter `racing: true`
 random walk, which knows nothing of groups).
 
 A guided walk reads what the space has stored; a plain walk's measurement has only this record,
-which every measurement appends to as it ends (lines.py: whole lines under a lock, under
+which every measurement under `racing: true` appends to as it ends (lines.py: whole lines under a lock, under
 data_directory, which every node reads). The newest line of a configuration is the one in force:
 measured again slower, or invalid, it no longer holds its group's lead. The group's fastest is
 the fastest configuration whose row can be named fastest: valid, trained (its loss finite and
