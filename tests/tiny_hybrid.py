@@ -16,8 +16,11 @@ LAYER_TYPES = ["mamba", "attention", "mamba", "attention"]
 """The layers' kinds, in order: two Mamba-2 mixers, each followed by attention."""
 
 
-def build_tiny_hybrid(out_dir: Path, *, model_max_length: int = 512, seed: int = 0) -> Path:
-    """Writes config, weights and tokenizer of a ~300k-parameter GraniteMoeHybrid to `out_dir`."""
+def build_tiny_hybrid(
+    out_dir: Path, *, model_max_length: int = 512, seed: int = 0, mamba_d_state: int = 16
+) -> Path:
+    """Writes config, weights and tokenizer of a ~300k-parameter GraniteMoeHybrid to `out_dir`.
+    `mamba_d_state`: the Mamba-2 state's size (Granite 4.0's is 128, above its heads' 64)."""
     import torch
     from transformers import GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM
 
@@ -39,7 +42,7 @@ def build_tiny_hybrid(out_dir: Path, *, model_max_length: int = 512, seed: int =
         max_position_embeddings=max(model_max_length, 512),
         mamba_n_heads=4,
         mamba_d_head=32,  # mamba_expand (2) x hidden_size / mamba_n_heads
-        mamba_d_state=16,
+        mamba_d_state=mamba_d_state,
         mamba_n_groups=1,
         mamba_chunk_size=64,
         bos_token_id=tokenizer.bos_token_id,
