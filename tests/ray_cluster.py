@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -250,8 +251,9 @@ class RayCluster:
             if starter.poll() is None:
                 starter.send_signal(signal.SIGTERM)
         # a worker node that served a job's runtime environment was seen still running 30 s
-        # after SIGTERM: a test cluster's state is not worth waiting for
-        deadline = time.monotonic() + 10
+        # after SIGTERM, and a head after one was never seen to stop: a test cluster's state is
+        # not worth waiting for (an idle one stops in about 3 s)
+        deadline = time.monotonic() + 5
         for starter in reversed(self.starters):
             try:
                 starter.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -263,7 +265,12 @@ class RayCluster:
             except psutil.NoSuchProcess:
                 pass
         psutil.wait_procs(leftovers, timeout=10)
-        shutil.rmtree(self.temp_dir.parent, ignore_errors=True)
+        # deleted beside the next test: a cluster that built a job's runtime environment
+        # leaves a directory that took 14 s to delete (a non-daemon thread: the interpreter
+        # waits for it at exit)
+        threading.Thread(
+            target=shutil.rmtree, args=(self.temp_dir.parent,), kwargs={"ignore_errors": True}
+        ).start()
 
 
 def start_cluster(
