@@ -7,7 +7,9 @@ uses none), so plan/memory/peak.py's formula counts them on that "twin" configur
 layer is the same layer with the attention replaced by a Mamba-2 mixer (plan/memory/mamba.py, on
 the scan path plan/model/mamba.py decides). The layers differ, so what peak.py reads per layer is
 given to it whole (`hybrid_layer`): the first layer whose input needs a gradient, the others'
-mean, and, for the moments at the model's last layer, that layer's kind. Under LoRA without an
+mean, and, for the moments at the model's last layer, that layer's kind; where the first is a
+Mamba layer, its mixer's backward and the parameters whose gradients it has not made yet (peak.py's
+`last layer, mixer` moment: that layer's MLP gradients are all made by then). Under LoRA without an
 input-gradient hook the Mamba layers before the first attention layer (which holds the adapters)
 keep nothing: the layers peak.py counts start there.
 
@@ -32,6 +34,7 @@ from ado_actuators.sfttrainer.plan.memory.peak import (
     input_grads,
     layer_bytes,
     predict_peak,
+    reentrant,
 )
 from ado_actuators.sfttrainer.plan.model.architecture import ParameterCounts
 from ado_actuators.sfttrainer.plan.model.hybrid import ATTENTION_LINEARS, counted
@@ -39,6 +42,7 @@ from ado_actuators.sfttrainer.plan.model.hybrid import is_hybrid as is_hybrid
 from ado_actuators.sfttrainer.plan.model.hybrid import twin_config as twin_config
 from ado_actuators.sfttrainer.plan.model.mamba import (
     MambaLayers,
+    ScanPath,
     layer_kinds,
     mamba_layers,
     scan_note,
@@ -61,12 +65,15 @@ def _mamba_layer(
     configuration: TrainingConfiguration,
     attention: dict[str, float],
     recomputing: bool,
+    held: bool,
 ) -> dict[str, float]:
     """A Mamba layer, bytes for the device's batch: what it keeps when its input needs a
     gradient (the attention layer's norms and MLP, the mixer for the attention), what its
     backward adds at the mixer (the MLP's and second norm's tensors freed by then, the
-    gradient arriving and the mixer's input gradient beside it) or at the MLP, and its forward
-    at the mixer or the MLP."""
+    gradient arriving and the mixer's input gradient beside it; under reentrant
+    checkpointing also the layer's output gradient, an argument of the checkpoint's backward,
+    and its recomputed output, both held to its end) or at the MLP, and its forward at the
+    mixer or the MLP."""
     width, path = block.width, scan_path(configuration.fms_hf_tuning_version)
     length = configuration.model_length
     tokens = configuration.batch.per_device_batch * length
@@ -81,14 +88,15 @@ def _mamba_layer(
         + mlp
         + mixer.mixer_saved(layer, width, path, trains, length)
     )
-    arriving = 2 * block.residual * block.hidden
+    arriving = (2 + 2 * held) * block.residual * block.hidden
     backward = mixer.mixer_backward(layer, width, path, length) + arriving - mlp
     forward = mixer.mixer_forward(layer, width, path, length) + block.residual * block.hidden
-    held = width * layer.projected + activations.FP32 * block.hidden  # not kept when recomputed
+    inputs = width * layer.projected + activations.FP32 * block.hidden  # not kept when recomputed
     return {
         "kept": kept * tokens,
         "backward": max(attention["backward"], backward * tokens),
-        "forward": max(attention["forward"], (forward + held * recomputing) * tokens),
+        "mixer_backward": backward * tokens,
+        "forward": max(attention["forward"], (forward + inputs * recomputing) * tokens),
         "recomputed": max(attention["recomputed"], forward * tokens),
     }
 
@@ -109,7 +117,9 @@ def hybrid_layer(
         return dims, attention
     block = block_of(dims, configuration, behaviour, adapted)
     recomputing = checkpointed(configuration, behaviour)
-    mamba = _mamba_layer(block, layer, configuration, attention, recomputing)
+    mamba = _mamba_layer(
+        block, layer, configuration, attention, recomputing, reentrant(configuration, behaviour)
+    )
     grad_in = input_grads(configuration, behaviour)
     start = 0 if grad_in or "attention" not in kinds else kinds.index("attention")
     active = kinds[start:]
@@ -138,11 +148,32 @@ def hybrid_layer(
         found["backward"] = max(
             attention["backward"], mamba["backward"] - later * (not recomputing)
         )
+    if active[0] == "mamba":
+        # the model's first layer, the last the backward reaches: its mixer's backward comes
+        # after its MLP's, so every gradient of that layer is made but the in projection's and
+        # the first norm's (and on the torch path the convolution's: the fused kernel returns
+        # its own weights' gradients, out_proj's among them, from the backward's end)
+        found["mixer_backward"] = mamba["mixer_backward"]
+        found["mixer_pending"] = _pending(
+            layer, text, scan_path(configuration.fms_hf_tuning_version)
+        )
     if last == "mamba":
         found["forward"], found["recomputed"] = mamba["forward"], mamba["recomputed"]
     elif mambas:
         found["forward"] = max(attention["forward"], mamba["forward"] - later)
     return dataclasses.replace(dims, layers=len(active)), found
+
+
+def _pending(layer: MambaLayers, text: dict[str, Any], path: ScanPath) -> float:
+    """The parameters of a Mamba layer whose gradients its mixer's backward has not made at
+    its largest: the in projection's and the first norm's; on the torch path the depthwise
+    convolution's too (its backward follows the scan's)."""
+    proj_bias = bool(text.get("mamba_proj_bias", False))
+    conv_bias = bool(text.get("mamba_conv_bias", True))
+    pending = layer.hidden * layer.projected + layer.projected * proj_bias + layer.hidden
+    if path == "torch":
+        pending += layer.conv_dim * (layer.conv_kernel + conv_bias)
+    return float(pending)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,9 @@ largest phase, not their sum:
   largest;
 - backward: the largest of its moments: the loss's backward (the logits' gradients); the first
   layer it reaches (under checkpointing, recomputed), with the MLP's gradients; the last layer
-  it reaches, with every gradient but the embedding's;
+  it reaches, with every gradient but the embedding's (a hybrid whose first layer is a Mamba
+  layer: also that layer's mixer's backward, after its MLP's, every gradient of the layer made
+  but the mixer's in projection's);
 - optimizer_step: weights, gradients, optimizer state, and the temporary torch's foreach AdamW
   allocates (one state-sized `_foreach_sqrt` of exp_avg_sq, per parameter group).
 
@@ -770,6 +772,23 @@ def _gradients_in_layers(
     return grown, every
 
 
+def _gradients_at_mixer(
+    counts: ParameterCounts,
+    configuration: TrainingConfiguration,
+    base: dict[str, float],
+    states: dict[str, float],
+    pending: float,
+) -> float:
+    """The gradients alive at the model's first layer's mixer backward (a hybrid's Mamba layer,
+    plan/memory/hybrid.py): under full fine-tuning all but `pending` parameters' (what that
+    backward has not reached yet) and, when untied, the embedding's; its MLP's are all made."""
+    every = states["gradients"]
+    if configuration.tuning.method == "none":
+        later = pending + (counts.embedding if counts.lm_head else 0)
+        every -= states["gradients"] * later / max(1, counts.total)
+    return max(base["gradients"], every)
+
+
 def _kept_in_layers(
     dims: Dimensions,
     configuration: TrainingConfiguration,
@@ -843,6 +862,17 @@ def _layer_moments(
             **transient,
         },
     }
+    if "mixer_backward" in layer:
+        # a hybrid whose first layer is a Mamba layer: its mixer's backward comes after its
+        # MLP's, every gradient of that layer but the mixer's `mixer_pending` made by then
+        moments["last layer, mixer"] = {
+            **base,
+            "gradients": _gradients_at_mixer(
+                counts, configuration, base, states, layer["mixer_pending"]
+            ),
+            **bottom_kept,
+            "backward_transients": layer["mixer_backward"],
+        }
     if checkpointed(configuration, behaviour):
         # recomputing the first layer it reaches, its output's gradient already there
         moments["first layer, recomputed"] = {
