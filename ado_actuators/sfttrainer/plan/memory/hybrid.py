@@ -149,19 +149,30 @@ def hybrid_layer(
             attention["backward"], mamba["backward"] - later * (not recomputing)
         )
     if active[0] == "mamba":
-        # the model's first layer, the last the backward reaches: its mixer's backward comes
-        # after its MLP's, so every gradient of that layer is made but the in projection's and
-        # the first norm's (and on the torch path the convolution's: the fused kernel returns
-        # its own weights' gradients, out_proj's among them, from the backward's end)
-        found["mixer_backward"] = mamba["mixer_backward"]
-        found["mixer_pending"] = _pending(
-            layer, text, scan_path(configuration.fms_hf_tuning_version)
-        )
+        found |= _first_layer_mixer(mamba, layer, text, configuration)
     if last == "mamba":
         found["forward"], found["recomputed"] = mamba["forward"], mamba["recomputed"]
     elif mambas:
         found["forward"] = max(attention["forward"], mamba["forward"] - later)
     return dataclasses.replace(dims, layers=len(active)), found
+
+
+def _first_layer_mixer(
+    mamba: dict[str, float],
+    layer: MambaLayers,
+    text: dict[str, Any],
+    configuration: TrainingConfiguration,
+) -> dict[str, float]:
+    """The moment of a Mamba first layer's mixer backward. The model's first layer is the last
+    the backward reaches, and its mixer's backward comes after its MLP's, so every gradient of
+    that layer is made but the in projection's and the first norm's (and on the torch path the
+    convolution's: the fused kernel returns its own weights' gradients, out_proj's among them,
+    from the backward's end)."""
+    path = scan_path(configuration.fms_hf_tuning_version)
+    return {
+        "mixer_backward": mamba["mixer_backward"],
+        "mixer_pending": _pending(layer, text, path),
+    }
 
 
 def _pending(layer: MambaLayers, text: dict[str, Any], path: ScanPath) -> float:
