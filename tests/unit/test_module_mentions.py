@@ -98,6 +98,8 @@ FOREIGN_FILES = {
     # transformers' Granite 4.0 hybrid and LLaVA-NeXT processor (plan/model/mamba.py, vision.py)
     "modeling_granitemoehybrid.py",
     "processing_llava_next.py",
+    # transformers' model types per release (plan/model/releases.build_problem)
+    "configuration_auto.py",
     # fms-acceleration's fused ops; Liger-Kernel's convergence tests; ml-engineering's mamf-finder
     "fused_ops_and_kernels.py",
     "test_mini_models.py",
