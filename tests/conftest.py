@@ -101,6 +101,18 @@ def isolated_env(tmp_path_factory, marked_run):
     shutil.rmtree(values["RAY_TMPDIR"], ignore_errors=True)
 
 
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any connection attempt fails at once, as on a machine with no network."""
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise OSError("no network in this test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     from tiny_model import build_tiny_model

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tiny_model import SPECIAL_TOKENS, build_tokenizer
+from tiny_model import SPECIAL_TOKENS, build_tokenizer, tiny_llama_config
 
 IMAGE_TOKEN = "<image>"
 TILE = 32
@@ -28,8 +28,35 @@ CHAT_TEMPLATE = (  # granite-vision's renders {"type": "image"} as "<image>" lik
 )
 
 
+def llava_next_processor(tokenizer, *, tile: int, patch: int, pinpoints: list[list[int]]):
+    """A LlavaNextProcessor as granite-vision's is configured (its chat template, image mean
+    and std, bicubic resize, padding, "full" features, no CLS token) over `tokenizer` (a
+    GPT2TokenizerFast with IMAGE_TOKEN), at tiles of `tile` pixels in patches of `patch`."""
+    import transformers
+
+    tokenizer.chat_template = CHAT_TEMPLATE
+    image_processor = transformers.LlavaNextImageProcessor(
+        size={"shortest_edge": tile},
+        crop_size={"height": tile, "width": tile},
+        image_grid_pinpoints=pinpoints,
+        image_mean=[0.5] * 3,
+        image_std=[0.5] * 3,
+        do_pad=True,
+        resample=3,
+    )
+    return transformers.LlavaNextProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        chat_template=CHAT_TEMPLATE,
+        patch_size=patch,
+        vision_feature_select_strategy="full",
+        num_additional_image_tokens=0,
+        image_token=IMAGE_TOKEN,
+    )
+
+
 def build_processor(out_dir: Path):
-    """The LlavaNextProcessor saved in `out_dir` (the tokenizer trained there first)."""
+    """The tiny model's processor, saved in `out_dir` (the tokenizer trained there first)."""
     import transformers
 
     trained = build_tokenizer(out_dir)
@@ -39,24 +66,7 @@ def build_processor(out_dir: Path):
         model_max_length=131072,  # a vision sample is not cut to the row's length
         **SPECIAL_TOKENS,
     )
-    tokenizer.chat_template = CHAT_TEMPLATE
-    image_processor = transformers.LlavaNextImageProcessor(
-        size={"shortest_edge": TILE},
-        crop_size={"height": TILE, "width": TILE},
-        image_grid_pinpoints=PINPOINTS,
-        image_mean=[0.5] * 3,
-        image_std=[0.5] * 3,
-        do_pad=True,
-    )
-    processor = transformers.LlavaNextProcessor(
-        image_processor=image_processor,
-        tokenizer=tokenizer,
-        chat_template=CHAT_TEMPLATE,
-        patch_size=PATCH,
-        vision_feature_select_strategy="full",
-        num_additional_image_tokens=0,
-        image_token=IMAGE_TOKEN,
-    )
+    processor = llava_next_processor(tokenizer, tile=TILE, patch=PATCH, pinpoints=PINPOINTS)
     processor.save_pretrained(out_dir)
     return processor
 
@@ -69,19 +79,7 @@ def build_tiny_vision_model(out_dir: Path, *, seed: int = 0) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = build_processor(out_dir).tokenizer
-    text = transformers.LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=4096,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=False,
-    )
+    text = tiny_llama_config(tokenizer, positions=4096)  # samples are not cut
     vision = transformers.SiglipVisionConfig(
         hidden_size=32,
         intermediate_size=64,

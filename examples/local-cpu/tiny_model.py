@@ -180,28 +180,36 @@ def _legacy_merges(path: Path) -> None:
     path.write_text(json.dumps(document, ensure_ascii=False))
 
 
-def build_tiny_model(out_dir: Path, *, model_max_length: int = 512, seed: int = 0) -> Path:
-    """Writes config, weights and tokenizer of a ~100k-parameter Llama to `out_dir`."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+def tiny_llama_config(tokenizer, *, positions: int):
+    """The tiny Llama's shape (2 layers of width 64, 4 heads, an MLP of 128) over `tokenizer`'s
+    vocabulary and special tokens, with `positions` positions."""
+    from transformers import LlamaConfig
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(out_dir, model_max_length=model_max_length)
-    config = LlamaConfig(
+    return LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=4,
-        max_position_embeddings=max(model_max_length, 512),
+        max_position_embeddings=positions,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=False,
         torch_dtype="float32",
     )
+
+
+def build_tiny_model(out_dir: Path, *, model_max_length: int = 512, seed: int = 0) -> Path:
+    """Writes config, weights and tokenizer of a ~100k-parameter Llama to `out_dir`."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(out_dir, model_max_length=model_max_length)
+    config = tiny_llama_config(tokenizer, positions=max(model_max_length, 512))
     torch.manual_seed(seed)
     LlamaForCausalLM(config).save_pretrained(out_dir, safe_serialization=True)
     return out_dir

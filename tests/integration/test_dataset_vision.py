@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from tiny_vision_model import llava_next_processor
 from typer.testing import CliRunner
 
 from ado_actuators.sfttrainer.catalog import datasets, model_shapes
@@ -27,14 +28,6 @@ tokenizers = pytest.importorskip("tokenizers")
 SQUARE, TALL = datasets.VISION_DATASET_IDS
 MIN_TOKENS = 1500
 ENTRIES = 6
-TEMPLATE = (  # granite-vision's chat template renders {"type": "image"} as "<image>" likewise
-    "{%- for message in messages -%}{{- '<|' + message['role'] + '|>\n' -}}"
-    "{%- for item in message['content'] -%}"
-    "{%- if item['type'] == 'image' -%}{{- '<image>\n' -}}"
-    "{%- elif item['type'] == 'text' -%}{{- item['text'] + '\n' -}}{%- endif -%}"
-    "{%- endfor -%}{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{- '<|assistant|>\n' -}}{%- endif -%}"
-)
 
 
 def _granite() -> VisionShape:
@@ -106,25 +99,11 @@ def processor(bpe):
         additional_special_tokens=["<image>"],
         model_max_length=131072,
     )
-    tokenizer.chat_template = TEMPLATE
-    tile, patch = GRANITE.image_size, GRANITE.patch_size
-    image_processor = transformers.LlavaNextImageProcessor(
-        size={"shortest_edge": tile},
-        crop_size={"height": tile, "width": tile},
-        image_grid_pinpoints=[list(p) for p in GRANITE.pinpoints],
-        image_mean=[0.5] * 3,
-        image_std=[0.5] * 3,
-        do_pad=True,
-        resample=3,
-    )
-    return transformers.LlavaNextProcessor(
-        image_processor=image_processor,
-        tokenizer=tokenizer,
-        chat_template=TEMPLATE,
-        patch_size=patch,
-        vision_feature_select_strategy="full",
-        num_additional_image_tokens=0,
-        image_token="<image>",
+    return llava_next_processor(
+        tokenizer,
+        tile=GRANITE.image_size,
+        patch=GRANITE.patch_size,
+        pinpoints=[list(p) for p in GRANITE.pinpoints],
     )
 
 

@@ -158,6 +158,19 @@ def test_the_engine_names_each_candidates_subgroup():
     assert len({found[1].subgroup, found[2].subgroup, found[3].subgroup}) == 3
 
 
+def llama_point(gpus: int, batch: int) -> tuple[str, dict, dict]:
+    """A configuration of llama3-8b (a catalogue model: its shape is shipped) on A100s, as a
+    walk's points hold it: experiment, entity values, the experiment's fixed values."""
+    values = {
+        "model_name": "llama3-8b",
+        "number_gpus": gpus,
+        "gpu_model": "NVIDIA-A100-SXM4-80GB",
+        "model_max_length": 2048,
+        "batch_size": batch,
+    }
+    return "finetune_full_benchmark-v1.0.0", values, {"stop_after_seconds": 600}
+
+
 def test_the_record_says_which_configurations_left_would_not_have_launched(tmp_path):
     """space/guided_walk.py's record: a configuration left by the rule is counted at its predicted
     GPU-hours; one that would not launch at all (here a configuration rule: 3 GPUs do not
@@ -165,18 +178,8 @@ def test_the_record_says_which_configurations_left_would_not_have_launched(tmp_p
     from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
     from ado_actuators.sfttrainer.space.guided_walk import Walk
 
-    def point(gpus: int, batch: int) -> tuple[str, dict, dict]:
-        values = {
-            "model_name": "llama3-8b",  # a catalogue model: its shape is shipped
-            "number_gpus": gpus,
-            "gpu_model": "NVIDIA-A100-SXM4-80GB",
-            "model_max_length": 2048,
-            "batch_size": batch,
-        }
-        return "finetune_full_benchmark-v1.0.0", values, {"stop_after_seconds": 600}
-
     settings = MeasurementSettings(hf_home=str(tmp_path))
-    walk = Walk.of("space-x", [point(4, 16), point(3, 16)], settings, Settings())
+    walk = Walk.of("space-x", [llama_point(4, 16), llama_point(3, 16)], settings, Settings())
     [fits, rule] = walk.candidates
     assert not fits.skip and rule.skip
     # the attention's share of its predicted step, which a device's attention factor scales
@@ -203,17 +206,7 @@ def test_a_walk_run_again_from_the_same_stored_rows_leaves_the_same_for_the_same
     from ado_actuators.sfttrainer.engine.settings import MeasurementSettings
     from ado_actuators.sfttrainer.space.guided_walk import Walk, result_of
 
-    def point(gpus: int, batch: int) -> tuple[str, dict, dict]:
-        values = {
-            "model_name": "llama3-8b",  # a catalogue model: its shape is shipped
-            "number_gpus": gpus,
-            "gpu_model": "NVIDIA-A100-SXM4-80GB",
-            "model_max_length": 2048,
-            "batch_size": batch,
-        }
-        return "finetune_full_benchmark-v1.0.0", values, {"stop_after_seconds": 600}
-
-    points = [point(4, 16), point(4, 4), point(3, 16)]
+    points = [llama_point(4, 16), llama_point(4, 4), llama_point(3, 16)]
     settings = MeasurementSettings(hf_home=str(tmp_path))
 
     def run(stored: dict[str, dict]) -> tuple[Candidate | None, GuidedRecord]:

@@ -299,18 +299,6 @@ def catalogue_space(path, stop: dict | None = None, models=CATALOGUE, experiment
     return path
 
 
-@pytest.fixture
-def no_network(monkeypatch):
-    """Any connection attempt fails at once, as on a machine with no network."""
-    import socket
-
-    def refuse(*args, **kwargs):
-        raise OSError("no network in this test")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-
-
 @pytest.mark.parametrize(
     "stop",
     [None, {"auto_stop_method": "WARMUP_60S_STABLE_120S_OR_10_STEPS"}],

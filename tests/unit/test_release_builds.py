@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -96,17 +95,6 @@ def test_a_measurement_of_a_hybrid_on_2_1_2_is_invalid_by_a_configuration_rule(t
         assert isinstance(outcome, Invalid) is refused, model_type
         if not refused:
             assert isinstance(outcome, Resolved)
-
-
-@pytest.fixture
-def no_network(monkeypatch):
-    import socket
-
-    def refuse(*args, **kwargs):
-        raise OSError("no network in this test")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
 
 
 def test_the_preview_says_a_hybrid_on_2_1_2_is_invalid_and_why(tmp_path, no_network):
