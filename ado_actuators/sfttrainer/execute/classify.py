@@ -241,7 +241,7 @@ def _training_outcome(
     per_token = model_flops_per_token(reports, since)
     loss = report_loss(reports, window_steps(reports, rank0, since))
     images = window_image_tokens(reports, since)
-    notes = _notes(reports, since, interval.why, per_token) | {
+    notes = _notes(reports, since, interval.why, per_token, images) | {
         note for note in (loss.note(), loss.why_not_judged(), machine_note(reports)) if note
     }
     if per_token is not None and "model_flops_utilization" not in properties:
@@ -276,8 +276,10 @@ def _notes(
     since: float | None,
     no_interval: str | None,
     per_token: float | None,
+    images: tuple[int, int] | None,
 ) -> set[str]:
-    """What a row must say about the figures it has and those it omits, and why."""
+    """What a row must say about the figures it has and those it omits, and why; `images`:
+    window_image_tokens."""
     rank0 = reports[0]
     notes = {n for r in reports for n in r.notes}
     if since is None and rank0.warmup_steps:
@@ -292,7 +294,7 @@ def _notes(
         notes.add(f"dataset_tokens_per_second_ci95_percent omitted: {no_interval}")
     if note := energy_note(reports):
         notes.add(f"gpu_energy_joules_per_token omitted: {note}")
-    if note := image_note(window_image_tokens(reports, since)):
+    if note := image_note(images):
         notes.add(note)
     if per_token is None:
         notes.add(f"model_tflops_per_device omitted: {flops.why_no_flops(rank0.model_parameters)}")

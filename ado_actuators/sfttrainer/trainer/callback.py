@@ -65,9 +65,9 @@ class MeasurementCallback(TrainerCallback):
         tokenizer = getattr(processing, "tokenizer", processing)  # a vision processor wraps one
         if self.appends_eos and tokenizer is not None:
             self.meter.appended_eos_id = tokenizer.eos_token_id
-        if processing is not tokenizer and (model := kwargs.get("model")) is not None:
-            self.meter.image_token_id = model_size.image_token_id(model)
         if (placed := kwargs.get("model")) is not None:
+            if processing is not tokenizer:
+                self.meter.image_token_id = model_size.image_token_id(placed)
             self.mamba_scan_path = model_size.mamba_scan_path(placed)
             if self.mamba_scan_path:
                 self.notes.append(model_size.MAMBA_PATH_NOTES[self.mamba_scan_path])

@@ -28,6 +28,7 @@ from ado_actuators.sfttrainer.catalog.entity import EntityValues
 from ado_actuators.sfttrainer.plan.model.releases import FMS as FMS
 from ado_actuators.sfttrainer.plan.model.releases import PACKAGES_DIR as PACKAGES_DIR
 from ado_actuators.sfttrainer.plan.model.releases import NoEnvironment as NoEnvironment
+from ado_actuators.sfttrainer.plan.model.releases import installs_from_url
 from ado_actuators.sfttrainer.plan.model.releases import list_path as list_path
 from ado_actuators.sfttrainer.plan.model.releases import read_package_list as read_package_list
 from ado_actuators.sfttrainer.plan.model.training import fast_kernel_words
@@ -109,10 +110,6 @@ def package_name(line: str) -> str:
     return canonicalize_name(re.split(r"[\s=<>!~;\[@]", line, maxsplit=1)[0])
 
 
-def _is_url(line: str) -> bool:
-    return "@" in line and "://" in line
-
-
 def environment_spec(
     version: str,
     lines: Iterable[str],
@@ -138,7 +135,7 @@ def environment_spec(
         if not exact and any(fnmatch.fnmatch(name, p) for p in GPU_ONLY_PATTERNS):
             left_out.append(f"{line}: needs NVIDIA GPUs (match_exact_dependencies: false)")
             continue
-        if _is_url(line):
+        if installs_from_url(line):
             urls.append(line)
             continue
         if (needs := (worker_needs or {}).get(name)) is not None and not _pin_fits(line, needs):

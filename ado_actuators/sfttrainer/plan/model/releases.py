@@ -82,6 +82,12 @@ def attention_for(fms_hf_tuning_version: str, model_type: str, flash_attn: bool)
     return "eager" if default == "eager" else "sdpa"
 
 
+def installs_from_url(line: str) -> bool:
+    """Whether a package list's line installs from a URL (`name@git+https://...`), which
+    the package registry cannot serve."""
+    return "@" in line and "://" in line
+
+
 def _can_build(fms_hf_tuning_version: str, model_type: str) -> bool:
     """Whether the version's pinned transformers release builds `model_type` models, read from
     the record (its builds); False too where its package list installs from git (no release on
@@ -91,7 +97,7 @@ def _can_build(fms_hf_tuning_version: str, model_type: str) -> bool:
     except NoEnvironment:
         return False
     # a URL besides fms-hf-tuning's own line (the registry's release replaces that one)
-    if any("://" in line and not line.startswith(FMS) for line in lines):
+    if any(installs_from_url(line) and not line.startswith(FMS) for line in lines):
         return False
     release = transformers_release(fms_hf_tuning_version)
     return model_type in record().get("builds", {}).get(release, ())
