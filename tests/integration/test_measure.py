@@ -414,7 +414,7 @@ def test_with_racing_on_a_plain_walks_measurement_races_its_groups_recorded_fast
     racing = params.model_copy(update={"racing": True})
     steady = {
         "auto_stop_method": "STEADY_CI95_1PCT",
-        "auto_stop_max_seconds": 60,
+        "auto_stop_max_seconds": 120,  # far past the race: only a stalled warm-up reaches it
         "num_train_epochs": 10000,
         "max_steps": -1,
     }
