@@ -10,7 +10,10 @@ methods are priced with and without racing, the floor under the same method:
   then to both 120 s and 10 steps;
 - STEADY_CI95_1PCT steady from the start (SteadyMethod.expected's assumption): the first step and
   the trend test's window, then steps until the interval is within 1 % (at least
-  MIN_STEADY_STEPS), at most its 80 s cap.
+  MIN_STEADY_STEPS), at most its 80 s cap. The cap counts from the first step's start, warm-up
+  included (stopping/steady.py's SteadyInterval stops at the first step end past it, warmed up
+  or not): a run whose steps take more than 80 s / 11 ends in its warm-up, and its row's figure
+  and interval cover every step (metrics/aggregate.py's window without a warm-up end).
 
 The interval model: a run's 95 % half-width after n measured steps is the batch-means interval
 (stats/batch_means.py's batching and T_975) of independent steps whose time varies by STEP_CV,
@@ -36,7 +39,16 @@ import dataclasses
 import math
 from collections.abc import Callable
 
-from guided_search import TIE, Config, Space, _candidates, _groups, _true_fastest, guided
+from guided_search import (
+    TIE,
+    Config,
+    Space,
+    _candidates,
+    _groups,
+    _true_fastest,
+    checkpoint_bytes,
+    guided,
+)
 
 from ado_actuators.sfttrainer.space.bill import start_seconds
 from ado_actuators.sfttrainer.space.guided_rule import Result, Settings
@@ -73,9 +85,19 @@ def _spec_measured(step: float) -> int:
     return max(math.ceil(120.0 / step), 10)
 
 
+def _steady_steps(step: float) -> int:
+    """The steps STEADY_CI95_1PCT trains at most: to the first step end at or past its cap,
+    counted from the first step's start, warm-up included."""
+    return max(math.ceil(steady.DEFAULT_MAX_SECONDS / step), 1)
+
+
+def _steady_warmup(step: float) -> int:
+    return min(1 + steady.WARMUP_WINDOW, _steady_steps(step))
+
+
 def _steady_measured(step: float) -> int:
-    warm = 1 + steady.WARMUP_WINDOW
-    cap = max(math.ceil(steady.DEFAULT_MAX_SECONDS / step) - warm, 1)
+    """Measured steps after the warm-up; 0 where the cap ends the run in its warm-up."""
+    cap = _steady_steps(step) - _steady_warmup(step)
     n = steady.MIN_STEADY_STEPS
     while n < cap and (half_width(n) or math.inf) > steady.TARGET_PERCENT:
         n += 1
@@ -85,9 +107,7 @@ def _steady_measured(step: float) -> int:
 SPEC_WINDOW = Window(
     "WARMUP_60S_STABLE_120S_OR_10_STEPS", lambda s: math.ceil(60.0 / s), _spec_measured
 )
-STEADY_WINDOW = Window(
-    steady.STEADY_CI95_1PCT, lambda s: 1 + steady.WARMUP_WINDOW, _steady_measured
-)
+STEADY_WINDOW = Window(steady.STEADY_CI95_1PCT, _steady_warmup, _steady_measured)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +127,7 @@ def measure(c: Config, window: Window, incumbent: Incumbent | None, ties: bool) 
         * c.observed.configuration.batch.sample_tokens
     )
     gpus = c.observed.configuration.parallelism.gpus
-    start = start_seconds(c.observed.shape.total_params * 2)
+    start = start_seconds(checkpoint_bytes(c.observed))
     if c.oom:  # its start and one predicted step, as guided_search.py bills it
         seconds = start + tokens / (c.predicted / gpus)
         return Run(Result(c.key, False, None, gpu_hours=gpus * seconds / 3600), False)
@@ -120,7 +140,9 @@ def measure(c: Config, window: Window, incumbent: Incumbent | None, ties: bool) 
             stop, raced = n, True
             break
     hours = gpus * (start + (warm + stop) * step) / 3600
-    return Run(Result(c.key, True, c.speed, half_width(stop), hours), raced)
+    # no step measured after the warm-up: the row's figure and interval cover every step
+    ci95 = half_width(stop) if stop else half_width(warm)
+    return Run(Result(c.key, True, c.speed, ci95, hours), raced)
 
 
 def _incumbent(group: list[Config], runs: dict[str, Run]) -> Incumbent | None:

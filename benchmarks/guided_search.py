@@ -110,10 +110,21 @@ def _rows(path: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(lines))
 
 
+def checkpoint_bytes(o: Observed) -> float:
+    """The checkpoint a run reads before its first step (space/bill.py's start_seconds), as
+    stored: a GPTQ checkpoint's quantized linears at 4 bits (every GPTQ checkpoint of these
+    tables says 4 in its config.json), every other weight at 2 bytes; bitsandbytes quantizes
+    a 16-bit checkpoint as it loads it, so its read is the 16-bit one. The product's bill
+    reads a pre-quantized checkpoint at its bits too (space/preview.py's _checkpoint_bytes:
+    plan/memory/bound.py's weights, quantized at weight_bits)."""
+    quantized = o.shape.quantized_params if o.shape.quantization == "gptq" else 0
+    return (o.shape.total_params - quantized) * 2 + quantized * 0.5
+
+
 def _cost(o: Observed, oom: bool, guess: float) -> float:
     tokens = o.configuration.batch.per_device_batch * o.configuration.batch.sample_tokens
     step = tokens / (guess / o.configuration.parallelism.gpus if oom else o.tokens_per_second)
-    start = start_seconds(o.shape.total_params * 2)
+    start = start_seconds(checkpoint_bytes(o))
     seconds = start + (step if oom else training_time(SPEC, step).seconds or 0.0)
     return o.configuration.parallelism.gpus * seconds / 3600
 

@@ -39,7 +39,7 @@ def config(sim, key: str, group: str, tokens_per_second: float, oom: bool = Fals
     observed = SimpleNamespace(
         configuration=configuration,
         tokens_per_second=tokens_per_second,
-        shape=SimpleNamespace(total_params=1e9),
+        shape=SimpleNamespace(total_params=1e9, quantized_params=0, quantization=None),
     )
     return sim.search.Config(key, group, observed, oom, tokens_per_second, 0.1)
 
@@ -59,6 +59,55 @@ def test_steady_reaches_one_percent_at_two_percent_cv_or_stops_at_its_cap(sim):
     assert sim.racing.half_width(n - 1) > steady.TARGET_PERCENT
     warm = 1 + steady.WARMUP_WINDOW
     assert sim.racing.STEADY_WINDOW.measured(2.0) == math.ceil(80 / 2.0) - warm  # the cap
+
+
+def _product_steps(step: float) -> tuple[int, int]:
+    """(steps trained, steps measured after the warm-up) of stopping/steady.py's policy fed
+    steps of `step` seconds alternating by 2 %."""
+    policy = steady.SteadyInterval()
+    policy.begin(0.0)
+    now = 0.0
+    while True:
+        took = step * (1 + 0.02 * (-1) ** policy.steps)
+        decision = policy.propose(now, now + took, 1000)
+        policy.commit(now + took, decision)
+        now += took
+        if decision.stop:
+            return policy.steps, policy.steps - policy.warmup_steps if policy.steady else 0
+
+
+@pytest.mark.parametrize("step", [7.0, 10.0, 30.0, 100.0])
+def test_steady_stops_at_its_cap_in_or_just_after_the_warm_up_as_the_policy_does(sim, step):
+    """The cap counts from the first step's start, warm-up included: steps over 80 s / 11 end
+    the run before its warm-up is over (it was priced 12 steps, whatever the step)."""
+    window = sim.racing.STEADY_WINDOW
+    trained, measured = _product_steps(step)
+    assert window.warmup(step) + window.measured(step) == trained == math.ceil(80 / step)
+    assert window.measured(step) == measured
+
+
+def test_a_run_the_cap_ends_in_its_warm_up_is_never_raced_and_its_row_covers_every_step(sim):
+    window = sim.racing.STEADY_WINDOW
+    incumbent = sim.racing.Incumbent(1000.0, 0.5)
+    slow = config(sim, "a", "g", 100.0)  # 10 s steps: the cap ends it at its 8th step
+    run = sim.racing.measure(slow, window, incumbent, True)
+    assert not run.raced
+    assert run.result.gpu_hours == pytest.approx((8.5 + 1.0 * 2 + 8 * 10.0) / 3600)
+    assert run.result.ci95_percent == sim.racing.half_width(8)
+    slower = sim.racing.measure(config(sim, "b", "g", 40.0), window, incumbent, True)
+    assert slower.result.ci95_percent is None  # 25 s steps: 4 of them, too few for one
+
+
+def test_a_gptq_checkpoint_is_read_at_4_bits_and_a_bnb_one_at_16(sim):
+    """The start reads the checkpoint as stored: bitsandbytes quantizes while loading."""
+
+    def observed(quantization):
+        shape = SimpleNamespace(total_params=10e9, quantized_params=8e9, quantization=quantization)
+        return SimpleNamespace(shape=shape)
+
+    assert sim.search.checkpoint_bytes(observed(None)) == 20e9
+    assert sim.search.checkpoint_bytes(observed("bnb")) == 20e9
+    assert sim.search.checkpoint_bytes(observed("gptq")) == 2e9 * 2 + 8e9 / 2
 
 
 def test_a_clear_loser_is_raced_at_the_floor_and_a_tie_runs_whole(sim):
