@@ -57,6 +57,10 @@ class StepSpec:
     accumulation: int = 1
     steps: int = 2
     fake: bool = True
+    image: tuple[int, int] | None = None
+    """A vision-language model's step on images of this (height, width): the whole model (its
+    vision tower and projector) trains on `length` tokens of which the image's are part; None:
+    the language model alone on text."""
     mamba_scan: str = "fused"
     """How Mamba-2 layers run: "fused", as mamba-ssm's kernel allocates (emulated: it needs
     CUDA), or "torch", transformers' own torch_forward (plan/model/mamba.scan_path)."""
@@ -76,7 +80,14 @@ class StepSpec:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepSpec:  # json.loads's output
-        return cls(**{**data, "target_modules": tuple(data.get("target_modules", ()))})
+        image = data.get("image")
+        return cls(
+            **{
+                **data,
+                "target_modules": tuple(data.get("target_modules", ())),
+                "image": tuple(image) if image else None,
+            }
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -133,6 +133,36 @@ def _mamba_kernels(assumed: list[str]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _placeholder_mask_unchecked(spec: StepSpec) -> Iterator[None]:
+    """LLaVA-NeXT checks that the image tokens match the image's features by indexing the
+    embeddings with the mask (`inputs_embeds[mask].numel()`), a copy of their size freed at
+    once, and under prompt tuning (PEFT passes embeddings, no ids) finds the image's tokens by
+    comparing embeddings: a fake tensor has no values for either, so a fake step skips the
+    check (the batch is built to pass it) and makes the mask from the ids it was given."""
+    import torch
+    from transformers.models.llava_next import modeling_llava_next
+
+    model = modeling_llava_next.LlavaNextModel
+    original = model.get_placeholder_mask
+
+    def unchecked(
+        self: Any, input_ids: Tensor | None, inputs_embeds: Tensor, image_features: Tensor
+    ) -> Any:
+        token = self.config.image_token_id
+        ids = _image_ids(spec, token)
+        virtual = inputs_embeds.shape[1] - spec.length  # prompt tuning's, before the sample
+        ids = torch.cat([torch.full((spec.batch, virtual), 0), ids], dim=1) if virtual else ids
+        mask = (ids == token).unsqueeze(-1)
+        return mask.expand_as(inputs_embeds).to(inputs_embeds.device)
+
+    setattr(model, "get_placeholder_mask", unchecked)  # noqa: B010  # mypy: a method
+    try:
+        yield
+    finally:
+        setattr(model, "get_placeholder_mask", original)  # noqa: B010
+
+
+@contextlib.contextmanager
 def _no_change() -> Iterator[None]:
     """Mamba-2 layers through transformers' own torch_forward (no mamba-ssm to emulate)."""
     yield
@@ -150,7 +180,8 @@ def trace_step(
     tracker = _live_bytes_class()(record=record, fake=spec.fake)
     fake = FakeTensorMode(allow_non_fake_inputs=True) if spec.fake else contextlib.nullcontext()
     kernels = _mamba_kernels(tracker.assumed) if spec.mamba_scan == "fused" else _no_change()
-    with fake, _fake_parameters(), _cuda_dropout(), kernels:
+    checks = _placeholder_mask_unchecked(spec) if spec.fake and _on_images(spec) else _no_change()
+    with fake, _fake_parameters(), _cuda_dropout(), kernels, checks:
         torch.manual_seed(0)
         model = build_model(spec)
         found = inventory(model)
@@ -204,14 +235,15 @@ def inventory(model: Module) -> dict[str, Any]:
     }
 
 
-def model_config(config: dict[str, Any]) -> Any:
-    """transformers' config object for a parsed config.json (its language model's, for a
-    multimodal one: fms-hf-tuning trains the language model's weights the same way)."""
+def model_config(config: dict[str, Any], whole: bool = False) -> Any:
+    """transformers' config object for a parsed config.json: its language model's, for a
+    multimodal one (its text step trains the language model's weights the same way), unless
+    `whole` (a step on images: the vision tower and projector too)."""
     from transformers import AutoConfig
 
     from ado_actuators.sfttrainer.plan.model.shape import language_config
 
-    values = dict(language_config(config))
+    values = dict(config if whole else language_config(config))
     model_type = values.pop("model_type")
     for key in ("architectures", "auto_map", "transformers_version", "_name_or_path"):
         values.pop(key, None)
@@ -221,13 +253,17 @@ def model_config(config: dict[str, Any]) -> Any:
 def build_model(spec: StepSpec) -> Module:
     """The model as fms-hf-tuning's sft_trainer and TRL's SFTTrainer leave it for training."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     attention = FLASH_EMULATED if spec.attention == "flash_attention_2" else spec.attention
     if attention == FLASH_EMULATED:
         _register_flash_emulation()
-    model = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]  # transformers'
-        model_config(spec.config),
+    # fms-hf-tuning 3.x loads a vision-language model with AutoModelForVision2Seq
+    # (tuning/sft_trainer.py), whose from_config takes no dtype; ImageTextToText maps llava_next
+    # to the same class. The vision tower takes the language model's attention.
+    auto = AutoModelForImageTextToText if _on_images(spec) else AutoModelForCausalLM
+    model = auto.from_config(  # type: ignore[no-untyped-call]  # transformers'
+        model_config(spec.config, whole=_on_images(spec)),
         torch_dtype=getattr(torch, spec.torch_dtype),
         attn_implementation=attention,
     )
@@ -310,20 +346,82 @@ def _optimizer(model: Module) -> Any:
     return torch.optim.AdamW(groups, lr=1e-5, betas=(0.9, 0.999), eps=1e-8, foreach=True)
 
 
-def _batch(spec: StepSpec, vocab: int) -> dict[str, Any]:
+def _on_images(spec: StepSpec) -> bool:
+    """The step trains a vision-language model on images (StepSpec.image)."""
+    from ado_actuators.sfttrainer.plan.model.vision import VisionShape
+
+    return spec.image is not None and VisionShape.of(spec.config) is not None
+
+
+def _batch(spec: StepSpec, config: Any) -> dict[str, Any]:
     """What fms-hf-tuning's collator gives for samples longer than max_seq_length: full rows,
-    a mask of ones, labels (the prompt's positions -100), and the Trainer's token count."""
+    a mask of ones, labels (the prompt's positions -100), and the Trainer's token count; on
+    images, the processor's tiles and each sample's image tokens after its first token."""
     import torch
 
+    if _on_images(spec):
+        return _image_batch(spec, config)
+    vocab = config.vocab_size
     ids = torch.randint(0, vocab, (spec.batch, spec.length))
+    return _with_labels(ids)
+
+
+def _with_labels(ids: Tensor) -> dict[str, Any]:
+    import torch
+
     labels = ids.clone()
-    labels[:, : spec.length // 4] = -100
+    labels[:, : ids.shape[1] // 4] = -100
     return {
         "input_ids": ids,
         "attention_mask": torch.ones_like(ids),
         "labels": labels,
         "num_items_in_batch": labels.ne(-100).sum(),
     }
+
+
+def _image_batch(spec: StepSpec, config: Any) -> dict[str, Any]:
+    """LlavaNextProcessor's output for `spec.batch` samples of one image each: pixel_values of
+    the image's tiles (fp32, as the image processor returns them), its (height, width), and
+    `length` ids holding the image's tokens."""
+    import torch
+
+    vision, (height, width) = _vision(spec)
+    side = vision.image_size
+    return {
+        **_with_labels(_image_ids(spec, config.image_token_id)),
+        "pixel_values": torch.zeros(spec.batch, vision.tiles(height, width), 3, side, side),
+        "image_sizes": [[height, width]] * spec.batch,
+    }
+
+
+def _vision(spec: StepSpec) -> tuple[Any, tuple[int, int]]:
+    """The vision shape of a step on images, and the image's (height, width)."""
+    from ado_actuators.sfttrainer.plan.model.vision import VisionShape
+
+    vision = VisionShape.of(spec.config)
+    assert vision is not None and spec.image is not None  # _on_images
+    return vision, spec.image
+
+
+def _image_ids(spec: StepSpec, image_token_id: int) -> Tensor:
+    """Each sample's ids: a first token, the image's tokens, text to `length`. Built from
+    constants, whose values a fake step keeps (the model reads them to place the image's
+    features)."""
+    import torch
+
+    vision, (height, width) = _vision(spec)
+    image_tokens = vision.image_tokens(height, width)
+    if spec.length <= image_tokens:
+        raise ValueError(f"length {spec.length}: more than the image's {image_tokens} tokens")
+    rows = spec.batch
+    return torch.cat(
+        [
+            torch.full((rows, 1), 1),
+            torch.full((rows, image_tokens), image_token_id),
+            torch.full((rows, spec.length - 1 - image_tokens), 2),
+        ],
+        dim=1,
+    )
 
 
 def _train(model: Module, spec: StepSpec, tracker: Any) -> None:
@@ -336,11 +434,11 @@ def _train(model: Module, spec: StepSpec, tracker: Any) -> None:
     trainable = [p for p in model.parameters() if p.requires_grad]
     for parameter in trainable:
         parameter.register_post_accumulate_grad_hook(lambda p: tracker.count(p.grad, "gradients"))
-    vocab = model.config.vocab_size
+    config = model.config
     for _ in range(spec.steps):
         for _ in range(spec.accumulation):
             tracker.enter("forward")
-            loss = _forward(model, spec, vocab)
+            loss = _forward(model, spec, config)
             tracker.enter("backward")
             loss.backward()
             del loss
@@ -356,12 +454,12 @@ def _train(model: Module, spec: StepSpec, tracker: Any) -> None:
     tracker.rest = dict(tracker.parts)  # while the optimizer (and its state) is alive
 
 
-def _forward(model: Module, spec: StepSpec, vocab: int) -> Tensor:
+def _forward(model: Module, spec: StepSpec, config: Any) -> Tensor:
     """Trainer.compute_loss and TRL 0.19.1 SFTTrainer.compute_loss: the model's own loss, then
     the token count and token accuracy TRL logs (a contiguous copy of the logits, argmax)."""
     import torch
 
-    inputs = _batch(spec, vocab)
+    inputs = _batch(spec, config)
     autocast = (
         torch.autocast("cpu", dtype=torch.bfloat16)
         if spec.mixed_precision
