@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_bound import load_configs
 from memory_truth_matrix import design, step
 
+from ado_actuators.sfttrainer.catalog import datasets
 from ado_actuators.sfttrainer.contract.memory_trace import PHASES, StepSpec
 from ado_actuators.sfttrainer.contract.units import GIB, MIB
 from ado_actuators.sfttrainer.plan.memory import hybrid
@@ -115,9 +116,10 @@ class Case:
         mixed = " bf16-mixed" if s.mixed_precision else ""
         dtype = "" if s.torch_dtype == "bfloat16" else f" {s.torch_dtype}"
         scan = " torch-scan" if s.mamba_scan == "torch" else ""
+        image = f" image {s.image[0]}x{s.image[1]}" if s.image else ""
         return (
             f"{self.name.split('/')[-1][:22]:22} {method[:16]:16} {ckpt[s.checkpointing]:10} "
-            f"{s.attention[:5]:5} b{s.batch} s{s.length}{fsdp}{mixed}{dtype}{scan}"
+            f"{s.attention[:5]:5} b{s.batch} s{s.length}{fsdp}{mixed}{dtype}{scan}{image}"
         )
 
 
@@ -261,8 +263,11 @@ def _sized(config: dict[str, Any], layers: int | None) -> dict[str, Any]:
 
 
 def _depth(config: dict[str, Any], layers: int) -> dict[str, Any]:
-    """The same model with `layers` layers (hybrids keep their kinds' order)."""
+    """The same model with `layers` layers (hybrids keep their kinds' order; a vision-language
+    model's language model, its vision tower whole)."""
     config = dict(config)
+    if isinstance(config.get("text_config"), dict):
+        return {**config, "text_config": _depth(config["text_config"], layers)}
     for key in ("num_hidden_layers", "n_layer"):
         if key in config:
             config[key] = layers
@@ -304,8 +309,21 @@ def case_spec(
     )
 
 
+def image_dataset(image: tuple[int, int] | None) -> str:
+    """The catalogue's vision dataset of images of `image`'s (height, width); "" for text."""
+    if image is None:
+        return ""
+    height, width = image
+    for dataset_id, shape in datasets.SHAPES.items():
+        if shape.kind == "vision" and (shape.image_height, shape.image_width) == (height, width):
+            return dataset_id
+    raise ValueError(f"no vision dataset of {height}x{width} images in the catalogue")
+
+
 def training_of(spec: StepSpec, shards: int = 1) -> TrainingConfiguration:
     return TrainingConfiguration(
+        config=spec.config if spec.image else None,
+        dataset_id=image_dataset(spec.image),
         tuning=Tuning(
             method=spec.peft_method, lora_r=spec.lora_r, target_modules=spec.target_modules
         ),
@@ -530,7 +548,7 @@ def branch_cases() -> list[Case]:
         ),
     ]
     found = [Case(name, dataclasses.replace(spec, batch=2, length=512)) for name, spec in cases]
-    return found + hybrid_scan_cases()
+    return found + hybrid_scan_cases() + vision_cases()
 
 
 SMALL_HYBRID = {
@@ -552,6 +570,54 @@ SMALL_HYBRID = {
     "tie_word_embeddings": True,
 }
 """A Granite 4.0 hybrid whose Mamba layers, not its logits, decide the peak."""
+
+
+SMALL_VISION = {
+    "model_type": "llava_next",
+    "text_config": {**LAYERED, "num_hidden_layers": 2, "vocab_size": 1024},
+    "vision_config": {
+        "model_type": "siglip_vision_model",
+        "hidden_size": 128,
+        "intermediate_size": 512,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "image_size": 64,
+        "patch_size": 8,
+    },
+    "image_token_index": 1000,
+    "vision_feature_layer": [-3, -1],
+    "vision_feature_select_strategy": "full",
+    "image_grid_pinpoints": [[64, 64], [64, 128], [128, 64], [128, 128]],
+}
+"""A tiny LLaVA-NeXT as granite-vision is built (a SigLIP tower, several feature layers, "full"
+features), whose tower keeps as much as its language model: traced with real tensors too."""
+VISION_IMAGES = ((384, 384), (768, 384))
+"""The catalogue's vision datasets' images, (height, width)."""
+
+
+def vision_cases() -> list[Case]:
+    """granite-vision-3.2-2b (its language model at 4 layers, its tower whole) on the taller
+    image under each method and checkpointing mode, and the tiny LLaVA-NeXT on both images:
+    the vision tower's and projector's kept tensors (plan/memory/vision.py)."""
+    from ado_actuators.sfttrainer.catalog.model_shapes import shipped_shapes
+    from ado_actuators.sfttrainer.plan.model.vision import VisionShape
+
+    granite = _depth(dict(shipped_shapes()["granite-vision-3.2-2b"]["config"]), 4)
+    image = VISION_IMAGES[1]
+    tokens = VisionShape.of(granite).image_tokens(*image)  # type: ignore[union-attr]  # a vision config
+    cases = []
+    for method, ckpt in itertools.product(METHODS, CHECKPOINTING):
+        targets = ("q_proj", "v_proj") if method == "lora" else ()
+        spec = StepSpec(
+            granite, method, targets, checkpointing=ckpt, image=image, length=tokens + 256
+        )
+        cases.append(Case("ibm-granite/granite-vision-3.2-2b", spec))
+    for image, method in itertools.product(VISION_IMAGES, ("none", "lora")):
+        tiny = VisionShape.of(SMALL_VISION).image_tokens(*image)  # type: ignore[union-attr]  # a vision config
+        targets = ("q_proj", "v_proj") if method == "lora" else ()
+        spec = StepSpec(SMALL_VISION, method, targets, image=image, batch=2, length=tiny + 64)
+        cases.append(Case("small llava_next (siglip)", spec))
+    return cases
 
 
 def hybrid_scan_cases() -> list[Case]:
@@ -769,8 +835,7 @@ def append_pairwise() -> int:
 
 
 def spec_of(recorded: dict[str, Any]) -> StepSpec:
-    fields = dict(recorded["spec"], target_modules=tuple(recorded["spec"]["target_modules"]))
-    return StepSpec(**fields)
+    return StepSpec.from_json(recorded["spec"])
 
 
 def main(argv: list[str]) -> int:

@@ -67,3 +67,22 @@ def test_the_fake_trace_is_the_real_one(method, modules, attention, checkpointin
     )
     fake, real = (trace_step(dataclasses.replace(spec, fake=f)) for f in (True, False))
     assert {p: fake.total(p) for p in PHASES} == {p: real.total(p) for p in PHASES}
+
+
+@pytest.mark.parametrize("method", ["none", "lora"])
+def test_a_vision_step_is_traced_fake_as_it_runs_real_and_predicted_within_2_percent(method):
+    """A tiny LLaVA-NeXT on the taller image: a fake step skips the model's check of its image
+    tokens (a fake tensor has no values to index by) and is still the real step to the byte;
+    the formula's tower and projector (plan/memory/vision.py) hold within 2 %."""
+    case = next(
+        c
+        for c in memory_truth.vision_cases()
+        if c.name.startswith("small")
+        and c.spec.peft_method == method
+        and c.spec.image == (768, 384)
+    )
+    fake, real = (trace_step(dataclasses.replace(case.spec, fake=f)) for f in (True, False))
+    assert {p: fake.total(p) for p in PHASES} == {p: real.total(p) for p in PHASES}
+    found = memory_truth.run(case)
+    assert "vision_tower" in found.prediction.phases["forward"]
+    assert abs(found.error) <= 0.02, memory_truth.parts(found)

@@ -44,7 +44,10 @@ class Block:
     moe: str | None = None  # "mixtral" | "granitemoe": how the experts are dispatched
     experts: int = 1
     shared_intermediate: int = 0  # GraniteMoeShared's always-on expert
-    family: str = "llama"  # llama (the Llama-like blocks) | gpt_bigcode
+    family: str = "llama"  # llama (the Llama-like blocks) | gpt_bigcode | vision
+    activation_kept: int = 1
+    """Tensors of the intermediate width the LayerNorm families' MLP activation keeps: GELU its
+    input; CLIP's quick_gelu (`x * sigmoid(1.702 x)`) its input and the sigmoid's output."""
     residual_dropout: bool = False  # GPTBigCode's resid_pdrop > 0
     stream: int = 0
     """Bytes of the residual stream where autocast computes in 16 bits over other weights
@@ -101,7 +104,11 @@ LAYER_LINEARS = {
     # projection, then the MLP's gate and up
     "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj"),
     "gpt_bigcode": ("c_attn", "c_attn", "c_attn", "c_proj", "c_fc", "c_fc"),
+    # a vision tower's encoder layer (CLIP's, SigLIP's): LayerNorms, MHA, a GELU MLP
+    "vision": ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc1"),
 }
+LAYER_NORM_FAMILIES = ("gpt_bigcode", "vision")
+"""Layers of LayerNorms and a GELU MLP (bigcode_saved counts them)."""
 
 
 def needs(block: Block, grad_in: bool) -> Needs:
@@ -291,7 +298,7 @@ def layer_saved(block: Block, length: int, first: bool = False, input_grads: boo
     tuning, or the input-gradient hook reentrant checkpointing installs under PEFT): then
     it keeps only what its adapters' outputs reach (`needs`)."""
     found = needs(block, input_grads or not first)
-    if block.family == "gpt_bigcode":
+    if block.family in LAYER_NORM_FAMILIES:
         return bigcode_saved(block, found)
     return (
         norm_saved(block, found.hidden)
@@ -604,7 +611,7 @@ def bigcode_saved(block: Block, found: Needs | None = None) -> float:
         norm * found.hidden
         + attention * found.attention
         + (norm + mask) * found.mlp  # the mask after c_proj, the second LayerNorm
-        + (w * i + mask) * found.product
+        + (block.activation_kept * w * i + mask) * found.product
         + trained
         + adapters
     )
@@ -620,6 +627,13 @@ def _bigcode_adapter_inputs(
     first, attention, mlp, product = inputs_need
     h, i = block.hidden, block.intermediate
     widths = {"c_attn": [(h, first)], "c_proj": [(h, attention), (i, product)], "c_fc": [(h, mlp)]}
+    if block.family == "vision":
+        widths = {
+            **{name: [(h, first)] for name in ("q_proj", "k_proj", "v_proj")},
+            "out_proj": [(h, attention)],
+            "fc1": [(h, mlp)],
+            "fc2": [(i, product)],
+        }
     return [pair for name in block.adapted for pair in widths.get(name, [])]
 
 

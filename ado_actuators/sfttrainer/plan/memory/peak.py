@@ -29,7 +29,7 @@ import dataclasses
 from typing import Any
 
 from ado_actuators.sfttrainer.contract.units import GIB
-from ado_actuators.sfttrainer.plan.memory import activations, fsdp
+from ado_actuators.sfttrainer.plan.memory import activations, fsdp, vision
 from ado_actuators.sfttrainer.plan.memory.bound import (
     MemoryBound,
     trainable_parameters,
@@ -275,9 +275,15 @@ def block_of(
 
 def input_grads(configuration: TrainingConfiguration, behaviour: ReleaseBehaviour) -> bool:
     """Whether the first layer's input needs a gradient: the embedding trains (full
-    fine-tuning), prompt tuning's virtual tokens are joined to it, or TRL installs the
-    input-gradient hook (PEFT under reentrant checkpointing)."""
-    return configuration.tuning.method != "lora" or (reentrant(configuration, behaviour))
+    fine-tuning), prompt tuning's virtual tokens are joined to it, TRL installs the
+    input-gradient hook (PEFT under reentrant checkpointing), or an adapted vision tower's
+    features are scattered into it."""
+    on_hook = reentrant(configuration, behaviour)
+    return (
+        configuration.tuning.method != "lora"
+        or on_hook
+        or vision.features_need_grad(configuration, on_hook)
+    )
 
 
 def layer_bytes(
@@ -617,6 +623,7 @@ def predict_peak(
         **_final_norm_moment(counts, dims, configuration, bound, behaviour, layer, base),
     }
     _drop_empty_copies(forwards, moments)
+    _with_the_tower(forwards, moments, _tower_kept(dims, configuration, behaviour))
     moment = max(moments, key=lambda name: sum(moments[name].values()))
     step = {k: states[k] for k in ("weights", "gradients", "optimizer_state")}
     step["optimizer_temporaries"] = states["optimizer_temporaries"]
@@ -631,6 +638,29 @@ def predict_peak(
         notes=tuple(notes),
         paged=paged_state(counts, configuration, bound),
     )
+
+
+def _tower_kept(
+    dims: Dimensions, configuration: TrainingConfiguration, behaviour: ReleaseBehaviour
+) -> float:
+    """What a vision-language model's tower and projector keep (plan/memory/vision.py)."""
+    return vision.tower_kept(
+        configuration,
+        block_of(dims, configuration, behaviour),
+        checkpointed=checkpointed(configuration, behaviour),
+        reentrant=reentrant(configuration, behaviour),
+    )
+
+
+def _with_the_tower(
+    forwards: dict[str, dict[str, float]], moments: dict[str, dict[str, float]], kept: float
+) -> None:
+    """The tower runs first and its backward last: what it keeps is alive at every moment of
+    the language model's forward and backward."""
+    if not kept:
+        return
+    for parts in (*forwards.values(), *moments.values()):
+        parts["vision_tower"] = kept
 
 
 def _at_rest(

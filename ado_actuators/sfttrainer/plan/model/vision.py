@@ -44,6 +44,8 @@ class VisionShape:
     cls_token: bool
     projector_bias: bool = True
     pooling_head: bool = True  # SigLIP's vision_use_head
+    heads: int = 12
+    activation: str = "gelu_pytorch_tanh"  # the tower MLP's hidden_act
 
     @classmethod
     def of(cls, config: dict[str, Any]) -> VisionShape | None:
@@ -58,6 +60,7 @@ class VisionShape:
         if not pinpoints or not isinstance(text, dict) or any(k not in vision for k in needed):
             return None
         layer = config.get("vision_feature_layer", -2)
+        cls_token = str(vision.get("model_type", "clip_vision_model")) in CLS_TOWERS
         return cls(
             image_size=int(vision["image_size"]),
             patch_size=int(vision["patch_size"]),
@@ -68,9 +71,14 @@ class VisionShape:
             select_strategy=str(config.get("vision_feature_select_strategy", "default")),
             feature_layers=len(layer) if isinstance(layer, list) else 1,
             text_hidden=int(text["hidden_size"]),
-            cls_token=str(vision.get("model_type", "clip_vision_model")) in CLS_TOWERS,
+            cls_token=cls_token,
             projector_bias=bool(config.get("multimodal_projector_bias", True)),
             pooling_head=bool(vision.get("vision_use_head", True)),
+            heads=int(vision.get("num_attention_heads", 12)),
+            # CLIPVisionConfig's and SiglipVisionConfig's defaults
+            activation=str(
+                vision.get("hidden_act", "quick_gelu" if cls_token else "gelu_pytorch_tanh")
+            ),
         )
 
     @property

@@ -1,0 +1,88 @@
+"""What a vision-language model's tower and projector keep (plan/memory/vision.py), by what
+trains: the rules the trace showed (benchmarks/memory_truth.py's vision rows)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from ado_actuators.sfttrainer.catalog.model_shapes import shipped_shapes
+from ado_actuators.sfttrainer.plan.memory import vision
+from ado_actuators.sfttrainer.plan.memory.peak import Dimensions, ReleaseBehaviour, block_of
+from ado_actuators.sfttrainer.plan.model.training import (
+    Batch,
+    Kernels,
+    TrainingConfiguration,
+    Tuning,
+)
+
+TALL = "vision-384x768-16384plus-entries-4096"
+TEXT = "news-tokens-16384plus-entries-4096"
+
+
+def configuration(
+    method: str, checkpointing: str = "none", dataset: str = TALL, targets=("q_proj", "v_proj")
+):
+    config = shipped_shapes()["granite-vision-3.2-2b"]["config"]
+    return TrainingConfiguration(
+        tuning=Tuning(method=method, target_modules=targets if method == "lora" else ()),
+        batch=Batch(per_device_batch=1, model_max_length=4096),
+        kernels=Kernels(checkpointing=checkpointing),
+        dataset_id=dataset,
+        config=config,
+    )
+
+
+def kept(found: TrainingConfiguration) -> float:
+    behaviour = ReleaseBehaviour()
+    dims = Dimensions.of(found.shape)
+    checkpointed = found.kernels.gradient_checkpointing
+    return vision.tower_kept(
+        found,
+        block_of(dims, found, behaviour),
+        checkpointed=checkpointed,
+        reentrant=found.kernels.checkpointing == "reentrant",
+    )
+
+
+def test_lora_adapts_the_towers_own_q_and_v():
+    assert vision.tower_adapted(configuration("lora")) == ("q_proj", "v_proj")
+    assert vision.tower_adapted(configuration("lora", targets=("gate_proj",))) == ()
+    assert vision.tower_adapted(configuration("none")) == ()
+
+
+def test_full_fine_tuning_keeps_most_and_checkpointing_keeps_each_layers_input():
+    full, lora = kept(configuration("none")), kept(configuration("lora"))
+    checkpointed = kept(configuration("none", "non_reentrant"))
+    assert full > lora > checkpointed > 0
+    shape = configuration("none").shape.vision
+    positions = 3 * shape.positions  # the tall image: two tiles and the base image
+    layer_inputs = shape.layers * 2 * shape.hidden  # bf16
+    projector = 2 * (2 * shape.text_hidden + shape.feature_layers * shape.hidden)
+    assert checkpointed == pytest.approx(positions * (layer_inputs + projector))
+
+
+@pytest.mark.parametrize(
+    "found",
+    [
+        configuration("pt"),
+        configuration("lora", targets=("gate_proj",)),
+        # TRL's hook is on the language model's embedding: no checkpointed tower layer gets an
+        # input that needs a gradient, and reentrant checkpointing records nothing
+        configuration("lora", "reentrant"),
+        # a text dataset: no image
+        configuration("none", dataset=TEXT),
+    ],
+    ids=["prompt tuning", "LoRA off the tower", "LoRA, reentrant", "text"],
+)
+def test_a_tower_that_runs_its_forward_only_keeps_nothing(found):
+    assert kept(found) == 0.0
+
+
+def test_an_adapted_towers_features_make_the_first_language_layer_keep_everything():
+    assert vision.features_need_grad(configuration("lora"), reentrant=False)
+    assert not vision.features_need_grad(configuration("lora"), reentrant=True)
+    assert not vision.features_need_grad(configuration("lora", targets=("gate_proj",)), False)
+    no_image = dataclasses.replace(configuration("lora"), dataset_id=TEXT)
+    assert not vision.features_need_grad(no_image, reentrant=False)
