@@ -15,6 +15,9 @@ from ado_actuators.sfttrainer.plan.model.training import (
     Kernels,
     TrainingConfiguration,
     Tuning,
+    tower_adapted,
+    tower_backward,
+    untrained_tower_adapters,
 )
 
 TALL = "vision-384x768-16384plus-entries-4096"
@@ -42,14 +45,19 @@ def kept(found: TrainingConfiguration) -> float:
         found,
         block_of(dims, found, behaviour),
         checkpointed=checkpointed,
-        reentrant=found.kernels.checkpointing == "reentrant",
     )
 
 
-def test_lora_adapts_the_towers_own_q_and_v():
-    assert vision.tower_adapted(configuration("lora")) == ("q_proj", "v_proj")
-    assert vision.tower_adapted(configuration("lora", targets=("gate_proj",))) == ()
-    assert vision.tower_adapted(configuration("none")) == ()
+def test_lora_adapts_the_towers_own_q_and_v_and_trains_them_unless_reentrant():
+    assert tower_adapted(configuration("lora")) == ("q_proj", "v_proj")
+    assert tower_adapted(configuration("lora", targets=("gate_proj",))) == ()
+    assert tower_adapted(configuration("none")) == ()
+    assert tower_backward(configuration("lora", "non_reentrant"))
+    assert not tower_backward(configuration("lora", "reentrant"))
+    assert tower_backward(configuration("none", "reentrant"))
+    assert untrained_tower_adapters(configuration("lora", "non_reentrant")) is None
+    warning = untrained_tower_adapters(configuration("lora", "reentrant"))
+    assert warning and "q_proj, v_proj" in warning and "no gradient" in warning
 
 
 def test_full_fine_tuning_keeps_most_and_checkpointing_keeps_each_layers_input():
@@ -81,8 +89,8 @@ def test_a_tower_that_runs_its_forward_only_keeps_nothing(found):
 
 
 def test_an_adapted_towers_features_make_the_first_language_layer_keep_everything():
-    assert vision.features_need_grad(configuration("lora"), reentrant=False)
-    assert not vision.features_need_grad(configuration("lora"), reentrant=True)
-    assert not vision.features_need_grad(configuration("lora", targets=("gate_proj",)), False)
+    assert vision.features_need_grad(configuration("lora"))
+    assert not vision.features_need_grad(configuration("lora", "reentrant"))
+    assert not vision.features_need_grad(configuration("lora", targets=("gate_proj",)))
     no_image = dataclasses.replace(configuration("lora"), dataset_id=TEXT)
-    assert not vision.features_need_grad(no_image, reentrant=False)
+    assert not vision.features_need_grad(no_image)

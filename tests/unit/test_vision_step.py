@@ -81,6 +81,12 @@ def test_the_towers_passes_follow_what_trains() -> None:
     full_checkpointing = 1 if full.kernels.gradient_checkpointing else 0
     assert vision.tower_passes(full) == 3 + full_checkpointing
     assert vision.tower_passes(configuration("finetune_pt_benchmark-v1.0.0")) == 1
+    reentrant = dataclasses.replace(
+        lora, kernels=dataclasses.replace(lora.kernels, checkpointing="reentrant")
+    )
+    assert vision.tower_passes(reentrant) == 1  # its adapters get no gradient
+    note = vision.note(reentrant)
+    assert note and "get no gradient under reentrant checkpointing" in note
 
 
 def test_the_prediction_prices_the_tower_and_says_how_tokens_count() -> None:

@@ -278,11 +278,10 @@ def input_grads(configuration: TrainingConfiguration, behaviour: ReleaseBehaviou
     fine-tuning), prompt tuning's virtual tokens are joined to it, TRL installs the
     input-gradient hook (PEFT under reentrant checkpointing), or an adapted vision tower's
     features are scattered into it."""
-    on_hook = reentrant(configuration, behaviour)
     return (
         configuration.tuning.method != "lora"
-        or on_hook
-        or vision.features_need_grad(configuration, on_hook)
+        or reentrant(configuration, behaviour)
+        or vision.features_need_grad(configuration)
     )
 
 
@@ -648,7 +647,6 @@ def _tower_kept(
         configuration,
         block_of(dims, configuration, behaviour),
         checkpointed=checkpointed(configuration, behaviour),
-        reentrant=reentrant(configuration, behaviour),
     )
 
 

@@ -11,11 +11,8 @@ the release fms-hf-tuning 3.2.2 pins; PEFT 0.19):
 - LoRA adapts the tower's linears its target names match (`q_proj` and `v_proj` are the
   tower's names too): from the first adapted linear on, what an adapter's output reaches is
   kept; the projector, whose linears no catalogue target names, keeps its GELU's input;
-- under reentrant checkpointing a LoRA tower keeps nothing: TRL's input-gradient hook is on
-  the language model's embedding, so no checkpointed tower layer gets an input that needs a
-  gradient, and torch's reentrant checkpoint then records nothing (its adapters get no
-  gradient, as in the real job);
-- prompt tuning, and LoRA targets the tower lacks: its forward only, nothing kept.
+- prompt tuning, LoRA targets the tower lacks, and LoRA under reentrant checkpointing
+  (plan/model/training.tower_backward): its forward only, nothing kept.
 
 Under gradient checkpointing (transformers checkpoints the encoders' layers too) each layer
 keeps its input. The tower's own backward runs last, when every activation of the language
@@ -30,6 +27,8 @@ import dataclasses
 from ado_actuators.sfttrainer.plan.memory import activations
 from ado_actuators.sfttrainer.plan.model.training import (
     TrainingConfiguration,
+    tower_adapted,
+    tower_backward,
     vision_sample_tokens,
 )
 from ado_actuators.sfttrainer.plan.model.vision import VisionShape
@@ -38,21 +37,16 @@ QUICK_GELU = "quick_gelu"
 """CLIP's MLP activation: `x * sigmoid(1.702 x)` keeps its input and the sigmoid's output."""
 
 
-def tower_adapted(configuration: TrainingConfiguration) -> tuple[str, ...]:
-    """The tower's linears LoRA adapts (their names among the target modules)."""
-    shape = configuration.shape
-    if configuration.tuning.method != "lora" or shape is None or shape.vision is None:
-        return ()
-    names = {name for name, *_ in shape.vision.tower_linears}
-    return tuple(sorted(names & set(configuration.tuning.target_modules)))
-
-
-def features_need_grad(configuration: TrainingConfiguration, reentrant: bool) -> bool:
+def features_need_grad(configuration: TrainingConfiguration) -> bool:
     """Whether the image's features, scattered into the language model's input, need a
-    gradient under LoRA (an adapted tower, not under reentrant checkpointing): the first
-    language layer's input then needs one, and that layer keeps what any other keeps."""
+    gradient under LoRA (the tower runs a backward): the first language layer's input then
+    needs one, and that layer keeps what any other keeps."""
     sample = vision_sample_tokens(configuration.dataset_id, configuration.shape)
-    return sample is not None and bool(tower_adapted(configuration)) and not reentrant
+    return (
+        sample is not None
+        and configuration.tuning.method == "lora"
+        and (tower_backward(configuration))
+    )
 
 
 def tower_block(
@@ -84,7 +78,6 @@ def tower_kept(
     language: activations.Block,
     *,
     checkpointed: bool,
-    reentrant: bool,
 ) -> float:
     """Bytes per device the tower and projector keep for backward (0 for a text row)."""
     shape = configuration.shape
@@ -93,10 +86,9 @@ def tower_kept(
         return 0.0
     vision = shape.vision
     full = configuration.tuning.method == "none"
-    adapted = tower_adapted(configuration)
-    if not full and (not adapted or reentrant):
+    if not tower_backward(configuration):
         return 0.0
-    block = tower_block(vision, language, adapted)
+    block = tower_block(vision, language, tower_adapted(configuration))
     positions = configuration.batch.per_device_batch * sample.tiles * vision.positions
     layers: float
     if checkpointed:

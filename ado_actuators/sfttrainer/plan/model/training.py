@@ -279,6 +279,43 @@ def vision_sample_tokens(dataset_id: str, shape: ModelShape | None) -> VisionSam
     )
 
 
+def tower_adapted(configuration: TrainingConfiguration) -> tuple[str, ...]:
+    """The vision tower's linears LoRA adapts: their names among the target modules (PEFT
+    matches a target by the module's last name, and `q_proj`, `v_proj` name the tower's
+    attention too)."""
+    shape = configuration.shape
+    if configuration.tuning.method != "lora" or shape is None or shape.vision is None:
+        return ()
+    names = {name for name, *_ in shape.vision.tower_linears}
+    return tuple(sorted(names & set(configuration.tuning.target_modules)))
+
+
+def tower_backward(configuration: TrainingConfiguration) -> bool:
+    """Whether a vision-language model's tower runs a backward: full fine-tuning trains it;
+    LoRA when it adapts the tower's linears, except under reentrant checkpointing: TRL's
+    input-gradient hook is on the language model's embedding, so no checkpointed tower layer
+    gets an input that needs a gradient, torch's reentrant checkpoint records nothing, and the
+    tower's adapters get no gradient (the memory trace's granite-vision rows show it)."""
+    if configuration.tuning.method == "none":
+        return True
+    return bool(tower_adapted(configuration)) and configuration.kernels.checkpointing != (
+        "reentrant"
+    )
+
+
+def untrained_tower_adapters(configuration: TrainingConfiguration) -> str | None:
+    """What to tell a user whose LoRA targets the tower under reentrant checkpointing."""
+    adapted = tower_adapted(configuration)
+    if not adapted or tower_backward(configuration):
+        return None
+    return (
+        f"the vision tower's LoRA adapters ({', '.join(adapted)}) get no gradient under "
+        f"reentrant checkpointing (the input-gradient hook is on the language model's "
+        f"embedding, not the tower's): only the language model's adapters train; "
+        f"gradient_checkpointing_use_reentrant false trains both"
+    )
+
+
 def _tuning(values: EntityValues, definition: ExperimentDefinition) -> Tuning:
     return Tuning(
         method=_peft_method(definition.peft_method),

@@ -6,8 +6,9 @@ What trains (fms-hf-tuning 3.2.2 loads the model with AutoModelForVision2Seq and
 nothing itself): full fine-tuning trains the tower and projector with the language model;
 PEFT's LoRA adapts every module whose name ends with a target, the tower's attention
 (`q_proj`, `k_proj`, `v_proj`, `out_proj`) and MLP (`fc1`, `fc2`) included, so a target among
-those needs the activation gradients through the tower; prompt tuning, or LoRA targets the
-tower lacks, run its forward only. Gradient checkpointing recomputes the tower's forward where
+those needs the activation gradients through the tower, except under reentrant checkpointing
+(plan/model/training.tower_backward); prompt tuning, or LoRA targets the tower lacks, run its
+forward only. Gradient checkpointing recomputes the tower's forward where
 it runs a backward (transformers checkpoints the CLIP and SigLIP encoders' layers too).
 """
 
@@ -16,6 +17,8 @@ from __future__ import annotations
 from ado_actuators.sfttrainer.plan.model.training import (
     TrainingConfiguration,
     VisionSample,
+    tower_backward,
+    untrained_tower_adapters,
     vision_sample_tokens,
 )
 
@@ -28,15 +31,11 @@ def sample(configuration: TrainingConfiguration) -> VisionSample | None:
 
 def tower_passes(configuration: TrainingConfiguration) -> int:
     """The tower's passes, each its forward's FLOPs: forward, recompute, input gradients,
-    weight gradients, as the tuning method needs them."""
-    tuning, shape = configuration.tuning, configuration.shape
-    tower = {name for name, *_ in shape.vision.tower_linears} if shape and shape.vision else set()
-    full = tuning.method == "none"
-    backward = full or (tuning.method == "lora" and bool(tower & set(tuning.target_modules)))
-    if not backward:
+    weight gradients, as what trains needs them (plan/model/training.tower_backward)."""
+    if not tower_backward(configuration):
         return 1
     recompute = 1 if configuration.kernels.gradient_checkpointing else 0
-    return 2 + recompute + (1 if full else 0)
+    return 2 + recompute + (1 if configuration.tuning.method == "none" else 0)
 
 
 def flops_per_sample(configuration: TrainingConfiguration) -> float:
@@ -63,4 +62,5 @@ def note(configuration: TrainingConfiguration) -> str | None:
         f"not cut to model_max_length (fms-hf-tuning's vision collator does not truncate); "
         f"text + image tokens count toward dataset_tokens_per_second; the vision tower runs "
         f"{image.tiles} tiles a sample, {passes} pass{'es' if passes > 1 else ''}"
+        + (f"; {warning}" if (warning := untrained_tower_adapters(configuration)) else "")
     )
