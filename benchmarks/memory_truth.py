@@ -622,11 +622,15 @@ def vision_cases() -> list[Case]:
 
 def hybrid_scan_cases() -> list[Case]:
     """SMALL_HYBRID on both scan paths (issue 52): the fused kernel as emulated, and
-    transformers' torch_forward as it runs, under LoRA and full fine-tuning."""
+    transformers' torch_forward as it runs, under LoRA, full fine-tuning and prompt tuning
+    (whose virtual tokens make a sample no whole number of chunks: torch_forward pads it);
+    granite-4.0-h-1b's prompt tuning on the torch path at its own sizes."""
     qv = ("q_proj", "v_proj")
-    cases = []
+    h1b = _depth(load_configs()["ibm-granite/granite-4.0-h-1b"], 4)
+    spec = StepSpec(h1b, "pt", checkpointing="reentrant", length=1024, mamba_scan="torch")
+    cases = [Case("ibm-granite/granite-4.0-h-1b", spec)]
     for scan, (method, ckpt) in itertools.product(
-        ("fused", "torch"), (("lora", None), ("none", "reentrant"))
+        ("fused", "torch"), (("lora", None), ("none", "reentrant"), ("pt", "reentrant"))
     ):
         spec = StepSpec(
             SMALL_HYBRID,

@@ -23,6 +23,13 @@ from ado_actuators.sfttrainer.plan.model.mamba import MambaLayers, ScanPath
 FP32 = 4
 
 
+def padded_share(layer: MambaLayers, length: int) -> float:
+    """torch_forward pads a sample to whole chunks before its chunked products: the padded
+    tokens per token of the sample (1 when `length` is a multiple of the chunk; prompt
+    tuning's virtual tokens make 1,032 of 1,024, padded to 1,280)."""
+    return math.ceil(length / layer.chunk) * layer.chunk / max(1, length)
+
+
 def chunks_per_token(layer: MambaLayers, length: int) -> float:
     """Chunks of the scan per token: a sample of `length` tokens is cut into whole chunks."""
     return math.ceil(length / layer.chunk) / max(1, length)
@@ -56,7 +63,8 @@ def _torch_saved(layer: MambaLayers, width: int, trains: bool, length: int) -> f
     # the chunk states with the initial one joined (chunks + 1), kept twice
     joined = chunks_per_token(layer, length) + 1 / max(1, length)
     states = 2 * h * layer.head_dim * n * joined
-    fp32 = 2 * inner + 2 * h * n + 3 * h * chunk + h * n + states + inner + 4 * inner
+    chunked = (3 * h * chunk + h * n) * padded_share(layer, length)
+    fp32 = 2 * inner + 2 * h * n + chunked + states + inner + 4 * inner
     out_input = width * inner if trains else 0  # out_proj's input, the norm's output's cast
     return width * (layer.projected + layer.conv_dim + h) + FP32 * fp32 + out_input
 
@@ -74,7 +82,8 @@ def mixer_forward(layer: MambaLayers, width: int, path: ScanPath, length: int) -
         stored = layer.conv_dim + 2 * layer.inner + layer.hidden
         return width * stored + scan_buffers(layer, length)
     chunk, state, head_dim = layer.chunk, layer.state, layer.head_dim
-    return FP32 * layer.heads * (chunk * state + max(chunk * head_dim, head_dim * state))
+    product = FP32 * layer.heads * (chunk * state + max(chunk * head_dim, head_dim * state))
+    return product * padded_share(layer, length)
 
 
 def mixer_backward(layer: MambaLayers, width: int, path: ScanPath, length: int) -> float:
@@ -90,4 +99,5 @@ def mixer_backward(layer: MambaLayers, width: int, path: ScanPath, length: int) 
         stored = 2 * layer.inner + 2 * layer.conv_dim + layer.projected + layer.inner
         return width * stored + 2 * scan_buffers(layer, length)
     chunk, state, head_dim = layer.chunk, layer.state, layer.head_dim
-    return 2 * FP32 * layer.heads * max(chunk * head_dim, chunk * state, head_dim * state)
+    product = 2 * FP32 * layer.heads * max(chunk * head_dim, chunk * state, head_dim * state)
+    return product * padded_share(layer, length)
