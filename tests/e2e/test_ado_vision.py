@@ -5,6 +5,7 @@ granite-vision's architecture and processor at toy sizes) on a dataset written b
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import subprocess
@@ -18,6 +19,8 @@ from ado_cli import AdoCLI
 from tiny_vision_model import build_tiny_vision_model
 
 from ado_actuators.sfttrainer.catalog import datasets
+from ado_actuators.sfttrainer.contract.trainer_io import ModelParameters
+from ado_actuators.sfttrainer.metrics.flops import flops_per_tile, flops_per_token
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -103,7 +106,8 @@ def test_a_vision_row_counts_the_text_and_image_tokens_the_processor_made(tmp_pa
     [row] = ado.measurements(space_id)
     assert float(row["is_valid"]) == 1, row
     trained = float(row["dataset_tokens_per_second"]) * float(row["train_runtime"])
-    text, images = tokens_of(model, data / datasets.dataset_filename(DATASET))
+    counted = tokens_of(model, data / datasets.dataset_filename(DATASET))
+    text, images = counted.text, counted.images
     # both counted: every sample's text (whole, far past 64 tokens) and its image's tokens
     assert round(trained) == text + images, (trained, text, images)
     assert text > ENTRIES * 64
@@ -121,6 +125,16 @@ def test_a_vision_row_counts_the_text_and_image_tokens_the_processor_made(tmp_pa
     notes = "\n".join(metadata["notes"])
     assert f"{images:,} of the {text + images:,} in the measured window" in notes, notes
     assert "trained with remove_unused_columns=False" in notes, notes
+    # its FLOPs: the language model's per token, and the tower's per tile the processor cut
+    # each picture into (one epoch: every entry once)
+    assert metadata["image_tiles"] == counted.tiles
+    parameters = ModelParameters.model_validate(metadata["model_parameters"])
+    assert parameters.image_tower is not None and parameters.image_tower.tile_positions == 16
+    language = flops_per_token(parameters, counted.squares / (text + images))
+    assert language is not None
+    assert metadata["model_flops_per_token"] == pytest.approx(
+        language + flops_per_tile(parameters.image_tower) * counted.tiles / (text + images)
+    )
 
 
 def walk_yaml(node: object) -> Iterator[object]:
@@ -131,17 +145,28 @@ def walk_yaml(node: object) -> Iterator[object]:
         yield from walk_yaml(child)
 
 
-def tokens_of(model: Path, dataset: Path) -> tuple[int, int]:
-    """(text tokens, image tokens) of every sample of `dataset`, counted apart from the product:
-    the model's own processor on each sample's chat-templated text and its picture, as
-    fms-hf-tuning's vision collator hands them to it (no max_length: nothing cut)."""
+@dataclasses.dataclass
+class Counted:
+    """What the model's own processor makes of a dataset's samples."""
+
+    text: int = 0  # text tokens
+    images: int = 0  # image tokens
+    tiles: int = 0  # the tiles of each picture (pixel_values' second dimension, one image)
+    squares: int = 0  # the sum of each sample's length squared (what attention costs)
+
+
+def tokens_of(model: Path, dataset: Path) -> Counted:
+    """The text and image tokens, tiles and squared lengths of every sample of `dataset`,
+    counted apart from the product: the model's own processor on each sample's chat-templated
+    text and its picture, as fms-hf-tuning's vision collator hands them to it (no max_length:
+    nothing cut)."""
     import pyarrow.parquet as pq
     from PIL import Image
     from transformers import AutoProcessor
 
     processor = AutoProcessor.from_pretrained(model)
     image_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
-    text = images = 0
+    counted = Counted()
     for sample in pq.read_table(dataset).to_pylist():
         [picture] = sample["images"]
         rendered = processor.apply_chat_template(sample["messages"], tokenize=False)
@@ -152,5 +177,7 @@ def tokens_of(model: Path, dataset: Path) -> tuple[int, int]:
         )
         real = int(batch["attention_mask"].sum())
         image = int((batch["input_ids"] == image_id).sum())
-        text, images = text + real - image, images + image
-    return text, images
+        counted.text, counted.images = counted.text + real - image, counted.images + image
+        counted.tiles += int(batch["pixel_values"].shape[1])
+        counted.squares += real * real
+    return counted

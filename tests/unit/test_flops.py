@@ -140,3 +140,89 @@ def test_quantised_layers_count_their_unpacked_weights(spelling):
     # the quantised weights are frozen: what trains is what stayed a parameter
     assert params.trainable == EMBEDDING + norms + LM_HEAD
     assert params.trainable_matmul == norms + LM_HEAD
+
+
+def tiny_llava(method: str = "none"):
+    """A LLaVA-NeXT of the tiny Llama and a 2-layer SigLIP tower (hidden 32, MLP 64) on
+    32-pixel tiles of 8-pixel patches: 16 positions a tile, no CLS token."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    vision = transformers.SiglipVisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        image_size=32,
+        patch_size=8,
+    )
+    text = transformers.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=INTER,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=HEADS,
+    )
+    config = transformers.LlavaNextConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_index=VOCAB - 1,
+        image_grid_pinpoints=[[32, 32], [32, 64], [64, 32], [64, 64]],
+        vision_feature_select_strategy="full",
+        vision_feature_layer=-1,
+        tie_word_embeddings=False,
+    )
+    model = transformers.LlavaNextForConditionalGeneration(config)
+    if method == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, target_modules=["gate_proj"]))
+    return model
+
+
+# The SigLIP tower by hand: the patch convolution (3 x 8 x 8 -> 32, with bias), per layer q, k,
+# v, out (32 x 32 + 32 each), fc1, fc2 (32 x 64 + 64, 64 x 32 + 32), two LayerNorms (2 x 32
+# each); the post-layernorm; the attention-pooling head (a probe, an nn.MultiheadAttention's
+# in and out projections, a LayerNorm and an MLP); the projector (32 -> 64 -> 64, biases). The
+# position table (16 x 32) is looked up; the image-newline vector (64) is the model's own.
+CONV = 3 * 8 * 8 * 32 + 32
+SIGLIP_LAYER = 4 * (32 * 32 + 32) + (32 * 64 + 64) + (64 * 32 + 32) + 2 * 2 * 32
+HEAD = 32 + (3 * 32 * 32 + 3 * 32) + (32 * 32 + 32) + 2 * 32 + (32 * 64 + 64) + (64 * 32 + 32)
+PROJECTOR = (32 * 64 + 64) + (64 * 64 + 64)
+TOWER = CONV + 2 * SIGLIP_LAYER + 2 * 32 + HEAD + PROJECTOR
+
+
+def test_a_vision_models_tower_is_counted_apart_and_priced_per_tile():
+    from ado_actuators.sfttrainer.metrics.flops import flops_per_tile
+
+    params = parameters_of_model(tiny_llava())
+    tower = params.image_tower
+    assert tower is not None
+    assert (tower.matmul, tower.trainable_matmul) == (TOWER, TOWER)
+    assert (tower.layers, tower.attention_width, tower.tile_positions) == (2, 32, 16)
+    # the language model as the tiny Llama (and the newline vector): the tower is not per token
+    assert (params.matmul, params.layers, params.attention_width) == (MATMUL + 64, 2, 64)
+    # trained: P (4 N + 2 T + 12 L A P)
+    assert flops_per_tile(tower) == 16 * (6 * TOWER + 12 * 2 * 32 * 16)
+
+
+def test_a_frozen_tower_runs_its_forward_only():
+    from ado_actuators.sfttrainer.metrics.flops import flops_per_tile
+
+    params = parameters_of_model(tiny_llava("lora"))  # LoRA on the language model's MLP only
+    tower = params.image_tower
+    assert tower is not None and tower.trainable_matmul == 0
+    assert flops_per_tile(tower) == 16 * (2 * TOWER + 4 * 2 * 32 * 16)
+
+
+def test_the_tiles_are_llava_nexts_own_count():
+    from ado_actuators.sfttrainer.trainer.model_size import tile_counter
+
+    tiles = tile_counter(tiny_llava())
+    assert tiles is not None
+    # a square image: the 64 x 64 tiling (4 tiles) and the base image; a tall one: 2 + 1
+    assert tiles([[384, 384]]) == 5
+    assert tiles([[768, 384], [384, 384]]) == 3 + 5
+    assert tile_counter(tiny_llama()) is None

@@ -307,6 +307,30 @@ def test_a_vision_rows_metadata_and_note_say_how_many_of_its_tokens_were_image_t
     assert not any("image tokens" in n for n in cpu_run().metadata["notes"])  # a text model
 
 
+def test_a_vision_rows_flops_add_its_towers_work_per_tile_over_its_tokens():
+    """model_flops_per_token of a vision row: the language model's per token, and the tower's
+    per tile (metrics/flops.flops_per_tile) times the window's tiles over its tokens."""
+    from ado_actuators.sfttrainer.contract.trainer_io import ImageTower
+    from ado_actuators.sfttrainer.metrics.flops import flops_per_tile, flops_per_token
+
+    tower = ImageTower(
+        matmul=1_000, trainable_matmul=0, layers=2, attention_width=32, tile_positions=16
+    )
+    params = TINY.model_copy(update={"image_tower": tower})
+    steps = [
+        StepTiming(step=i, start=i - 1, end=i, dataset_tokens=100, image_tiles=3)
+        for i in range(1, 4)
+    ]
+    found = outcome([rank(0, 1, steps=steps, model_parameters=params)], [node()], world_size=1)
+    assert isinstance(found, Measured)
+    text = flops_per_token(TINY, 0.0)
+    assert text is not None
+    assert found.metadata["model_flops_per_token"] == pytest.approx(
+        text + flops_per_tile(tower) * 3 / 100
+    )
+    assert found.metadata["image_tiles"] == 3 * 3
+
+
 def test_the_metadata_of_a_measurement():
     machine = Machine(
         node="h",
@@ -334,6 +358,7 @@ def test_the_metadata_of_a_measurement():
         "flash_attention": True,
         "mamba_scan_path": None,  # no Mamba layers
         "image_tokens": None,  # a text model
+        "image_tiles": None,
         "distributed_type": "NO",
         "notes": [
             "dataset_tokens_per_second_ci95_percent omitted: 2 measured step(s): an interval "
@@ -378,10 +403,10 @@ def test_the_metadata_of_a_measurement():
         ),
         (
             TINY.model_copy(update={"layers": None}),
-            "the model's attention shape is unknown (e.g. a vision-language model)",
+            "the model's attention shape is unknown",
         ),
     ],
-    ids=["unreported", "moe", "vision-language"],
+    ids=["unreported", "moe", "no attention shape"],
 )
 def test_a_note_says_why_model_tflops_are_omitted(parameters, why):
     found = cpu_run(model_parameters=parameters)

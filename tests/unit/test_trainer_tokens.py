@@ -160,3 +160,23 @@ def test_a_vision_models_image_tokens_are_counted_apart_and_among_the_dataset_to
     counts = meter.take()
     assert (counts.dataset_tokens, counts.image_tokens) == (18, 12)
     assert meter.take().image_tokens is None  # reset per step
+
+
+def test_a_vision_models_tiles_are_counted_from_each_batchs_image_sizes_at_the_steps_end():
+    """The tower's tiles per step, from the batches' image sizes (the model's own tile count,
+    trainer/model_size.tile_counter; here one tile per 100 pixels of height), read once per
+    step; a model without a counter counts none."""
+    meter = TokenMeter()
+    ids = torch.tensor([[9, 9, 4], [9, 9, 5]])
+    batch = {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "image_sizes": torch.tensor([[300, 100], [500, 100]]),
+    }
+    meter.add(batch)
+    assert meter.take().image_tiles is None
+    meter.tiles_of = lambda sizes: sum(height // 100 for height, _ in sizes)
+    meter.add(batch)
+    meter.add(batch)
+    assert meter.take().image_tiles == 2 * (3 + 5)
+    assert meter.take().image_tiles is None  # reset per step

@@ -145,6 +145,12 @@ class StepTiming(pydantic.BaseModel):
         description="Of dataset_tokens, the image tokens a vision-language model's processor "
         "expanded the step's images into. None for a model without an image token.",
     )
+    image_tiles: int | None = pydantic.Field(
+        default=None,
+        description="Tiles the vision tower encoded in the step (each image's tiling and its "
+        "base image, LLaVA-NeXT's count; the batch's padding tiles left out). None for a model "
+        "without a vision tower.",
+    )
 
 
 class ProcessSample(pydantic.BaseModel):
@@ -195,12 +201,26 @@ class GpuEnergy(pydantic.BaseModel):
         return (self.end_millijoules - self.start_millijoules) / 1000.0
 
 
+class ImageTower(pydantic.BaseModel):
+    """A vision-language model's vision tower and projector, whose work is per tile of an
+    image, not per token: their matmul parameters (the patch embedding's convolution
+    included, the position table left out), the trainable part, the tower's layers and width,
+    and the positions it attends over per tile (its patches, and a CLS token)."""
+
+    matmul: int
+    trainable_matmul: int
+    layers: int
+    attention_width: int
+    tile_positions: int
+
+
 class ModelParameters(pydantic.BaseModel):
     """The trained model's size and shape, counted in the trainer (before any sharding).
 
     `matmul` counts the parameters used in matrix multiplications: all of them except
     embedding tables, which are looked up (a table tied to the LM head is a matmul and
-    counts). `trainable_matmul` is the part of those that gets weight gradients.
+    counts). `trainable_matmul` is the part of those that gets weight gradients. A
+    vision-language model's tower and projector are `image_tower`, not in these.
     """
 
     total: int
@@ -210,6 +230,7 @@ class ModelParameters(pydantic.BaseModel):
     layers: int | None = None
     attention_width: int | None = None  # query heads x head dimension
     mixture_of_experts: bool = False
+    image_tower: ImageTower | None = None
 
 
 class GpuFacts(pydantic.BaseModel):

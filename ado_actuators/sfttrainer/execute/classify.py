@@ -30,6 +30,7 @@ from ado_actuators.sfttrainer.metrics.aggregate import (
     model_flops_per_token,
     throughput_interval,
     warmup_end,
+    window_image_tiles,
     window_image_tokens,
     window_steps,
 )
@@ -253,6 +254,7 @@ def _training_outcome(
         "flash_attention": rank0.flash_attention,
         "mamba_scan_path": rank0.mamba_scan_path,
         "image_tokens": images[0] if images else None,
+        "image_tiles": window_image_tiles(reports, since),
         "distributed_type": rank0.distributed_type,
         "notes": sorted(notes),
         VERSIONS: rank0.versions,

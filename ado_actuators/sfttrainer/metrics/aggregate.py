@@ -176,15 +176,31 @@ def _energy_joules(reports: list[RankReport]) -> tuple[float | None, str | None]
     return total, None
 
 
+def window_image_tiles(reports: list[RankReport], since: float | None) -> int | None:
+    """Tiles a vision tower encoded over every rank's steps in the window; None where no step
+    counted tiles (a text model, or a text dataset)."""
+    steps = [s for r in reports for s in window_steps(reports, r, since)]
+    if all(s.image_tiles is None for s in steps):
+        return None
+    return sum(s.image_tiles or 0 for s in steps)
+
+
 def model_flops_per_token(reports: list[RankReport], since: float | None) -> float | None:
     rank0 = min(reports, key=lambda r: r.rank)
     if rank0.model_parameters is None:
         return None
     steps = [s for r in reports for s in window_steps(reports, r, since)]
+    tokens = sum(s.dataset_tokens for s in steps)
     mean_length = flops.token_weighted_sequence_length(
-        sum(s.sequence_tokens_squared for s in steps), sum(s.dataset_tokens for s in steps)
+        sum(s.sequence_tokens_squared for s in steps), tokens
     )
-    return flops.flops_per_token(rank0.model_parameters, mean_length)
+    per_token = flops.flops_per_token(rank0.model_parameters, mean_length)
+    tower = rank0.model_parameters.image_tower
+    if per_token is None or tower is None or not tokens:
+        return per_token
+    # the vision tower's and projector's work, per tile, over the window's tokens
+    tiles = window_image_tiles(reports, since) or 0
+    return per_token + flops.flops_per_tile(tower) * tiles / tokens
 
 
 def throughput_interval(reports: list[RankReport], since: float | None) -> batch_means.Interval:

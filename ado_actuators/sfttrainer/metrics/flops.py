@@ -21,13 +21,23 @@ masking (as in PaLM). Since s varies, s is the token-weighted mean sequence leng
 measured window, sum(s^2) / sum(s), which makes sum over sequences of 12 L A s^2 exact.
 Tokens are dataset tokens (the spec's exact count); prompt tuning's virtual tokens and the
 EOS fms appends are not counted. No per-token figure is given for mixture-of-experts models
-(active parameters differ per token) or vision-language models (the vision tower's work is
-per image).
+(active parameters differ per token).
+
+A vision-language model's tower and projector (N_v matmul parameters, T_v trainable, L_v
+layers of width A_v) work per tile of an image, not per token: each of a tile's P positions
+(its patches, and a CLS token) runs them, attending over the tile's P. Per tile:
+
+    P (2 N_v + 4 L_v A_v P)                      the tower frozen (T_v = 0): forward only
+    P (4 N_v + 2 T_v + 12 L_v A_v P)             a trained tower: forward and backward
+
+and a row's figure per token adds the tiles of its measured window over its tokens. (LoRA on
+the tower under reentrant checkpointing trains nothing there, plan/model/training.py's
+tower_backward, yet counts as trained here: the convention reads what requires a gradient.)
 """
 
 from __future__ import annotations
 
-from ado_actuators.sfttrainer.contract.trainer_io import ModelParameters
+from ado_actuators.sfttrainer.contract.trainer_io import ImageTower, ModelParameters
 
 
 def flops_per_token(params: ModelParameters, mean_sequence_length: float) -> float | None:
@@ -39,12 +49,21 @@ def flops_per_token(params: ModelParameters, mean_sequence_length: float) -> flo
     return float(dense + attention)
 
 
+def flops_per_tile(tower: ImageTower) -> float:
+    """The tower's and projector's FLOPs for one tile (module docstring)."""
+    positions = tower.tile_positions
+    attention = tower.layers * tower.attention_width * positions
+    if not tower.trainable_matmul:
+        return float(positions * (2 * tower.matmul + 4 * attention))
+    return float(positions * (4 * tower.matmul + 2 * tower.trainable_matmul + 12 * attention))
+
+
 def why_no_flops(params: ModelParameters | None) -> str:
     if params is None:
         return "the trainer did not report the model's parameters"
     if params.mixture_of_experts:
         return "mixture-of-experts model: the per-token FLOP convention does not apply"
-    return "the model's attention shape is unknown (e.g. a vision-language model)"
+    return "the model's attention shape is unknown"
 
 
 def token_weighted_sequence_length(sum_squares: int, sum_lengths: int) -> float:

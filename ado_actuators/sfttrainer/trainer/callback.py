@@ -68,6 +68,7 @@ class MeasurementCallback(TrainerCallback):
         if (placed := kwargs.get("model")) is not None:
             if processing is not tokenizer:
                 self.meter.image_token_id = model_size.image_token_id(placed)
+                self.meter.tiles_of = model_size.tile_counter(placed)
             self.mamba_scan_path = model_size.mamba_scan_path(placed)
             if self.mamba_scan_path:
                 self.notes.append(model_size.MAMBA_PATH_NOTES[self.mamba_scan_path])
@@ -106,6 +107,7 @@ class MeasurementCallback(TrainerCallback):
                 loss=counts.loss,
                 labelled_tokens=counts.labelled_tokens,
                 image_tokens=counts.image_tokens,
+                image_tiles=counts.image_tiles,
             )
         )
         self._step_start = None

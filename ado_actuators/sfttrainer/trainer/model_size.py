@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ado_actuators.sfttrainer.contract.trainer_io import ModelParameters
+from ado_actuators.sfttrainer.contract.trainer_io import ImageTower, ModelParameters
 
 _MOE_ATTRIBUTES = ("num_local_experts", "num_experts", "moe_num_experts", "n_routed_experts")
 # GPTQModel / fms-acceleration's kernels spell them the nn.Linear way, AutoGPTQ without "_"
@@ -96,18 +96,77 @@ def parameters_of_model(model) -> ModelParameters:
         lookup_trainable += weight.numel() if weight.requires_grad else 0
     config = _config(model)
     layers, width = attention_shape(config)
-    if getattr(getattr(model, "config", None), "vision_config", None) is not None:
-        # a vision tower's work is per image, not per token: no per-token convention fits
-        layers = width = None
+    tower = image_tower(model)
+    apart = (tower.matmul, tower.trainable_matmul) if tower else (0, 0)
     return ModelParameters(
         total=total,
         trainable=trainable,
-        matmul=total - lookup,
-        trainable_matmul=trainable - lookup_trainable,
+        matmul=total - lookup - apart[0],
+        trainable_matmul=trainable - lookup_trainable - apart[1],
         layers=layers,
         attention_width=width,
         mixture_of_experts=is_mixture_of_experts(config),
+        image_tower=tower,
     )
+
+
+TOWER_MODULES = ("vision_tower", "multi_modal_projector")
+"""A LLaVA-style model's modules whose work is per image tile (transformers' names)."""
+
+
+def image_tower(model) -> ImageTower | None:
+    """A vision-language model's tower and projector, counted apart (their work is per tile of
+    an image, not per token); None for a text model. Their position table is looked up."""
+    import torch
+
+    vision = getattr(getattr(model, "config", None), "vision_config", None)
+    if vision is None:
+        return None
+    parameters: dict[int, torch.nn.Parameter] = {}
+    lookups: set[int] = set()
+    for name, module in model.named_modules():
+        if name.rsplit(".", 1)[-1] not in TOWER_MODULES:
+            continue
+        parameters.update({id(p): p for p in module.parameters()})
+        lookups |= {id(m.weight) for m in module.modules() if isinstance(m, torch.nn.Embedding)}
+    counted = [p for key, p in parameters.items() if key not in lookups]
+    side = int(vision.image_size) // int(vision.patch_size)
+    cls = 1 if getattr(vision, "model_type", "") == "clip_vision_model" else 0
+    return ImageTower(
+        matmul=sum(p.numel() for p in counted),
+        trainable_matmul=sum(p.numel() for p in counted if p.requires_grad),
+        layers=int(vision.num_hidden_layers),
+        attention_width=int(vision.hidden_size),
+        tile_positions=side * side + cls,
+    )
+
+
+def tile_counter(model):
+    """A function of a batch's image sizes ([height, width] each) giving the tiles the vision
+    tower encodes for them, as LLaVA-NeXT counts them (its image_size_to_num_patches: each
+    image's tiling and its base image); None for a model without image_grid_pinpoints.
+    `model` may be wrapped (DDP or FSDP keep it as `.module`; PEFT forwards `config`)."""
+    config = getattr(getattr(model, "module", model), "config", None)
+    pinpoints = getattr(config, "image_grid_pinpoints", None)
+    vision = getattr(config, "vision_config", None)
+    if not pinpoints or vision is None:
+        return None
+    try:
+        from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
+    except ImportError:  # a release before LLaVA-NeXT: no tiles to count
+        return None
+
+    side = int(vision.image_size)
+
+    def tiles(sizes) -> int:
+        return sum(
+            image_size_to_num_patches(
+                image_size=list(size), grid_pinpoints=pinpoints, patch_size=side
+            )
+            for size in sizes
+        )
+
+    return tiles
 
 
 MAMBA_PATH_NOTES = {

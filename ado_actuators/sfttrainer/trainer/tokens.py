@@ -54,6 +54,7 @@ class StepCounts:
     loss: float | None = None
     labelled_tokens: int | None = None
     image_tokens: int | None = None
+    image_tiles: int | None = None
 
 
 class TokenMeter:
@@ -74,6 +75,10 @@ class TokenMeter:
         # a vision-language model's image token: its processor has expanded every image into
         # these, counted among the dataset tokens; counted apart too, to say how many they were
         self.image_token_id: int | None = None
+        # and the tiles its vision tower encodes, from each batch's image sizes
+        # (trainer/model_size.tile_counter), read at take(): no device sync per micro-step
+        self.tiles_of = None
+        self._image_sizes: list = []
         self._images: list = []
         self._tokens: list = []
         self._squares: list = []
@@ -89,6 +94,8 @@ class TokenMeter:
             self._labelled.append((labels != IGNORE_INDEX).sum())
         if self.image_token_id is not None and ids is not None:
             self._images.append((ids == self.image_token_id).sum())
+        if self.tiles_of is not None and (sizes := get("image_sizes")) is not None:
+            self._image_sizes.append(sizes)
         if mask is None:
             # padding-free / packed batches carry no mask: every position is a real token
             if ids is not None:
@@ -119,10 +126,17 @@ class TokenMeter:
             loss=float(sum(self._losses)) if self._losses else None,
             labelled_tokens=sum(int(t) for t in self._labelled) if self._labelled else None,
             image_tokens=sum(int(t) for t in self._images) if self._images else None,
+            image_tiles=self._tiles(),
         )
         self._tokens, self._squares, self._samples, self._padded = [], [], 0, 0
-        self._labelled, self._losses, self._images = [], [], []
+        self._labelled, self._losses, self._images, self._image_sizes = [], [], [], []
         return counts
+
+    def _tiles(self) -> int | None:
+        if self.tiles_of is None or not self._image_sizes:
+            return None
+        sizes = [s.tolist() if hasattr(s, "tolist") else s for s in self._image_sizes]
+        return sum(self.tiles_of(batch) for batch in sizes)
 
     @contextlib.contextmanager
     def installed(self):
