@@ -26,7 +26,7 @@ PACKAGE_LISTS := ado_actuators/sfttrainer/plan/packages
 
 # the loop to run while working (under two minutes): ruff's lint and format checks, mypy, the
 # strict docs build, then the fast unit tests on both cores. .pre-commit-config.yaml runs the same.
-.PHONY: env check lint typecheck test coverage test-fast test-versions test-operators mutation demo guided-demo bench overnight bench-gpu gpu-kit gpu-kit-rehearsal docs docs-build clean
+.PHONY: env check lint typecheck test coverage test-fast test-versions test-operators mutation demo guided-demo vision-demo bench overnight bench-gpu gpu-kit gpu-kit-rehearsal docs docs-build clean
 
 env: $(STAMP)
 
@@ -127,6 +127,10 @@ demo: env
 guided-demo: env
 	$(BIN)/python examples/local-cpu/demo.py --guided
 
+# A tiny vision-language model (granite-vision's architecture) measured on pictures, on CPU.
+vision-demo: env
+	$(BIN)/python examples/local-cpu/demo.py --vision
+
 bench: env
 	$(BIN)/python benchmarks/time_to_first_step.py
 	$(BIN)/python benchmarks/operation_overhead.py
@@ -166,4 +170,4 @@ $(IMITATION)/.installed: benchmarks/gpu/imitation.txt
 	touch $@
 
 clean:
-	rm -rf $(VENV) $(OPS_VENV) demo-work demo-work-guided mutants site
+	rm -rf $(VENV) $(OPS_VENV) demo-work demo-work-guided demo-work-vision mutants site

@@ -96,3 +96,28 @@ def generate_text_dataset(directory: Path, dataset_id: str, entries: int) -> Pat
         capture_output=True,
     )
     return directory / f"{dataset_id}.jsonl"
+
+
+def generate_vision_dataset(
+    directory: Path, dataset_id: str, entries: int, min_tokens: int = 24
+) -> Path:
+    """Write the vision dataset `dataset_id` with `entries` entries of at least `min_tokens`
+    tokens of text where the actuator looks for it, through the shipped CLI; returns the file
+    (the e2e and the vision demo keep the text short: a CPU trains it)."""
+    subprocess.run(
+        [
+            str(Path(sys.executable).with_name("sfttrainer_generate_dataset_vision")),
+            "--dataset-id",
+            dataset_id,
+            "--output-dir",
+            str(directory),
+            "--entries",
+            str(entries),
+            "--min-tokens",
+            str(min_tokens),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return directory / f"{dataset_id}.parquet"

@@ -7,6 +7,10 @@ demo-work/ado-config. Prints the measured table, then draws the space with `sftt
 `make guided-demo` (`demo.py --guided`, in demo-work-guided/): the guided walk over
 space-guided.yaml (operation-guided.yaml), which measures only what can still be the fastest;
 then `sfttrainer_plot` prints the answer, what the walk left unmeasured and why, and the bill.
+
+`make vision-demo` (`demo.py --vision`, in demo-work-vision/): one measurement of a tiny
+LLaVA-NeXT (granite-vision's architecture, tiny_vision_model.py) on a vision dataset written by
+`sfttrainer_generate_dataset_vision` (space-vision.yaml), and how its tokens were counted.
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ import time
 from pathlib import Path
 
 import yaml
-from ado_cli import AdoCLI, generate_text_dataset
+from ado_cli import AdoCLI, generate_text_dataset, generate_vision_dataset
 from rich.console import Console
 from rich.table import Table
 from tiny_model import build_tiny_model
+from tiny_vision_model import build_tiny_vision_model
 
 from ado_actuators.sfttrainer.catalog.experiments import catalog_data
 from ado_actuators.sfttrainer.contract.guided import ENVIRONMENT as GUIDED_RECORDS
@@ -43,6 +48,8 @@ def main() -> int:
         console = Console(width=140)  # make's output is no terminal: rich would assume 80
     if sys.argv[1:] == ["--guided"]:
         return guided(console)
+    if sys.argv[1:] == ["--vision"]:
+        return vision(console)
     work = Path(os.environ.get("DEMO_WORK", "demo-work")).absolute()
     started = time.monotonic()
     ado, config_id = prepare(console, work)
@@ -95,6 +102,33 @@ def guided(console: Console) -> int:
     return 0 if answers is not None else 1
 
 
+VISION_MODEL = "tiny-granite-vision"
+VISION_DATASET = "vision-384x384-16384plus-entries-4096"
+
+
+def vision(console: Console) -> int:
+    """One measurement of space-vision.yaml: a tiny vision-language model on pictures."""
+    work = Path(os.environ.get("DEMO_WORK", "demo-work-vision")).absolute()
+    started = time.monotonic()
+    ado, config_id = prepare(console, work, model=VISION_MODEL)
+    space_id = ado.create("space", HERE / "space-vision.yaml", "--new-sample-store")
+    operation = operation_file(work, "operation.yaml", space_id, config_id)
+    console.print(f"space [bold]{space_id}[/], measuring a tiny LLaVA-NeXT on pictures, on CPU")
+    with console.status("ado create operation (real training; about a minute)"):
+        ado.run("create", "operation", "-f", str(operation))
+    rows = ado.measurements(space_id)
+    print_table(console, space_id, rows)
+    valid = sum(row.get("is_valid") in ("1", "1.0") for row in rows)
+    console.print(
+        f"{len(rows)} measured, {valid} valid, in {time.monotonic() - started:.0f} s. "
+        "dataset_tokens_per_second counts each sample's text and image tokens together; the "
+        "row's notes say how many were image tokens (XDG_CONFIG_HOME="
+        f"{work / 'ado-config'} ado show trace operation ... -o yaml: image_tokens, "
+        "image_tiles, notes)"
+    )
+    return 0 if rows and valid == len(rows) else 1
+
+
 def operation_file(
     work: Path, name: str, space_id: str, config_id: str, sampler: dict | None = None
 ) -> Path:
@@ -109,13 +143,13 @@ def operation_file(
     return written
 
 
-def model_map(work: Path) -> dict[str, dict[str, str]]:
-    return {"tiny-llama": {"Vanilla": str(work / "tiny-llama")}}
+def model_map(work: Path, model: str = "tiny-llama") -> dict[str, dict[str, str]]:
+    return {model: {"Vanilla": str(work / model)}}
 
 
-def prepare(console: Console, work: Path) -> tuple[AdoCLI, str]:
-    """A fresh `work`: the tiny model, the dataset, ado's context and the actuator
-    configuration; returns the ado CLI and the configuration's identifier."""
+def prepare(console: Console, work: Path, model: str = "tiny-llama") -> tuple[AdoCLI, str]:
+    """A fresh `work`: the tiny model (the Llama, or VISION_MODEL), its dataset, ado's context
+    and the actuator configuration; returns the ado CLI and the configuration's identifier."""
     shutil.rmtree(work, ignore_errors=True)
     (work / "data").mkdir(parents=True)
     offline = {
@@ -125,10 +159,14 @@ def prepare(console: Console, work: Path) -> tuple[AdoCLI, str]:
         "HF_HOME": str(work / "hf"),
     }
     os.environ.update(offline)
-    with console.status("building a tiny Llama model and tokenizer"):
-        build_tiny_model(work / "tiny-llama")
-    dataset_id = "news-chars-512-entries-4096"
-    generate_text_dataset(work / "data", dataset_id, 256)
+    if model == VISION_MODEL:
+        with console.status("building a tiny LLaVA-NeXT and its processor"):
+            build_tiny_vision_model(work / model)
+        generate_vision_dataset(work / "data", VISION_DATASET, 16)
+    else:
+        with console.status("building a tiny Llama model and tokenizer"):
+            build_tiny_model(work / model)
+        generate_text_dataset(work / "data", "news-chars-512-entries-4096", 256)
 
     ado = AdoCLI(home=work / "ado-config", extra_env=offline)
     config = work / "actuator_configuration.yaml"
@@ -140,7 +178,7 @@ def prepare(console: Console, work: Path) -> tuple[AdoCLI, str]:
                     "data_directory": str(work / "data"),
                     "hf_home": str(work / "hf"),
                     "output_dir": str(work / "measurements"),
-                    "model_map": model_map(work),
+                    "model_map": model_map(work, model),
                 },
             }
         )

@@ -1,5 +1,5 @@
 """A vision-language model measured as a user measures one: the real `ado` CLI, a real local Ray,
-fms-hf-tuning 3.2.2's vision path training a tiny LLaVA-NeXT on CPU (tests/tiny_vision_model.py,
+fms-hf-tuning 3.2.2's vision path training a tiny LLaVA-NeXT on CPU (examples/local-cpu/tiny_vision_model.py,
 granite-vision's architecture and processor at toy sizes) on a dataset written by the shipped
 `sfttrainer_generate_dataset_vision`."""
 
@@ -8,14 +8,12 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
-from ado_cli import AdoCLI
+from ado_cli import AdoCLI, generate_vision_dataset
 from tiny_vision_model import build_tiny_vision_model
 
 from ado_actuators.sfttrainer.catalog import datasets
@@ -45,23 +43,7 @@ def test_a_vision_row_counts_the_text_and_image_tokens_the_processor_made(tmp_pa
     )
     model = build_tiny_vision_model(tmp_path / "tiny-granite-vision")
     data = tmp_path / "data"
-    generated = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("sfttrainer_generate_dataset_vision")),
-            "--dataset-id",
-            DATASET,
-            "--output-dir",
-            str(data),
-            "--entries",
-            str(ENTRIES),
-            "--min-tokens",
-            "24",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert generated.returncode == 0, generated.stderr + generated.stdout
+    generate_vision_dataset(data, DATASET, ENTRIES)
     parameters = {
         "data_directory": str(data),
         "hf_home": str(tmp_path / "hf"),
@@ -74,31 +56,7 @@ def test_a_vision_row_counts_the_text_and_image_tokens_the_processor_made(tmp_pa
             tmp_path / "ac.yaml", {"actuatorIdentifier": "SFTTrainer", "parameters": parameters}
         ),
     )
-    fixed = {
-        "fms_hf_tuning_version": "3.2.2",  # the first release with a vision path: 2.8.2
-        "dataset_id": DATASET,
-        "max_steps": STEPS,
-        "torch_dtype": "float32",
-        "gradient_accumulation_steps": 1,
-    }
-    space = {
-        "experiments": [
-            {
-                "experimentIdentifier": "finetune_full_benchmark-v1.0.0",
-                "actuatorIdentifier": "SFTTrainer",
-                "parameterization": [
-                    {"property": {"identifier": k}, "value": v} for k, v in fixed.items()
-                ],
-            }
-        ],
-        "entitySpace": [
-            {"identifier": "model_name", "propertyDomain": {"values": ["tiny-granite-vision"]}},
-            {"identifier": "number_gpus", "propertyDomain": {"values": [0]}},
-            # a vision sample is not cut to it: the row holds whatever length it names
-            {"identifier": "model_max_length", "propertyDomain": {"values": [64]}},
-            {"identifier": "batch_size", "propertyDomain": {"values": [BATCH]}},
-        ],
-    }
+    space = demo_space()
     space_id = ado.create("space", write_yaml(tmp_path / "space.yaml", space), "--new-sample-store")
     operation = yaml.safe_load((REPO / "examples" / "local-cpu" / "operation.yaml").read_text())
     operation |= {"spaces": [space_id], "actuatorConfigurationIdentifiers": [config_id]}
@@ -135,6 +93,25 @@ def test_a_vision_row_counts_the_text_and_image_tokens_the_processor_made(tmp_pa
     assert metadata["model_flops_per_token"] == pytest.approx(
         language + flops_per_tile(parameters.image_tower) * counted.tiles / (text + images)
     )
+
+
+def demo_space() -> dict:
+    """`make vision-demo`'s space (examples/local-cpu/space-vision.yaml), ended by steps, not
+    by the clock: one epoch exactly."""
+    space = yaml.safe_load((REPO / "examples" / "local-cpu" / "space-vision.yaml").read_text())
+    [experiment] = space["experiments"]
+    fixed = {p["property"]["identifier"]: p["value"] for p in experiment["parameterization"]}
+    assert fixed["dataset_id"] == DATASET
+    assert fixed["fms_hf_tuning_version"] == "3.2.2"  # 2.8.2 was the first with a vision path
+    for clock in ("stop_after_seconds", "num_train_epochs"):
+        fixed.pop(clock)
+    experiment["parameterization"] = [
+        {"property": {"identifier": k}, "value": v}
+        for k, v in (fixed | {"max_steps": STEPS}).items()
+    ]
+    batch = next(d for d in space["entitySpace"] if d["identifier"] == "batch_size")
+    assert batch["propertyDomain"]["values"] == [BATCH]
+    return space
 
 
 def walk_yaml(node: object) -> Iterator[object]:

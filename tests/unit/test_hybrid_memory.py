@@ -203,3 +203,24 @@ def test_the_formula_is_the_trace_on_a_tiny_hybrid(tmp_path):
     formula = verdict._by_hybrid(trial).prediction
     assert traced is not None and formula is not None
     assert formula.total == pytest.approx(traced.total, rel=0.02)
+
+
+def test_an_untied_hybrids_embedding_gradient_comes_after_its_first_mixers_backward():
+    """Untied, the embedding's gradient is made after the first layer's mixer's backward:
+    pending there beside the mixer's own (tied, the LM head made it before)."""
+    config = dict(config_of("granite-4.0-h-tiny"), tie_word_embeddings=False)
+    tied = configuration("granite-4.0-h-tiny", "3.2.2", "none", "reentrant", batch=1)
+    untied = dataclasses.replace(tied, config=config, shape=None)
+    found = {
+        name: predict_hybrid(c, behaviour_of(c, "granitemoeshared"))
+        for name, c in (("tied", tied), ("untied", untied))
+    }
+    hidden, projected, conv = 1536, 2 * 3072 + 2 * 128 + 48, 3072 + 2 * 128
+    pending = hidden * projected + hidden + conv * 5
+    prediction, counts = found["untied"].prediction, found["untied"].counts
+    assert counts.lm_head and counts.embedding
+    assert prediction.moments["backward"] == "last layer, mixer"
+    every = prediction.phases["optimizer_step"]["gradients"]
+    mixer = prediction.phases["backward"]["gradients"]
+    assert mixer == pytest.approx(every * (1 - (pending + counts.embedding) / counts.total))
+    assert "last layer, mixer" in found["tied"].prediction.candidates["backward"]

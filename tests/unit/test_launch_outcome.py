@@ -15,7 +15,7 @@ from ado_actuators.sfttrainer.contract.trainer_io import (
     RankReport,
     StepTiming,
 )
-from ado_actuators.sfttrainer.execute.classify import launch_outcome, launcher_said
+from ado_actuators.sfttrainer.execute.classify import image_note, launch_outcome, launcher_said
 from ado_actuators.sfttrainer.execute.node import NodeRun
 
 A100 = "NVIDIA-A100-SXM4-80GB"  # a dense bf16 peak of 312 TFLOP/s (metrics/gpu_peaks.yaml)
@@ -305,6 +305,11 @@ def test_a_vision_rows_metadata_and_note_say_how_many_of_its_tokens_were_image_t
         "each image into; they carry no loss"
     ) in found.metadata["notes"]
     assert not any("image tokens" in n for n in cpu_run().metadata["notes"])  # a text model
+    # a step whose batches held no picture counts no image token
+    steps.append(StepTiming(step=8, start=7, end=8, dataset_tokens=100, image_tokens=None))
+    found = outcome([rank(0, 1, steps=steps, warmup_steps=1)], [node()], 1, number_gpus=0)
+    assert isinstance(found, Measured) and found.metadata["image_tokens"] == 6 * 80
+    assert image_note((1, 1)) is not None and "(100%)" in image_note((1, 1))
 
 
 def test_a_vision_rows_flops_add_its_towers_work_per_tile_over_its_tokens():
@@ -317,18 +322,28 @@ def test_a_vision_rows_flops_add_its_towers_work_per_tile_over_its_tokens():
         matmul=1_000, trainable_matmul=0, layers=2, attention_width=32, tile_positions=16
     )
     params = TINY.model_copy(update={"image_tower": tower})
+    # a warm-up step of 7 tiles, then three of 3 and one whose batches held no picture
+    tiles = [7, 3, 3, 3, None]
     steps = [
-        StepTiming(step=i, start=i - 1, end=i, dataset_tokens=100, image_tiles=3)
-        for i in range(1, 4)
+        StepTiming(step=i, start=i - 1, end=i, dataset_tokens=100, image_tiles=n)
+        for i, n in enumerate(tiles, start=1)
     ]
-    found = outcome([rank(0, 1, steps=steps, model_parameters=params)], [node()], world_size=1)
+    reports = [rank(0, 1, steps=steps, model_parameters=params, warmup_steps=1)]
+    found = outcome(reports, [node()], world_size=1)
     assert isinstance(found, Measured)
     text = flops_per_token(TINY, 0.0)
     assert text is not None
     assert found.metadata["model_flops_per_token"] == pytest.approx(
-        text + flops_per_tile(tower) * 3 / 100
+        text + flops_per_tile(tower) * 9 / 400
     )
-    assert found.metadata["image_tiles"] == 3 * 3
+    assert found.metadata["image_tiles"] == 9
+    # a text dataset on the vision model: no tile, the language model's figure alone
+    text_steps = [s.model_copy(update={"image_tiles": None}) for s in steps]
+    reports = [rank(0, 1, steps=text_steps, model_parameters=params, warmup_steps=1)]
+    found = outcome(reports, [node()], world_size=1)
+    assert isinstance(found, Measured)
+    assert found.metadata["model_flops_per_token"] == pytest.approx(text)
+    assert found.metadata["image_tiles"] is None
 
 
 def test_the_metadata_of_a_measurement():

@@ -94,3 +94,31 @@ def test_an_adapted_towers_features_make_the_first_language_layer_keep_everythin
     assert not vision.features_need_grad(configuration("lora", targets=("gate_proj",)))
     no_image = dataclasses.replace(configuration("lora"), dataset_id=TEXT)
     assert not vision.features_need_grad(no_image)
+
+
+@pytest.mark.parametrize(
+    ("name", "wide"),
+    [
+        ("q_proj", False),
+        ("k_proj", False),
+        ("v_proj", False),
+        ("out_proj", False),
+        ("fc1", False),
+        ("fc2", True),
+    ],
+)
+def test_each_tower_linears_adapter_keeps_its_input_in_fp32_its_mask_and_its_rank(name, wide):
+    """A tower layer (every input needing a gradient) with one LoRA adapter: the adapter keeps
+    its input cast to fp32 (the hidden width; fc2's, the MLP's), dropout's one-byte mask and
+    lora_A's fp32 output of r per position, beside what the layer keeps without it."""
+    from ado_actuators.sfttrainer.plan.memory import activations
+
+    found = configuration("lora", targets=(name,))
+    shape = found.shape.vision
+    plain = vision.tower_block(
+        shape, block_of(Dimensions.of(found.shape), found, ReleaseBehaviour()), ()
+    )
+    adapted = dataclasses.replace(plain, adapted=(name,))
+    width = shape.intermediate if wide else shape.hidden
+    extra = activations.bigcode_saved(adapted) - activations.bigcode_saved(plain)
+    assert extra == 4 * width + 1 * width + 4 * found.tuning.lora_r
