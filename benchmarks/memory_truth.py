@@ -48,6 +48,7 @@ from memory_bound import load_configs
 from memory_truth_matrix import design, step
 
 from ado_actuators.sfttrainer.catalog import datasets
+from ado_actuators.sfttrainer.catalog.model_shapes import shipped_shapes
 from ado_actuators.sfttrainer.contract.memory_trace import PHASES, StepSpec
 from ado_actuators.sfttrainer.contract.units import GIB, MIB
 from ado_actuators.sfttrainer.plan.memory import hybrid
@@ -71,6 +72,7 @@ from ado_actuators.sfttrainer.plan.model.training import (
     TrainingConfiguration,
     Tuning,
 )
+from ado_actuators.sfttrainer.plan.model.vision import VisionShape
 
 RELEASE = "4.55.4"
 """The transformers release this environment trains with (fms-hf-tuning 3.2.2's)."""
@@ -599,9 +601,6 @@ def vision_cases() -> list[Case]:
     """granite-vision-3.2-2b (its language model at 4 layers, its tower whole) on the taller
     image under each method and checkpointing mode, and the tiny LLaVA-NeXT on both images:
     the vision tower's and projector's kept tensors (plan/memory/vision.py)."""
-    from ado_actuators.sfttrainer.catalog.model_shapes import shipped_shapes
-    from ado_actuators.sfttrainer.plan.model.vision import VisionShape
-
     granite = _depth(dict(shipped_shapes()["granite-vision-3.2-2b"]["config"]), 4)
     image = VISION_IMAGES[1]
     tokens = VisionShape.of(granite).image_tokens(*image)  # type: ignore[union-attr]  # a vision config

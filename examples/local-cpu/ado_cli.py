@@ -79,22 +79,29 @@ class AdoCLI:
             return list(csv.DictReader(handle))
 
 
-def generate_text_dataset(directory: Path, dataset_id: str, entries: int) -> Path:
-    """Write `dataset_id` with `entries` entries where the actuator looks for it, through the
-    shipped CLI (as a user prepares a cluster); returns the file."""
+def _generate(kind: str, directory: Path, dataset_id: str, entries: int, *more: str) -> None:
+    """The shipped generator of `kind` (text, vision) writing `dataset_id` with `entries`
+    entries where the actuator looks for it, as a user prepares a cluster."""
     subprocess.run(
         [
-            str(Path(sys.executable).with_name("sfttrainer_generate_dataset_text")),
+            str(Path(sys.executable).with_name(f"sfttrainer_generate_dataset_{kind}")),
             "--dataset-id",
             dataset_id,
             "--entries",
             str(entries),
             "--output-dir",
             str(directory),
+            *more,
         ],
         check=True,
         capture_output=True,
+        timeout=300,
     )
+
+
+def generate_text_dataset(directory: Path, dataset_id: str, entries: int) -> Path:
+    """Write the text dataset `dataset_id` with `entries` entries; returns the file."""
+    _generate("text", directory, dataset_id, entries)
     return directory / f"{dataset_id}.jsonl"
 
 
@@ -102,22 +109,7 @@ def generate_vision_dataset(
     directory: Path, dataset_id: str, entries: int, min_tokens: int = 24
 ) -> Path:
     """Write the vision dataset `dataset_id` with `entries` entries of at least `min_tokens`
-    tokens of text where the actuator looks for it, through the shipped CLI; returns the file
-    (the e2e and the vision demo keep the text short: a CPU trains it)."""
-    subprocess.run(
-        [
-            str(Path(sys.executable).with_name("sfttrainer_generate_dataset_vision")),
-            "--dataset-id",
-            dataset_id,
-            "--output-dir",
-            str(directory),
-            "--entries",
-            str(entries),
-            "--min-tokens",
-            str(min_tokens),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    tokens of text; returns the file (the e2e and the vision demo keep the text short: a CPU
+    trains it)."""
+    _generate("vision", directory, dataset_id, entries, "--min-tokens", str(min_tokens))
     return directory / f"{dataset_id}.parquet"

@@ -53,14 +53,15 @@ def main() -> int:
     work = Path(os.environ.get("DEMO_WORK", "demo-work")).absolute()
     started = time.monotonic()
     ado, config_id = prepare(console, work)
-    space_id = ado.create("space", HERE / "space.yaml", "--new-sample-store")
-    operation = operation_file(work, "operation.yaml", space_id, config_id)
-    console.print(f"space [bold]{space_id}[/], measuring 8 configurations (full + LoRA) on CPU")
-    with console.status("ado create operation (real training; a few minutes)"):
-        ado.run("create", "operation", "-f", str(operation))
-    rows = ado.measurements(space_id)
-    print_table(console, space_id, rows)
-    valid = sum(row.get("is_valid") in ("1", "1.0") for row in rows)
+    space_id, rows, valid = measure(
+        console,
+        ado,
+        work,
+        "space.yaml",
+        config_id,
+        doing="measuring 8 configurations (full + LoRA) on CPU",
+        lasting="a few minutes",
+    )
     written = work / "measurements.csv"
     shutil.copyfile(ado.home / f"measurements-{space_id}.csv", written)
     console.print(
@@ -111,14 +112,15 @@ def vision(console: Console) -> int:
     work = Path(os.environ.get("DEMO_WORK", "demo-work-vision")).absolute()
     started = time.monotonic()
     ado, config_id = prepare(console, work, model=VISION_MODEL)
-    space_id = ado.create("space", HERE / "space-vision.yaml", "--new-sample-store")
-    operation = operation_file(work, "operation.yaml", space_id, config_id)
-    console.print(f"space [bold]{space_id}[/], measuring a tiny LLaVA-NeXT on pictures, on CPU")
-    with console.status("ado create operation (real training; about a minute)"):
-        ado.run("create", "operation", "-f", str(operation))
-    rows = ado.measurements(space_id)
-    print_table(console, space_id, rows)
-    valid = sum(row.get("is_valid") in ("1", "1.0") for row in rows)
+    _, rows, valid = measure(
+        console,
+        ado,
+        work,
+        "space-vision.yaml",
+        config_id,
+        doing="measuring a tiny LLaVA-NeXT on pictures, on CPU",
+        lasting="about a minute",
+    )
     console.print(
         f"{len(rows)} measured, {valid} valid, in {time.monotonic() - started:.0f} s. "
         "dataset_tokens_per_second counts each sample's text and image tokens together; the "
@@ -127,6 +129,29 @@ def vision(console: Console) -> int:
         "image_tiles, notes)"
     )
     return 0 if rows and valid == len(rows) else 1
+
+
+def measure(
+    console: Console,
+    ado: AdoCLI,
+    work: Path,
+    space_file: str,
+    config_id: str,
+    *,
+    doing: str,
+    lasting: str,
+) -> tuple[str, list[dict[str, str]], int]:
+    """This directory's `space_file` measured by a random walk under the actuator configuration
+    `config_id`, saying what it measures (`doing`) and for how long (`lasting`); prints the
+    table, returns the space, its rows and how many are valid."""
+    space_id = ado.create("space", HERE / space_file, "--new-sample-store")
+    operation = operation_file(work, "operation.yaml", space_id, config_id)
+    console.print(f"space [bold]{space_id}[/], {doing}")
+    with console.status(f"ado create operation (real training; {lasting})"):
+        ado.run("create", "operation", "-f", str(operation))
+    rows = ado.measurements(space_id)
+    print_table(console, space_id, rows)
+    return space_id, rows, sum(row.get("is_valid") in ("1", "1.0") for row in rows)
 
 
 def operation_file(

@@ -19,12 +19,10 @@ TOTAL = EMBEDDING + 2 * PER_LAYER + 64 + LM_HEAD  # 32768 + 82176 + 64 + 32768 =
 MATMUL = TOTAL - EMBEDDING  # 115008
 
 
-def tiny_llama(tie=False):
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+def llama_config(tie=False):
+    from transformers import LlamaConfig
 
-    torch.manual_seed(0)
-    config = LlamaConfig(
+    return LlamaConfig(
         vocab_size=VOCAB,
         hidden_size=HIDDEN,
         intermediate_size=INTER,
@@ -33,7 +31,14 @@ def tiny_llama(tie=False):
         num_key_value_heads=HEADS,
         tie_word_embeddings=tie,
     )
-    return LlamaForCausalLM(config)
+
+
+def tiny_llama(tie=False):
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(llama_config(tie))
 
 
 def test_full_fine_tuning_counts_every_matmul_weight():
@@ -157,17 +162,9 @@ def tiny_llava(method: str = "none"):
         image_size=32,
         patch_size=8,
     )
-    text = transformers.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        intermediate_size=INTER,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        num_key_value_heads=HEADS,
-    )
     config = transformers.LlavaNextConfig(
         vision_config=vision,
-        text_config=text,
+        text_config=llama_config(),
         image_token_index=VOCAB - 1,
         image_grid_pinpoints=[[32, 32], [32, 64], [64, 32], [64, 64]],
         vision_feature_select_strategy="full",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ado_actuators.sfttrainer.contract.trainer_io import ImageTower, ModelParameters
+from ado_actuators.sfttrainer.contract.vision_tiles import has_cls_token, tile_positions
 
 _MOE_ATTRIBUTES = ("num_local_experts", "num_experts", "moe_num_experts", "n_routed_experts")
 # GPTQModel / fms-acceleration's kernels spell them the nn.Linear way, AutoGPTQ without "_"
@@ -130,14 +131,13 @@ def image_tower(model) -> ImageTower | None:
         parameters.update({id(p): p for p in module.parameters()})
         lookups |= {id(m.weight) for m in module.modules() if isinstance(m, torch.nn.Embedding)}
     counted = [p for key, p in parameters.items() if key not in lookups]
-    side = int(vision.image_size) // int(vision.patch_size)
-    cls = 1 if getattr(vision, "model_type", "") == "clip_vision_model" else 0
+    cls_token = has_cls_token(str(getattr(vision, "model_type", "")))
     return ImageTower(
         matmul=sum(p.numel() for p in counted),
         trainable_matmul=sum(p.numel() for p in counted if p.requires_grad),
         layers=int(vision.num_hidden_layers),
         attention_width=int(vision.hidden_size),
-        tile_positions=side * side + cls,
+        tile_positions=tile_positions(int(vision.image_size), int(vision.patch_size), cls_token),
     )
 
 

@@ -42,11 +42,8 @@ def features_need_grad(configuration: TrainingConfiguration) -> bool:
     gradient under LoRA (the tower runs a backward): the first language layer's input then
     needs one, and that layer keeps what any other keeps."""
     sample = vision_sample_tokens(configuration.dataset_id, configuration.shape)
-    return (
-        sample is not None
-        and configuration.tuning.method == "lora"
-        and (tower_backward(configuration))
-    )
+    lora = configuration.tuning.method == "lora"
+    return sample is not None and lora and tower_backward(configuration)
 
 
 def tower_block(

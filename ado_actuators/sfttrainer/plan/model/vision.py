@@ -21,11 +21,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ado_actuators.sfttrainer.contract.vision_tiles import has_cls_token, tile_positions
+
 VISION_MODEL_TYPES = ("llava_next",)
 """Composite models whose image tokens this counts (granite-vision-3.2 is llava_next too)."""
-
-CLS_TOWERS = ("clip_vision_model",)
-"""Vision towers that prepend a CLS token to the patches."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +59,7 @@ class VisionShape:
         if not pinpoints or not isinstance(text, dict) or any(k not in vision for k in needed):
             return None
         layer = config.get("vision_feature_layer", -2)
-        cls_token = str(vision.get("model_type", "clip_vision_model")) in CLS_TOWERS
+        cls_token = has_cls_token(str(vision.get("model_type", "clip_vision_model")))
         return cls(
             image_size=int(vision["image_size"]),
             patch_size=int(vision["patch_size"]),
@@ -113,14 +112,13 @@ class VisionShape:
         else:
             new_columns = int(round(width * (rows / height), 7))
             columns -= 2 * ((columns - new_columns) // 2)
-        base = self.grid * self.grid + (1 if self.cls_token else 0)
-        tokens = rows * columns + rows + base
+        tokens = rows * columns + rows + self.positions
         return tokens - 1 if self.select_strategy == "default" else tokens
 
     @property
     def positions(self) -> int:
         """Positions the tower runs over per tile: the patches, and its CLS token."""
-        return self.grid * self.grid + (1 if self.cls_token else 0)
+        return tile_positions(self.image_size, self.patch_size, self.cls_token)
 
     @property
     def layer_parameters(self) -> int:
