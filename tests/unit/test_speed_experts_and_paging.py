@@ -20,6 +20,7 @@ from ado_actuators.sfttrainer.plan.model.training import (
     Tuning,
 )
 from ado_actuators.sfttrainer.plan.speed.devices import device_named
+from ado_actuators.sfttrainer.plan.speed.experts import forward_tail_seconds
 from ado_actuators.sfttrainer.plan.speed.prediction import model_shape, predict_speed
 from ado_actuators.sfttrainer.plan.speed.step_time import (
     ModelShape,
@@ -131,6 +132,9 @@ def test_the_preview_note_says_how_experts_are_priced():
     assert any("ScatterMoE" in n for n in scatter)
     full = predict_speed(on_a100(configuration("none", config=GRANITE_3B_A800M))).notes
     assert any("quadratic in the experts" in n for n in full)
+    assert not any("for the forward" in n for n in notes)
+    fsdp = predict_speed(sharded(on_a100(configuration(config=MIXTRAL_8X7B)))).notes
+    assert any("gathers each layer's weights for the forward" in n for n in fsdp)
 
 
 def paged_run(optim: str) -> TrainingConfiguration:
@@ -182,3 +186,88 @@ def test_lora_on_experts_adapts_a_tokens_own_experts_per_token():
     assert shape.adapted_width == attention.adapted_width + per_expert * 2
     assert shape.experts is not None and shape.experts.adapted == 3
     assert shape.trainable_params > attention.trainable_params + 8 * 8 * per_expert - 1
+
+
+def sharded(run: TrainingConfiguration, gpus: int = 8, strategy: str = "FULL_SHARD"):
+    return dataclasses.replace(
+        run,
+        parallelism=dataclasses.replace(
+            run.parallelism, gpus=gpus, backend="FSDP", fsdp_sharding_strategy=strategy
+        ),
+    )
+
+
+NOT_COMPUTE = ("communication", "latency", "fsdp_latency", "optimizer")
+
+
+def _forward_gather(shape: ModelShape, run: TrainingConfiguration, device) -> float:
+    """One all-gather of the stored weights (bf16) at the device's bus bandwidth."""
+    n = run.parallelism.gpus
+    return (n - 1) / n * shape.total_params * 2 / (device.achieved_bus_gbps(n) or 200) / 1e9
+
+
+def test_a_forward_that_syncs_leaves_its_fsdp_gathers_exposed():
+    """Mixtral's loop syncs once per expert, so FSDP (no forward prefetch) issues each layer's
+    gather only once the GPU has caught up: all but the last expert's pass is exposed. Under
+    ScatterMoE, no sync: the gathers hide behind the compute as a dense model's do."""
+    shape = shape_of(MIXTRAL_8X7B)
+    pcie = device_named("NVIDIA-A100-80GB-PCIe")
+    run = sharded(configuration(tokens=4096, batch=1))
+    loop = step_time(shape, run, pcie)
+    grouped = step_time(shape, sharded(configuration(tokens=4096, batch=1, fast_moe=1)), pcie)
+    assert loop.link is not None and grouped.link is not None
+    assert grouped.link.serial_seconds == 0
+    gather = _forward_gather(shape, run, pcie)
+    assert loop.link.serial_seconds == pytest.approx(gather, rel=1e-3)
+    tail = forward_tail_seconds(shape.experts, run, pcie, 2.0)
+    assert tail is not None and 0 < tail < gather / 10  # one expert's pass of each layer
+    # PCIe at 8 GPUs: the link is busy throughout either way, so what the sync adds is the
+    # forward's compute, which no traffic runs beside any more (its tail aside)
+    forward = sum(v for k, v in loop.parts.items() if k not in NOT_COMPUTE) / 3
+    added = loop.parts["communication"] - grouped.parts["communication"]
+    assert added == pytest.approx(forward - tail, rel=0.05)
+    # NVLink at 2 GPUs, where the compute hid every gather: the forward's gathers show
+    nvlink = sharded(configuration(tokens=4096, batch=4), gpus=2)
+    loop = step_time(shape, nvlink, A100)
+    grouped = step_time(shape, sharded(configuration(tokens=4096, batch=4, fast_moe=1), 2), A100)
+    assert grouped.parts["communication"] < 0.01 * grouped.seconds
+    tail = forward_tail_seconds(shape.experts, nvlink, A100, 2.0) or 0.0
+    gather = _forward_gather(shape, nvlink, A100)
+    assert gather > tail
+    first_unit = loop.link.traffic_seconds / shape.layers if loop.link else 0.0
+    assert gather - tail <= loop.parts["communication"] <= gather - tail + first_unit + 1e-9
+
+
+def test_the_exposed_forward_gather_follows_the_link_and_the_compute():
+    shape = shape_of(MIXTRAL_8X7B)
+    link = step_time(shape, sharded(configuration(tokens=1024)), A100).link
+    assert link is not None and link.serial_seconds > link.cover_seconds > 0
+    serial = link.serial_seconds - link.cover_seconds
+    assert link.exposed_seconds(link=2.0) - link.exposed_seconds() >= serial
+    # where the compute is ten times slower, what is still queued hides the whole gather
+    hidden = max(0.0, link.serial_seconds - 10 * link.cover_seconds)
+    pooled = link.exposed_seconds(compute=10.0) - hidden
+    assert pooled == pytest.approx(link.scaled(1.0).exposed_seconds(compute=10.0) - hidden)
+    assert link.scaled(3.0).exposed_seconds() == pytest.approx(3 * link.exposed_seconds())
+
+
+def test_granitemoe_syncs_once_at_its_router_so_every_experts_pass_can_hide_the_gather():
+    granite, mixtral = shape_of(GRANITE_3B_A800M), shape_of(MIXTRAL_8X7B)
+    run = configuration(tokens=2048)
+    assert granite.experts is not None and mixtral.experts is not None
+    pass_seconds = forward_tail_seconds(granite.experts, run, A100, 2.0)
+    one_of_eight = forward_tail_seconds(mixtral.experts, run, A100, 2.0)
+    assert pass_seconds is not None and one_of_eight is not None
+    whole = dataclasses.replace(mixtral.experts, dispatch="granitemoe")
+    assert forward_tail_seconds(whole, run, A100, 2.0) == pytest.approx(8 * one_of_eight)
+    assert forward_tail_seconds(None, run, A100, 2.0) is None
+    assert forward_tail_seconds(granite.experts, configuration(fast_moe=1), A100, 2.0) is None
+
+
+@pytest.mark.parametrize("strategy", ["NO_SHARD"])
+def test_no_forward_gather_no_exposure(strategy):
+    shape = shape_of(MIXTRAL_8X7B)
+    link = step_time(shape, sharded(configuration(), strategy=strategy), A100).link
+    assert link is not None and link.serial_seconds == 0
+    single = step_time(shape, configuration(), A100)
+    assert single.link is None and "communication" not in single.parts

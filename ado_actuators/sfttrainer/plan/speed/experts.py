@@ -25,6 +25,8 @@ What that costs beyond the dense pricing, per layer of experts and micro-batch:
 - the loop's host time: each eager op costs the host EAGER_OP_SECONDS; the GPU waits wherever
   the host queues kernels slower than they run (small experts), and each sync empties the queue;
 - the gathers and scatters of the routed rows (ROUTED_ACCESSES);
+- under FSDP, the forward's all-gathers the syncs leave exposed (`forward_tail_seconds`, priced
+  with the other collectives in plan/speed/step_time.py);
 - full fine-tuning of stacked experts (ParallelExperts): autograd's backward of `weight[i]`
   (SelectBackward) writes a zero tensor the size of all experts' weights and adds it into the
   parameter's gradient, once per expert: experts x all experts' bytes x STACKED_ACCESSES per
@@ -169,6 +171,32 @@ def expert_seconds(
     return {"experts": experts.layers * max(0.0, per_layer)}
 
 
+def forward_tail_seconds(
+    experts: Experts | None,
+    configuration: TrainingConfiguration,
+    device: Device,
+    width: float,
+) -> float | None:
+    """GPU seconds per micro-batch, all layers, that the forward still has queued when the host
+    passes each layer's last sync; None where the forward holds no sync (a dense model, or
+    ScatterMoE's grouped kernels).
+
+    Why it matters: at a sync the host waits for the GPU, so it cannot run ahead. FSDP without
+    forward prefetch (fms-hf-tuning's accelerate configuration, fsdp_forward_prefetch false)
+    issues a unit's all-gather from that unit's pre-forward hook, on the host: after the
+    previous layer's last sync, so only what that layer runs after its sync can hide it.
+    Mixtral syncs once per expert: one expert's pass is left. GraniteMoE syncs once, at the
+    router: every expert's pass is left."""
+    if experts is None or experts.count <= 1 or configuration.parallelism.fast_moe:
+        return None
+    shape = DISPATCH[experts.dispatch]
+    if not (shape.syncs_per_layer or shape.syncs_per_expert):
+        return None
+    tokens = configuration.batch.per_device_batch * configuration.batch.sample_tokens
+    whole = _pass_seconds(experts, tokens, width, device)
+    return experts.layers * (whole / experts.count if shape.syncs_per_expert else whole)
+
+
 def expert_note(experts: Experts, configuration: TrainingConfiguration) -> str:
     """How the preview priced the experts, for its notes."""
     if configuration.parallelism.fast_moe:
@@ -189,7 +217,12 @@ def expert_note(experts: Experts, configuration: TrainingConfiguration) -> str:
             "; full fine-tuning of stacked experts adds each expert's full-size gradient "
             "(weight[i]'s backward), quadratic in the experts"
         )
+    if configuration.parallelism.gpus > 1 and configuration.parallelism.backend == "FSDP":
+        text += (
+            "; the loop's syncs hold the host back, so FSDP gathers each layer's weights for the "
+            "forward only once the GPU has caught up, and little compute hides them"
+        )
     return text + (
         " (plan/speed/experts.py, not fitted; tested on fms-acceleration's granite-3.0-3b-a800m "
-        "runs on 1-4 A100s: predicted 30-38 % too fast, 3-4 times too fast before)"
+        "runs on 1-4 A100s: predicted 30-37 % too fast, 3-4 times too fast before)"
     )

@@ -21,16 +21,33 @@ def exposed(traffic: float, compute: float, units: int) -> float:
 class LinkTraffic:
     """A step's collectives within one node: their seconds at the bus bandwidth the device
     table gives the link (`traffic_seconds`), the compute they run beside (`overlap_seconds`)
-    and the units they go in, one after another (`exposed`'s)."""
+    and the units they go in, one after another (`exposed`'s). Apart from them, the gathers
+    the host can only issue once the GPU has caught up (`serial_seconds`: a forward whose
+    layers wait on the GPU, plan/speed/experts.forward_tail_seconds) and the compute still
+    queued when each is issued, all that can hide them (`cover_seconds`)."""
 
     traffic_seconds: float
     overlap_seconds: float
     units: int
+    serial_seconds: float = 0.0
+    cover_seconds: float = 0.0
 
     def exposed_seconds(self, compute: float = 1.0, link: float = 1.0) -> float:
         """Seconds the collectives add to the step were the compute `compute` times and the
         traffic `link` times what was priced."""
-        return exposed(self.traffic_seconds * link, self.overlap_seconds * compute, self.units)
+        pooled = exposed(self.traffic_seconds * link, self.overlap_seconds * compute, self.units)
+        return pooled + max(0.0, self.serial_seconds * link - self.cover_seconds * compute)
+
+    def scaled(self, factor: float) -> LinkTraffic:
+        """Every figure `factor` times: a micro-batch's traffic over a step's micro-batches, or
+        a step's over its seconds."""
+        return dataclasses.replace(
+            self,
+            traffic_seconds=self.traffic_seconds * factor,
+            overlap_seconds=self.overlap_seconds * factor,
+            serial_seconds=self.serial_seconds * factor,
+            cover_seconds=self.cover_seconds * factor,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,9 +79,5 @@ class StepParts:
         total = self.seconds
         if total <= 0:
             return self
-        link = self.link
-        if link is not None:
-            link = LinkTraffic(
-                link.traffic_seconds / total, link.overlap_seconds / total, link.units
-            )
+        link = self.link.scaled(1 / total) if self.link is not None else None
         return StepParts(self.compute_seconds / total, link)

@@ -33,6 +33,8 @@ micro-batch is priced by what limits it, on one device:
 - FSDP traffic: the weights all-gathered for the forward and again for the backward, the
   trainable gradients reduce-scattered. FSDP prefetches the next unit's weights while the current
   one computes, so only what the compute cannot hide is exposed, plus the first unit's gather.
+  Where the forward syncs (transformers' expert loops), the host issues each forward gather only
+  once the GPU has caught up: only what is still queued hides it (experts.forward_tail_seconds).
   Within a node at the bus bandwidth nccl-tests publish for the device's link and GPU count
   (PCIe through the root complex or host memory; `link` in metrics/gpu_peaks.yaml), else
   its NVLink at the share NCCL reaches of it; across nodes
@@ -70,7 +72,12 @@ from ado_actuators.sfttrainer.plan.speed.devices import (
     Device,
     device_named,
 )
-from ado_actuators.sfttrainer.plan.speed.experts import Experts, expert_seconds, experts_train
+from ado_actuators.sfttrainer.plan.speed.experts import (
+    Experts,
+    expert_seconds,
+    experts_train,
+    forward_tail_seconds,
+)
 from ado_actuators.sfttrainer.plan.speed.mamba import mamba_parts
 from ado_actuators.sfttrainer.plan.speed.parts import LinkTraffic, StepParts, exposed
 
@@ -287,6 +294,14 @@ def _passes(configuration: TrainingConfiguration) -> int:
     return 3 if configuration.kernels.gradient_checkpointing else 2
 
 
+def _forward_share(configuration: TrainingConfiguration) -> float:
+    """The first forward's share of a micro-batch's compute: one of its passes, and of the
+    weight gradients' pass where the model's weights train."""
+    return 1 / (
+        _passes(configuration) + (0 if configuration.tuning.method in ("lora", "pt") else 1)
+    )
+
+
 def dense_flops_per_token(shape: ModelShape, configuration: TrainingConfiguration) -> float:
     """Matmul FLOPs of one token's forward, backward and recompute."""
     frozen = configuration.tuning.method in ("lora", "pt")
@@ -461,10 +476,17 @@ def _fsdp(
 ) -> tuple[dict[str, float], LinkTraffic]:
     """Per micro-batch: the strategy's collectives (`_fsdp_traffic`), overlapped with the
     compute that runs beside them; and the units' host time. With them, the collectives'
-    traffic and the compute they overlap."""
-    traffic, overlapped = _fsdp_traffic(shape, configuration, device)
+    traffic and the compute they overlap. Where the forward syncs (transformers' expert loops,
+    experts.forward_tail_seconds), its gathers are issued only as the GPU catches up, and only
+    the compute still queued then can hide them."""
+    traffic, overlapped, gather = _fsdp_traffic(shape, configuration, device)
     units = shape.layers * (1 + shape.adapters_per_layer)
-    link = LinkTraffic(traffic, compute * overlapped, shape.layers)
+    tail = forward_tail_seconds(shape.experts, configuration, device, weight_bytes(configuration))
+    if tail is None or gather <= 0:
+        link = LinkTraffic(traffic, compute * overlapped, shape.layers)
+    else:  # the rest runs beside the backward, the forward's compute beside nothing
+        backward = compute * (1 - _forward_share(configuration))
+        link = LinkTraffic(traffic - gather, backward, shape.layers, gather, tail)
     return {
         "communication": link.exposed_seconds(),
         "fsdp_latency": fitted.fsdp_unit_latency_s * units,
@@ -473,29 +495,32 @@ def _fsdp(
 
 def _fsdp_traffic(
     shape: ModelShape, configuration: TrainingConfiguration, device: Device
-) -> tuple[float, float]:
-    """Seconds of collectives per micro-batch, and the share of the compute they overlap, by
-    sharding strategy. FULL_SHARD: two all-gathers of the stored weights (forward, backward) and
-    a reduce-scatter of the trainable gradients, each (n - 1) / n * S over busbw (nccl-tests'
-    convention, `link_bytes_per_second`), beside the whole compute. SHARD_GRAD_OP keeps the
-    weights gathered from forward to backward: one all-gather. NO_SHARD keeps them whole: one
-    all-reduce of the gradients, 2 (n - 1) / n * S, beside the backward only (DDP's). HYBRID_SHARD
-    shards within a node over its link, and all-reduces the gradient shards across nodes over
-    the network, every device of a node at once."""
+) -> tuple[float, float, float]:
+    """Seconds of collectives per micro-batch, the share of the compute they overlap, and the
+    seconds of the forward's all-gathers among them, by sharding strategy. FULL_SHARD: two
+    all-gathers of the stored weights (forward, backward) and a reduce-scatter of the trainable
+    gradients, each (n - 1) / n * S over busbw (nccl-tests' convention,
+    `link_bytes_per_second`), beside the whole compute. SHARD_GRAD_OP keeps the weights
+    gathered from forward to backward: one all-gather. NO_SHARD keeps them whole: one
+    all-reduce of the gradients, 2 (n - 1) / n * S, beside the backward only (DDP's).
+    HYBRID_SHARD shards within a node over its link, and all-reduces the gradient shards across
+    nodes over the network, every device of a node at once."""
     n, k = gpus(configuration), nodes(configuration)
     strategy = configuration.parallelism.fsdp_sharding_strategy
     gradients = shape.trainable_params * weight_bytes(configuration)
     if strategy == "NO_SHARD":
         volume = 2 * (n - 1) / n * gradients
-        return volume / link_bytes_per_second(configuration, device), BACKWARD_SHARE
+        return volume / link_bytes_per_second(configuration, device), BACKWARD_SHARE, 0.0
     gathers = 1 if strategy in ("SHARD_GRAD_OP", "HYBRID_SHARD_ZERO2") else 2
-    sharded = gathers * _stored_bytes(shape, configuration) + gradients
+    stored = _stored_bytes(shape, configuration)
+    sharded = gathers * stored + gradients
     if strategy.startswith("HYBRID_SHARD") and k > 1:
         local = max(1, n // k)
-        within = (local - 1) / local * sharded / intra_node_bytes_per_second(device, local)
+        share = (local - 1) / local / intra_node_bytes_per_second(device, local)
         across = 2 * (k - 1) / k * gradients / (device.network_gbps * 1e9)
-        return within + across, 1.0
-    return (n - 1) / n * sharded / link_bytes_per_second(configuration, device), 1.0
+        return share * sharded + across, 1.0, share * stored
+    share = (n - 1) / n / link_bytes_per_second(configuration, device)
+    return share * sharded, 1.0, share * stored
 
 
 def step_time(
@@ -517,7 +542,7 @@ def step_time(
     if sharded:
         fsdp, per = _fsdp(shape, configuration, device, fitted, compute)
         per_micro |= fsdp
-        link = LinkTraffic(per.traffic_seconds * m, per.overlap_seconds * m, per.units)
+        link = per.scaled(m)
     parts = {k: v * m for k, v in per_micro.items()}
     on_device = shape.trainable_params / (n if sharded else 1)
     parts["optimizer"] = update_bytes(configuration) * on_device / (device.memory_gbps * 1e9)
