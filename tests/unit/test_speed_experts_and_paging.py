@@ -271,3 +271,15 @@ def test_no_forward_gather_no_exposure(strategy):
     assert link is not None and link.serial_seconds == 0
     single = step_time(shape, configuration(), A100)
     assert single.link is None and "communication" not in single.parts
+
+
+def test_each_moe_row_says_how_well_its_experts_pricing_was_validated():
+    """Only Mixtral's loop is among the fitted table's families: a GraniteMoE row on the A100
+    does not borrow the fit's figure, and every MoE row names its experts' own."""
+    mixtral = predict_speed(on_a100(configuration(config=MIXTRAL_8X7B))).notes
+    granite = predict_speed(on_a100(configuration("none", config=GRANITE_3B_A800M))).notes
+    scatter = predict_speed(on_a100(configuration(config=MIXTRAL_8X7B), fast_moe=1)).notes
+    assert "on 244 runs" in mixtral[0] and "on 244 runs" not in granite[0]
+    assert "on 244 runs" not in scatter[0]
+    for notes, runs in ((mixtral, "24 public"), (granite, "3 public"), (scatter, "1 public")):
+        assert any(n.startswith("mixture of experts validated") and runs in n for n in notes)

@@ -57,3 +57,27 @@ def test_each_validated_regime_states_what_the_validation_measured(bench):
         measured = statistics.median(abs(e) for e in found[name])
         assert stated.runs == len(found[name])
         assert stated.median_error == pytest.approx(measured, abs=0.001)
+
+
+def test_each_experts_figure_states_what_its_benchmark_measured(bench):
+    import statistics
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import moe_throughput
+    finally:
+        sys.path.pop(0)
+    from ado_actuators.sfttrainer.plan.speed.validated import EXPERTS_VALIDATED
+
+    mixtral = [e for o, e in bench.leave_one_family_out(bench.load()) if o.family == "Mixtral"]
+    loop, scatter = [], []
+    for row in moe_throughput.rows():
+        error = moe_throughput.predicted(row, moe_throughput.LENGTH) / float(
+            row["train_tokens_per_second"]
+        )
+        (scatter if moe_throughput.FRAMEWORKS[row["framework_config"]] else loop).append(error - 1)
+    for key, errors in (("mixtral", mixtral), ("granitemoe", loop), ("scattermoe", scatter)):
+        stated = EXPERTS_VALIDATED[key]
+        assert stated.runs == len(errors)
+        assert stated.median_error == pytest.approx(statistics.median(map(abs, errors)), abs=0.001)
+    assert min(loop) > 0 and min(scatter) > 0  # "every run predicted too fast"

@@ -202,8 +202,7 @@ def expert_note(experts: Experts, configuration: TrainingConfiguration) -> str:
     if configuration.parallelism.fast_moe:
         return (
             f"{experts.count} experts, {experts.per_token} per token: ScatterMoE (fast_moe) "
-            f"runs them as grouped kernels, priced as dense matmuls of the active experts (tested "
-            f"on fms-acceleration's granite-3.0-3b-a800m run on one A100: predicted 73 % too fast)"
+            f"runs them as grouped kernels, priced as dense matmuls of the active experts"
         )
     tokens = configuration.batch.per_device_batch * configuration.batch.sample_tokens
     text = (
@@ -222,7 +221,4 @@ def expert_note(experts: Experts, configuration: TrainingConfiguration) -> str:
             "; the loop's syncs hold the host back, so FSDP gathers each layer's weights for the "
             "forward only once the GPU has caught up, and little compute hides them"
         )
-    return text + (
-        " (plan/speed/experts.py, not fitted; tested on fms-acceleration's granite-3.0-3b-a800m "
-        "runs on 1-4 A100s: predicted 30-37 % too fast, 3-4 times too fast before)"
-    )
+    return text + " (plan/speed/experts.py, not fitted)"

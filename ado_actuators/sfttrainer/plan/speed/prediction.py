@@ -47,7 +47,10 @@ from ado_actuators.sfttrainer.plan.speed.step_time import (
     nodes,
     step_time,
 )
-from ado_actuators.sfttrainer.plan.speed.validated import validated_note
+from ado_actuators.sfttrainer.plan.speed.validated import (
+    experts_validated_note,
+    validated_note,
+)
 
 PREDICTED_METADATA = "throughput_prediction"
 
@@ -283,8 +286,10 @@ class SpeedPrediction:
         return outcome
 
 
-def _notes(configuration: TrainingConfiguration, device: Device) -> tuple[str, ...]:
-    notes = [validated_note(configuration, device.name)]
+def _notes(
+    configuration: TrainingConfiguration, device: Device, experts: Experts | None
+) -> tuple[str, ...]:
+    notes = [validated_note(configuration, device.name, experts)]
     if device.name != REFERENCE.name:
         notes.append(
             f"{device.name}: priced by what it achieves (cuBLAS {device.gemm_tflops:g} TFLOP/s, "
@@ -348,14 +353,17 @@ def predict_speed(
         ValueError,
     ) as error:
         return SpeedPrediction(skipped=f"no step time from the model's config.json: {error}")
-    notes = _notes(configuration, device) + (
+    notes = _notes(configuration, device, shape.experts) + (
         (META_NOTE,) if shape.attention_layers is not None else ()
     )
     if shape.mamba is not None:
         version = configuration.fms_hf_tuning_version
         notes += (scan_note(scan_path(version), version),)
     if shape.experts is not None:
-        notes += (expert_note(shape.experts, configuration),)
+        notes += (
+            expert_note(shape.experts, configuration),
+            experts_validated_note(shape.experts, configuration),
+        )
     if paged_out_bytes > 0:
         notes += (paging_note(paged_out_bytes, device),)
     if vision_note := vision.note(configuration):

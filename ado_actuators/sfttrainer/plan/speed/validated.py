@@ -12,6 +12,7 @@ import dataclasses
 from ado_actuators.sfttrainer.plan.model.mamba import mamba_layers
 from ado_actuators.sfttrainer.plan.model.shape import language_config
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
+from ado_actuators.sfttrainer.plan.speed.experts import Experts
 from ado_actuators.sfttrainer.plan.speed.mamba import HYBRID_NOT_VALIDATED
 from ado_actuators.sfttrainer.plan.speed.step_time import REFERENCE, gpus, nodes
 
@@ -84,6 +85,47 @@ VALIDATED: dict[str, Validated] = {
 records its date and commit)."""
 
 
+EXPERTS_VALIDATED: dict[str, Validated] = {
+    "mixtral": Validated(
+        0.053,
+        24,
+        "fms-acceleration's Mixtral-8x7B LoRA runs on 1 and 2 A100s, the family left out of the "
+        "fit (benchmarks/throughput_prediction.py)",
+    ),
+    "granitemoe": Validated(
+        0.318,
+        3,
+        "fms-acceleration's granite-3.0-3b-a800m full fine-tuning on 1, 2 and 4 A100s through "
+        "transformers' loop, every run predicted too fast (benchmarks/moe_throughput.py)",
+    ),
+    "scattermoe": Validated(
+        0.726,
+        1,
+        "fms-acceleration's granite-3.0-3b-a800m under ScatterMoE on one A100, predicted too "
+        "fast (benchmarks/moe_throughput.py)",
+    ),
+}
+"""The experts' pricing (plan/speed/experts.py) by how they run: transformers' loop as Mixtral
+or GraniteMoE dispatch it, or ScatterMoE's kernels (fast_moe). Written from the benchmarks
+named; docs/benchmarks/throughput.md gives their date and commit. Only Mixtral's runs are among
+the fitted table's families."""
+
+
+def experts_run_as(experts: Experts, configuration: TrainingConfiguration) -> str:
+    """EXPERTS_VALIDATED's key for a configuration's experts."""
+    return "scattermoe" if configuration.parallelism.fast_moe else experts.dispatch
+
+
+def experts_validated_note(experts: Experts, configuration: TrainingConfiguration) -> str:
+    """What a preview row of a mixture of experts says of how well its experts' pricing is
+    known, beside its regime's figure."""
+    found = EXPERTS_VALIDATED[experts_run_as(experts, configuration)]
+    return (
+        f"mixture of experts validated: {found.median_error:.1%} median error on {found.runs} "
+        f"public run(s) run as this one's experts are ({found.data})"
+    )
+
+
 def regime(configuration: TrainingConfiguration, gpu_model: str) -> tuple[str, ...]:
     """The regimes `configuration` on `gpu_model` belongs to, most specific first."""
     spread = "several nodes" if nodes(configuration) > 1 else "one node"
@@ -94,13 +136,19 @@ def regime(configuration: TrainingConfiguration, gpu_model: str) -> tuple[str, .
     return (f"{gpu_model}, {length}", f"{gpu_model}, {spread}", length, spread)
 
 
-def validated_note(configuration: TrainingConfiguration, gpu_model: str) -> str:
-    """What a preview row says of how well its regime's prediction is known."""
+def validated_note(
+    configuration: TrainingConfiguration, gpu_model: str, experts: Experts | None = None
+) -> str:
+    """What a preview row says of how well its regime's prediction is known. The fitted
+    table's figure holds for the families it held: a mixture of experts run other than as
+    Mixtral's loop gets the regime's validation instead (and its experts' own, in
+    `experts_validated_note`)."""
     if configuration.config and mamba_layers(language_config(configuration.config)):
         return HYBRID_NOT_VALIDATED
     tokens = configuration.batch.sample_tokens
     fitted = (
-        gpu_model == REFERENCE.name
+        (experts is None or experts_run_as(experts, configuration) == "mixtral")
+        and gpu_model == REFERENCE.name
         and nodes(configuration) == 1
         and tokens <= 8192
         and gpus(configuration) <= 8
