@@ -98,6 +98,11 @@ class Tuning:
         return total
 
     @property
+    def base_frozen(self) -> bool:
+        """The model's own weights get no gradient: LoRA's and prompt tuning's."""
+        return self.method in ("lora", "pt")
+
+    @property
     def adapted_modules(self) -> tuple[str, ...]:
         """The modules LoRA adapts (none for another method)."""
         return self.target_modules if self.method == "lora" else ()

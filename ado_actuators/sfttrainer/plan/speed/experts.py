@@ -118,7 +118,7 @@ class Experts:
 
 def experts_train(configuration: TrainingConfiguration) -> bool:
     """The experts' own weights get gradients: full fine-tuning (LoRA adapts them beside)."""
-    return configuration.tuning.method not in ("lora", "pt")
+    return not configuration.tuning.base_frozen
 
 
 def _pass_seconds(experts: Experts, tokens: int, width: float, device: Device) -> float:

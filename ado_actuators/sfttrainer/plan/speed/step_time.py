@@ -297,14 +297,12 @@ def _passes(configuration: TrainingConfiguration) -> int:
 def _forward_share(configuration: TrainingConfiguration) -> float:
     """The first forward's share of a micro-batch's compute: one of its passes, and of the
     weight gradients' pass where the model's weights train."""
-    return 1 / (
-        _passes(configuration) + (0 if configuration.tuning.method in ("lora", "pt") else 1)
-    )
+    return 1 / (_passes(configuration) + (0 if configuration.tuning.base_frozen else 1))
 
 
 def dense_flops_per_token(shape: ModelShape, configuration: TrainingConfiguration) -> float:
     """Matmul FLOPs of one token's forward, backward and recompute."""
-    frozen = configuration.tuning.method in ("lora", "pt")
+    frozen = configuration.tuning.base_frozen
     weight_gradients = 0 if frozen else shape.trainable_params
     if shape.experts and experts_train(configuration):
         # each token's rows reach the weight gradients of its own experts only
