@@ -29,6 +29,12 @@ def cpu_used(seconds: float):
     return lambda: sum(process.cpu_times()[:2]) - start >= seconds
 
 
+def cpu_time_used(seconds: float):
+    """As cpu_used, from the process's CPU clock (nanoseconds, not the kernel's 10 ms ticks)."""
+    start = time.process_time()
+    return lambda: time.process_time() - start >= seconds
+
+
 def sampled(monitor: SystemMonitor, count: int):
     return lambda: len(monitor.process_samples) >= count
 
@@ -275,3 +281,18 @@ def test_the_training_thread_never_waits_for_a_sweep_in_progress():
     monitor.stop()
     assert done, "the step boundary waited for the sampler's NVML sweep"
     assert monitor.gpu_energy[0].joules == 250.0
+
+
+def test_a_window_of_a_few_milliseconds_still_reads_its_cpu_use():
+    """A window of two short steps can last a few milliseconds: counted in the kernel's 10 ms
+    clock ticks (psutil's cpu_percent) it read 0 % now and then; the process's CPU clock
+    counts nanoseconds."""
+    monitor = SystemMonitor(10.0)  # the thread never samples here: only the window's reading
+    monitor.start()
+    for _ in range(20):
+        monitor.mark_window_start(time.time())
+        busy_until(cpu_time_used(0.002))
+        monitor.sample_if_window_has_none()
+    monitor.stop()
+    readings = [s.cpu_percent for s in monitor.process_samples[:-1]]
+    assert len(readings) == 20 and min(readings) > 0, readings

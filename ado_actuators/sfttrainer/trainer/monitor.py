@@ -68,6 +68,29 @@ class MachineCpu:
         return 100.0 * cores * (now[0] - last[0]) / (now[1] - last[1])
 
 
+class ProcessCpu:
+    """This process's CPU use since the previous reading, every thread's, 100 == one core.
+
+    From time.process_time() (CLOCK_PROCESS_CPUTIME_ID: nanoseconds) rather than psutil's
+    cpu_percent, which reads /proc in clock ticks (10 ms at Linux's USER_HZ of 100): over a
+    window of a few short steps a tick-counted reading is 0 % or several hundred, so a short
+    measured window could report no CPU use at all."""
+
+    def __init__(self) -> None:
+        self._last: tuple[float, float] | None = None
+
+    def prime(self) -> None:
+        self._last = (time.process_time(), time.perf_counter())
+
+    def read(self) -> float:
+        """0.0 on the first reading (no baseline), as psutil's."""
+        now, last = (time.process_time(), time.perf_counter()), self._last
+        self._last = now
+        if last is None or now[1] <= last[1]:
+            return 0.0
+        return 100.0 * (now[0] - last[0]) / (now[1] - last[1])
+
+
 class GpuSampler:
     """NVML readings for the given node-local GPU indices; `available` is False without NVML.
 
@@ -209,8 +232,8 @@ class GpuSampler:
 class SystemMonitor:
     """Samples every `interval` seconds between start() and stop(), plus once at stop().
 
-    psutil's first cpu_percent() reading of a process is always 0 (it has nothing to compare
-    with), so start() primes it and that reading is dropped. The sample at stop() makes even a
+    The process's first CPU reading has nothing to compare with, so start() primes it
+    (ProcessCpu). The sample at stop() makes even a
     run shorter than one interval report its CPU use.
 
     The measured window (metrics/aggregate.py counts only samples inside it) starts at
@@ -250,11 +273,12 @@ class SystemMonitor:
         self._gpus: GpuSampler | None = None
         self._on_process, self._on_gpus = on_process_sample, on_gpu_samples
         self._process = psutil.Process()
+        self._process_cpu = ProcessCpu()
         self._machine_cpu = MachineCpu()
         self._node_memory = psutil.virtual_memory().total
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()  # the sample lists, the AIM recorder, psutil's CPU baseline
+        self._lock = threading.Lock()  # the sample lists, the AIM recorder, the CPU baselines
         self._window_start: float | None = None
         self._window_sampled = False
 
@@ -269,7 +293,7 @@ class SystemMonitor:
         self.gpu_problem = self._gpus.problem
         if self.describe_machine:
             self.machine = machine.describe(*self._gpus.devices(), gpu_problem=self.gpu_problem)
-        self._process.cpu_percent(None)  # prime: the first reading is always 0.0
+        self._process_cpu.prime()
         self._machine_cpu.prime()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="sfttrainer-monitor", daemon=True)
@@ -292,7 +316,7 @@ class SystemMonitor:
         if self._gpus is None:
             return
         with self._lock:
-            self._process.cpu_percent(None)
+            self._process_cpu.prime()
             self._machine_cpu.prime()
             self._window_start, self._window_sampled = now, False
         self.gpu_energy = {}
@@ -334,11 +358,10 @@ class SystemMonitor:
                 log.warning("system sample failed: %s", e)
 
     def _sample(self) -> None:
-        with self._lock:  # psutil keeps the previous CPU reading in the Process object
+        with self._lock:  # the CPU readings restart here
             now = time.time()
-            with self._process.oneshot():
-                cpu = self._process.cpu_percent(None)
-                rss = self._process.memory_info().rss
+            cpu = self._process_cpu.read()
+            rss = self._process.memory_info().rss
             machine_cpu = self._machine_cpu.read()
         sample = ProcessSample(
             time=now,
