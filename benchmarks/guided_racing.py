@@ -119,6 +119,13 @@ class Run:
     raced: bool
 
 
+def start_hours(c: Config) -> float:
+    """GPU-hours of `c`'s start, on every GPU: the process and the checkpoint's read (what no
+    racing rule saves)."""
+    gpus = c.observed.configuration.parallelism.gpus
+    return gpus * start_seconds(checkpoint_bytes(c.observed)) / 3600
+
+
 def measure(c: Config, window: Window, incumbent: Incumbent | None, ties: bool) -> Run:
     """The row and GPU-hours of measuring `c` under `window`, raced against `incumbent` (None:
     no racing, or no measured fastest in its group yet)."""
@@ -180,6 +187,8 @@ class Tally:
     oom_hours: float = 0.0
     raced_hours: float = 0.0
     losers_hours: float = 0.0
+    tie_hours: float = 0.0  # rows measured whole whose interval reaches the winner's
+    raced_start_hours: float = 0.0
 
     def add(self, group: list[Config], runs: dict[str, Run]) -> None:
         """A raced row is never named fastest: the answer is the fastest row measured whole."""
@@ -194,6 +203,26 @@ class Tally:
             self.losers_hours += hours if c is not best and not c.oom and not run.raced else 0.0
         whole = [c.speed for c in group if c.key in runs and not runs[c.key].raced]
         self.right += max(whole, default=0.0) >= best.speed * (1 - TIE)
+        self._unavoidable(group, best, runs)
+
+    def _unavoidable(self, group: list[Config], best: Config, runs: dict[str, Run]) -> None:
+        """What no racing rule could have saved of this walk: the ties it measures whole (with
+        ties measured, racing never ends a run whose interval still reaches the winner's) and
+        the raced rows' starts (OOMs are counted apart)."""
+        winner = runs[best.key].result if best.key in runs else None
+        bar = winner.speed * (1 - (winner.ci95_percent or 0.0) / 100) if winner else None
+        for c in (c for c in group if c.key in runs and c is not best and not c.oom):
+            run = runs[c.key]
+            if run.raced:
+                self.raced_start_hours += start_hours(c)
+            elif bar is not None and run.result.speed is not None:
+                reach = run.result.speed * (1 + (run.result.ci95_percent or 0.0) / 100)
+                self.tie_hours += (run.result.gpu_hours or 0.0) if reach >= bar else 0.0
+
+    def least(self, floor: float) -> float:
+        """The least GPU-hours any racing rule could reach on this walk's picks: the floor,
+        its ties, its OOMs and its raced rows' starts."""
+        return floor + self.tie_hours + self.oom_hours + self.raced_start_hours
 
 
 def simulate(spaces: dict[str, Space], window: Window) -> dict[str, Tally]:
@@ -249,4 +278,11 @@ def report(label: str, spaces: dict[str, Space]) -> list[str]:
                 f"goal ({label}, {window.name}): ties {ties}, racing <= {goal}x the floor "
                 f"and every group right: {'met' if met else 'NOT met'}"
             )
+        t = tallies["ties measured, racing"]
+        lines.append(
+            f"no racing rule goes below {t.least(floor) / floor:.2f}x the floor with ties "
+            f"measured on these picks ({label}, {window.name}): ties measured whole "
+            f"{t.tie_hours:.2f}, OOMs {t.oom_hours:.2f}, raced rows' starts "
+            f"{t.raced_start_hours:.2f} GPU-hours"
+        )
     return lines

@@ -150,3 +150,31 @@ def test_the_walk_races_losers_never_names_them_and_costs_less(sim):
     lines = sim.racing.table(tallies)
     assert lines[0].startswith("| guided walk | GPU-hours | x the floor | rows raced |")
     assert any(line.startswith("| ties measured, racing |") for line in lines)
+
+
+def test_what_no_racing_rule_saves_is_the_ties_the_ooms_and_the_raced_starts(sim):
+    """A tie of the winner (its interval still reaches the winner's) is measured whole, a clear
+    loser is raced: the bound counts the tie's whole window, the loser's start only."""
+    space = [
+        config(sim, "1", "g", 1000.0),
+        config(sim, "2", "g", 999.0),  # a tie
+        config(sim, "3", "g", 400.0),  # raced
+        config(sim, "4", "g", 300.0, oom=True),
+    ]
+    for c in space[1:]:
+        object.__setattr__(c, "predicted", 1000.0)
+    walked = (space, L40, prior_for(L40))
+    tallies = sim.racing.simulate({"made up": walked}, sim.racing.SPEC_WINDOW)
+    raced = tallies["ties measured, racing"]
+    runs = sim.racing.walk(walked, sim.racing.SPEC_WINDOW, True, True)
+    assert not runs["2"].raced and runs["3"].raced
+    assert raced.tie_hours == pytest.approx(runs["2"].result.gpu_hours)
+    assert raced.raced_start_hours == pytest.approx(sim.racing.start_hours(space[2]))
+    floor = tallies["floor"].hours
+    least = raced.least(floor)
+    assert least == pytest.approx(
+        floor + raced.tie_hours + raced.oom_hours + raced.raced_start_hours
+    )
+    assert floor < least < raced.hours
+    lines = sim.racing.report("fms-acceleration", {"made up": walked})
+    assert sum(line.startswith("no racing rule goes below") for line in lines) == 2
