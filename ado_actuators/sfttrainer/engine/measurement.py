@@ -49,7 +49,7 @@ from ado_actuators.sfttrainer.plan.launch.launch_plan import (
     ResourceRequest,
     plan_resources,
 )
-from ado_actuators.sfttrainer.plan.memory.verdict import assess
+from ado_actuators.sfttrainer.plan.memory.verdict import MemoryAssessment, assess
 from ado_actuators.sfttrainer.plan.model.lora_targets import lora_target_problem
 from ado_actuators.sfttrainer.plan.model.releases import config_build_problem
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
@@ -212,7 +212,7 @@ def measure(
             oom_record.record_outcome(outcome)
         if definition.repeats == 1:
             race.record(outcome)
-            speed = _speed(resolved.training, settings, memory.paged_out_bytes)
+            speed = _speed(resolved.training, settings, memory)
             outcome = speed.attach_to(outcome)
         return memory.attach_bound_and_prediction(outcome)
     except Exception as error:
@@ -281,13 +281,18 @@ def _launch(
 
 
 def _speed(
-    training: TrainingConfiguration, settings: MeasurementSettings, paged_out_bytes: float = 0.0
+    training: TrainingConfiguration, settings: MeasurementSettings, memory: MemoryAssessment
 ) -> SpeedPrediction:
     """The predicted throughput a measured row carries beside the measured one (with what a
-    paged optimizer moves every step where the memory verdict finds no room for its state)."""
+    paged optimizer moves every step where the memory verdict finds no room for its state, and
+    how near the device's memory the verdict puts it)."""
     try:
         return predict_speed(
-            training, settings.inter_node_gbps, settings.intra_node_gbps, paged_out_bytes
+            training,
+            settings.inter_node_gbps,
+            settings.intra_node_gbps,
+            memory.paged_out_bytes,
+            memory.need_share,
         )
     except Exception as error:  # a prediction never costs the measurement its row
         log.exception("predicting the throughput of %s failed", training.model_name)

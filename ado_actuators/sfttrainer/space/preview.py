@@ -252,7 +252,11 @@ def preview_entity(
         fewest_gpus=fewest,
     )
     speed = predict_speed(
-        training, settings.inter_node_gbps, settings.intra_node_gbps, memory.paged_out_bytes
+        training,
+        settings.inter_node_gbps,
+        settings.intra_node_gbps,
+        memory.paged_out_bytes,
+        memory.need_share,
     )
     return _priced(row, values, memory, speed, definition.repeats)
 

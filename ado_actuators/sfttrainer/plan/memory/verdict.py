@@ -97,6 +97,15 @@ class MemoryAssessment:
         return self.prediction.total * (1 + ALLOCATOR_HEADROOM)
 
     @property
+    def need_share(self) -> float | None:
+        """The predicted need over what the device can allocate (None where either is
+        unknown): how near the device's memory the run is predicted to come."""
+        need = self.predicted_need
+        if need is None or not self.allocatable:
+            return None
+        return need / self.allocatable
+
+    @property
     def paged_out_bytes(self) -> float:
         """Bytes per device of a paged optimizer's state that cross the host link each way every
         step (plan/speed/step_time.py prices them): all of it once the device cannot hold it
