@@ -54,7 +54,7 @@ from ado_actuators.sfttrainer.space.bill import start_seconds
 from ado_actuators.sfttrainer.space.guided_rule import Result, Settings
 from ado_actuators.sfttrainer.stats.batch_means import T_975, batching
 from ado_actuators.sfttrainer.stopping import steady
-from ado_actuators.sfttrainer.stopping.racing import Incumbent, Standing, race
+from ado_actuators.sfttrainer.stopping.racing import Incumbent, Standing, behind, race
 
 STEP_CV = 0.02
 """The step time's coefficient of variation: stopping/steady.py's design figure (its 20-step
@@ -134,10 +134,9 @@ def measure(c: Config, window: Window, incumbent: Incumbent | None, ties: bool) 
         * c.observed.configuration.batch.sample_tokens
     )
     gpus = c.observed.configuration.parallelism.gpus
-    start = start_seconds(checkpoint_bytes(c.observed))
     if c.oom:  # its start and one predicted step, as guided_search.py bills it
-        seconds = start + tokens / (c.predicted / gpus)
-        return Run(Result(c.key, False, None, gpu_hours=gpus * seconds / 3600), False)
+        hours = start_hours(c) + gpus * tokens / (c.predicted / gpus) / 3600
+        return Run(Result(c.key, False, None, gpu_hours=hours), False)
     step = tokens / c.observed.tokens_per_second
     warm, full = window.warmup(step), window.measured(step)
     stop, raced = full, False
@@ -146,7 +145,7 @@ def measure(c: Config, window: Window, incumbent: Incumbent | None, ties: bool) 
         if race(incumbent, standing, ties).lost:
             stop, raced = n, True
             break
-    hours = gpus * (start + (warm + stop) * step) / 3600
+    hours = start_hours(c) + gpus * (warm + stop) * step / 3600
     # no step measured after the warm-up: the row's figure and interval cover every step
     ci95 = half_width(stop) if stop else half_width(warm)
     return Run(Result(c.key, True, c.speed, ci95, hours), raced)
@@ -209,15 +208,16 @@ class Tally:
         """What no racing rule could have saved of this walk: the ties it measures whole (with
         ties measured, racing never ends a run whose interval still reaches the winner's) and
         the raced rows' starts (OOMs are counted apart)."""
-        winner = runs[best.key].result if best.key in runs else None
-        bar = winner.speed * (1 - (winner.ci95_percent or 0.0) / 100) if winner else None
+        won = runs[best.key].result if best.key in runs else None
+        winner = Incumbent(won.speed, won.ci95_percent) if won and won.speed else None
         for c in (c for c in group if c.key in runs and c is not best and not c.oom):
             run = runs[c.key]
             if run.raced:
                 self.raced_start_hours += start_hours(c)
-            elif bar is not None and run.result.speed is not None:
-                reach = run.result.speed * (1 + (run.result.ci95_percent or 0.0) / 100)
-                self.tie_hours += (run.result.gpu_hours or 0.0) if reach >= bar else 0.0
+            elif winner is not None and (speed := run.result.speed) is not None:
+                reach = Standing(speed, run.result.ci95_percent, True, 0).upper or speed
+                below, _ = behind(reach, speed, winner.lower, winner.speed, measure_ties=True)
+                self.tie_hours += 0.0 if below else run.result.gpu_hours or 0.0
 
     def least(self, floor: float) -> float:
         """The least GPU-hours any racing rule could reach on this walk's picks: the floor,

@@ -233,8 +233,8 @@ class SystemMonitor:
     """Samples every `interval` seconds between start() and stop(), plus once at stop().
 
     The process's first CPU reading has nothing to compare with, so start() primes it
-    (ProcessCpu). The sample at stop() makes even a
-    run shorter than one interval report its CPU use.
+    (ProcessCpu). The sample at stop() makes even a run shorter than one interval report its
+    CPU use.
 
     The measured window (metrics/aggregate.py counts only samples inside it) starts at
     mark_window_start(): the process's CPU reading restarts there, so the first sample in the

@@ -124,6 +124,11 @@ class Parallelism:
     fast_moe: int = 0  # expert-parallel degree, 0 off
     gpu_model: str | None = None
 
+    @property
+    def sharded(self) -> bool:
+        """FSDP over several GPUs: the weights are sharded, and gathered for each pass."""
+        return self.gpus > 1 and self.backend == "FSDP"
+
 
 @dataclasses.dataclass(frozen=True)
 class Batch:

@@ -216,7 +216,7 @@ def expert_note(experts: Experts, configuration: TrainingConfiguration) -> str:
             "; full fine-tuning of stacked experts adds each expert's full-size gradient "
             "(weight[i]'s backward), quadratic in the experts"
         )
-    if configuration.parallelism.gpus > 1 and configuration.parallelism.backend == "FSDP":
+    if configuration.parallelism.sharded:
         text += (
             "; the loop's syncs hold the host back, so FSDP gathers each layer's weights for the "
             "forward only once the GPU has caught up, and little compute hides them"

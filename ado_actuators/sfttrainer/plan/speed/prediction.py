@@ -389,8 +389,8 @@ def pressure_note(configuration: TrainingConfiguration, memory_share: float | No
     """Why an FSDP run predicted near the device's memory may run slower than predicted; empty
     elsewhere. Not priced: when the allocator's reservation reaches the device depends on its
     fragmentation, which nothing here predicts."""
-    several = gpus(configuration) > 1 and configuration.parallelism.backend == "FSDP"
-    if not several or memory_share is None or not NEAR_DEVICE_MEMORY <= memory_share <= 1:
+    sharded = configuration.parallelism.sharded
+    if not sharded or memory_share is None or not NEAR_DEVICE_MEMORY <= memory_share <= 1:
         return ""  # beyond 1 the verdict says OOM
     return (
         f"near the device's memory ({100 * memory_share:.0f} % of what it can allocate, "

@@ -535,7 +535,7 @@ def step_time(
     per_micro |= expert_seconds(shape.experts, configuration, device, weight_bytes(configuration))
     compute = sum(v for k, v in per_micro.items() if k != "latency")
     n, backend = gpus(configuration), configuration.parallelism.backend
-    sharded = n > 1 and backend == "FSDP"
+    sharded = configuration.parallelism.sharded
     link, m = None, micro_batches(configuration)
     if sharded:
         fsdp, per = _fsdp(shape, configuration, device, fitted, compute)
