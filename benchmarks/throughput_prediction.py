@@ -78,7 +78,6 @@ START = Fitted(
     fused_lora_adapters=0.5,
     dequant_bytes_gptq=10.0,
     dequant_bytes_bnb=10.0,
-    layer_latency_s=1e-3,
     fsdp_unit_latency_s=1e-3,
 )
 """Where every fit starts: round values, none taken from a fit, so no family's fit starts from

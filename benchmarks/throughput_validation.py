@@ -2,7 +2,9 @@
 other frameworks, devices and clusters (benchmarks/data/public_throughput.yaml, each run's source
 cited there), fms-acceleration's L40 table (benchmarks/data/fms_acceleration_l40.csv) and
 llm-foundry's MPT pretraining tables on A100 and H100 (benchmarks/data/llm_foundry_throughput.csv;
-MPT's shape counted by transformers on the meta device, as the preview counts it). The
+MPT's shape counted by transformers on the meta device, as the preview counts it) and PEFT's
+method comparison on one L40S (benchmarks/data/peft_method_comparison.csv: short micro-batches,
+where the host's time is a third of the step). The
 constants are the shipped ones (FITTED, fitted on fms-acceleration's A100 table only); nothing
 is fitted here. Prints the error per regime (device, one node or several, sequence length) and
 every run with --rows. The regimes' figures are what plan/speed/validated.py states on each
@@ -44,6 +46,22 @@ from ado_actuators.sfttrainer.plan.speed.validated import regime
 
 DATA = Path(__file__).parent / "data" / "public_throughput.yaml"
 FOUNDRY_DATA = Path(__file__).parent / "data" / "llm_foundry_throughput.csv"
+PEFT_DATA = Path(__file__).parent / "data" / "peft_method_comparison.csv"
+LLAMA_32_3B = {
+    # huggingface.co/meta-llama/Llama-3.2-3B config.json (the catalogue's llama3.2-3b)
+    "model_type": "llama",
+    "vocab_size": 128256,
+    "hidden_size": 3072,
+    "intermediate_size": 8192,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 24,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "tie_word_embeddings": True,
+}
+PEFT_SAMPLE_TOKENS = 210
+"""PEFT's runs' mean sample: 4,198,051 tokens over 20,000 samples (the data file's header); the
+length-sorted buckets leave little padding beside it."""
 MPT_SIZES = {
     # d_model, n_heads, n_layers of llm-foundry's scripts/train/yamls/pretrain/mpt-*.yaml at
     # 495218376830947dce625efabc4d86be7c47cc45 (expansion_ratio 4, vocabulary 50,368 in all)
@@ -136,9 +154,42 @@ def load_foundry(path: Path = FOUNDRY_DATA) -> list[Observed]:
     return [_foundry(row) for row in csv.DictReader(lines)]
 
 
+def _peft(row: dict[str, str]) -> Observed:
+    """A PEFT run as the entity would state it. Prompt tuning's virtual tokens lengthen every
+    sample the model runs, which its figure does not count: the measured rate is scaled to the
+    positions the model ran."""
+    virtual = int(row["virtual_tokens"])
+    tuning = Tuning(
+        method=row["method"],  # type: ignore[arg-type]
+        lora_r=int(row["r"] or 8),
+        lora_alpha=2 * int(row["r"] or 8),
+        target_modules=tuple(row["target_modules"].split()),
+    )
+    length = PEFT_SAMPLE_TOKENS + virtual
+    configuration = TrainingConfiguration(
+        tuning=tuning,
+        batch=Batch(per_device_batch=4, model_max_length=length, sample_tokens=length),
+        kernels=Kernels(attention="sdpa"),
+    )
+    return Observed(
+        model="Llama-3.2-3B",
+        family="peft",
+        framework=f"peft {row['experiment'].split('--')[0]} (torch {row['torch'].split('+')[0]})",
+        shape=model_shape(LLAMA_32_3B, tuning, "Vanilla"),
+        configuration=configuration,
+        tokens_per_second=float(row["tokens_per_second"]) * length / PEFT_SAMPLE_TOKENS,
+        device=device_named("NVIDIA-L40S"),
+    )
+
+
+def load_peft(path: Path = PEFT_DATA) -> list[Observed]:
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
+    return [_peft(row) for row in csv.DictReader(lines)]
+
+
 def load_all() -> list[Observed]:
-    """Every run the validation scores: other frameworks', the L40 table, llm-foundry's."""
-    return load() + load_l40() + load_foundry()
+    """Every run the validation scores: other frameworks', the L40 table, llm-foundry's, PEFT's."""
+    return load() + load_l40() + load_foundry() + load_peft()
 
 
 def by_regime(pairs: list[tuple[Observed, float]]) -> dict[str, list[float]]:
@@ -165,6 +216,7 @@ GROUPS: dict[str, Callable[[Observed], bool]] = {
     ),
     "H100": lambda o: "H100" in o.device.name,
     "L40": lambda o: o.device.name == "NVIDIA-L40",
+    "one GPU, short micro-batches (PEFT)": lambda o: o.family == "peft",
     "several nodes": lambda o: o.configuration.parallelism.nodes > 1,
     "16k tokens and longer": lambda o: o.configuration.batch.sample_tokens >= 16384,
 }
@@ -218,13 +270,13 @@ def main(argv: list[str] | None = None) -> int:
         "--attention", action="store_true", help="the error against the attention's share"
     )
     args = parser.parse_args(argv)
-    public, l40, foundry = load(), load_l40(), load_foundry()
+    public, l40, foundry, peft = load(), load_l40(), load_foundry(), load_peft()
     runs = load_all()
     pairs = list(zip(runs, errors(runs, FITTED), strict=True))
     print(f"the shipped constants: {FITTED}")
     print(
         f"{len(public)} public runs of other frameworks, {len(l40)} fms-acceleration L40 runs, "
-        f"{len(foundry)} llm-foundry MPT runs:"
+        f"{len(foundry)} llm-foundry MPT runs, {len(peft)} PEFT runs on one L40S:"
     )
     report(pairs)
     print("as issue 43 groups them:")

@@ -79,7 +79,7 @@ def test_a_pcie_device_s_collectives_run_at_its_achieved_bus_bandwidth():
     for n, busbw in ((2, 10.0), (4, 10.0), (8, 8.0)):  # cited in gpu_peaks.yaml
         assert link_bytes_per_second(on(n), l40s) == pytest.approx(busbw * 1e9)
     found = step_time(SEVEN_B, on(4), l40s).parts
-    compute = sum(v for k, v in found.items() if k not in ("latency", "optimizer", "fsdp_latency"))
+    compute = sum(v for k, v in found.items() if k not in ("host", "optimizer", "fsdp_latency"))
     compute -= found["communication"]
     # two all-gathers of the bf16 weights and a reduce-scatter of the gradients, 3/4 each
     traffic = 0.75 * (2 * 6.7e9 * 2 + 6.7e9 * 2) / 10e9
@@ -102,7 +102,7 @@ def test_an_nvlink_device_is_priced_as_before(name):
         assert link_bytes_per_second(on(n), device) == pytest.approx(old_rule)
     found = step_time(SEVEN_B, on(8), device, FITTED).parts
     compute = (
-        sum(v for k, v in found.items() if k not in ("latency", "optimizer", "fsdp_latency"))
+        sum(v for k, v in found.items() if k not in ("host", "optimizer", "fsdp_latency"))
         - found["communication"]
     )
     traffic = 7 / 8 * (3 * 6.7e9 * 2) / old_rule

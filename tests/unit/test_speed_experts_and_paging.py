@@ -197,7 +197,7 @@ def sharded(run: TrainingConfiguration, gpus: int = 8, strategy: str = "FULL_SHA
     )
 
 
-NOT_COMPUTE = ("communication", "latency", "fsdp_latency", "optimizer")
+NOT_COMPUTE = ("communication", "host", "fsdp_latency", "optimizer")
 
 
 def _forward_gather(shape: ModelShape, run: TrainingConfiguration, device) -> float:

@@ -31,6 +31,7 @@ class OptimizerState:
     in_param_dtype: int = 0
     fixed_bytes: float = 0.0
     temporaries: int = 0
+    update_passes: int | None = None  # torch's foreach step; None: one fused kernel (see below)
     paged: bool = False
     gradients_stored: bool = True  # False: updated inside the backward, layer by layer
     unstated: str | None = None  # why its state cannot be counted from the entity's fields
@@ -47,6 +48,16 @@ class OptimizerState:
         state = self if not self.unstated else FOREACH_ADAMW
         return 3 * width + 2 * (state.in_param_dtype * width + state.fixed_bytes)
 
+    def step_traffic(self, width: int) -> float:
+        """Bytes per parameter the step's kernels move: torch's foreach step makes one pass per
+        op over parameter-sized tensors (`update_passes`, each a read or a write of one), a
+        fused kernel (bitsandbytes', torch's fused AdamW) touches each tensor once
+        (`update_traffic`); an unstated optimizer's as foreach AdamW's."""
+        state = self if not self.unstated else FOREACH_ADAMW
+        if state.update_passes is None:
+            return state.update_traffic(width)
+        return state.update_passes * width
+
     def temporary_share(self) -> float:
         """The foreach temporaries as a share of the state in the parameter's dtype (AdamW's
         `_foreach_sqrt(exp_avg_sq)`: one of its two states)."""
@@ -55,13 +66,31 @@ class OptimizerState:
 
 # The table below is built at import, before mutmut activates a mutant: its builders' mutants
 # could never be told apart, so they are not made; the table's entries are tested one by one.
-def _torch(cls: str, states: int, temporaries: int = 0) -> OptimizerState:  # pragma: no mutate
+def _torch(
+    cls: str,
+    states: int,
+    temporaries: int = 0,  # pragma: no mutate
+    passes: int | None = None,  # pragma: no mutate
+) -> OptimizerState:  # pragma: no mutate
     source = TORCH.format(cls=cls)  # pragma: no mutate
-    return OptimizerState(states, temporaries=temporaries, source=source)  # pragma: no mutate
+    return OptimizerState(  # pragma: no mutate
+        states, temporaries=temporaries, update_passes=passes, source=source
+    )
 
 
+# Passes of torch's foreach steps (torch/optim/*.py, `_multi_tensor_*`, torch 2.13) at what
+# transformers' Trainer passes (weight decay 0, momentum 0, not centered), each a read or a
+# write of one parameter-sized tensor. AdamW: lerp_(exp_avg, grad) 3, mul_(exp_avg_sq) 2,
+# addcmul_(exp_avg_sq, grad, grad) 3, sqrt 2, div_ 2, add_(eps) 2, addcdiv_(param, exp_avg,
+# denominator) 4. Adagrad: addcmul_ 3, sqrt 2, add_ 2, mul(grad) 2, addcdiv_ 4. RMSprop:
+# mul_ 2, addcmul_ 3, sqrt 2, add_ 2, addcdiv_ 4. SGD: add_(param, grad) 3.
+ADAMW_PASSES = 18
 FOREACH_ADAMW = OptimizerState(
-    2, temporaries=1, source=TORCH.format(cls="AdamW, foreach"), step="foreach AdamW"
+    2,
+    temporaries=1,
+    update_passes=ADAMW_PASSES,
+    source=TORCH.format(cls="AdamW, foreach"),
+    step="foreach AdamW",
 )
 
 
@@ -101,8 +130,8 @@ OPTIMIZERS: dict[str, OptimizerState] = {
     ),
     "ademamix": _bnb("AdEMAMix", 3, 32),
     "ademamix_8bit": _bnb("AdEMAMix", 3, 8),
-    "sgd": _torch("SGD, momentum 0 (transformers' default): no state", 0),
-    "adagrad": _torch("Adagrad: state_sum", 1, temporaries=1),
+    "sgd": _torch("SGD, momentum 0 (transformers' default): no state", 0, passes=3),
+    "adagrad": _torch("Adagrad: state_sum", 1, temporaries=1, passes=13),
     "adamw_bnb_8bit": _bnb("AdamW", 2, 8),
     "adamw_8bit": _bnb("AdamW", 2, 8),
     "lion_8bit": _bnb("Lion", 1, 8),
@@ -113,7 +142,7 @@ OPTIMIZERS: dict[str, OptimizerState] = {
     "paged_ademamix_8bit": _bnb("PagedAdEMAMix", 3, 8, paged=True),
     "paged_lion_32bit": _bnb("PagedLion", 1, 32, paged=True),
     "paged_lion_8bit": _bnb("PagedLion", 1, 8, paged=True),
-    "rmsprop": _torch("RMSprop: square_avg", 1, temporaries=1),
+    "rmsprop": _torch("RMSprop: square_avg", 1, temporaries=1, passes=13),
     "rmsprop_bnb": _bnb("RMSprop", 1, 32),
     "rmsprop_bnb_8bit": _bnb("RMSprop", 1, 8),
     "rmsprop_bnb_32bit": _bnb("RMSprop", 1, 32),

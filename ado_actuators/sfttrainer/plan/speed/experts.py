@@ -22,7 +22,7 @@ What that costs beyond the dense pricing, per layer of experts and micro-batch:
   at the roofline: the longer of their FLOPs at the device's GEMM rate and their bytes (the
   expert's weights, read once a pass, and its rows in and out) at its memory bandwidth. At a few
   hundred rows an expert's weights take as long to read as its FLOPs take to run;
-- the loop's host time: each eager op costs the host EAGER_OP_SECONDS; the GPU waits wherever
+- the loop's host time: each eager op costs the host EAGER_OP_SECONDS (plan/speed/host.py); the GPU waits wherever
   the host queues kernels slower than they run (small experts), and each sync empties the queue;
 - the gathers and scatters of the routed rows (ROUTED_ACCESSES);
 - under FSDP, the forward's all-gathers the syncs leave exposed (`forward_tail_seconds`, priced
@@ -45,14 +45,14 @@ from typing import Literal
 
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 from ado_actuators.sfttrainer.plan.speed.devices import Device
+from ado_actuators.sfttrainer.plan.speed.host import (
+    ADAPTER_BACKWARD_OPS,
+    ADAPTER_FORWARD_OPS,
+    EAGER_OP_SECONDS,
+)
 
 DispatchName = Literal["mixtral", "granitemoe"]
 
-EAGER_OP_SECONDS = 10e-6
-"""Host time of one eager op with autograd, Python to cudaLaunchKernel: 5-25 us an op (Python,
-pybind11, autograd's node, the dispatcher, the launch: the 'overhead' of horace.io/
-brrr_intro.html, broken down layer by layer in jiahuanglin.xyz's lesson 'From PyTorch op to
-kernel launch'). The loop's ops are small ones, so the lower part of that range. Not fitted."""
 SYNC_SECONDS = 2 * EAGER_OP_SECONDS
 """A sync (nonzero's size, tolist) waits for the queue to drain, then the GPU idles while the host
 reads the result and launches the next op: about two ops' host time."""
@@ -62,10 +62,6 @@ and reads and writes the output row."""
 STACKED_ACCESSES = 4
 """Per expert and backward, of all experts' weight bytes: SelectBackward's zeros written, and the
 gradient buffer's add (two read, one written)."""
-LORA_FORWARD_OPS = 5
-"""A LoRA-adapted linear's extra ops forward: dropout, A, B, scaling, add (PEFT's Linear)."""
-LORA_BACKWARD_OPS = 8
-"""Their backward: A's and B's input and weight gradients, the scaling's, the dropout's, the add."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,10 +132,10 @@ def _host_seconds(experts: Experts, trained: bool, backward: bool) -> float:
     """Host time of one pass of the loop over a layer's experts: its eager ops."""
     shape = DISPATCH[experts.dispatch]
     if backward:
-        per_expert = shape.backward_per_expert + experts.adapted * LORA_BACKWARD_OPS
+        per_expert = shape.backward_per_expert + experts.adapted * ADAPTER_BACKWARD_OPS
         per_expert += shape.backward_per_trained_expert if trained else 0
         return (shape.backward_per_layer + experts.count * per_expert) * EAGER_OP_SECONDS
-    per_expert = shape.forward_per_expert + experts.adapted * LORA_FORWARD_OPS
+    per_expert = shape.forward_per_expert + experts.adapted * ADAPTER_FORWARD_OPS
     syncs = shape.syncs_per_layer + experts.count * shape.syncs_per_expert
     ops = shape.forward_per_layer + experts.count * per_expert
     return ops * EAGER_OP_SECONDS + syncs * SYNC_SECONDS

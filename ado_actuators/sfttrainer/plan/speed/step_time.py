@@ -29,7 +29,9 @@ micro-batch is priced by what limits it, on one device:
 - experts: a mixture of experts' loop as the pinned transformers runs it, each expert's matmuls
   at its few rows, the router, gathers and scatters and each op's host time, beyond the active
   experts' FLOPs the gemm part counts (plan/speed/experts.py; none under ScatterMoE);
-- latency: a fixed host cost per layer and micro-batch, and under FSDP one per wrapped unit;
+- host: the eager ops each layer dispatches per micro-batch, at the published host cost of one
+  (plan/speed/host.py, counted from the release, not fitted), and under FSDP a fitted cost per
+  wrapped unit;
 - FSDP traffic: the weights all-gathered for the forward and again for the backward, the
   trainable gradients reduce-scattered. FSDP prefetches the next unit's weights while the current
   one computes, so only what the compute cannot hide is exposed, plus the first unit's gather.
@@ -41,8 +43,8 @@ micro-batch is priced by what limits it, on one device:
   over the cluster's network, one number per node (`Device.network_gbps`, the actuator
   parameter `inter_node_gbps`), taken as it is: nothing scales it again.
 
-Per step: AdamW reads and writes OPTIMIZER_BYTES per trainable weight on the device (another
-optimizer what its states move against AdamW's, `update_bytes`), and DDP
+Per step: the gradients are clipped and the optimizer steps, each pass of their kernels over the
+trainable weights on the device at its memory bandwidth (`update_bytes`), and DDP
 all-reduces the trainable gradients once, overlapped with the last backward as its buckets are.
 A paged optimizer whose state the device cannot hold beside the step's peak pages all of it in
 and out every step over the GPU's PCIe link (`paging`; devices.HOST_LINK_GBPS; the verdict's
@@ -63,7 +65,7 @@ from typing import Any
 from ado_actuators.sfttrainer.contract.memory_trace import Attention
 from ado_actuators.sfttrainer.plan.model.architecture import DTYPE_BYTES
 from ado_actuators.sfttrainer.plan.model.mamba import MambaLayers
-from ado_actuators.sfttrainer.plan.model.optimizers import FOREACH_ADAMW, optimizer_state
+from ado_actuators.sfttrainer.plan.model.optimizers import optimizer_state
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 from ado_actuators.sfttrainer.plan.speed.devices import (
     DEFAULT_NETWORK_GBPS,
@@ -78,14 +80,15 @@ from ado_actuators.sfttrainer.plan.speed.experts import (
     experts_train,
     forward_tail_seconds,
 )
+from ado_actuators.sfttrainer.plan.speed.host import host_seconds
 from ado_actuators.sfttrainer.plan.speed.mamba import mamba_parts
 from ado_actuators.sfttrainer.plan.speed.parts import LinkTraffic, StepParts, exposed
 
 __all__ = [
     "ATTENTION_KERNELS",
+    "CLIP_PASSES",
     "DEFAULT_NETWORK_GBPS",
     "FITTED",
-    "OPTIMIZER_BYTES",
     "REFERENCE",
     "AttentionCurve",
     "Device",
@@ -180,9 +183,10 @@ def tokens_per_micro_batch(configuration: TrainingConfiguration) -> int:
 REFERENCE = device_named(REFERENCE_NAME)
 """The device of fms-acceleration's runs, which the constants were fitted on (its figures and
 their citations: metrics/gpu_peaks.yaml)."""
-OPTIMIZER_BYTES = 16
-"""AdamW's foreach step reads weight, gradient and two states and writes weight and two states:
-7 tensors of 2 bytes in bf16, rounded up for the fp32 temporaries."""
+CLIP_PASSES = 3
+"""transformers' Trainer clips the gradients at max_grad_norm 1.0 by default, every step: torch's
+clip_grad_norm_ reads each gradient for its norm (_foreach_norm) and reads and writes it to scale
+it (_foreach_mul_)."""
 NCCL_LINK_SHARE = 200 / 600
 """Share of the GPU-to-GPU link, as the datasheet quotes it (both directions), NCCL's collectives
 reach within a node: about 200 GB/s of bus bandwidth on eight A100s' 600 GB/s NVLink (NVIDIA/
@@ -204,15 +208,15 @@ transformers runs them (to fp32, square, mean, scale, to bf16, weight: about 36 
 element each), rotary embedding on the queries and keys (about 20 per element), two residual
 adds (6 each), the attention layout copies (about 16), the SwiGLU (10 per MLP element): about
 21-25 bytes per unit of activated width (Mistral-7B, Llama-2-7B); the backward about twice that;
-the recompute once more. Averaged over the three passes: about 30 of the fitted 49.3. Only these
+the recompute once more. Averaged over the three passes: about 30 of the fitted 50.4. Only these
 are bytes over bandwidth (`_memory_seconds`)."""
 COUNTED_ADAPTER_BYTES = 9.5
 """The same count for LoRA's adapters per unit of adapted width (inputs + outputs): the input
 read again for A, B's output written, scaled and added to the base output (about 7 bytes forward,
-twice that backward, once more recomputed): about 9.5 a pass of the fitted 18.9."""
+twice that backward, once more recomputed): about 9.5 a pass of the fitted 17.4."""
 COUNTED_DEQUANT_BYTES = 2.5
 """The same count for unpacking a 4-bit weight: half a byte read, 2 bytes of bf16 written (the
-matmul's read of them is the GEMM's): 2.5 of the fitted 9.82 (GPTQ) and 12.6 (bitsandbytes)."""
+matmul's read of them is the GEMM's): 2.5 of the fitted 9.03 (GPTQ) and 12.8 (bitsandbytes)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,30 +226,29 @@ class Fitted:
 
     matmul_efficiency: float = 1.0
     """Share of the device's achieved cuBLAS rate the training's matmuls reach."""
-    elementwise_bytes: float = 49.3
+    elementwise_bytes: float = 50.4
     """Bytes moved per token, layer, pass and unit of activated width by the memory-bound
     kernels."""
-    fast_kernels_elementwise: float = 0.574
+    fast_kernels_elementwise: float = 0.566
     """Share of the elementwise bytes left with fms-acceleration's fused kernels."""
-    adapter_bytes: float = 18.9
+    adapter_bytes: float = 17.4
     """Bytes moved per token, pass and unit of adapted width by LoRA's adapters."""
-    fused_lora_adapters: float = 4.61e-19
+    fused_lora_adapters: float = 3.97e-26
     """Share of the adapters' bytes left with the fused LoRA kernels."""
-    dequant_bytes_gptq: float = 9.82
+    dequant_bytes_gptq: float = 9.03
     """Bytes per quantized weight, pass and micro-batch to unpack GPTQ weights."""
-    dequant_bytes_bnb: float = 12.6
+    dequant_bytes_bnb: float = 12.8
     """The same for bitsandbytes' 4-bit weights."""
-    layer_latency_s: float = 3.97e-3
-    """Host time per layer and micro-batch."""
-    fsdp_unit_latency_s: float = 1.26e-3
+    fsdp_unit_latency_s: float = 1.54e-3
     """Host time per FSDP unit and micro-batch on more than one device."""
 
 
 FITTED = Fitted()
 """Fitted on all 244 packed runs of fms-acceleration's A100 tables (benchmarks/
 throughput_prediction.py), with the GEMMs at the A100's achieved rate and attention at
-flash-attention 2's. Each family predicted with the constants fitted on the others: median
-|error| 3.3 %, 90th percentile 10.4 %, Spearman 0.971 over the 244 runs."""
+flash-attention 2's, and the host's time counted (plan/speed/host.py), not fitted. Each family
+predicted with the constants fitted on the others: median |error| 3.4 %, 90th percentile 9.6 %,
+Spearman 0.971 over the 244 runs."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -411,7 +414,7 @@ def _micro_batch(
         "dequantization": _memory_seconds(
             dequant * shape.quantized_params * passes, COUNTED_DEQUANT_BYTES, dequant, memory
         ),
-        "latency": fitted.layer_latency_s * shape.layers,
+        "host": host_seconds(shape.layers, configuration, shape.adapters_per_layer),
         **mamba_parts(shape.mamba, configuration, device),
         **_vision(shape, configuration, gemm_rate),
     }
@@ -428,12 +431,13 @@ def _vision(
 
 
 def update_bytes(configuration: TrainingConfiguration) -> float:
-    """Bytes per trainable weight the optimizer's update moves: OPTIMIZER_BYTES for AdamW, scaled
-    by what the configuration's optimizer reads and writes against it (plan/model/optimizers.py:
-    8-bit states half of bf16 ones, SGD at momentum 0 none)."""
+    """Bytes per trainable weight the step's update moves: the gradients' clipping, then the
+    optimizer's kernels (plan/model/optimizers.py's `step_traffic`: torch's foreach AdamW 18
+    passes over parameter-sized tensors, its fused AdamW 7, bitsandbytes' 8-bit kernels one
+    byte a state)."""
     width = int(weight_bytes(configuration))
     optimizer = optimizer_state(configuration.precision.optim)
-    return OPTIMIZER_BYTES * optimizer.update_traffic(width) / FOREACH_ADAMW.update_traffic(width)
+    return CLIP_PASSES * width + optimizer.step_traffic(width)
 
 
 def link_bytes_per_second(configuration: TrainingConfiguration, device: Device) -> float:
@@ -533,7 +537,7 @@ def step_time(
     link each way every step (plan/memory/verdict.py's MemoryAssessment.paged_out_bytes)."""
     per_micro = _micro_batch(shape, configuration, device, fitted)
     per_micro |= expert_seconds(shape.experts, configuration, device, weight_bytes(configuration))
-    compute = sum(v for k, v in per_micro.items() if k != "latency")
+    compute = sum(v for k, v in per_micro.items() if k != "host")
     n, backend = gpus(configuration), configuration.parallelism.backend
     sharded = configuration.parallelism.sharded
     link, m = None, micro_batches(configuration)
