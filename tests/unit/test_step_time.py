@@ -184,6 +184,15 @@ def test_gradient_accumulation_repeats_the_micro_batch_not_the_optimizer():
     assert step_time(SHAPE, accumulated, SLOW, UNITS).tokens_per_gpu == 48
 
 
+def test_each_micro_batch_after_the_first_adds_its_gradients_into_the_held_ones():
+    accumulated = varied(batch=batch(gradient_accumulation_steps=3))
+    # 2 micro-batches x 3 passes x 2 bytes x 100 trainable weights, at 1 byte/s
+    assert parts(configuration=accumulated)["accumulation"] == pytest.approx(2 * 3 * 2 * 100)
+    sharded = varied(batch=batch(gradient_accumulation_steps=3), parallelism=Parallelism(gpus=2))
+    assert parts(configuration=sharded)["accumulation"] == pytest.approx(2 * 3 * 2 * 100 / 2)
+    assert "accumulation" not in parts()
+
+
 def test_fsdp_gathers_the_weights_twice_and_reduces_the_gradients_each_micro_batch():
     found = parts(configuration=varied(parallelism=Parallelism(gpus=2)))
     # (n - 1) / n x (2 x 120 weights x 2 bytes + 100 gradients x 2 bytes) at 1 byte/s, less

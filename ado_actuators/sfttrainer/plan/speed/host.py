@@ -37,10 +37,10 @@ ADAPTER_FORWARD_OPS = 6
 """A LoRA-adapted linear's extra ops forward (PEFT's Linear: the input cast, A, B, scaling, add)."""
 ADAPTER_BACKWARD_OPS = 23
 """Their backward: A's and B's input and weight gradients, the casts', the scaling's, the add's."""
-RECOMPUTE_OPS = 74
+RECOMPUTE_OPS = {"reentrant": 74, "non_reentrant": 71}
 """What gradient checkpointing adds to a layer without adapters: its forward again inside the
-backward, and the checkpoint's own (reentrant or not: 66-69 more in the backward, 5 in the
-forward)."""
+backward, and the checkpoint's own (5 in the forward; torch.utils.checkpoint's reentrant
+Function 69 in the backward, its non-reentrant saved-tensor hooks 66)."""
 
 
 def layer_ops(configuration: TrainingConfiguration, adapters_per_layer: int) -> int:
@@ -52,8 +52,9 @@ def layer_ops(configuration: TrainingConfiguration, adapters_per_layer: int) -> 
     )
     if not configuration.tuning.base_frozen:
         ops += WEIGHT_GRADIENT_OPS
-    if configuration.kernels.gradient_checkpointing:
-        ops += RECOMPUTE_OPS + adapters_per_layer * ADAPTER_FORWARD_OPS
+    checkpointing = configuration.kernels.checkpointing
+    if checkpointing != "none":
+        ops += RECOMPUTE_OPS[checkpointing] + adapters_per_layer * ADAPTER_FORWARD_OPS
     return ops
 
 

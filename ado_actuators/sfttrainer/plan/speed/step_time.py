@@ -44,7 +44,8 @@ micro-batch is priced by what limits it, on one device:
   parameter `inter_node_gbps`), taken as it is: nothing scales it again.
 
 Per step: the gradients are clipped and the optimizer steps, each pass of their kernels over the
-trainable weights on the device at its memory bandwidth (`update_bytes`), and DDP
+trainable weights on the device at its memory bandwidth (`update_bytes`); each micro-batch after
+the first adds its gradients into those held (ACCUMULATE_PASSES); and DDP
 all-reduces the trainable gradients once, overlapped with the last backward as its buckets are.
 A paged optimizer whose state the device cannot hold beside the step's peak pages all of it in
 and out every step over the GPU's PCIe link (`paging`; devices.HOST_LINK_GBPS; the verdict's
@@ -187,6 +188,10 @@ CLIP_PASSES = 3
 """transformers' Trainer clips the gradients at max_grad_norm 1.0 by default, every step: torch's
 clip_grad_norm_ reads each gradient for its norm (_foreach_norm) and reads and writes it to scale
 it (_foreach_mul_)."""
+ACCUMULATE_PASSES = 3
+"""Gradient accumulation: autograd's AccumulateGrad adds each micro-batch's weight gradient into
+the one held (`grad += new`: two reads, one write), FSDP into its gradient shard, from the second
+micro-batch of a step on."""
 NCCL_LINK_SHARE = 200 / 600
 """Share of the GPU-to-GPU link, as the datasheet quotes it (both directions), NCCL's collectives
 reach within a node: about 200 GB/s of bus bandwidth on eight A100s' 600 GB/s NVLink (NVIDIA/
@@ -547,7 +552,12 @@ def step_time(
         link = per.scaled(m)
     parts = {k: v * m for k, v in per_micro.items()}
     on_device = shape.trainable_params / (n if sharded else 1)
-    parts["optimizer"] = update_bytes(configuration) * on_device / (device.memory_gbps * 1e9)
+    bandwidth = device.memory_gbps * 1e9
+    parts["optimizer"] = update_bytes(configuration) * on_device / bandwidth
+    if m > 1:
+        # each micro-batch after the first adds its gradients into the ones held
+        width = weight_bytes(configuration)
+        parts["accumulation"] = (m - 1) * ACCUMULATE_PASSES * width * on_device / bandwidth
     if paged_out_bytes > 0:
         # paged in for the update, each page in evicting one out
         parts["paging"] = 2 * paged_out_bytes / (device.host_link_gbps * 1e9)

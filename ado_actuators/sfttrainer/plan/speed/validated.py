@@ -48,7 +48,7 @@ VALIDATED: dict[str, Validated] = {
         0.247, 24, "llm-foundry's MPT (16k-65k tokens) and xtuner's Llama 3 8B (16k-128k)"
     ),
     "NVIDIA-A100-SXM4-40GB, up to 8k tokens": Validated(
-        0.051, 58, "llm-foundry's MPT 125M-70B on A100-40GBs, 512-8k tokens, 1-8 nodes"
+        0.052, 58, "llm-foundry's MPT 125M-70B on A100-40GBs, 512-8k tokens, 1-8 nodes"
     ),
     "NVIDIA-A100-SXM4-40GB, one node": Validated(
         0.097, 46, "llm-foundry's MPT 125M-13B on 8 A100-40GBs, 512-65k tokens"
@@ -60,13 +60,13 @@ VALIDATED: dict[str, Validated] = {
         0.220, 11, "llm-foundry's MPT on 8 A100-40GBs, 16k-65k tokens"
     ),
     "NVIDIA-H100-80GB-HBM3, up to 8k tokens": Validated(
-        0.093, 44, "llm-foundry's MPT 760M-70B on 1-8 nodes of H100 and PyTorch's FSDP blog"
+        0.092, 44, "llm-foundry's MPT 760M-70B on 1-8 nodes of H100 and PyTorch's FSDP blog"
     ),
     "NVIDIA-H100-80GB-HBM3, one node": Validated(
-        0.152, 37, "llm-foundry's MPT 760M-30B on 8 H100s, 512-65k tokens"
+        0.153, 37, "llm-foundry's MPT 760M-30B on 8 H100s, 512-65k tokens"
     ),
     "NVIDIA-H100-80GB-HBM3, several nodes": Validated(
-        0.091, 19, "PyTorch's FSDP blog (12 nodes) and llm-foundry (2-8 nodes) on H100s"
+        0.092, 19, "PyTorch's FSDP blog (12 nodes) and llm-foundry (2-8 nodes) on H100s"
     ),
     "NVIDIA-H100-80GB-HBM3, 16k tokens and longer": Validated(
         0.310, 12, "llm-foundry's MPT on 8 H100s, 16k-65k tokens"
