@@ -31,6 +31,7 @@ import yaml
 from scipy.stats import spearmanr
 from throughput_prediction import Observed, errors, load_l40
 
+from ado_actuators.sfttrainer.plan.model.architecture import PROMPT_TUNING_VIRTUAL_TOKENS
 from ado_actuators.sfttrainer.plan.model.training import (
     Batch,
     Checkpointing,
@@ -156,9 +157,12 @@ def load_foundry(path: Path = FOUNDRY_DATA) -> list[Observed]:
 
 def _peft(row: dict[str, str]) -> Observed:
     """A PEFT run as the entity would state it. Prompt tuning's virtual tokens lengthen every
-    sample the model runs, which its figure does not count: the measured rate is scaled to the
-    positions the model ran."""
+    sample the model runs, which its figure does not count: the entity's prompt tuning prepends
+    PROMPT_TUNING_VIRTUAL_TOKENS of PEFT's 200, the sample carries the rest, and the measured
+    rate is scaled to the sample the prediction counts."""
     virtual = int(row["virtual_tokens"])
+    if virtual:
+        virtual -= PROMPT_TUNING_VIRTUAL_TOKENS
     tuning = Tuning(
         method=row["method"],  # type: ignore[arg-type]
         lora_r=int(row["r"] or 8),

@@ -89,7 +89,17 @@ def test_lora_and_prompt_tuning_compute_no_weight_gradients_of_frozen_weights():
     lora = varied(tuning=LORA)
     prompt = varied(tuning=Tuning(method="pt"))
     assert hardware_flops_per_token(SHAPE, lora) == 600 + 128 * 4.5
-    assert hardware_flops_per_token(SHAPE, prompt) == 600 + 128 * 4.5
+    # prompt tuning's 8 virtual tokens double the 8-token sequence each position attends over
+    assert hardware_flops_per_token(SHAPE, prompt) == 600 + 256 * 4.5
+
+
+def test_prompt_tunings_virtual_tokens_run_through_the_layers_but_are_not_counted():
+    frozen = varied(tuning=Tuning(method="lora"))  # frozen, no adapter: as prompt tuning
+    prompt = varied(tuning=Tuning(method="pt"))
+    assert parts(configuration=prompt)["gemm"] == pytest.approx(
+        2 * parts(configuration=frozen)["gemm"]
+    )
+    assert step_time(SHAPE, prompt, SLOW, UNITS).tokens_per_gpu == 16  # 2 samples of 8 tokens
 
 
 def test_without_checkpointing_nothing_is_recomputed_and_without_flash_the_mask_costs():

@@ -194,6 +194,17 @@ class TrainingConfiguration:
             object.__setattr__(self, "shape", ModelShape.of(self.config))
 
     @property
+    def sequence_tokens(self) -> int:
+        """The positions a sample runs through the layers: its tokens and, under prompt tuning,
+        the virtual tokens prepended to it (the throughput counts only the sample's)."""
+        return self.batch.sample_tokens + self.tuning.virtual_tokens
+
+    @property
+    def positions_per_micro_batch(self) -> int:
+        """The positions one micro-batch runs through the layers on a device."""
+        return self.batch.per_device_batch * self.sequence_tokens
+
+    @property
     def model_length(self) -> int:
         """The sequence the layers see: the sample and, under prompt tuning, its virtual tokens."""
         return model_length(self.tuning.method, self.batch.model_max_length)

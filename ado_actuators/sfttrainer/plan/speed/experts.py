@@ -151,7 +151,7 @@ def expert_seconds(
     `{"experts": s}`, or nothing for a dense model or under ScatterMoE (`fast_moe`)."""
     if experts is None or experts.count <= 1 or configuration.parallelism.fast_moe:
         return {}
-    tokens = configuration.batch.per_device_batch * configuration.batch.sample_tokens
+    tokens = configuration.positions_per_micro_batch
     trained = experts_train(configuration)
     forwards = 2 if configuration.kernels.gradient_checkpointing else 1
     gpu = _pass_seconds(experts, tokens, width, device)
@@ -188,7 +188,7 @@ def forward_tail_seconds(
     shape = DISPATCH[experts.dispatch]
     if not (shape.syncs_per_layer or shape.syncs_per_expert):
         return None
-    tokens = configuration.batch.per_device_batch * configuration.batch.sample_tokens
+    tokens = configuration.positions_per_micro_batch
     whole = _pass_seconds(experts, tokens, width, device)
     return experts.layers * (whole / experts.count if shape.syncs_per_expert else whole)
 
@@ -200,7 +200,7 @@ def expert_note(experts: Experts, configuration: TrainingConfiguration) -> str:
             f"{experts.count} experts, {experts.per_token} per token: ScatterMoE (fast_moe) "
             f"runs them as grouped kernels, priced as dense matmuls of the active experts"
         )
-    tokens = configuration.batch.per_device_batch * configuration.batch.sample_tokens
+    tokens = configuration.positions_per_micro_batch
     text = (
         f"{experts.count} experts, {experts.per_token} per token: priced as transformers runs "
         f"them, a Python loop of per-expert matmuls at about {experts.rows(tokens):.0f} rows "

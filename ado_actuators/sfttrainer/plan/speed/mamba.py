@@ -87,8 +87,8 @@ def mamba_parts(
         return {}
     path = scan_path(configuration.fms_hf_tuning_version)
     width = DTYPE_BYTES.get(configuration.precision.torch_dtype, 2)
-    length = configuration.batch.sample_tokens
-    tokens = configuration.batch.per_device_batch * length * layer.layers
+    length = configuration.sequence_tokens
+    tokens = configuration.positions_per_micro_batch * layer.layers
     forwards = 2 if configuration.kernels.gradient_checkpointing else 1
     passes = forwards + BACKWARD_RATIO
     bandwidth = device.memory_gbps * 1e9

@@ -178,6 +178,7 @@ def micro_batches(configuration: TrainingConfiguration) -> int:
 
 
 def tokens_per_micro_batch(configuration: TrainingConfiguration) -> int:
+    """The sample tokens one micro-batch trains on a device: what the throughput counts."""
     return configuration.batch.per_device_batch * configuration.batch.sample_tokens
 
 
@@ -322,7 +323,7 @@ def attention_forward_flops(shape: ModelShape, configuration: TrainingConfigurat
     """QK^T and AV of one token's forward, all layers: causal flash attention skips the masked
     half, eager attention computes it."""
     layers = shape.layers if shape.attention_layers is None else shape.attention_layers
-    flops = 4 * layers * shape.attention_width * configuration.batch.sample_tokens
+    flops = 4 * layers * shape.attention_width * configuration.sequence_tokens
     return flops / 2 if fused_attention(configuration) else flops
 
 
@@ -340,7 +341,7 @@ def attention_seconds_per_token(
     the forward's FLOPs) at its backward rate, for the head dimension and length."""
     kernel = attention_kernel(configuration)
     causal = fused_attention(configuration)
-    length, head = configuration.batch.sample_tokens, shape.head_dim
+    length, head = configuration.sequence_tokens, shape.head_dim
     forward = device.attention_tflops(kernel, head, length, causal, "forward") * 1e12
     backward = device.attention_tflops(kernel, head, length, causal, "backward") * 1e12
     flops = attention_forward_flops(shape, configuration)
@@ -354,7 +355,7 @@ def _elementwise_bandwidth(
     """Bytes per second of the memory-bound kernels: memory bandwidth, with the re-read share
     served from L2 where a layer's hidden-width activations fit in half of it."""
     memory = device.memory_gbps * 1e9
-    tensor = tokens_per_micro_batch(configuration) * shape.hidden * weight_bytes(configuration)
+    tensor = configuration.positions_per_micro_batch * shape.hidden * weight_bytes(configuration)
     if not shape.hidden or not device.l2_mb:
         return memory
     held = min(1.0, device.l2_mb * 1e6 / 2 / tensor)
@@ -386,7 +387,7 @@ def _memory_seconds(
 def _micro_batch(
     shape: ModelShape, configuration: TrainingConfiguration, device: Device, fitted: Fitted
 ) -> dict[str, float]:
-    tokens = tokens_per_micro_batch(configuration)
+    tokens = configuration.positions_per_micro_batch
     passes = _passes(configuration)
     memory = (device.memory_gbps * 1e9, REFERENCE.memory_gbps * 1e9)
     cached = (
