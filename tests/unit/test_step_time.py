@@ -154,7 +154,8 @@ def test_lora_adapters_cost_per_pass_and_fused_kernels_cut_them():
     assert parts(shape, lora)["adapters"] == pytest.approx(2 * 20 * 3 * 16)
     fused = varied(tuning=Tuning(method="lora", fused_lora=True))
     assert parts(shape, fused)["adapters"] == pytest.approx(2 * 20 * 3 * 16 * 0.5)
-    assert parts(shape, lora)["optimizer"] == pytest.approx(ADAMW_BYTES * 5)
+    # PEFT keeps the adapters, their gradients and states in fp32: twice the bf16 bytes
+    assert parts(shape, lora)["optimizer"] == pytest.approx(2 * ADAMW_BYTES * 5)
 
 
 def test_quantized_weights_are_unpacked_once_per_pass_whatever_the_batch():
@@ -213,6 +214,17 @@ def test_fsdp_gathers_the_weights_twice_and_reduces_the_gradients_each_micro_bat
     assert found["communication"] == pytest.approx(traffic / 2)
     assert found["fsdp_latency"] == pytest.approx(0.1 * 2)  # a unit per layer
     assert found["optimizer"] == pytest.approx(ADAMW_BYTES * 100 / 2)  # sharded
+
+
+def test_under_fsdps_mixed_precision_the_update_passes_over_fp32_shards():
+    sharded = Parallelism(gpus=2)
+    mixed = varied(parallelism=sharded, precision=Precision(mixed_precision=True))
+    plain = varied(parallelism=sharded)
+    # accelerate upcasts the trained flat parameters to fp32: gradients and states follow
+    assert parts(configuration=mixed)["optimizer"] == pytest.approx(2 * ADAMW_BYTES * 100 / 2)
+    assert parts(configuration=plain)["optimizer"] == pytest.approx(ADAMW_BYTES * 100 / 2)
+    one = varied(precision=Precision(mixed_precision=True))  # one GPU: no FSDP, no upcast
+    assert parts(configuration=one)["optimizer"] == pytest.approx(ADAMW_BYTES * 100)
 
 
 def test_fsdp_moves_quantized_weights_at_half_a_byte_and_counts_adapter_units():

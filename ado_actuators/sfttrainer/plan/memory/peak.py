@@ -37,6 +37,7 @@ from ado_actuators.sfttrainer.plan.memory.bound import (
 )
 from ado_actuators.sfttrainer.plan.memory.logits import LossCode
 from ado_actuators.sfttrainer.plan.model.architecture import (
+    ADAPTER_BYTES,
     DTYPE_BYTES,
     ParameterCounts,
 )
@@ -53,10 +54,6 @@ cuBLAS's workspaces), as a share of it, when the prediction is compared with a d
 least any run that ran on fms-acceleration's A100 tables held (nvidia-smi's peak less the CUDA
 context over torch's, 0.70 % for Llama-3-8B full fine-tuning at batch 4; 0.81 % with the Llama
 runs left out). Fitted by benchmarks/memory_prediction.fit_headroom."""
-
-ADAPTER_BYTES = 4
-"""PEFT (0.12 on, every pinned release) keeps LoRA and prompt-tuning weights in fp32
-(autocast_adapter_dtype): their gradients and AdamW state are fp32 too."""
 
 
 @dataclasses.dataclass(frozen=True)

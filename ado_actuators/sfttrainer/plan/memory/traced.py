@@ -28,13 +28,13 @@ from ado_actuators.sfttrainer.host.atomic import write_atomically
 from ado_actuators.sfttrainer.plan.memory import fsdp
 from ado_actuators.sfttrainer.plan.memory.bound import MemoryBound, weight_bits
 from ado_actuators.sfttrainer.plan.memory.peak import (
-    ADAPTER_BYTES,
     PeakPrediction,
     ReleaseBehaviour,
     paged_state,
     upcast_by_fsdp,
 )
 from ado_actuators.sfttrainer.plan.model.architecture import (
+    ADAPTER_BYTES,
     DTYPE_BYTES,
     PROMPT_TUNING_VIRTUAL_TOKENS,
     LinearShape,

@@ -282,8 +282,7 @@ def behaviour_of(configuration: TrainingConfiguration, model_type: str) -> Relea
         checkpointed_by_model=style == "model",
         loss=loss_code_for(version, model_type),
         fused_loss="in_place" if configuration.kernels.fast_kernels.fast_loss else None,
-        fsdp_upcast=configuration.precision.mixed_precision
-        and configuration.parallelism.backend == "FSDP",
+        fsdp_upcast=configuration.fsdp_upcast,
         logits_copy=copies_logits(version),
     )
 

@@ -34,6 +34,9 @@ __all__ = [
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 """Bytes per element of each torch_dtype the entity can ask for."""
+ADAPTER_BYTES = 4
+"""PEFT (0.12 on, every pinned release) keeps LoRA and prompt-tuning weights in fp32
+(autocast_adapter_dtype): their gradients and AdamW state are fp32 too."""
 PROMPT_TUNING_VIRTUAL_TOKENS = 8
 """fms-hf-tuning's PromptTuningConfig.num_virtual_tokens default (the experiments set none)."""
 

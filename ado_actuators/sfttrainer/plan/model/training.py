@@ -16,6 +16,8 @@ from ado_actuators.sfttrainer.catalog.entity import EntityValues
 from ado_actuators.sfttrainer.catalog.experiments import ExperimentDefinition, catalog_data
 from ado_actuators.sfttrainer.contract.memory_trace import Attention
 from ado_actuators.sfttrainer.plan.model.architecture import (
+    ADAPTER_BYTES,
+    DTYPE_BYTES,
     PROMPT_TUNING_VIRTUAL_TOKENS,
     ParameterCounts,
     model_length,
@@ -192,6 +194,27 @@ class TrainingConfiguration:
         # built with a config.json but no shape (a test's, a replaced config's): read it here
         if self.shape is None and self.config is not None:
             object.__setattr__(self, "shape", ModelShape.of(self.config))
+
+    @property
+    def fsdp_upcast(self) -> bool:
+        """accelerate upcasts FSDP's flat parameters to fp32 under mixed precision: FSDP runs
+        wherever accelerate launches more than one rank (plan/launch/launch_plan.py)."""
+        return (
+            self.precision.mixed_precision
+            and self.parallelism.backend == "FSDP"
+            and self.parallelism.gpus > 1
+        )
+
+    @property
+    def trained_weight_bytes(self) -> int:
+        """Bytes of a trained weight, its gradient and each state in the parameter's dtype, as
+        clipping, the optimizer and gradient accumulation pass over them: PEFT's adapters and
+        prompt embeddings in fp32 (ADAPTER_BYTES), FSDP's upcast flat parameters in fp32, else
+        the loaded dtype."""
+        width = DTYPE_BYTES.get(self.precision.torch_dtype, 2)
+        if self.tuning.method != "none" or self.fsdp_upcast:
+            return max(width, ADAPTER_BYTES)
+        return width
 
     @property
     def sequence_tokens(self) -> int:

@@ -440,8 +440,9 @@ def update_bytes(configuration: TrainingConfiguration) -> float:
     """Bytes per trainable weight the step's update moves: the gradients' clipping, then the
     optimizer's kernels (plan/model/optimizers.py's `step_traffic`: torch's foreach AdamW 18
     passes over parameter-sized tensors, its fused AdamW 7, bitsandbytes' 8-bit kernels one
-    byte a state)."""
-    width = int(weight_bytes(configuration))
+    byte a state), each tensor in the trained weights' dtype (PEFT's adapters and FSDP's upcast
+    flat parameters in fp32: TrainingConfiguration.trained_weight_bytes)."""
+    width = configuration.trained_weight_bytes
     optimizer = optimizer_state(configuration.precision.optim)
     return CLIP_PASSES * width + optimizer.step_traffic(width)
 
@@ -557,7 +558,7 @@ def step_time(
     parts["optimizer"] = update_bytes(configuration) * on_device / bandwidth
     if m > 1:
         # each micro-batch after the first adds its gradients into the ones held
-        width = weight_bytes(configuration)
+        width = configuration.trained_weight_bytes
         parts["accumulation"] = (m - 1) * ACCUMULATE_PASSES * width * on_device / bandwidth
     if paged_out_bytes > 0:
         # paged in for the update, each page in evicting one out

@@ -95,13 +95,13 @@ EXPERTS_VALIDATED: dict[str, Validated] = {
         "fit (benchmarks/throughput_prediction.py)",
     ),
     "granitemoe": Validated(
-        0.364,
+        0.355,
         3,
         "fms-acceleration's granite-3.0-3b-a800m full fine-tuning on 1, 2 and 4 A100s through "
         "transformers' loop, every run predicted too fast (benchmarks/moe_throughput.py)",
     ),
     "scattermoe": Validated(
-        1.057,
+        0.967,
         1,
         "fms-acceleration's granite-3.0-3b-a800m under ScatterMoE on one A100, predicted too "
         "fast (benchmarks/moe_throughput.py)",
