@@ -43,10 +43,9 @@ class OptimizerState:
         return trainable * (self.in_param_dtype * width + self.fixed_bytes)
 
     def update_traffic(self, width: int) -> float:
-        """Bytes per parameter one update moves: the weight read and written, its gradient
-        read, every state read and written (an unstated state as AdamW's)."""
-        state = self if not self.unstated else FOREACH_ADAMW
-        return 3 * width + 2 * (state.in_param_dtype * width + state.fixed_bytes)
+        """Bytes per parameter one fused update moves: the weight read and written, its
+        gradient read, every state read and written."""
+        return 3 * width + 2 * (self.in_param_dtype * width + self.fixed_bytes)
 
     def step_traffic(self, width: int) -> float:
         """Bytes per parameter the step's kernels move: torch's foreach step makes one pass per
