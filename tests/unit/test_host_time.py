@@ -77,3 +77,38 @@ def test_the_host_time_follows_what_a_layer_runs_not_its_tokens():
     short, long = configuration(LORA, tokens=128), configuration(LORA, tokens=8192)
     assert host_seconds(28, short, 2) == host_seconds(28, long, 2)
     assert host_seconds(28, short, 2) == pytest.approx(28 * layer_ops(short, 2) * EAGER_OP_SECONDS)
+
+
+def test_a_host_bound_row_says_so_and_a_gpu_bound_one_does_not():
+    from ado_actuators.sfttrainer.plan.speed.host import HOST_BOUND_SHARE, host_note
+
+    assert host_note(HOST_BOUND_SHARE - 0.01) == ""
+    note = host_note(0.4)
+    assert note.startswith("host-bound: the host's dispatch of eager ops is 40 % of this step")
+    assert "not measured on this host" in note and "14-22 % too slow" in note
+
+
+def test_the_preview_notes_a_short_lora_step_as_host_bound():
+    from model_configs import LLAMA_31_8B
+    from training_configuration import configuration_of
+
+    from ado_actuators.sfttrainer.catalog.entity import entity_values
+    from ado_actuators.sfttrainer.catalog.experiments import catalog_data
+    from ado_actuators.sfttrainer.plan.speed.prediction import predict_speed
+
+    definition = catalog_data().experiment("finetune_lora_benchmark-v1.0.0")
+
+    def notes(length: int, batch: int) -> tuple[str, ...]:
+        values = entity_values(
+            {
+                "model_name": "llama3.1-8b",
+                "model_max_length": length,
+                "batch_size": batch,
+                "number_gpus": 1,
+                "gpu_model": "NVIDIA-H100-80GB-HBM3",
+            }
+        )
+        return predict_speed(configuration_of(values, definition, LLAMA_31_8B)).notes
+
+    assert any(n.startswith("host-bound") for n in notes(128, 1))
+    assert not any(n.startswith("host-bound") for n in notes(4096, 8))

@@ -63,3 +63,23 @@ def host_seconds(
 ) -> float:
     """The host's time per micro-batch over `layers` layers."""
     return layers * layer_ops(configuration, adapters_per_layer) * EAGER_OP_SECONDS
+
+
+HOST_BOUND_SHARE = 0.3
+"""From this share of a predicted step in the host's ops on, the row says so. The fitted table's
+runs never passed 20 % (fms-acceleration's A100 runs: median 1.6 %); PEFT's one-GPU LoRA runs on
+an L40S (benchmarks/data/peft_method_comparison.csv), predicted at 39-40 %, were predicted 14-22 %
+too slow, its prompt tuning at 21 % 2-7 % too slow."""
+
+
+def host_note(share: float) -> str:
+    """What a row whose step is mostly the host's ops says of it; empty below HOST_BOUND_SHARE."""
+    if share < HOST_BOUND_SHARE:
+        return ""
+    return (
+        f"host-bound: the host's dispatch of eager ops is {100 * share:.0f} % of this step "
+        f"(counted ops at {EAGER_OP_SECONDS * 1e6:.0f} µs each, not measured on this host); the "
+        f"fitted runs never passed 20 %, and PEFT's public one-GPU LoRA runs at about 40 % were "
+        f"predicted 14-22 % too slow: a faster host, or one that runs ahead of the GPU, "
+        f"shortens this step"
+    )

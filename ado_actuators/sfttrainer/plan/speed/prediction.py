@@ -37,6 +37,7 @@ from ado_actuators.sfttrainer.plan.model.training import (
 from ado_actuators.sfttrainer.plan.speed import vision
 from ado_actuators.sfttrainer.plan.speed.devices import DEFAULT_NETWORK_GBPS, device_named
 from ado_actuators.sfttrainer.plan.speed.experts import Experts, expert_note
+from ado_actuators.sfttrainer.plan.speed.host import host_note
 from ado_actuators.sfttrainer.plan.speed.step_time import (
     REFERENCE,
     Device,
@@ -374,6 +375,8 @@ def predict_speed(
         notes += (vision_note,)
         shape = dataclasses.replace(shape, vision_flops=vision.flops_per_sample(configuration))
     step = step_time(shape, configuration, device, paged_out_bytes=paged_out_bytes)
+    if host := host_note(step.parts["host"] / step.seconds):
+        notes += (host,)
     return SpeedPrediction(step=step, notes=notes)
 
 
