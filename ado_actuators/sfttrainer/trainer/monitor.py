@@ -39,36 +39,51 @@ def _not_supported(nvml, error: Exception) -> bool:
     return getattr(error, "value", None) == getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", 3)
 
 
-class MachineCpu:
+class _CpuShare:
+    """CPU use since the previous reading, 100 == one core, from a (busy seconds, elapsed
+    seconds) pair of clocks: `_clocks` and `_cores` say which."""
+
+    def __init__(self) -> None:
+        self._last: tuple[float, float] | None = None
+
+    def _clocks(self) -> tuple[float, float]:
+        raise NotImplementedError
+
+    def _cores(self) -> int:
+        return 1
+
+    def prime(self) -> None:
+        self._last = self._clocks()
+
+    def share(self) -> float | None:
+        """None on the first reading (no baseline) or when no time passed."""
+        now, last = self._clocks(), self._last
+        self._last = now
+        if last is None or now[1] <= last[1]:
+            return None
+        return 100.0 * self._cores() * (now[0] - last[0]) / (now[1] - last[1])
+
+
+class MachineCpu(_CpuShare):
     """The node's CPU use since the previous reading, every process's, 100 == one core.
 
     From psutil.cpu_times() deltas rather than psutil.cpu_percent(None), whose baseline is
     module-wide and would be moved by any other caller in this process."""
 
-    def __init__(self) -> None:
-        self._last: tuple[float, float] | None = None
-
-    @staticmethod
-    def _busy_and_total() -> tuple[float, float]:
+    def _clocks(self) -> tuple[float, float]:
         times = psutil.cpu_times()
         total = sum(times)
         idle = times.idle + getattr(times, "iowait", 0.0)
-        return total - idle, total
+        return total - idle, total  # every core's seconds: the share is of all cores
 
-    def prime(self) -> None:
-        self._last = self._busy_and_total()
+    def _cores(self) -> int:
+        return psutil.cpu_count() or 1
 
     def read(self) -> float | None:
-        """None on the first reading (no baseline) or when no time passed."""
-        now, last = self._busy_and_total(), self._last
-        self._last = now
-        if last is None or now[1] <= last[1]:
-            return None
-        cores = psutil.cpu_count() or 1
-        return 100.0 * cores * (now[0] - last[0]) / (now[1] - last[1])
+        return self.share()
 
 
-class ProcessCpu:
+class ProcessCpu(_CpuShare):
     """This process's CPU use since the previous reading, every thread's, 100 == one core.
 
     From time.process_time() (CLOCK_PROCESS_CPUTIME_ID: nanoseconds) rather than psutil's
@@ -76,19 +91,13 @@ class ProcessCpu:
     window of a few short steps a tick-counted reading is 0 % or several hundred, so a short
     measured window could report no CPU use at all."""
 
-    def __init__(self) -> None:
-        self._last: tuple[float, float] | None = None
-
-    def prime(self) -> None:
-        self._last = (time.process_time(), time.perf_counter())
+    def _clocks(self) -> tuple[float, float]:
+        return time.process_time(), time.perf_counter()
 
     def read(self) -> float:
         """0.0 on the first reading (no baseline), as psutil's."""
-        now, last = (time.process_time(), time.perf_counter()), self._last
-        self._last = now
-        if last is None or now[1] <= last[1]:
-            return 0.0
-        return 100.0 * (now[0] - last[0]) / (now[1] - last[1])
+        share = self.share()
+        return 0.0 if share is None else share
 
 
 class GpuSampler:
