@@ -4,29 +4,21 @@ space whose runs and step times are known, through stopping/racing.race itself."
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from benchmark_modules import benchmark
 
 from ado_actuators.sfttrainer.space.calibration import prior_for
 from ado_actuators.sfttrainer.stats.batch_means import throughput_interval
 from ado_actuators.sfttrainer.stopping import steady
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 L40 = "NVIDIA-L40"
 
 
 @pytest.fixture(scope="module")
 def sim():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import guided_racing
-        import guided_search
-    finally:
-        sys.path.pop(0)
-    return SimpleNamespace(racing=guided_racing, search=guided_search)
+    return SimpleNamespace(racing=benchmark("guided_racing"), search=benchmark("guided_search"))
 
 
 def config(sim, key: str, group: str, tokens_per_second: float, oom: bool = False):

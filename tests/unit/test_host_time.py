@@ -4,10 +4,8 @@ the time follows what a layer runs, not the tokens it runs them on."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from benchmark_modules import benchmark
 
 from ado_actuators.sfttrainer.plan.model.training import (
     Batch,
@@ -34,12 +32,7 @@ def configuration(
 @pytest.fixture(scope="module")
 def counted():
     pytest.importorskip("peft")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    try:
-        import host_ops
-    finally:
-        sys.path.pop(0)
-    return host_ops
+    return benchmark("host_ops")
 
 
 @pytest.mark.parametrize(

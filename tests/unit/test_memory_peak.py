@@ -362,14 +362,9 @@ def test_a_release_or_family_not_on_record_has_no_loss_code():
 def test_on_the_published_a100_runs_the_prediction_is_close_and_calls_no_run_that_ran_oom():
     """benchmarks/memory_prediction.py (printed by benchmarks/memory_bound.py) with FITTED: the
     figures docs/benchmarks/memory.md quotes, as floors a change must not fall below."""
-    import sys
-    from pathlib import Path
+    from benchmark_modules import benchmark
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    try:
-        import memory_prediction
-    finally:
-        sys.path.pop(0)
+    memory_prediction = benchmark("memory_prediction")
     rows = memory_prediction.judge(memory_prediction.cases())
     found = memory_prediction.summary(rows)
     assert found["runs_with_torch_peak"] > 200

@@ -5,21 +5,15 @@ fall below: each model family predicted from the constants fitted on the others
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import pytest
+from benchmark_modules import benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
     pytest.importorskip("scipy")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    try:
-        import throughput_prediction
-    finally:
-        sys.path.pop(0)
-    return throughput_prediction
+    return benchmark("throughput_prediction")
 
 
 def test_leave_one_family_out_meets_the_goals(bench):
@@ -40,11 +34,7 @@ def test_the_shipped_constants_are_the_fit_on_every_run(bench):
 def test_each_validated_regime_states_what_the_validation_measured(bench):
     import statistics
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    try:
-        import throughput_validation
-    finally:
-        sys.path.pop(0)
+    throughput_validation = benchmark("throughput_validation")
     from ado_actuators.sfttrainer.plan.speed.step_time import FITTED
     from ado_actuators.sfttrainer.plan.speed.validated import VALIDATED
 
@@ -62,11 +52,7 @@ def test_each_validated_regime_states_what_the_validation_measured(bench):
 def test_each_experts_figure_states_what_its_benchmark_measured(bench):
     import statistics
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    try:
-        import moe_throughput
-    finally:
-        sys.path.pop(0)
+    moe_throughput = benchmark("moe_throughput")
     from ado_actuators.sfttrainer.plan.speed.validated import EXPERTS_VALIDATED
 
     mixtral = [e for o, e in bench.leave_one_family_out(bench.load()) if o.family == "Mixtral"]
