@@ -152,6 +152,11 @@ class Precision:
     autocast_dtype: str | None = None  # what autocast computes in; None: the weights' own bits
     optim: str = "adamw_torch"
 
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes per weight in the loaded dtype (2 for a dtype the table lacks)."""
+        return DTYPE_BYTES.get(self.torch_dtype, 2)
+
 
 @dataclasses.dataclass(frozen=True)
 class Kernels:
@@ -211,7 +216,7 @@ class TrainingConfiguration:
         clipping, the optimizer and gradient accumulation pass over them: PEFT's adapters and
         prompt embeddings in fp32 (ADAPTER_BYTES), FSDP's upcast flat parameters in fp32, else
         the loaded dtype."""
-        width = DTYPE_BYTES.get(self.precision.torch_dtype, 2)
+        width = self.precision.weight_bytes
         if self.tuning.method != "none" or self.fsdp_upcast:
             return max(width, ADAPTER_BYTES)
         return width

@@ -22,8 +22,9 @@ What that costs beyond the dense pricing, per layer of experts and micro-batch:
   at the roofline: the longer of their FLOPs at the device's GEMM rate and their bytes (the
   expert's weights, read once a pass, and its rows in and out) at its memory bandwidth. At a few
   hundred rows an expert's weights take as long to read as its FLOPs take to run;
-- the loop's host time: each eager op costs the host EAGER_OP_SECONDS (plan/speed/host.py); the GPU waits wherever
-  the host queues kernels slower than they run (small experts), and each sync empties the queue;
+- the loop's host time: each eager op costs the host EAGER_OP_SECONDS (plan/speed/host.py); the
+  GPU waits wherever the host queues kernels slower than they run (small experts), and each sync
+  empties the queue;
 - the gathers and scatters of the routed rows (ROUTED_ACCESSES);
 - under FSDP, the forward's all-gathers the syncs leave exposed (`forward_tail_seconds`, priced
   with the other collectives in plan/speed/step_time.py);

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 
-from ado_actuators.sfttrainer.plan.model.architecture import DTYPE_BYTES
 from ado_actuators.sfttrainer.plan.model.mamba import MambaLayers, ScanPath, scan_path
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 from ado_actuators.sfttrainer.plan.speed.devices import Device
@@ -86,7 +85,7 @@ def mamba_parts(
     if layer is None:
         return {}
     path = scan_path(configuration.fms_hf_tuning_version)
-    width = DTYPE_BYTES.get(configuration.precision.torch_dtype, 2)
+    width = configuration.precision.weight_bytes
     length = configuration.sequence_tokens
     tokens = configuration.positions_per_micro_batch * layer.layers
     forwards = 2 if configuration.kernels.gradient_checkpointing else 1

@@ -64,7 +64,6 @@ import dataclasses
 from typing import Any
 
 from ado_actuators.sfttrainer.contract.memory_trace import Attention
-from ado_actuators.sfttrainer.plan.model.architecture import DTYPE_BYTES
 from ado_actuators.sfttrainer.plan.model.mamba import MambaLayers
 from ado_actuators.sfttrainer.plan.model.optimizers import optimizer_state
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
@@ -159,7 +158,7 @@ def fused_attention(configuration: TrainingConfiguration) -> bool:
 
 def weight_bytes(configuration: TrainingConfiguration) -> float:
     """Bytes per weight in the training dtype (2 for a dtype the table lacks)."""
-    return float(DTYPE_BYTES.get(configuration.precision.torch_dtype, 2))
+    return float(configuration.precision.weight_bytes)
 
 
 # The step divides by the devices, the nodes and the micro-batches: a configuration that states
