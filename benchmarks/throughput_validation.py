@@ -35,6 +35,7 @@ from ado_actuators.sfttrainer.plan.model.architecture import PROMPT_TUNING_VIRTU
 from ado_actuators.sfttrainer.plan.model.training import (
     Batch,
     Checkpointing,
+    FlashBuild,
     Kernels,
     Parallelism,
     TrainingConfiguration,
@@ -79,18 +80,29 @@ MPT_SIZES = {
 FOUNDRY_NETWORK_GBPS = {"NVIDIA-A100-SXM4-80GB": 200.0, "NVIDIA-A100-SXM4-40GB": 200.0}
 """The A100 tables' '1600 Gbps node-node interconnect (RoCE)' per node; the H100 table states
 none (the default)."""
+FOUNDRY_FLASH_BUILD: FlashBuild = "triton"
+"""The attention llm-foundry's tables ran: scripts/train/benchmarking/submit_benchmarks.py set
+every run's attn_impl from `--attn_impl`, whose default was 'triton' from the A100 tables
+(300cc5c58, 2023-05-03) through the H100 table (b2a43a147, 2023-10-19) until 7f0fdae66
+(2024-03-26), with setup.py's `gpu` extra installing triton-pre-mlir beside flash-attn 1.0.x:
+flash attention's Triton port, not flash-attn 2."""
 GPUS_PER_NODE = 8
 RECOMPUTING = {"full", "yes", "selective", "selective layer"}
 """Checkpointing as the sources name it that recomputes every layer here (the data file says
 why)."""
 
 
-def _kernels(recomputing: bool) -> Kernels:
-    """Flash-attention 2, as every source runs it, and full recompute where a source says it
-    recomputes. The step time prices any recompute alike; torchtitan's and llm-foundry's
-    checkpoint wrappers are non-reentrant."""
+def _kernels(recomputing: bool, build: FlashBuild = "flash-attn") -> Kernels:
+    """Flash attention, as every source runs it (flash-attn 2's kernels unless `build` says
+    otherwise), and full recompute where a source says it recomputes. The step time prices any
+    recompute alike; torchtitan's and llm-foundry's checkpoint wrappers are non-reentrant."""
     checkpointing: Checkpointing = "non_reentrant" if recomputing else "none"
-    return Kernels(flash_attention=True, attention="flash_attention_2", checkpointing=checkpointing)
+    return Kernels(
+        flash_attention=True,
+        attention="flash_attention_2",
+        checkpointing=checkpointing,
+        flash_build=build,
+    )
 
 
 def _observed(row: list[Any], models: dict[str, dict[str, Any]]) -> Observed:
@@ -136,7 +148,7 @@ def _foundry(row: dict[str, str]) -> Observed:
             sample_tokens=length,
             gradient_accumulation_steps=int(row["grad_accum"]),
         ),
-        kernels=_kernels(row["activation_checkpointing"] == "True"),
+        kernels=_kernels(row["activation_checkpointing"] == "True", FOUNDRY_FLASH_BUILD),
     )
     network = FOUNDRY_NETWORK_GBPS.get(row["gpu"], DEFAULT_NETWORK_GBPS)
     return Observed(

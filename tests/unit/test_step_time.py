@@ -117,6 +117,12 @@ def test_the_step_reads_the_kernel_the_bytes_and_the_counts_from_the_configurati
     ]:
         configuration = varied(kernels=Kernels(attention=runs))
         assert (attention_kernel(configuration), fused_attention(configuration)) == (kernel, fused)
+    # flash attention's Triton port (llm-foundry's attn_impl: triton) only where a run says so
+    triton = varied(kernels=Kernels(attention="flash_attention_2", flash_build="triton"))
+    assert (attention_kernel(triton), fused_attention(triton)) == ("triton", True)
+    assert attention_kernel(varied(kernels=Kernels(attention="sdpa", flash_build="triton"))) == (
+        "sdpa"
+    )
     assert weight_bytes(FULL) == 2.0  # bfloat16, the parts' default
     assert weight_bytes(varied(precision=Precision(torch_dtype="float32"))) == 4.0
     # none of a count is priced as one (0 GPUs trains on the CPU: predict_speed skips it)
@@ -472,6 +478,9 @@ def test_attention_runs_at_the_kernels_measured_rate_by_length_and_head_dimensio
     assert device.attention_tflops("fa2", 128, 65536, True, "forward") == 200  # flat beyond
     assert device.attention_tflops("fa2", 96, 1024, True, "forward") == 100  # nearest, larger
     assert device.attention_tflops("sdpa", 128, 1024, True, "backward") == 50  # fa2's kernels
+    # the Triton port: flash-attn 2 is 1.3-1.5x faster forward, 2x backward (FA2 paper, 4.1)
+    assert device.attention_tflops("triton", 128, 1024, True, "forward") == pytest.approx(100 / 1.4)
+    assert device.attention_tflops("triton", 128, 1024, True, "backward") == pytest.approx(25)
     shape = SHAPE
     # recompute: forward twice at 200, backward 2.5x at 100
     long = varied(batch=batch(per_device_batch=1, sample_tokens=4096, model_max_length=4096))

@@ -29,6 +29,7 @@ from ado_actuators.sfttrainer.plan.model.shape import ModelShape
 
 PeftMethod = Literal["none", "lora", "pt"]
 Checkpointing = Literal["none", "reentrant", "non_reentrant"]
+FlashBuild = Literal["flash-attn", "triton"]
 
 CHARS_PER_TOKEN = 4
 """English news text's characters per token (the chars datasets' entries are input and response
@@ -167,6 +168,9 @@ class Kernels:
     attention: Attention = "sdpa"
     fast_kernels: FastKernels = FastKernels()
     checkpointing: Checkpointing = "none"
+    # whose kernels run flash attention: flash-attn's CUDA ones (what --use_flash_attn installs),
+    # or the Triton port some public runs priced against used (llm-foundry's attn_impl: triton)
+    flash_build: FlashBuild = "flash-attn"
 
     @property
     def gradient_checkpointing(self) -> bool:

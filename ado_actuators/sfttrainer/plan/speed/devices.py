@@ -25,11 +25,20 @@ the actuator parameter `inter_node_gbps` does not say: 800 Gb/s, the H100 cluste
 FSDP blog (pytorch.org/blog/maximizing-training, 2024-03-13), between its A100 cluster's 400 Gb/s
 and the 3,200 Gb/s of eight 400 Gb/s NICs (a DGX H100). Per node, not per GPU: NCCL's rings
 spread one node's traffic over all its NICs."""
-FALLBACK_KERNELS = {"sdpa": "fa2", "fa3": "fa2", "eager": "fa2"}
+FALLBACK_KERNELS = {"sdpa": "fa2", "fa3": "fa2", "eager": "fa2", "triton": "fa2"}
 EAGER_SHARE = {"forward": 0.36, "backward": 0.56}
 """Eager attention's rate over flash-attention 2's where a device has no eager curve: the H100's
 at 4k tokens, head dimension 128, without the mask (FlashAttention-3 paper, arXiv 2407.08608,
 figures 5 and 6: standard attention 133 against 368 TFLOP/s forward, 174 against 310 backward)."""
+TRITON_SHARE = {"forward": 1 / 1.4, "backward": 1 / 2.0}
+"""Flash attention's Triton port (flash-attn 1.x's flash_attn_triton, which llm-foundry vendored
+as attn_impl: triton) over flash-attn 2's rate, where a device has no curve of its own:
+"FlashAttention-2 is around 1.3-1.5x faster than FlashAttention in Triton in the forward pass and
+around 2x faster in the backward pass" (FlashAttention-2 paper, Dao, arXiv 2307.08691, section
+4.1: an A100-80GB SXM4, head dimensions 64 and 128, with and without the causal mask, 512 to 16k
+tokens); the forward's range taken at its middle."""
+KERNEL_SHARE = {"eager": EAGER_SHARE, "triton": TRITON_SHARE}
+"""A kernel's rate over flash-attention 2's, for a device whose table has no curve of it."""
 
 
 HOST_LINK_GBPS = {3: 12.0, 4: 24.0, 5: 48.0}
@@ -45,7 +54,7 @@ on demand move no faster (NVIDIA's blog 'Improving GPU Memory Oversubscription P
 class AttentionCurve:
     """A kernel's measured TFLOP/s on one device by sequence length, one direction."""
 
-    kernel: str  # fa2 | fa3 | sdpa | eager
+    kernel: str  # fa2 | fa3 | sdpa | eager | triton
     head_dim: int
     causal: bool
     direction: str  # forward | backward
@@ -118,8 +127,8 @@ class Device:
         if not curves:
             return self.gemm_tflops  # no curve at all: priced as the matmuls
         share = 1.0
-        if kernel == "eager" and all(c.kernel != "eager" for c in curves):
-            share = EAGER_SHARE[direction]
+        if kernel in KERNEL_SHARE and all(c.kernel != kernel for c in curves):
+            share = KERNEL_SHARE[kernel][direction]
         matching = [c for c in curves if c.causal == causal] or curves
         curve = min(matching, key=lambda c: (abs(math.log2(c.head_dim / head_dim)), -c.head_dim))
         rate = curve.at(length) * share

@@ -146,8 +146,12 @@ benchmarks price used it, so the step time needs no way to say it."""
 
 
 def attention_kernel(configuration: TrainingConfiguration) -> str:
-    """The attention kernel that runs, in metrics/gpu_peaks.yaml's words."""
-    return ATTENTION_KERNELS[configuration.kernels.attention]
+    """The attention kernel that runs, in metrics/gpu_peaks.yaml's words: flash attention's
+    Triton port where a run used it (devices.KERNEL_SHARE prices it against flash-attn 2)."""
+    kernels = configuration.kernels
+    if kernels.attention == "flash_attention_2" and kernels.flash_build == "triton":
+        return "triton"
+    return ATTENTION_KERNELS[kernels.attention]
 
 
 def fused_attention(configuration: TrainingConfiguration) -> bool:

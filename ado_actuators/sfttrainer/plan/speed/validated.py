@@ -32,12 +32,12 @@ FITTED_ON = Validated(
 )
 VALIDATED: dict[str, Validated] = {
     "NVIDIA-A100-SXM4-80GB, up to 8k tokens": Validated(
-        0.070,
+        0.101,
         55,
         "llm-foundry's MPT, torchtitan, PyTorch's FSDP blog and xtuner on A100s, 512-8k tokens",
     ),
     "NVIDIA-A100-SXM4-80GB, one node": Validated(
-        0.096, 65, "llm-foundry's MPT 125M-30B on 8 A100s (512-65k tokens) and xtuner's Llama 3 8B"
+        0.118, 65, "llm-foundry's MPT 125M-30B on 8 A100s (512-65k tokens) and xtuner's Llama 3 8B"
     ),
     "NVIDIA-A100-SXM4-80GB, several nodes": Validated(
         0.097,
@@ -45,37 +45,37 @@ VALIDATED: dict[str, Validated] = {
         "PyTorch's FSDP blog (16 nodes), torchtitan (8 nodes) and llm-foundry (4-8 nodes)",
     ),
     "NVIDIA-A100-SXM4-80GB, 16k tokens and longer": Validated(
-        0.247, 24, "llm-foundry's MPT (16k-65k tokens) and xtuner's Llama 3 8B (16k-128k)"
+        0.138, 24, "llm-foundry's MPT (16k-65k tokens) and xtuner's Llama 3 8B (16k-128k)"
     ),
     "NVIDIA-A100-SXM4-40GB, up to 8k tokens": Validated(
-        0.052, 58, "llm-foundry's MPT 125M-70B on A100-40GBs, 512-8k tokens, 1-8 nodes"
+        0.107, 58, "llm-foundry's MPT 125M-70B on A100-40GBs, 512-8k tokens, 1-8 nodes"
     ),
     "NVIDIA-A100-SXM4-40GB, one node": Validated(
-        0.097, 46, "llm-foundry's MPT 125M-13B on 8 A100-40GBs, 512-65k tokens"
+        0.117, 46, "llm-foundry's MPT 125M-13B on 8 A100-40GBs, 512-65k tokens"
     ),
     "NVIDIA-A100-SXM4-40GB, several nodes": Validated(
-        0.029, 23, "llm-foundry's MPT 125M-70B on 2-8 nodes of A100-40GB, 2k tokens"
+        0.071, 23, "llm-foundry's MPT 125M-70B on 2-8 nodes of A100-40GB, 2k tokens"
     ),
     "NVIDIA-A100-SXM4-40GB, 16k tokens and longer": Validated(
-        0.220, 11, "llm-foundry's MPT on 8 A100-40GBs, 16k-65k tokens"
+        0.149, 11, "llm-foundry's MPT on 8 A100-40GBs, 16k-65k tokens"
     ),
     "NVIDIA-H100-80GB-HBM3, up to 8k tokens": Validated(
-        0.092, 44, "llm-foundry's MPT 760M-70B on 1-8 nodes of H100 and PyTorch's FSDP blog"
+        0.146, 44, "llm-foundry's MPT 760M-70B on 1-8 nodes of H100 and PyTorch's FSDP blog"
     ),
     "NVIDIA-H100-80GB-HBM3, one node": Validated(
-        0.153, 37, "llm-foundry's MPT 760M-30B on 8 H100s, 512-65k tokens"
+        0.109, 37, "llm-foundry's MPT 760M-30B on 8 H100s, 512-65k tokens"
     ),
     "NVIDIA-H100-80GB-HBM3, several nodes": Validated(
-        0.092, 19, "PyTorch's FSDP blog (12 nodes) and llm-foundry (2-8 nodes) on H100s"
+        0.147, 19, "PyTorch's FSDP blog (12 nodes) and llm-foundry (2-8 nodes) on H100s"
     ),
     "NVIDIA-H100-80GB-HBM3, 16k tokens and longer": Validated(
-        0.310, 12, "llm-foundry's MPT on 8 H100s, 16k-65k tokens"
+        0.077, 12, "llm-foundry's MPT on 8 H100s, 16k-65k tokens"
     ),
     "16k tokens and longer": Validated(
-        0.262, 47, "llm-foundry's MPT and xtuner's Llama 3 8B on A100s and H100s, 16k-128k tokens"
+        0.131, 47, "llm-foundry's MPT and xtuner's Llama 3 8B on A100s and H100s, 16k-128k tokens"
     ),
     "several nodes": Validated(
-        0.065, 56, "PyTorch's FSDP blog, torchtitan and llm-foundry, A100 and H100, 2-16 nodes"
+        0.097, 56, "PyTorch's FSDP blog, torchtitan and llm-foundry, A100 and H100, 2-16 nodes"
     ),
     "NVIDIA-L40, one node": Validated(
         0.148, 20, "fms-acceleration's L40 table (Mistral, Mixtral; 1 and 2 GPUs)"
