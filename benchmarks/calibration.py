@@ -56,6 +56,7 @@ from guided_search import (
 
 from ado_actuators.sfttrainer.space.calibration import (
     DATASHEET_DEVICE,
+    FITTED_DEVICE,
     FRAMEWORK_SHIFT_SD,
     REFERENCE_DEVICE,
     Prior,
@@ -236,6 +237,11 @@ def foundry() -> Report:
 
 
 def a100_families(a100: dict[str, list[Config]]) -> Report:
+    every = levels(fitted_prior(REFERENCE_DEVICE, list(a100.values())))
+    print(
+        f"A100, the group levels fitted on all five families: {every}; shipped: "
+        f"{levels(FITTED_DEVICE)}"
+    )
     print("A100, each family left out of the fit, calibrated on its own first rows:")
     pooled: Report = {}
     for name, space in a100.items():

@@ -18,6 +18,7 @@ from ado_actuators.sfttrainer.plan.model.training import (
     Tuning,
 )
 from ado_actuators.sfttrainer.plan.speed.devices import AttentionCurve, device_named
+from ado_actuators.sfttrainer.plan.speed.layer_bytes import FUSABLE_WITHOUT_WIDTHS, LayerKernels
 from ado_actuators.sfttrainer.plan.speed.step_time import (
     CLIP_PASSES,
     NCCL_LINK_SHARE,
@@ -147,11 +148,20 @@ def test_one_device_step_by_part():
     assert step.tokens_per_second_per_gpu == pytest.approx(16 / step.seconds)
 
 
-def test_fast_kernels_cut_the_elementwise_bytes():
+def test_fast_kernels_cut_the_bytes_of_the_rms_norms_and_rotary_embedding_they_replace():
     fast = varied(
         kernels=dataclasses.replace(RECOMPUTED, fast_kernels=FastKernels(True, True, True))
     )
-    assert parts(configuration=fast)["elementwise"] == pytest.approx(0.5 * parts()["elementwise"])
+    # no widths: a Llama layer's usual share of them; half of it left (UNITS)
+    share = FUSABLE_WITHOUT_WIDTHS
+    assert parts(configuration=fast)["elementwise"] == pytest.approx(
+        (1 - 0.5 * share) * parts()["elementwise"]
+    )
+    # LayerNorms and no rotary embedding (GPTBigCode, MPT): nothing for them to fuse
+    plain = dataclasses.replace(
+        SHAPE, hidden=4, layer_kernels=LayerKernels(rms_norm=False, rotary=False, gated_mlp=False)
+    )
+    assert parts(plain, fast)["elementwise"] == pytest.approx(parts(plain)["elementwise"])
 
 
 def test_lora_adapters_cost_per_pass_and_fused_kernels_cut_them():
@@ -428,6 +438,8 @@ def test_a_family_with_its_own_config_names_is_counted_by_transformers_names():
     assert shape.attention_width == 64
     # hidden + the one up projection's 4 x 64 (not a gated MLP's two)
     assert shape.activated_width == 64 + 4 * 64
+    # LayerNorms, no rotary embedding, a plain MLP: read from the modules transformers built
+    assert shape.layer_kernels == LayerKernels(rms_norm=False, rotary=False, gated_mlp=False)
 
 
 @pytest.mark.parametrize("name", ["llama3.1-8b", "granite-3.1-8b-instruct"])
@@ -444,6 +456,9 @@ def test_the_meta_shape_agrees_with_the_counter_on_a_gated_mlp(name):
     meta = _meta_shape(meta_counts(config), ModelShape.of(config), Tuning(), None)
     assert meta.activated_width == counted.activated_width
     assert (meta.head_dim, meta.attention_width) == (counted.head_dim, counted.attention_width)
+    # the same layer kernels read from transformers' modules as from the family
+    assert meta.layer_kernels == counted.layer_kernels == LayerKernels()
+    assert meta.key_width == counted.key_width
 
 
 def test_gptq_lora_runs_the_fused_kernels_its_experiment_passes():

@@ -158,4 +158,6 @@ def meta_fields(config: dict[str, Any]) -> dict[str, Any]:
         "linears": linears,
         "linear_names": frozenset(name for name, *_ in linears),
         "stacked_experts": experts > 0,  # GraniteMoE's ParallelExperts: 3-D parameters
+        "rms_norm": True,
+        "rotary": text.get("position_embedding_type") == "rope",  # else no positions (NoPE)
     }

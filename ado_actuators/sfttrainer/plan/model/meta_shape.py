@@ -45,6 +45,8 @@ class MetaCounts:
     linears: tuple[tuple[str, int, int, int], ...]  # (name, inputs, outputs, count)
     linear_names: frozenset[str] = frozenset()  # every nn.Linear's last name, experts' included
     stacked_experts: bool = False  # experts as 3-D parameters sliced per expert, not nn.Linear
+    rms_norm: bool = True  # its norms are RMSNorms (False: LayerNorms)
+    rotary: bool = True  # it has a rotary embedding (False: learned, ALiBi or no positions)
 
     @property
     def active_matmul(self) -> float:
@@ -142,7 +144,19 @@ def _counts(config_json: str) -> MetaCounts:
         linears=tuple((n, i, o, c) for (n, i, o), c in linears.items()),
         linear_names=frozenset(names),
         stacked_experts=stacked_experts > 0,
+        **_layer_kernels(model),
     )
+
+
+def _layer_kernels(model: Any) -> dict[str, bool]:
+    """The norms and positions the built model's modules say it runs, by their class names:
+    transformers names every family's norm *RMSNorm or LayerNorm and its rotary embedding
+    *RotaryEmbedding."""
+    kinds = {type(module).__name__ for module in model.modules()}
+    return {
+        "rms_norm": any(kind.endswith("RMSNorm") for kind in kinds),
+        "rotary": any("Rotary" in kind for kind in kinds),
+    }
 
 
 def meta_counts(config: dict[str, Any]) -> MetaCounts:

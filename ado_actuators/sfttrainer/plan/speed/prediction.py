@@ -38,6 +38,7 @@ from ado_actuators.sfttrainer.plan.speed import vision
 from ado_actuators.sfttrainer.plan.speed.devices import DEFAULT_NETWORK_GBPS, device_named
 from ado_actuators.sfttrainer.plan.speed.experts import Experts, expert_note
 from ado_actuators.sfttrainer.plan.speed.host import host_note
+from ado_actuators.sfttrainer.plan.speed.layer_bytes import LayerKernels
 from ado_actuators.sfttrainer.plan.speed.step_time import (
     REFERENCE,
     Device,
@@ -134,6 +135,15 @@ def _attention_width(config: ConfigShape, hidden: int, heads: int = 0) -> int:
     return _heads(config, heads) * _head_dim(config, hidden, heads)
 
 
+def _gated(counts: MetaCounts, mlp_per_layer: float) -> bool:
+    """Whether the MLP has a gate beside its up projection: its up projections twice the down
+    projection's inputs (as _activated_width reads them); gated where no down projection shows."""
+    downs = [i for _, i, o, _ in counts.linears if o == counts.hidden and i > counts.hidden]
+    if not downs:
+        return True
+    return mlp_per_layer / counts.hidden - max(downs) > 1.5 * max(downs)
+
+
 def _activated_width(counts: MetaCounts, mlp_per_layer: float) -> int:
     """The hidden width plus the MLP's widths a token activates, from the MLP's weights per
     layer: a down projection of `inner` inputs leaves `weights / hidden - inner` for the up
@@ -170,6 +180,13 @@ def _meta_shape(
         head_dim=_head_dim(config, counts.hidden, counts.heads),
         hidden=counts.hidden,
         experts=_meta_experts(counts, config, trainable),
+        layer_kernels=LayerKernels(
+            rms_norm=counts.rms_norm,
+            rotary=counts.rotary,
+            gated_mlp=_gated(counts, per_layer),
+        ),
+        key_width=(config.kv_heads_given or _heads(config, counts.heads))
+        * _head_dim(config, counts.hidden, counts.heads),
     )
 
 
@@ -237,6 +254,12 @@ def model_shape(
         experts=_experts(
             shape, counts.hidden_size, layers, 3 * counts.hidden_size * intermediate, trainable
         ),
+        layer_kernels=LayerKernels(
+            rms_norm=bool(family and family.rms_norm),
+            rotary=bool(family and family.rotary),
+            gated_mlp=gated,
+        ),
+        key_width=shape.kv_width,
     )
 
 

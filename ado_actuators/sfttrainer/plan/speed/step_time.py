@@ -81,6 +81,13 @@ from ado_actuators.sfttrainer.plan.speed.experts import (
     forward_tail_seconds,
 )
 from ado_actuators.sfttrainer.plan.speed.host import host_seconds
+from ado_actuators.sfttrainer.plan.speed.layer_bytes import (
+    LLAMA,
+    ElementwiseScale,
+    LayerKernels,
+    LayerWidths,
+    elementwise_scale,
+)
 from ado_actuators.sfttrainer.plan.speed.mamba import mamba_parts
 from ado_actuators.sfttrainer.plan.speed.parts import LinkTraffic, StepParts, exposed
 
@@ -131,6 +138,19 @@ class ModelShape:
     hidden: int = 0  # the residual stream's width (0: unknown, no L2 reuse is counted)
     mamba: MambaLayers | None = None  # a hybrid's Mamba-2 layers (plan/speed/mamba.py)
     vision_flops: float = 0.0  # a sample's image through the vision tower, every pass (vision.py)
+    layer_kernels: LayerKernels = LLAMA  # its norms, positions and MLP (plan/speed/layer_bytes.py)
+    key_width: int = 0  # key heads x head dimension (0: as the queries')
+
+    @property
+    def elementwise(self) -> ElementwiseScale:
+        """Its layer's memory-bound bytes against the fitted Llama layer's (layer_bytes.py)."""
+        widths = LayerWidths(
+            hidden=self.hidden,
+            query=self.attention_width,
+            key=self.key_width or self.attention_width,
+            activated=self.activated_width,
+        )
+        return elementwise_scale(self.layer_kernels, widths)
 
 
 ATTENTION_KERNELS: dict[Attention, str] = {
@@ -217,15 +237,16 @@ transformers runs them (to fp32, square, mean, scale, to bf16, weight: about 36 
 element each), rotary embedding on the queries and keys (about 20 per element), two residual
 adds (6 each), the attention layout copies (about 16), the SwiGLU (10 per MLP element): about
 21-25 bytes per unit of activated width (Mistral-7B, Llama-2-7B); the backward about twice that;
-the recompute once more. Averaged over the three passes: about 30 of the fitted 50.4. Only these
-are bytes over bandwidth (`_memory_seconds`)."""
+the recompute once more. Averaged over the three passes: about 30 of the fitted 57.0. Only these
+are bytes over bandwidth (`_memory_seconds`), and only these follow another architecture's
+kernels (plan/speed/layer_bytes.py)."""
 COUNTED_ADAPTER_BYTES = 9.5
 """The same count for LoRA's adapters per unit of adapted width (inputs + outputs): the input
 read again for A, B's output written, scaled and added to the base output (about 7 bytes forward,
-twice that backward, once more recomputed): about 9.5 a pass of the fitted 17.4."""
+twice that backward, once more recomputed): about 9.5 a pass of the fitted 14.9."""
 COUNTED_DEQUANT_BYTES = 2.5
 """The same count for unpacking a 4-bit weight: half a byte read, 2 bytes of bf16 written (the
-matmul's read of them is the GEMM's): 2.5 of the fitted 9.03 (GPTQ) and 12.8 (bitsandbytes)."""
+matmul's read of them is the GEMM's): 2.5 of the fitted 6.52 (GPTQ) and 10.1 (bitsandbytes)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,20 +256,22 @@ class Fitted:
 
     matmul_efficiency: float = 1.0
     """Share of the device's achieved cuBLAS rate the training's matmuls reach."""
-    elementwise_bytes: float = 50.4
-    """Bytes moved per token, layer, pass and unit of activated width by the memory-bound
-    kernels."""
-    fast_kernels_elementwise: float = 0.566
-    """Share of the elementwise bytes left with fms-acceleration's fused kernels."""
-    adapter_bytes: float = 17.4
+    elementwise_bytes: float = 57.0
+    """Bytes moved per token, layer, pass and unit of activated width by a Llama layer's
+    memory-bound kernels (another architecture's: plan/speed/layer_bytes.py)."""
+    fast_kernels_elementwise: float = 0.175
+    """Share of the RMSNorms' and rotary embedding's elementwise bytes (and of the fit's excess
+    in their proportion) left with fms-acceleration's fused kernels (plan/speed/layer_bytes.py
+    says which share of a layer's bytes they are)."""
+    adapter_bytes: float = 14.9
     """Bytes moved per token, pass and unit of adapted width by LoRA's adapters."""
-    fused_lora_adapters: float = 3.97e-26
+    fused_lora_adapters: float = 1.42e-19
     """Share of the adapters' bytes left with the fused LoRA kernels."""
-    dequant_bytes_gptq: float = 9.03
+    dequant_bytes_gptq: float = 6.52
     """Bytes per quantized weight, pass and micro-batch to unpack GPTQ weights."""
-    dequant_bytes_bnb: float = 12.8
+    dequant_bytes_bnb: float = 10.1
     """The same for bitsandbytes' 4-bit weights."""
-    fsdp_unit_latency_s: float = 1.54e-3
+    fsdp_unit_latency_s: float = 1.59e-3
     """Host time per FSDP unit and micro-batch on more than one device."""
 
 
@@ -397,7 +420,6 @@ def _micro_batch(
         _elementwise_bandwidth(shape, configuration, device),
         _elementwise_bandwidth(shape, configuration, REFERENCE),
     )
-    fused = fitted.fast_kernels_elementwise if configuration.kernels.fast_kernels.any else 1.0
     dequant = {"gptq": fitted.dequant_bytes_gptq, "bnb": fitted.dequant_bytes_bnb}.get(
         shape.quantization or "", 0.0
     )
@@ -408,12 +430,7 @@ def _micro_batch(
     return {
         "gemm": dense_flops_per_token(shape, configuration) * tokens / gemm_rate,
         "attention": attention_seconds_per_token(shape, configuration, device) * tokens,
-        "elementwise": _memory_seconds(
-            fitted.elementwise_bytes * fused * width_tokens,
-            COUNTED_ELEMENTWISE_BYTES,
-            fitted.elementwise_bytes,
-            cached,
-        ),
+        "elementwise": _elementwise_seconds(shape, configuration, fitted, width_tokens, cached),
         "adapters": _memory_seconds(
             adapters * shape.adapted_width * passes * tokens,
             COUNTED_ADAPTER_BYTES,
@@ -427,6 +444,26 @@ def _micro_batch(
         **mamba_parts(shape.mamba, configuration, device),
         **_vision(shape, configuration, gemm_rate),
     }
+
+
+def _elementwise_seconds(
+    shape: ModelShape,
+    configuration: TrainingConfiguration,
+    fitted: Fitted,
+    width_tokens: float,
+    rates: tuple[float, float],
+) -> float:
+    """The memory-bound kernels: the bytes counted for the layer's own kernels (a Llama layer's
+    scaled by plan/speed/layer_bytes.py's count of this architecture's), and what the fit charged
+    beyond the Llama layer's count, which no count describes, as fitted. fms-acceleration's fused
+    kernels cut the share of them the layer's RMSNorms and rotary embedding move."""
+    scale = shape.elementwise
+    counted = min(COUNTED_ELEMENTWISE_BYTES, fitted.elementwise_bytes)
+    own = counted * scale.bytes
+    per_unit = fitted.elementwise_bytes - counted + own
+    fast = configuration.kernels.fast_kernels.any
+    fused = scale.fast_kernels(fitted.fast_kernels_elementwise) if fast else 1.0
+    return _memory_seconds(per_unit * fused * width_tokens, own, per_unit, rates)
 
 
 def _vision(

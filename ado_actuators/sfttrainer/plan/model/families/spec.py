@@ -64,6 +64,10 @@ class Family:
     def rotary(self) -> bool:
         return self.layout == "llama"
 
+    @property
+    def rms_norm(self) -> bool:
+        return self.layout == "llama"
+
 
 UNCOUNTED_SPELLING = Spelling(heads=("num_attention_heads", "n_head"))
 """How a model_type no family declares is read (its counts come from a trace or transformers'
