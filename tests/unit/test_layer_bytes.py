@@ -115,3 +115,21 @@ def test_the_counter_reads_the_layer_kernels_from_the_family():
     assert bigcode.key_width == 128  # multi-query: one key head
     llama = model_shape(shipped_shape("llama3.1-8b").config, Tuning(), "Vanilla")
     assert llama.layer_kernels == LLAMA and llama.key_width == 8 * 128
+
+
+def test_the_meta_device_reads_the_kernels_the_family_declares():
+    """A family the counter knows and transformers' own modules agree: the meta path is what an
+    architecture the counter lacks gets."""
+    pytest.importorskip("transformers")
+    from ado_actuators.sfttrainer.catalog.model_shapes import shipped_shape
+    from ado_actuators.sfttrainer.plan.model.meta_shape import meta_counts
+    from ado_actuators.sfttrainer.plan.model.shape import ModelShape as ConfigShape
+    from ado_actuators.sfttrainer.plan.model.training import Tuning
+    from ado_actuators.sfttrainer.plan.speed.prediction import _meta_shape, model_shape
+
+    for name in ("granite-20b-v2", "mistral-7b-v0.1"):
+        config = shipped_shape(name).config
+        counted = model_shape(config, Tuning(), "Vanilla")
+        meta = _meta_shape(meta_counts(config), ConfigShape.of(config), Tuning(), None)
+        assert meta.layer_kernels == counted.layer_kernels
+        assert meta.key_width == counted.key_width

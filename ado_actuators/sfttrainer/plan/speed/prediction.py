@@ -135,6 +135,24 @@ def _attention_width(config: ConfigShape, hidden: int, heads: int = 0) -> int:
     return _heads(config, heads) * _head_dim(config, hidden, heads)
 
 
+KEY_LINEARS = ("k_proj", "key")
+FUSED_QKV = ("c_attn", "Wqkv", "qkv_proj", "query_key_value")
+"""transformers' names of a separate key projection, and of one projection to queries, keys and
+values together (GPTBigCode, MPT, Phi-3, GPT-NeoX)."""
+
+
+def _key_width(counts: MetaCounts, query: int) -> int:
+    """The keys' width, from the built model's projections: a key projection's outputs, else a
+    fused projection's beyond the queries, halved (keys and values); else as the queries'."""
+    for name, inputs, outputs, _ in counts.linears:
+        if name in KEY_LINEARS and inputs == counts.hidden:
+            return outputs
+    for name, inputs, outputs, _ in counts.linears:
+        if name in FUSED_QKV and inputs == counts.hidden and outputs > query:
+            return (outputs - query) // 2
+    return query
+
+
 def _gated(counts: MetaCounts, mlp_per_layer: float) -> bool:
     """Whether the MLP has a gate beside its up projection: its up projections twice the down
     projection's inputs (as _activated_width reads them); gated where no down projection shows."""
@@ -185,8 +203,7 @@ def _meta_shape(
             rotary=counts.rotary,
             gated_mlp=_gated(counts, per_layer),
         ),
-        key_width=(config.kv_heads_given or _heads(config, counts.heads))
-        * _head_dim(config, counts.hidden, counts.heads),
+        key_width=_key_width(counts, _attention_width(config, counts.hidden, counts.heads)),
     )
 
 
