@@ -7,6 +7,12 @@ thing: the weights train or not, LoRA adapters (PEFT) on 2, 3 or 4 linears, grad
 checkpointing reentrant or not. The counts do not depend on the widths: every op is dispatched
 once whatever its size.
 
+Then the expert loops (plan/speed/experts.py's DISPATCH): transformers' Mixtral and GraniteMoE
+of 4 and 8 experts, 2 and 4 layers, experts frozen and trained. The layers' difference per
+expert is the loop's per expert; the rest is the layer's own (attention, norms, router, the
+output's assembly), of which plan/speed/experts.py keeps what a Llama layer's counts above
+(host.py's, charged to every layer) do not already hold.
+
     python benchmarks/host_ops.py
 """
 
@@ -94,6 +100,53 @@ def per_layer(**variant) -> tuple[float, float]:
     return (f4 - f2) / 2, (b4 - b2) / 2
 
 
+EXPERT_FAMILIES = ("mixtral", "granitemoe")
+
+
+def moe_of(family: str, layers: int, experts: int, trainable: bool) -> torch.nn.Module:
+    """A tiny model of `family`'s experts (2 a token), the weights frozen unless `trainable`."""
+    import transformers
+
+    config_class, model_class = {
+        "mixtral": (transformers.MixtralConfig, transformers.MixtralForCausalLM),
+        "granitemoe": (transformers.GraniteMoeConfig, transformers.GraniteMoeForCausalLM),
+    }[family]
+    config = config_class(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=experts,
+        num_experts_per_tok=2,
+        attn_implementation="sdpa",
+    )
+    torch.manual_seed(0)
+    model = model_class(config).to(torch.bfloat16)
+    if not trainable:
+        model.requires_grad_(False)
+        model.get_input_embeddings().weight.requires_grad_(True)
+    return model
+
+
+def expert_loop(family: str, trainable: bool) -> dict[str, float]:
+    """Per expert and per layer (beyond host.py's Llama layer), forward and backward."""
+    found = {}
+    for experts in (4, 8):
+        (f2, b2) = ops(moe_of(family, 2, experts, trainable))
+        (f4, b4) = ops(moe_of(family, 4, experts, trainable))
+        found[experts] = ((f4 - f2) / 2, (b4 - b2) / 2)
+    forward_expert = (found[8][0] - found[4][0]) / 4
+    backward_expert = (found[8][1] - found[4][1]) / 4
+    return {
+        "forward_per_expert": forward_expert,
+        "backward_per_expert": backward_expert,
+        "forward_per_layer": found[4][0] - 4 * forward_expert,
+        "backward_per_layer": found[4][1] - 4 * backward_expert,
+    }
+
+
 def main() -> int:
     import peft
     import transformers
@@ -106,6 +159,12 @@ def main() -> int:
         print(
             f"  {name:<40} forward {forward:5.0f}  backward {backward:5.0f}  both {forward + backward:5.0f}"
         )
+    print("expert loops, 2 experts a token (whole layer, per layer and per expert):")
+    for family in EXPERT_FAMILIES:
+        for trainable in (False, True):
+            found = expert_loop(family, trainable)
+            state = "trained" if trainable else "frozen"
+            print(f"  {family:<10} {state:<7} " + ", ".join(f"{k} {v:g}" for k, v in found.items()))
     return 0
 
 

@@ -105,3 +105,31 @@ def test_the_preview_notes_a_short_lora_step_as_host_bound():
 
     assert any(n.startswith("host-bound") for n in notes(128, 1))
     assert not any(n.startswith("host-bound") for n in notes(4096, 8))
+
+
+@pytest.mark.parametrize("family", ["mixtral", "granitemoe"])
+@pytest.mark.parametrize("trained", [False, True])
+def test_the_expert_loops_counts_are_what_the_release_dispatches(counted, family, trained):
+    """Per expert and per layer (beyond the Llama layer host.py charges every layer), as torch's
+    profiler saw transformers' own Mixtral and GraniteMoE dispatch them."""
+    from ado_actuators.sfttrainer.plan.speed.experts import DISPATCH
+    from ado_actuators.sfttrainer.plan.speed.host import (
+        BACKWARD_OPS,
+        FORWARD_OPS,
+        WEIGHT_GRADIENT_OPS,
+    )
+
+    found = counted.expert_loop(family, trained)
+    shape = DISPATCH[family]
+    backward_expert = shape.backward_per_expert + (
+        shape.backward_per_trained_expert if trained else 0
+    )
+    backward_layer = BACKWARD_OPS + shape.backward_per_layer
+    if trained:
+        backward_layer += WEIGHT_GRADIENT_OPS + shape.backward_per_trained_layer
+    assert (found["forward_per_expert"], found["backward_per_expert"]) == (
+        shape.forward_per_expert,
+        backward_expert,
+    )
+    assert found["forward_per_layer"] == FORWARD_OPS + shape.forward_per_layer
+    assert found["backward_per_layer"] == backward_layer

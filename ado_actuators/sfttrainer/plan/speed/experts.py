@@ -6,8 +6,9 @@ How those releases run experts (each release's modeling file, read):
 
 - Mixtral (`MixtralSparseMoeBlock.forward`): the router (`gate`, softmax, top-k, a one-hot
   mask), then a Python loop over the experts (4.44-4.48 every expert, from 4.49 every expert a
-  token was routed to, which at any real batch is every one): `torch.where` on the expert's mask
-  (a nonzero, whose size the host must read: a device-to-host sync per expert), the expert's
+  token was routed to, which at any real batch is every one: a nonzero per layer, and the loop's
+  tensor index read back per expert): `torch.where` on the expert's mask (a nonzero, whose size
+  the host must read: a device-to-host sync per expert), the expert's
   tokens gathered, its own w1, w3 and w2 nn.Linear at those rows with the activation and product
   between, its routing weights gathered and multiplied, `index_add_` into the output.
 - GraniteMoE, GraniteMoeShared and GraniteMoeHybrid (granite-4.0-h's experts): the router's
@@ -35,8 +36,8 @@ What that costs beyond the dense pricing, per layer of experts and micro-batch:
 
 fms-acceleration's ScatterMoE (`fast_moe`) replaces the loop with grouped kernels: nothing here.
 No constant is fitted: the device's figures are metrics/gpu_peaks.yaml's, the host's are the
-published per-op cost, and the op counts are read from the code. docs/benchmarks/throughput.md
-gives the public MoE runs that test it.
+published per-op cost, and the op counts are counted from the release (benchmarks/host_ops.py).
+docs/benchmarks/throughput.md gives the public MoE runs that test it.
 """
 
 from __future__ import annotations
@@ -67,12 +68,16 @@ gradient buffer's add (two read, one written)."""
 
 @dataclasses.dataclass(frozen=True)
 class Dispatch:
-    """Eager ops and syncs of one family's expert loop, counted in its modeling file."""
+    """Eager ops and syncs of one family's expert loop. The ops are counted (torch's profiler,
+    benchmarks/host_ops.py); a per-layer count is beyond host.py's Llama layer, which the step
+    time charges every layer (negative where the family's layer dispatches fewer: it has no
+    dense MLP). The syncs are read in the modeling file."""
 
-    forward_per_layer: int  # the router and the output's assembly
+    forward_per_layer: int  # the router and the output's assembly, beyond a Llama layer's
     forward_per_expert: int
     backward_per_layer: int
     backward_per_expert: int  # input gradients only (frozen experts)
+    backward_per_trained_layer: int  # added when the weights train, beyond a Llama layer's
     backward_per_trained_expert: int  # added when the experts' weights train
     syncs_per_layer: int
     syncs_per_expert: int
@@ -80,14 +85,13 @@ class Dispatch:
 
 
 DISPATCH: dict[DispatchName, Dispatch] = {
-    # per expert: where (sync), mask select, gather, w1, act, w3, mul, w2, weights gather, mul,
-    # index_add; backward: index_select, the two muls' grads and the weight's sum, the weights'
-    # scatter, w2, act, mul's two, w1, w3, their sum, the rows' scatter; w1-w3 weight gradients
-    "mixtral": Dispatch(12, 11, 10, 14, 3, 0, 1, stacked=False),
-    # per expert: weight[i] and F.linear, twice; backward: two input gradients, and training,
-    # two weight gradients and two SelectBackward; per layer the router (top-k, softmax,
-    # scatter, sort, tolist), gather, split, cat, chunk, act, mul, gates, zeros, index_add
-    "granitemoe": Dispatch(28, 4, 20, 2, 4, 1, 0, stacked=True),
+    # counted on transformers 4.55.4, torch 2.13: a layer of 4 and 8 experts forward 66 + 17 per
+    # expert, backward 92 + 24 (trained 125 + 39); syncs (from 4.49): the routed experts'
+    # nonzero per layer, then per expert the loop index's item and torch.where's nonzero
+    "mixtral": Dispatch(10, 17, -1, 24, -10, 15, 1, 2, stacked=False),
+    # forward 83 + 4 per expert (weight[i] and F.linear, twice), backward 105 + 6 (trained
+    # 138 + 18: the weight gradients and SelectBackward's zeros and add); one tolist per layer
+    "granitemoe": Dispatch(27, 4, 12, 6, -10, 12, 1, 0, stacked=True),
 }
 
 
@@ -135,7 +139,8 @@ def _host_seconds(experts: Experts, trained: bool, backward: bool) -> float:
     if backward:
         per_expert = shape.backward_per_expert + experts.adapted * ADAPTER_BACKWARD_OPS
         per_expert += shape.backward_per_trained_expert if trained else 0
-        return (shape.backward_per_layer + experts.count * per_expert) * EAGER_OP_SECONDS
+        per_layer = shape.backward_per_layer + (shape.backward_per_trained_layer if trained else 0)
+        return (per_layer + experts.count * per_expert) * EAGER_OP_SECONDS
     per_expert = shape.forward_per_expert + experts.adapted * ADAPTER_FORWARD_OPS
     syncs = shape.syncs_per_layer + experts.count * shape.syncs_per_expert
     ops = shape.forward_per_layer + experts.count * per_expert
