@@ -153,13 +153,18 @@ def _key_width(counts: MetaCounts, query: int) -> int:
     return query
 
 
+def _down_inputs(counts: MetaCounts) -> int | None:
+    """The widest down projection's inputs (the MLP's inner width); None where none shows
+    (experts, odd layouts)."""
+    downs = [i for _, i, o, _ in counts.linears if o == counts.hidden and i > counts.hidden]
+    return max(downs) if downs else None
+
+
 def _gated(counts: MetaCounts, mlp_per_layer: float) -> bool:
     """Whether the MLP has a gate beside its up projection: its up projections twice the down
     projection's inputs (as _activated_width reads them); gated where no down projection shows."""
-    downs = [i for _, i, o, _ in counts.linears if o == counts.hidden and i > counts.hidden]
-    if not downs:
-        return True
-    return mlp_per_layer / counts.hidden - max(downs) > 1.5 * max(downs)
+    inner = _down_inputs(counts)
+    return inner is None or mlp_per_layer / counts.hidden - inner > 1.5 * inner
 
 
 def _activated_width(counts: MetaCounts, mlp_per_layer: float) -> int:
@@ -167,11 +172,10 @@ def _activated_width(counts: MetaCounts, mlp_per_layer: float) -> int:
     layer: a down projection of `inner` inputs leaves `weights / hidden - inner` for the up
     projections (2 x inner gated, 1 x inner for a 2-matrix MLP such as MPT's). Where no down
     projection shows (experts, odd layouts), a gated MLP is assumed."""
-    hidden = counts.hidden
-    downs = [i for _, i, o, _ in counts.linears if o == hidden and i > hidden]
-    if not downs:
+    hidden, inner = counts.hidden, _down_inputs(counts)
+    if inner is None:
         return int(hidden + 2 / 3 * mlp_per_layer / hidden)
-    return int(hidden + max(mlp_per_layer / hidden - max(downs), 0))
+    return int(hidden + max(mlp_per_layer / hidden - inner, 0))
 
 
 def _meta_shape(
