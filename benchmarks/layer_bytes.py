@@ -71,6 +71,8 @@ def _label(model: torch.nn.Module, where: list[str]) -> None:
 
 
 def forward_bytes(build: Any, layers: int) -> dict[str, float]:
+    """The forward's bytes by part, and the backward's in all (`backward`: autograd runs no
+    module hooks, so its ops are not charged to a part)."""
     torch.manual_seed(0)
     model = build(layers).to(torch.bfloat16)
     where = ["model"]
@@ -78,8 +80,11 @@ def forward_bytes(build: Any, layers: int) -> dict[str, float]:
     ids = torch.randint(0, 250, (BATCH, TOKENS))
     counter = _Bytes(where)
     with counter:
-        model(input_ids=ids, labels=ids)
-    return counter.bytes
+        loss = model(input_ids=ids, labels=ids).loss
+    backward = _Bytes(["backward"])
+    with backward:
+        loss.backward()
+    return counter.bytes | backward.bytes
 
 
 def llama(layers: int) -> torch.nn.Module:
@@ -128,6 +133,10 @@ def per_layer(build: Any) -> dict[str, float]:
     return {part: (four.get(part, 0) - two.get(part, 0)) / 2 / tokens for part in four}
 
 
+def forward_total(found: dict[str, float]) -> float:
+    return sum(moved for part, moved in found.items() if part != "backward")
+
+
 def main() -> int:
     print(f"torch {torch.__version__}, transformers {transformers.__version__}; forward, bf16")
     for name, (build, mlp) in MODELS.items():
@@ -136,7 +145,7 @@ def main() -> int:
             f"  {name:<11} norms {found.get('norm', 0) / HIDDEN:5.1f} a hidden element (two), "
             f"attention {found.get('attention', 0) / HIDDEN:5.1f}, residual adds "
             f"{found.get('layer', 0) / HIDDEN:5.1f}; MLP {found.get('mlp', 0) / mlp:5.1f} an MLP "
-            "element"
+            f"element; backward over forward {found['backward'] / forward_total(found):.2f}"
         )
     return 0
 

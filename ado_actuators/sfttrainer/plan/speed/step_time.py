@@ -20,9 +20,11 @@ micro-batch is priced by what limits it, on one device:
   token per layer in proportion to the hidden and activated MLP widths, once per pass, over the
   device's memory bandwidth; the share of them re-read from a tensor still in the L2 cache is
   served at L2 speed (where a layer's hidden-width activations fit in half of it); fast
-  kernels cut them. Only the bytes the kernels were counted to move follow the device's
-  bandwidth; what the A100 fit charged beyond them keeps the reference device's time
-  (`_memory_seconds`, with the evidence);
+  kernels cut the share the RMSNorms and rotary embedding move. Only the bytes the kernels were
+  counted to move follow the device's bandwidth and the architecture's own kernels
+  (plan/speed/layer_bytes.py: LayerNorm or RMSNorm, rotary or not, gated MLP or plain); what
+  the A100 fit charged beyond them keeps the reference device's time (`_memory_seconds`, with
+  the evidence);
 - adapters: LoRA's dropout, small matmuls and adds, in proportion to the adapted widths (the
   same split);
 - dequantization: quantized base weights unpacked once per pass and micro-batch (the same split);
