@@ -19,6 +19,7 @@ output's assembly), of which plan/speed/experts.py keeps what a Llama layer's co
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import torch
 from peft import LoraConfig, get_peft_model
@@ -44,29 +45,39 @@ VARIANTS: dict[str, dict] = {
 }
 
 
+TINY = {
+    "vocab_size": 256,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "attn_implementation": "sdpa",
+}
+"""The tiny layer every count builds: the expert loops' per-layer counts are differenced against
+the Llama layer's, so both are built alike."""
+
+
+def _built(model_class: Any, config: Any, trainable: bool) -> torch.nn.Module:
+    """The model in bfloat16, the same weights each time; frozen but for the embedding (so the
+    backward runs through every layer) unless `trainable`."""
+    torch.manual_seed(0)
+    model = model_class(config).to(torch.bfloat16)
+    if not trainable:
+        model.requires_grad_(False)
+        model.get_input_embeddings().weight.requires_grad_(True)
+    return model
+
+
 def model_of(
     layers: int, lora: tuple[str, ...] = (), checkpointing: str = "none", trainable: bool = False
 ) -> torch.nn.Module:
-    config = LlamaConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        attn_implementation="sdpa",
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    config = LlamaConfig(intermediate_size=128, num_hidden_layers=layers, **TINY)
+    model = _built(LlamaForCausalLM, config, trainable=trainable or bool(lora))
     if checkpointing != "none":
         reentrant = checkpointing == "reentrant"
         model.gradient_checkpointing_enable({"use_reentrant": reentrant})
         model.enable_input_require_grads()
     if lora:
         return get_peft_model(model, LoraConfig(r=8, target_modules=list(lora), lora_dropout=0.0))
-    if not trainable:
-        model.requires_grad_(False)
-        model.get_input_embeddings().weight.requires_grad_(True)
     return model
 
 
@@ -112,22 +123,13 @@ def moe_of(family: str, layers: int, experts: int, trainable: bool) -> torch.nn.
         "granitemoe": (transformers.GraniteMoeConfig, transformers.GraniteMoeForCausalLM),
     }[family]
     config = config_class(
-        vocab_size=256,
-        hidden_size=64,
         intermediate_size=32,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         num_local_experts=experts,
         num_experts_per_tok=2,
-        attn_implementation="sdpa",
+        **TINY,
     )
-    torch.manual_seed(0)
-    model = model_class(config).to(torch.bfloat16)
-    if not trainable:
-        model.requires_grad_(False)
-        model.get_input_embeddings().weight.requires_grad_(True)
-    return model
+    return _built(model_class, config, trainable)
 
 
 def expert_loop(family: str, trainable: bool) -> dict[str, float]:
