@@ -280,9 +280,10 @@ class Fitted:
 FITTED = Fitted()
 """Fitted on all 244 packed runs of fms-acceleration's A100 tables (benchmarks/
 throughput_prediction.py), with the GEMMs at the A100's achieved rate and attention at
-flash-attention 2's, and the host's time counted (plan/speed/host.py), not fitted. Each family
-predicted with the constants fitted on the others: median |error| 3.4 %, 90th percentile 9.6 %,
-Spearman 0.971 over the 244 runs."""
+flash-attention 2's, the host's time counted (plan/speed/host.py), not fitted, and each
+architecture's memory-bound kernels counted (plan/speed/layer_bytes.py). Each family predicted
+with the constants fitted on the others: median |error| 2.9 %, 90th percentile 9.6 %, Spearman
+0.974 over the 244 runs."""
 
 
 @dataclasses.dataclass(frozen=True)
