@@ -4,7 +4,8 @@ cited there), fms-acceleration's L40 table (benchmarks/data/fms_acceleration_l40
 llm-foundry's MPT pretraining tables on A100 and H100 (benchmarks/data/llm_foundry_throughput.csv;
 MPT's shape counted by transformers on the meta device, as the preview counts it) and PEFT's
 method comparison on one L40S (benchmarks/data/peft_method_comparison.csv: short micro-batches,
-where the host's time is a third of the step). The
+where the host's time is a third of the step) and Qwen's profile of its own fine-tuning on A100s
+(benchmarks/data/qwen_finetune_profile.csv: one sample of 256-8,192 tokens a micro-batch). The
 constants are the shipped ones (FITTED, fitted on fms-acceleration's A100 table only); nothing
 is fitted here. Prints the error per regime (device, one node or several, sequence length) and
 every run with --rows. The regimes' figures are what plan/speed/validated.py states on each
@@ -38,6 +39,7 @@ from ado_actuators.sfttrainer.plan.model.training import (
     FlashBuild,
     Kernels,
     Parallelism,
+    Precision,
     TrainingConfiguration,
     Tuning,
 )
@@ -77,6 +79,23 @@ MPT_SIZES = {
     "30b": (7168, 56, 48),
     "70b": (8192, 64, 80),
 }
+QWEN_DATA = Path(__file__).parent / "data" / "qwen_finetune_profile.csv"
+QWEN_SIZES = {
+    # hidden, MLP width, heads, layers, vocabulary of huggingface.co/Qwen/Qwen-<size>/blob/main/
+    # config.json as abhibambhaniya/GenZ-LLM-Analyzer's GenZ/Models/Model_sets/alibaba.py
+    # (13ebfb842b4248bf0252d089a904181e33ead320) quotes them; the MLP width is config.json's
+    # intermediate_size halved (Qwen's modeling_qwen.py: w1 and w2 are intermediate_size // 2
+    # wide). Qwen's attention has no grouped keys: every head its own key and value.
+    "Qwen-1.8B": (2048, 5504, 16, 24, 151936),
+    "Qwen-7B": (4096, 11008, 32, 32, 151936),
+    "Qwen-14B": (5120, 13696, 40, 40, 152064),
+    "Qwen-72B": (8192, 24576, 64, 80, 152064),
+}
+QWEN_LORA_TARGETS = ("q_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""Qwen's five adapted linears a layer (c_attn, the attention's c_proj, w1, w2, the MLP's
+c_proj) by the names of Qwen2's layer, the same layer with its query, key and value unfused:
+c_attn's one adapter stands as q_proj's (the host dispatches one adapter's ops, as for c_attn;
+its bytes are counted at the query's output width, a third of c_attn's)."""
 FOUNDRY_NETWORK_GBPS = {"NVIDIA-A100-SXM4-80GB": 200.0, "NVIDIA-A100-SXM4-40GB": 200.0}
 """The A100 tables' '1600 Gbps node-node interconnect (RoCE)' per node; the H100 table states
 none (the default)."""
@@ -203,15 +222,83 @@ def load_peft(path: Path = PEFT_DATA) -> list[Observed]:
     return [_peft(row) for row in csv.DictReader(lines)]
 
 
+def _qwen(row: dict[str, str]) -> Observed:
+    """A run of Qwen's profile: one sample of exactly the length a micro-batch, 8 a step."""
+    hidden, width, heads, layers, vocabulary = QWEN_SIZES[row["model"]]
+    config: dict[str, Any] = {
+        "model_type": "qwen2",  # Qwen's layer: RMSNorm, rotary, biased qkv, SwiGLU
+        "vocab_size": vocabulary,
+        "hidden_size": hidden,
+        "intermediate_size": width,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "tie_word_embeddings": False,
+    }
+    method = row["method"]
+    if method == "qlora":  # the Int4 chat models: GPTQ, fp16
+        config["quantization_config"] = {"quant_method": "gptq", "bits": 4}
+    lora = method != "full"
+    tuning = Tuning(
+        method="lora" if lora else "none",
+        lora_r=64,
+        lora_alpha=16,
+        target_modules=QWEN_LORA_TARGETS if lora else (),
+    )
+    length = int(row["sequence_length"])
+    configuration = TrainingConfiguration(
+        tuning=tuning,
+        parallelism=Parallelism(gpus=int(row["gpus_per_node"]), nodes=int(row["nodes"])),
+        batch=Batch(
+            per_device_batch=1,
+            model_max_length=length,
+            sample_tokens=length,
+            gradient_accumulation_steps=8,
+        ),
+        precision=Precision(torch_dtype="float16" if method == "qlora" else "bfloat16"),
+        kernels=Kernels(
+            flash_attention=True, attention="flash_attention_2", checkpointing="reentrant"
+        ),
+    )
+    gpus = configuration.parallelism.gpus
+    runner = "auto-gptq" if method == "qlora" else "PEFT"
+    if method == "full" or gpus > 1:
+        runner = "DeepSpeed ZeRO 3"
+    return Observed(
+        model=row["model"],
+        family="qwen",
+        framework=f"qwen {method} ({runner})",
+        shape=model_shape(config, tuning, "Vanilla"),
+        configuration=configuration,
+        tokens_per_second=8 * length / float(row["seconds_per_iteration"]),
+        device=device_named("NVIDIA-A100-SXM4-80GB"),
+    )
+
+
+def load_qwen(path: Path = QWEN_DATA) -> list[Observed]:
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
+    return [_qwen(row) for row in csv.DictReader(lines)]
+
+
 def load_all() -> list[Observed]:
-    """Every run the validation scores: other frameworks', the L40 table, llm-foundry's, PEFT's."""
-    return load() + load_l40() + load_foundry() + load_peft()
+    """Every run the validation scores: other frameworks', the L40 table, llm-foundry's, PEFT's,
+    Qwen's."""
+    return load() + load_l40() + load_foundry() + load_peft() + load_qwen()
+
+
+OTHER_RUNNERS = ("qwen qlora (auto-gptq)", "DeepSpeed ZeRO 3)")
+"""Qwen's runs through what the actuator never runs, left out of the regimes' figures (and
+reported as groups): auto-gptq's CUDA kernels, and DeepSpeed ZeRO 3's parameter hooks, whose host
+work the count does not hold."""
 
 
 def by_regime(pairs: list[tuple[Observed, float]]) -> dict[str, list[float]]:
-    """Each run's error under every regime it belongs to (plan/speed/validated.regime)."""
+    """Each run's error under every regime it belongs to (plan/speed/validated.regime), but for
+    OTHER_RUNNERS'."""
     found: dict[str, list[float]] = {}
     for observed, error in pairs:
+        if observed.framework.endswith(OTHER_RUNNERS):
+            continue
         for name in regime(observed.configuration, observed.device.name):
             found.setdefault(name, []).append(error)
     return found
@@ -228,15 +315,24 @@ def report(pairs: list[tuple[Observed, float]], show: Callable[[str], None] = pr
 
 GROUPS: dict[str, Callable[[Observed], bool]] = {
     "one node, up to 8k tokens": lambda o: (
-        o.configuration.parallelism.nodes == 1 and o.configuration.batch.sample_tokens <= 8192
+        o.family != "qwen"
+        and o.configuration.parallelism.nodes == 1
+        and o.configuration.batch.sample_tokens <= 8192
     ),
     "H100": lambda o: "H100" in o.device.name,
     "L40": lambda o: o.device.name == "NVIDIA-L40",
     "one GPU, short micro-batches (PEFT)": lambda o: o.family == "peft",
     "several nodes": lambda o: o.configuration.parallelism.nodes > 1,
     "16k tokens and longer": lambda o: o.configuration.batch.sample_tokens >= 16384,
+    "Qwen LoRA, one GPU, one sample a micro-batch": lambda o: o.framework == "qwen lora (PEFT)",
+    "the same at 256-1,024 tokens": lambda o: (
+        o.framework == "qwen lora (PEFT)" and o.configuration.batch.sample_tokens <= 1024
+    ),
+    "Qwen Q-LoRA (auto-gptq)": lambda o: o.framework == "qwen qlora (auto-gptq)",
+    "Qwen under DeepSpeed ZeRO 3": lambda o: o.framework.endswith("(DeepSpeed ZeRO 3)"),
 }
-"""The groups issue 43 sets its goals on."""
+"""The groups issue 43 sets its goals on (its first without Qwen's runs, which came later), and
+Qwen's profile by how it ran."""
 
 
 def groups(pairs: list[tuple[Observed, float]], show: Callable[[str], None] = print) -> None:
@@ -286,13 +382,14 @@ def main(argv: list[str] | None = None) -> int:
         "--attention", action="store_true", help="the error against the attention's share"
     )
     args = parser.parse_args(argv)
-    public, l40, foundry, peft = load(), load_l40(), load_foundry(), load_peft()
+    public, l40, foundry, peft, qwen = load(), load_l40(), load_foundry(), load_peft(), load_qwen()
     runs = load_all()
     pairs = list(zip(runs, errors(runs, FITTED), strict=True))
     print(f"the shipped constants: {FITTED}")
     print(
         f"{len(public)} public runs of other frameworks, {len(l40)} fms-acceleration L40 runs, "
-        f"{len(foundry)} llm-foundry MPT runs, {len(peft)} PEFT runs on one L40S:"
+        f"{len(foundry)} llm-foundry MPT runs, {len(peft)} PEFT runs on one L40S, {len(qwen)} "
+        "runs of Qwen's profile on A100s (its auto-gptq and DeepSpeed runs in groups only):"
     )
     report(pairs)
     print("as issue 43 groups them:")

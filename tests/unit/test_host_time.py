@@ -77,8 +77,8 @@ def test_a_host_bound_row_says_so_and_a_gpu_bound_one_does_not():
 
     assert host_note(HOST_BOUND_SHARE - 0.01) == ""
     note = host_note(0.4)
-    assert note.startswith("host-bound: the host's dispatch of eager ops is 40 % of this step")
-    assert "not measured on this host" in note and "14-22 % too slow" in note
+    assert note.startswith("host-bound: the host's dispatch of eager ops adds 40 % of this step")
+    assert "not measured on this host" in note and "16 % too slow to 16 % too fast" in note
 
 
 def test_the_preview_notes_a_short_lora_step_as_host_bound():

@@ -106,6 +106,9 @@ FOREIGN_FILES = {
     "mamf-finder.py",
     # llm-foundry's benchmark launcher (its tables' attn_impl; benchmarks/throughput_validation.py)
     "submit_benchmarks.py",
+    # Qwen's modeling code and GenZ-LLM-Analyzer's copy of Qwen's configs (the same benchmark)
+    "modeling_qwen.py",
+    "alibaba.py",
     # the model sources catalog/model_shapes.yaml cites (mlc-llm, a model card's scripts)
     "model_preset.py",
     "hash_models.py",

@@ -50,6 +50,7 @@ UNITS = Fitted(
     dequant_bytes_gptq=2.0,  # at most the counted bytes: all priced at the device's bandwidth
     dequant_bytes_bnb=2.5,
     fsdp_unit_latency_s=0.1,
+    host_exposed=1.0,  # the host's time beside the device's, whole: each part as it is
 )
 SHAPE = ModelShape(
     layers=2,
@@ -274,6 +275,20 @@ def test_between_nodes_the_network_per_node_is_the_link_and_is_not_scaled_again(
     compute = sum(found[k] for k in ("gemm", "attention", "elementwise"))
     traffic = 0.5 * (2 * 240 + 200) / 0.5  # at half a byte a second, the network's
     assert found["communication"] == pytest.approx(max(traffic - compute, traffic / 2))
+
+
+def test_the_host_and_the_device_hide_each_other_but_for_the_fitted_share_of_the_shorter():
+    from ado_actuators.sfttrainer.plan.speed.step_time import exposed_host
+
+    assert exposed_host(compute=4.0, host=1.0, share=0.5) == 0.5  # half the host's second
+    assert exposed_host(compute=1.0, host=4.0, share=0.5) == 3.5  # the host's, half the device's
+    assert exposed_host(compute=4.0, host=1.0, share=1.0) == 1.0  # one after the other
+    assert exposed_host(compute=4.0, host=1.0, share=0.0) == 0.0  # the longer alone
+    # in the step: the host's part is what it adds beside the rest of the micro-batch
+    counted = parts()["host"]
+    hidden = step_time(SHAPE, FULL, SLOW, dataclasses.replace(UNITS, host_exposed=0.25))
+    assert counted < sum(v for k, v in parts().items() if k != "host")  # the device's is longer
+    assert hidden.parts["host"] == pytest.approx(0.25 * counted)
 
 
 def test_traffic_the_compute_covers_is_hidden_but_the_first_units_gather():

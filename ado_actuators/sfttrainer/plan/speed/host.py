@@ -66,10 +66,13 @@ def host_seconds(
 
 
 HOST_BOUND_SHARE = 0.3
-"""From this share of a predicted step in the host's ops on, the row says so. The fitted table's
-runs never passed 20 % (fms-acceleration's A100 runs: median 1.6 %); PEFT's one-GPU LoRA runs on
-an L40S (benchmarks/data/peft_method_comparison.csv), predicted at 39-40 %, were predicted 14-22 %
-too slow, its prompt tuning at 21 % 2-7 % too slow."""
+"""From this share of a predicted step in what the host's ops add beside the device's work on
+(plan/speed/step_time.exposed_host), the row says so. The fitted table's runs never passed 20 %
+(fms-acceleration's A100 runs); tested on runs nothing was fitted on: PEFT's one-GPU LoRA runs
+on an L40S (benchmarks/data/peft_method_comparison.csv) at 28-29 %, predicted 1-9 % too slow,
+and Qwen's LoRA profile, one sample a micro-batch on one A100 (benchmarks/data/
+qwen_finetune_profile.csv), at 29-82 %: from 16 % too slow (Qwen-14B, 256 tokens) to 16 % too
+fast (Qwen-1.8B, 256 tokens)."""
 
 
 def host_note(share: float) -> str:
@@ -77,9 +80,9 @@ def host_note(share: float) -> str:
     if share < HOST_BOUND_SHARE:
         return ""
     return (
-        f"host-bound: the host's dispatch of eager ops is {100 * share:.0f} % of this step "
-        f"(counted ops at {EAGER_OP_SECONDS * 1e6:.0f} µs each, not measured on this host); the "
-        f"fitted runs never passed 20 %, and PEFT's public one-GPU LoRA runs at about 40 % were "
-        f"predicted 14-22 % too slow: a faster host, or one that runs ahead of the GPU, "
+        f"host-bound: the host's dispatch of eager ops adds {100 * share:.0f} % of this step "
+        f"beside the GPU's work (counted ops at {EAGER_OP_SECONDS * 1e6:.0f} µs each, not "
+        f"measured on this host); the fitted runs never passed 20 %, and public one-GPU LoRA "
+        f"runs at 29-82 % were predicted from 16 % too slow to 16 % too fast: a faster host "
         f"shortens this step"
     )
