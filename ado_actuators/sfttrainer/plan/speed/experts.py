@@ -25,7 +25,9 @@ What that costs beyond the dense pricing, per layer of experts and micro-batch:
   hundred rows an expert's weights take as long to read as its FLOPs take to run;
 - the loop's host time: each eager op costs the host EAGER_OP_SECONDS (plan/speed/host.py); the
   GPU waits wherever the host queues kernels slower than they run (small experts), and each sync
-  empties the queue;
+  empties the queue. Its syncs are priced one by one (SYNC_SECONDS), so a pass takes the longer
+  of its GPU's and its host's time: the share of the shorter a dense layer adds
+  (step_time.exposed_host) stands for the syncs and runs of small ops no count prices;
 - the gathers and scatters of the routed rows (ROUTED_ACCESSES);
 - under FSDP, the forward's all-gathers the syncs leave exposed (`forward_tail_seconds`, priced
   with the other collectives in plan/speed/step_time.py);
