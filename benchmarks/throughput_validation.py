@@ -286,18 +286,24 @@ def load_all() -> list[Observed]:
     return load() + load_l40() + load_foundry() + load_peft() + load_qwen()
 
 
-OTHER_RUNNERS = ("qwen qlora (auto-gptq)", "DeepSpeed ZeRO 3)")
-"""Qwen's runs through what the actuator never runs, left out of the regimes' figures (and
-reported as groups): auto-gptq's CUDA kernels, and DeepSpeed ZeRO 3's parameter hooks, whose host
-work the count does not hold."""
+QWEN_AS_THE_ACTUATOR = "qwen lora (PEFT)"
+"""Qwen's runs that train as the actuator does: LoRA through PEFT on one GPU. Its others go
+through what the actuator never runs (auto-gptq's CUDA kernels, DeepSpeed ZeRO 3's parameter
+hooks), whose host work the count does not hold: left out of the regimes' figures, reported as
+groups."""
+
+
+def in_regimes(observed: Observed) -> bool:
+    """Whether a run counts in the regimes' figures: every source's, but Qwen's other runners'."""
+    return observed.family != "qwen" or observed.framework == QWEN_AS_THE_ACTUATOR
 
 
 def by_regime(pairs: list[tuple[Observed, float]]) -> dict[str, list[float]]:
-    """Each run's error under every regime it belongs to (plan/speed/validated.regime), but for
-    OTHER_RUNNERS'."""
+    """Each run's error under every regime it belongs to (plan/speed/validated.regime), of the
+    runs `in_regimes`."""
     found: dict[str, list[float]] = {}
     for observed, error in pairs:
-        if observed.framework.endswith(OTHER_RUNNERS):
+        if not in_regimes(observed):
             continue
         for name in regime(observed.configuration, observed.device.name):
             found.setdefault(name, []).append(error)
@@ -324,9 +330,9 @@ GROUPS: dict[str, Callable[[Observed], bool]] = {
     "one GPU, short micro-batches (PEFT)": lambda o: o.family == "peft",
     "several nodes": lambda o: o.configuration.parallelism.nodes > 1,
     "16k tokens and longer": lambda o: o.configuration.batch.sample_tokens >= 16384,
-    "Qwen LoRA, one GPU, one sample a micro-batch": lambda o: o.framework == "qwen lora (PEFT)",
+    "Qwen LoRA, one GPU, one sample a micro-batch": lambda o: o.framework == QWEN_AS_THE_ACTUATOR,
     "the same at 256-1,024 tokens": lambda o: (
-        o.framework == "qwen lora (PEFT)" and o.configuration.batch.sample_tokens <= 1024
+        o.framework == QWEN_AS_THE_ACTUATOR and o.configuration.batch.sample_tokens <= 1024
     ),
     "Qwen Q-LoRA (auto-gptq)": lambda o: o.framework == "qwen qlora (auto-gptq)",
     "Qwen under DeepSpeed ZeRO 3": lambda o: o.framework.endswith("(DeepSpeed ZeRO 3)"),
@@ -383,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     public, l40, foundry, peft, qwen = load(), load_l40(), load_foundry(), load_peft(), load_qwen()
-    runs = load_all()
+    runs = public + l40 + foundry + peft + qwen  # load_all's, each source read once
     pairs = list(zip(runs, errors(runs, FITTED), strict=True))
     print(f"the shipped constants: {FITTED}")
     print(
