@@ -291,6 +291,21 @@ def test_the_host_and_the_device_hide_each_other_but_for_the_fitted_share_of_the
     assert hidden.parts["host"] == pytest.approx(0.25 * counted)
 
 
+def test_the_forward_s_gathers_hide_behind_the_forward_alone():
+    """FSDP gathers a unit's weights for the forward while the previous unit computes its
+    forward: the backward that follows cannot hide them. Here the micro-batch's compute covers
+    the whole traffic, but its forward (a quarter: forward, recompute, input and weight
+    gradients) does not cover the forward's gathers."""
+    shape = dataclasses.replace(SHAPE, layers=10, total_params=2_000)
+    found = parts(shape, varied(parallelism=Parallelism(gpus=2)))
+    compute = sum(found[k] for k in ("gemm", "attention", "elementwise"))
+    gather = 0.5 * 2_000 * 2  # (n - 1) / n of the bf16 weights at 1 byte/s
+    backward = gather + 0.5 * 100 * 2  # the backward's gathers and the gradients' reduce-scatter
+    assert gather + backward < compute < 4 * gather  # pooled, all but a unit's would hide
+    exposed = gather - compute / 4 + backward / 10  # the backward's: its first unit's alone
+    assert found["communication"] == pytest.approx(exposed)
+
+
 def test_traffic_the_compute_covers_is_hidden_but_the_first_units_gather():
     from ado_actuators.sfttrainer.plan.speed.step_time import exposed
 
@@ -589,8 +604,11 @@ def test_hybrid_shard_gathers_within_a_node_and_all_reduces_across_nodes():
     within = 3 / 4 * (2 * 240 + 200) / 1.0  # 4 devices a node, 1 byte/s within
     across = 2 * 1 / 2 * 200 / (network * 1e9)  # the gradients' all-reduce between 2 nodes
     compute = sum(hybrid[k] for k in ("gemm", "attention", "elementwise"))
-    traffic = within + across
-    assert hybrid["communication"] == pytest.approx(max(traffic - compute, traffic / 2))
+    forward = 3 / 4 * 240 / 1.0  # the forward's gathers, beside the forward's quarter alone
+    rest = within + across - forward
+    assert hybrid["communication"] == pytest.approx(
+        max(rest - compute * 3 / 4, rest / 2) + max(forward - compute / 4, forward / 2)
+    )
     assert full["communication"] == pytest.approx(7 / 8 * (2 * 240 + 200) / 0.01 - compute)
     assert hybrid["communication"] < full["communication"]
 

@@ -21,10 +21,10 @@ def exposed(traffic: float, compute: float, units: int) -> float:
 class LinkTraffic:
     """A step's collectives within one node: their seconds at the bus bandwidth the device
     table gives the link (`traffic_seconds`), the compute they run beside (`overlap_seconds`)
-    and the units they go in, one after another (`exposed`'s). Apart from them, the gathers
-    the host can only issue once the GPU has caught up (`serial_seconds`: a forward whose
-    layers wait on the GPU, plan/speed/experts.forward_tail_seconds) and the compute still
-    queued when each is issued, all that can hide them (`cover_seconds`)."""
+    and the units they go in, one after another (`exposed`'s). Apart from them, FSDP's
+    forward gathers (`serial_seconds`) and the compute that can hide them (`cover_seconds`):
+    the forward's, or where the forward's layers wait on the GPU only what is still queued
+    when each is issued (plan/speed/experts.forward_tail_seconds)."""
 
     traffic_seconds: float
     overlap_seconds: float
@@ -36,7 +36,10 @@ class LinkTraffic:
         """Seconds the collectives add to the step were the compute `compute` times and the
         traffic `link` times what was priced."""
         pooled = exposed(self.traffic_seconds * link, self.overlap_seconds * compute, self.units)
-        return pooled + max(0.0, self.serial_seconds * link - self.cover_seconds * compute)
+        serial = self.serial_seconds * link
+        if serial <= 0:
+            return pooled
+        return pooled + exposed(serial, self.cover_seconds * compute, self.units)
 
     def scaled(self, factor: float) -> LinkTraffic:
         """Every figure `factor` times: a micro-batch's traffic over a step's micro-batches, or

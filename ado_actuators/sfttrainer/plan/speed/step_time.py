@@ -37,7 +37,9 @@ micro-batch is priced by what limits it, on one device:
   of the shorter is added (`exposed_host`); under FSDP a fitted cost per wrapped unit;
 - FSDP traffic: the weights all-gathered for the forward and again for the backward, the
   trainable gradients reduce-scattered. FSDP prefetches the next unit's weights while the current
-  one computes, so only what the compute cannot hide is exposed, plus the first unit's gather.
+  one computes, so only what the compute cannot hide is exposed, plus the first unit's gather,
+  phase by phase: the forward's gathers beside the forward's compute alone (the backward comes
+  after them), the backward's gathers and the reduce-scatters beside the backward's.
   Where the forward syncs (transformers' expert loops), the host issues each forward gather only
   once the GPU has caught up: only what is still queued hides it (experts.forward_tail_seconds).
   Within a node at the bus bandwidth nccl-tests publish for the device's link and GPU count
@@ -533,17 +535,24 @@ def _fsdp(
 ) -> tuple[dict[str, float], LinkTraffic]:
     """Per micro-batch: the strategy's collectives (`_fsdp_traffic`), overlapped with the
     compute that runs beside them; and the units' host time. With them, the collectives'
-    traffic and the compute they overlap. Where the forward syncs (transformers' expert loops,
-    experts.forward_tail_seconds), its gathers are issued only as the GPU catches up, and only
-    the compute still queued then can hide them."""
+    traffic and the compute they overlap.
+
+    The forward's gathers can hide only behind the forward: a unit's weights must be there
+    before its forward runs, and FSDP gathers nothing for the next micro-batch's forward
+    during this one's backward. Pooling all the traffic against all the compute hid LoRA's
+    gathers (two of the frozen weights, a forward that is a third of the compute) wherever they
+    took up to 1.5 forwards, where from one forward on they show. Where the forward syncs
+    (transformers' expert loops, experts.forward_tail_seconds), its gathers are issued only as
+    the GPU catches up, and only the compute still queued then can hide them."""
     traffic, overlapped, gather = _fsdp_traffic(shape, configuration, device)
     units = shape.layers * (1 + shape.adapters_per_layer)
     tail = forward_tail_seconds(shape.experts, configuration, device, weight_bytes(configuration))
-    if tail is None or gather <= 0:
+    if gather <= 0:
         link = LinkTraffic(traffic, compute * overlapped, shape.layers)
     else:  # the rest runs beside the backward, the forward's compute beside nothing
-        backward = compute * (1 - _forward_share(configuration))
-        link = LinkTraffic(traffic - gather, backward, shape.layers, gather, tail)
+        forward = compute * _forward_share(configuration)
+        cover = forward if tail is None else tail
+        link = LinkTraffic(traffic - gather, compute - forward, shape.layers, gather, cover)
     return {
         "communication": link.exposed_seconds(),
         "fsdp_latency": fitted.fsdp_unit_latency_s * units,

@@ -64,13 +64,13 @@ VALIDATED: dict[str, Validated] = {
         0.118, 11, "llm-foundry's MPT on 8 A100-40GBs, 16k-65k tokens"
     ),
     "NVIDIA-H100-80GB-HBM3, up to 8k tokens": Validated(
-        0.124, 44, "llm-foundry's MPT 760M-70B on 1-8 nodes of H100 and PyTorch's FSDP blog"
+        0.121, 44, "llm-foundry's MPT 760M-70B on 1-8 nodes of H100 and PyTorch's FSDP blog"
     ),
     "NVIDIA-H100-80GB-HBM3, one node": Validated(
         0.099, 37, "llm-foundry's MPT 760M-30B on 8 H100s, 512-65k tokens"
     ),
     "NVIDIA-H100-80GB-HBM3, several nodes": Validated(
-        0.120, 19, "PyTorch's FSDP blog (12 nodes) and llm-foundry (2-8 nodes) on H100s"
+        0.090, 19, "PyTorch's FSDP blog (12 nodes) and llm-foundry (2-8 nodes) on H100s"
     ),
     "NVIDIA-H100-80GB-HBM3, 16k tokens and longer": Validated(
         0.068, 12, "llm-foundry's MPT on 8 H100s, 16k-65k tokens"
