@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import re
 import sys
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from ado_actuators.sfttrainer.metrics.gpu_memory import device_memory_bytes
 from ado_actuators.sfttrainer.plan.memory.bound import MemoryBound, memory_bound
 from ado_actuators.sfttrainer.plan.model.architecture import count_parameters
 from ado_actuators.sfttrainer.plan.model.training import (
+    Batch,
     Parallelism,
     Precision,
     TrainingConfiguration,
@@ -118,6 +120,13 @@ def load_configs(path: Path = DATA / "model_configs.yaml") -> dict[str, dict]:
     return configs
 
 
+def expert_parallel(framework: str) -> int:
+    """The expert-parallel degree of fms-acceleration's ScatterMoE runs (`moe-scattermoe-granite-
+    ep2`: 2), as the entity's fast_moe says it; 0 for every other run."""
+    found = re.search(r"scattermoe-granite-ep(\d+)", framework)
+    return int(found.group(1)) if found else 0
+
+
 def configuration_of(run: Run, config: dict, *, quantized: bool = True) -> TrainingConfiguration:
     """How `run` trained, as the product reads a measurement; `quantized=False`: its block
     weights read at the model's dtype (the prediction's reading, benchmarks/memory_prediction.py)."""
@@ -128,7 +137,9 @@ def configuration_of(run: Run, config: dict, *, quantized: bool = True) -> Train
         config = {**config, "quantization_config": {"load_in_4bit": True}}
     return TrainingConfiguration(
         tuning=Tuning(method=run.peft, lora_r=run.r, target_modules=run.targets),
-        parallelism=Parallelism(gpus=run.gpus),
+        parallelism=Parallelism(gpus=run.gpus, fast_moe=expert_parallel(run.framework)),
+        # the MoE table's micro-batches: more than one a step holds FSDP's gradients whole
+        batch=Batch(gradient_accumulation_steps=run.accumulation),
         precision=Precision(
             torch_dtype=run.dtype,
             optim="adamw_torch",

@@ -128,6 +128,7 @@ def _observed(row: list[Any], models: dict[str, dict[str, Any]]) -> Observed:
     source, gpu, gpus, nodes, network, model, length, batch, checkpointing, measured = row
     config = models[model]["config"]
     configuration = TrainingConfiguration(  # full fine-tuning in bfloat16: the parts' defaults
+        # one micro-batch a step, so when the gradients sync does not matter
         parallelism=Parallelism(gpus=int(gpus), nodes=int(nodes)),
         batch=Batch(per_device_batch=int(batch), sample_tokens=int(length)),
         kernels=_kernels(str(checkpointing) in RECOMPUTING),
@@ -161,7 +162,11 @@ def _foundry(row: dict[str, str]) -> Observed:
         "vocab_size": 50368,
     }
     configuration = TrainingConfiguration(
-        parallelism=Parallelism(gpus=gpus, nodes=max(1, gpus // GPUS_PER_NODE)),
+        # Composer syncs FSDP's gradients after every micro-batch (no no_sync: it applies its
+        # sync strategy to DDP models only)
+        parallelism=Parallelism(
+            gpus=gpus, nodes=max(1, gpus // GPUS_PER_NODE), gradient_sync="each"
+        ),
         batch=Batch(
             per_device_batch=int(row["micro_batch"]),
             sample_tokens=length,
@@ -248,7 +253,10 @@ def _qwen(row: dict[str, str]) -> Observed:
     length = int(row["sequence_length"])
     configuration = TrainingConfiguration(
         tuning=tuning,
-        parallelism=Parallelism(gpus=int(row["gpus_per_node"]), nodes=int(row["nodes"])),
+        # DeepSpeed's ZeRO reduces the gradients into their partitions after every micro-batch
+        parallelism=Parallelism(
+            gpus=int(row["gpus_per_node"]), nodes=int(row["nodes"]), gradient_sync="each"
+        ),
         batch=Batch(
             per_device_batch=1,
             model_max_length=length,

@@ -14,6 +14,7 @@ from ado_actuators.sfttrainer.contract.units import GIB
 from ado_actuators.sfttrainer.metrics.gpu_memory import device_memory_bytes, memory_table
 from ado_actuators.sfttrainer.plan.memory.bound import (
     CUDA_CONTEXT_FLOOR_BYTES,
+    MemoryBound,
     memory_bound,
     weight_bits,
 )
@@ -22,6 +23,8 @@ from ado_actuators.sfttrainer.plan.model.architecture import (
     count_parameters,
 )
 from ado_actuators.sfttrainer.plan.model.training import (
+    Batch,
+    GradientSync,
     Parallelism,
     Precision,
     TrainingConfiguration,
@@ -205,6 +208,34 @@ def test_sharding_follows_the_plan(settings, divisor):
     bound = memory_bound(counts, TrainingConfiguration(parallelism=settings))
     assert bound.shards == divisor
     assert bound.total - CUDA_CONTEXT_FLOOR_BYTES == pytest.approx(whole / divisor)
+
+
+def test_fsdp_holds_the_gradients_whole_between_micro_batches_the_trainer_does_not_sync():
+    """transformers' Trainer runs a step's micro-batches but the last under FSDP's no_sync,
+    which accumulates the whole gradients on each device: the bound holds them whole, the
+    weights and optimizer state still sharded. One micro-batch a step, or a trainer that
+    reduces after each (Composer, DeepSpeed), keeps them sharded."""
+    params = count_parameters(MISTRAL_7B).total
+
+    def bound(steps: int, sync: GradientSync = "last") -> MemoryBound:
+        return memory_bound(
+            count_parameters(MISTRAL_7B),
+            TrainingConfiguration(
+                parallelism=Parallelism(gpus=4, gradient_sync=sync),
+                batch=Batch(gradient_accumulation_steps=steps),
+            ),
+        )
+
+    accumulated = bound(4)
+    assert accumulated.parts["gradients"] == 2 * params  # bf16, whole
+    assert accumulated.parts["weights"] == 2 * params / 4
+    assert accumulated.gradient_shards == 1 and accumulated.shards == 4
+    assert "(over 4 devices (FSDP FULL_SHARD), the gradients whole on each device: more " in (
+        accumulated.describe()
+    )
+    for sharded in (bound(1), bound(4, "each")):
+        assert sharded.parts["gradients"] == 2 * params / 4
+        assert sharded.gradient_shards == 4 and "whole" not in sharded.describe()
 
 
 def test_lora_trains_adapters_from_r_and_the_target_modules():

@@ -307,6 +307,32 @@ def test_an_unknown_device_is_certain_oom_only_beyond_the_largest_device(model_d
     assert small.verdict()[0] == "unknown" and "gpu_memory_gib" in small.verdict()[1]
 
 
+def test_accumulating_micro_batches_under_fsdp_holds_the_gradients_whole_and_says_so(model_dir):
+    """Llama-3.1-70B's full fine-tuning over 8 A100s in bf16: weights, gradients and AdamW's
+    states (about 525 GiB) sharded are 66 GiB a device, under the A100's 80; at 4 micro-batches
+    a step the Trainer's no_sync holds its whole 131 GiB of gradients on each device beside the
+    other shards, a certain OOM whose reason names the field to change."""
+    llama_70b = {
+        **LLAMA_8B,
+        "name": "l70",
+        "hidden_size": 8192,
+        "intermediate_size": 28672,
+        "num_hidden_layers": 80,
+        "num_attention_heads": 64,
+    }
+    location = model_dir(llama_70b)
+    one = check(values(number_gpus=8, gradient_accumulation_steps=1), location)
+    four = check(values(number_gpus=8, gradient_accumulation_steps=4), location)
+    assert not one.certain_oom and not one.bound.gradients_whole
+    assert four.certain_oom and four.bound.gradients_whole
+    assert four.bound.parts["gradients"] == pytest.approx(8 * one.bound.parts["gradients"])
+    verdict, why = four.verdict()
+    assert verdict == "certain OOM" and "gradients whole on each device" in why
+    invalid = four.answer(skip_predicted_oom=False)
+    assert invalid is not None
+    assert "Not launched: set gradient_accumulation_steps to 1" in invalid.reason
+
+
 def test_the_workstation_and_consumer_devices_load_with_their_sources():
     from ado_actuators.sfttrainer.metrics.gpu_memory import allocatable_source, memory_table
 

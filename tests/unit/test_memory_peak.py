@@ -323,6 +323,25 @@ def test_fsdp_over_frozen_layers_holds_every_layers_input_gradient_under_reentra
         assert "fsdp_held_input_gradients" not in phases.get("backward", {})
 
 
+def test_between_micro_batches_fsdp_holds_the_gradients_whole_and_the_update_their_shards():
+    """Four micro-batches a step over 4 devices: the Trainer's no_sync keeps each device's
+    gradients whole from the first micro-batch's backward to the last's, which reduces them to
+    their shards before the update; with one micro-batch a step they are a shard throughout."""
+    counts, dims = count_parameters(TINY), Dimensions.of(TINY)
+    one, four = (
+        dataclasses.replace(full(number_gpus=4), batch=dataclasses.replace(TOKENS, **steps))
+        for steps in ({"gradient_accumulation_steps": 1}, {"gradient_accumulation_steps": 4})
+    )
+    whole = 2 * counts.total  # bf16 gradients of every weight
+    found = predict_peak(counts, dims, four, memory_bound(counts, four), ReleaseBehaviour())
+    assert found.phases["forward"]["gradients"] == whole
+    assert found.phases["backward"]["gradients"] == whole
+    assert found.phases["optimizer_step"]["gradients"] == whole / 4
+    sharded = predict_peak(counts, dims, one, memory_bound(counts, one), ReleaseBehaviour())
+    assert sharded.phases["optimizer_step"]["gradients"] == whole / 4
+    assert sharded.phases["backward"]["gradients"] < whole / 2  # at most a unit's whole
+
+
 def test_the_release_reader_names_what_it_could_not_find():
     with pytest.raises(ValueError, match=r"^no \*ForCausalLM class in the modeling source$"):
         read_loss_code("class Foo(Bar):\n    pass\n", None)

@@ -216,9 +216,32 @@ def test_each_micro_batch_after_the_first_adds_its_gradients_into_the_held_ones(
     accumulated = varied(batch=batch(gradient_accumulation_steps=3))
     # 2 micro-batches x 3 passes x 2 bytes x 100 trainable weights, at 1 byte/s
     assert parts(configuration=accumulated)["accumulation"] == pytest.approx(2 * 3 * 2 * 100)
+    # under FSDP too, whole: the Trainer's no_sync keeps the gradients unsharded until the last
     sharded = varied(batch=batch(gradient_accumulation_steps=3), parallelism=Parallelism(gpus=2))
-    assert parts(configuration=sharded)["accumulation"] == pytest.approx(2 * 3 * 2 * 100 / 2)
+    assert parts(configuration=sharded)["accumulation"] == pytest.approx(2 * 3 * 2 * 100)
     assert "accumulation" not in parts()
+
+
+def test_fsdp_reduces_the_gradients_once_a_step_not_once_a_micro_batch():
+    """The Trainer runs a step's micro-batches but the last under no_sync: the gathers repeat
+    each micro-batch, the gradients' reduce-scatter runs once."""
+    once, thrice, each = (
+        parts(
+            configuration=varied(
+                batch=batch(gradient_accumulation_steps=m),
+                parallelism=Parallelism(gpus=2, gradient_sync=sync),
+            ),
+            device=dataclasses.replace(SLOW, interconnect_gbps=1e-12 / NCCL_LINK_SHARE),
+        )
+        for m, sync in ((1, "last"), (3, "last"), (3, "each"))
+    )
+    # at a thousandth of a byte a second the link is busy throughout: all the traffic shows
+    gathers, gradients = 0.5 * 2 * 240 * 1000, 0.5 * 200 * 1000
+    assert once["communication"] == pytest.approx(gathers + gradients, rel=0.01)
+    assert thrice["communication"] == pytest.approx(3 * gathers + gradients, rel=0.01)
+    # a trainer that reduces after each micro-batch (Composer, DeepSpeed), into shards
+    assert each["communication"] == pytest.approx(3 * (gathers + gradients), rel=0.01)
+    assert each["accumulation"] == pytest.approx(thrice["accumulation"] / 2)
 
 
 def test_fsdp_gathers_the_weights_twice_and_reduces_the_gradients_each_micro_batch():

@@ -148,6 +148,20 @@ def test_fsdp_shards_the_states_gathers_the_root_and_a_layer_and_holds_input_gra
     assert "fsdp_held_input_gradients" not in inside.phases["backward"]
 
 
+def test_fsdp_keeps_the_traced_gradients_whole_between_micro_batches_and_shards_the_updates():
+    """More than one micro-batch a step: the Trainer's no_sync holds each device's gradients
+    whole until the last backward, which reduces them before the update."""
+    two = lora(2)
+    four = dataclasses.replace(
+        two, batch=dataclasses.replace(TOKENS, gradient_accumulation_steps=4)
+    )
+    one = T.predict(STEP, two, memory_bound(T.counts_of(INVENTORY), two), ReleaseBehaviour())
+    held = T.predict(STEP, four, memory_bound(T.counts_of(INVENTORY), four), ReleaseBehaviour())
+    assert one.phases["backward"]["gradients"] == 8  # the traced 16 over 2 devices
+    assert held.phases["backward"]["gradients"] == 16  # whole
+    assert held.phases["optimizer_step"]["gradients"] == one.phases["optimizer_step"]["gradients"]
+
+
 def test_prompt_tunings_held_input_gradients_span_its_virtual_tokens_as_in_the_formula():
     """The trace path's FSDP terms are the formula's (plan/memory/fsdp.py), at the length the
     layers see: the samples' and prompt tuning's virtual tokens."""

@@ -622,6 +622,8 @@ def predict_peak(
     _with_the_tower(forwards, moments, _tower_kept(dims, configuration, behaviour))
     moment = max(moments, key=lambda name: sum(moments[name].values()))
     step = {k: states[k] for k in ("weights", "gradients", "optimizer_state")}
+    # the step's last backward has reduced whole gradients to their shards by the update
+    step["gradients"] *= bound.gradient_shards / bound.shards
     step["optimizer_temporaries"] = states["optimizer_temporaries"]
     stepped = optimizer_state(configuration.precision.optim).step
     return PeakPrediction(
@@ -781,8 +783,8 @@ def _gradients_in_layers(
     full = configuration.tuning.method == "none"
     grown = head_gradients(counts, configuration, bound) * (not base["gradients"])
     # down_proj's weight gradient, allocated before the product's gradients: whole under FSDP
-    # (a unit's gradients exist unsharded until its reduce-scatter)
-    unsharded = bound.shards if configuration.parallelism.backend == "FSDP" else 1
+    # (a unit's gradients exist unsharded until its reduce-scatter; already whole under no_sync)
+    unsharded = bound.gradient_shards if configuration.parallelism.backend == "FSDP" else 1
     down = states["gradients"] * dims.hidden * dims.intermediate / max(1, counts.total) * unsharded
     if full and not base["gradients"]:
         grown += down

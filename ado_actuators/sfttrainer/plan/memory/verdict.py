@@ -35,6 +35,7 @@ from ado_actuators.sfttrainer.plan.memory import hybrid
 from ado_actuators.sfttrainer.plan.memory import traced as traced_parts
 from ado_actuators.sfttrainer.plan.memory.bound import (
     UNCOUNTED_STATE,
+    WHOLE_GRADIENTS,
     MemoryBound,
     memory_bound,
     trainable_parameters,
@@ -158,11 +159,16 @@ class MemoryAssessment:
         else:
             assert self.device_bytes is not None
             has = f"{self.gpu_model} has {self.device_bytes / GIB:g} GiB"
+        accumulation = (
+            "set gradient_accumulation_steps to 1 (its micro-batches hold FSDP's gradients whole), "
+            if self.bound.gradients_whole
+            else ""
+        )
         reason = (
             f"certain GPU out of memory: each device needs at least {self.bound.gib:.2f} GiB "
             f"({self.bound.describe()}; activations not counted), but {has}. Not launched: "
-            f"use more GPUs, LoRA or a smaller model, or set the actuator parameter "
-            f"memory_bound_check: false to measure anyway"
+            f"{accumulation}use more GPUs, LoRA or a smaller model, or set the actuator "
+            f"parameter memory_bound_check: false to measure anyway"
         )
         return self._out_of_memory(reason, CERTAIN_OOM)
 
@@ -227,7 +233,9 @@ class MemoryAssessment:
             needs = f"needs at least {self.bound.gib:.2f} GiB per device: "
             return "certain OOM", needs + self.beyond_every_device()
         if self.certain_oom:
-            return "certain OOM", "the lower bound exceeds the device"
+            assert self.bound is not None
+            whole = f" ({WHOLE_GRADIENTS})" if self.bound.gradients_whole else ""
+            return "certain OOM", "the lower bound exceeds the device" + whole
         if self.predicted_oom and self.prediction is not None:
             why = f"the prediction ({self.prediction.phase}) exceeds the device"
             return "predicted OOM", why + self._optimizer()

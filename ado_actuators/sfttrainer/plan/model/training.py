@@ -30,6 +30,7 @@ from ado_actuators.sfttrainer.plan.model.shape import ModelShape
 PeftMethod = Literal["none", "lora", "pt"]
 Checkpointing = Literal["none", "reentrant", "non_reentrant"]
 FlashBuild = Literal["flash-attn", "triton"]
+GradientSync = Literal["last", "each"]
 
 CHARS_PER_TOKEN = 4
 """English news text's characters per token (the chars datasets' entries are input and response
@@ -126,6 +127,11 @@ class Parallelism:
     fsdp_sharding_strategy: str = "FULL_SHARD"
     fast_moe: int = 0  # expert-parallel degree, 0 off
     gpu_model: str | None = None
+    # when a step's gradients are reduced across devices: after its last micro-batch alone
+    # (transformers' Trainer runs the others under FSDP's or DDP's no_sync, holding them whole),
+    # or after each (Composer and llama-recipes under FSDP, DeepSpeed's ZeRO: public runs the
+    # benchmarks price)
+    gradient_sync: GradientSync = "last"
 
     @property
     def sharded(self) -> bool:

@@ -50,8 +50,9 @@ micro-batch is priced by what limits it, on one device:
 
 Per step: the gradients are clipped and the optimizer steps, each pass of their kernels over the
 trainable weights on the device at its memory bandwidth (`update_bytes`); each micro-batch after
-the first adds its gradients into those held (ACCUMULATE_PASSES); and DDP
-all-reduces the trainable gradients once, overlapped with the last backward as its buckets are.
+the first adds its gradients into those held, whole even under FSDP (ACCUMULATE_PASSES); DDP
+all-reduces the trainable gradients once, overlapped with the last backward as its buckets are,
+and FSDP reduces them once too (the Trainer's no_sync; `_fsdp_traffic`).
 A paged optimizer whose state the device cannot hold beside the step's peak pages all of it in
 and out every step over the GPU's PCIe link (`paging`; devices.HOST_LINK_GBPS; the verdict's
 MemoryAssessment.paged_out_bytes says why all of it); where it fits, nothing moves and it costs
@@ -219,8 +220,9 @@ clip_grad_norm_ reads each gradient for its norm (_foreach_norm) and reads and w
 it (_foreach_mul_)."""
 ACCUMULATE_PASSES = 3
 """Gradient accumulation: autograd's AccumulateGrad adds each micro-batch's weight gradient into
-the one held (`grad += new`: two reads, one write), FSDP into its gradient shard, from the second
-micro-batch of a step on."""
+the one held (`grad += new`: two reads, one write), from the second micro-batch of a step on.
+Under FSDP too it adds the whole gradient, not a shard: the Trainer runs those micro-batches
+under no_sync, which keeps the gradients unsharded until the step's last backward."""
 NCCL_LINK_SHARE = 200 / 600
 """Share of the GPU-to-GPU link, as the datasheet quotes it (both directions), NCCL's collectives
 reach within a node: about 200 GB/s of bus bandwidth on eight A100s' 600 GB/s NVLink (NVIDIA/
@@ -570,10 +572,15 @@ def _fsdp_traffic(
     gathered from forward to backward: one all-gather. NO_SHARD keeps them whole: one
     all-reduce of the gradients, 2 (n - 1) / n * S, beside the backward only (DDP's).
     HYBRID_SHARD shards within a node over its link, and all-reduces the gradient shards across
-    nodes over the network, every device of a node at once."""
+    nodes over the network, every device of a node at once.
+
+    The gradients' collective runs once a step, not once a micro-batch: transformers' Trainer
+    runs every micro-batch but a step's last under FSDP's no_sync, which keeps the gradients
+    whole on each device until the last one's backward reduces them. Priced here as a share of
+    it each micro-batch (`Parallelism.gradient_sync`: other trainers reduce after each)."""
     n, k = gpus(configuration), nodes(configuration)
     strategy = configuration.parallelism.fsdp_sharding_strategy
-    gradients = shape.trainable_params * weight_bytes(configuration)
+    gradients = shape.trainable_params * weight_bytes(configuration) / _reductions(configuration)
     if strategy == "NO_SHARD":
         volume = 2 * (n - 1) / n * gradients
         return volume / link_bytes_per_second(configuration, device), BACKWARD_SHARE, 0.0
@@ -587,6 +594,12 @@ def _fsdp_traffic(
         return share * sharded + across, 1.0, share * stored
     share = (n - 1) / n / link_bytes_per_second(configuration, device)
     return share * sharded, 1.0, share * stored
+
+
+def _reductions(configuration: TrainingConfiguration) -> int:
+    """The micro-batches a step's gradients are reduced over once (`Parallelism.gradient_sync`):
+    all of them where only the last syncs, else one each."""
+    return micro_batches(configuration) if configuration.parallelism.gradient_sync == "last" else 1
 
 
 def exposed_host(compute: float, host: float, share: float) -> float:
@@ -626,9 +639,11 @@ def step_time(
     bandwidth = device.memory_gbps * 1e9
     parts["optimizer"] = update_bytes(configuration) * on_device / bandwidth
     if m > 1:
-        # each micro-batch after the first adds its gradients into the ones held
+        # each micro-batch after the first adds its gradients into the ones held: whole where
+        # they are reduced at the step's last only, else FSDP's shard of them
         width = configuration.trained_weight_bytes
-        parts["accumulation"] = (m - 1) * ACCUMULATE_PASSES * width * on_device / bandwidth
+        held = shape.trainable_params / (n if sharded and _reductions(configuration) == 1 else 1)
+        parts["accumulation"] = (m - 1) * ACCUMULATE_PASSES * width * held / bandwidth
     if paged_out_bytes > 0:
         # paged in for the update, each page in evicting one out
         parts["paging"] = 2 * paged_out_bytes / (device.host_link_gbps * 1e9)
