@@ -101,7 +101,7 @@ EXPERTS_VALIDATED: dict[str, Validated] = {
         "fit (benchmarks/throughput_prediction.py)",
     ),
     "granitemoe": Validated(
-        0.177,
+        0.176,
         3,
         "fms-acceleration's granite-3.0-3b-a800m full fine-tuning on 1, 2 and 4 A100s through "
         "transformers' loop, every run predicted too fast (benchmarks/moe_throughput.py)",
