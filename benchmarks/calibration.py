@@ -18,7 +18,7 @@ throughput table), and each source's such factor is taken out before its spreads
 - for an A100 family, on the speed model's errors on the other four families (the fitted
   device's spreads, shipped as GROUP_SD, SUBGROUP_SD, WITHIN_SUBGROUP from all five);
 - for the L40 and llm-foundry (off the fitted device or framework), on the speed model's
-  errors on the public validation runs of every other source (throughput_validation.load_all:
+  errors on the public validation runs of every other source (guided_search.validation_errors:
   other frameworks' runs, the L40 table, llm-foundry's; the source scored left out), shipped
   as OFF_SOURCE_GROUP_SD, OFF_SOURCE_SUBGROUP_SD, OFF_SOURCE_WITHIN from all of them; and
   another framework's shift on the A100 (FRAMEWORK_SHIFT_SD) likewise.
@@ -159,7 +159,8 @@ def report(label: str, rows: dict[str, Row], device: str, prior: Prior, into: Re
 def off_source() -> None:
     group_sd, subgroup_sd, within = off_source_spreads()
     print(
-        f"Off the fitted source, fitted on every public validation run (load_all): group "
+        f"Off the fitted source, fitted on the validation runs of other frameworks, the L40 "
+        f"and llm-foundry: group "
         f"{group_sd:.3f}, GPU count {subgroup_sd:.3f}, row {within:.3f}, another framework's "
         f"shift on the A100 {framework_shift_sd():.3f}; shipped: {levels(DATASHEET_DEVICE)}, "
         f"{FRAMEWORK_SHIFT_SD:.3f}"

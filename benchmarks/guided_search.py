@@ -225,10 +225,11 @@ FOUNDRY_SOURCE = "llm-foundry"
 
 @functools.cache
 def validation_errors() -> tuple[tuple[str, Observed, float], ...]:
-    """(source, run, log of measured over predicted) of every public run the speed model was
-    not fitted on (benchmarks/throughput_validation.load_all), predicted with the shipped
-    constants; a source: one framework's publication (the L40 table, llm-foundry's tables, each
-    of public_throughput.yaml's)."""
+    """(source, run, log of measured over predicted) of the public runs the speed model was not
+    fitted on that vary the device, GPU count and length (other frameworks', the L40 table,
+    llm-foundry's; not PEFT's or Qwen's, one GPU each), predicted with the shipped constants; a
+    source: one framework's publication (the L40 table, llm-foundry's tables, each of
+    public_throughput.yaml's)."""
     from throughput_validation import load, load_foundry
 
     sourced = [(o.family, o) for o in load()]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from memory_bound import load_configs
+from memory_bound import expert_parallel, load_configs
 
 from ado_actuators.sfttrainer.plan.model.training import (
     Batch,
@@ -35,7 +35,7 @@ from ado_actuators.sfttrainer.plan.speed.step_time import step_time
 
 DATA = Path(__file__).parent / "data" / "fms_acceleration_a100_80gb.csv"
 MODEL = "ibm-granite/granite-3.0-3b-a800m-instruct"
-FRAMEWORKS = {"none": 0, "moe-scattermoe-granite-ep1": 1}
+FRAMEWORKS = ("none", "moe-scattermoe-granite-ep1")
 """The rows priced: transformers' loop, and ScatterMoE on one device (fast_moe 1). Expert
 parallelism over several devices and padding-free runs are left out: neither is priced."""
 LENGTH = 279
@@ -57,7 +57,7 @@ def predicted(row: dict[str, str], length: int) -> float:
     configuration = TrainingConfiguration(
         tuning=tuning,
         parallelism=Parallelism(
-            gpus=int(row["num_gpus"]), fast_moe=FRAMEWORKS[row["framework_config"]]
+            gpus=int(row["num_gpus"]), fast_moe=expert_parallel(row["framework_config"])
         ),
         batch=Batch(
             per_device_batch=int(row["per_device_train_batch_size"]),

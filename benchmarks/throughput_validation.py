@@ -91,6 +91,13 @@ QWEN_SIZES = {
     "Qwen-14B": (5120, 13696, 40, 40, 152064),
     "Qwen-72B": (8192, 24576, 64, 80, 152064),
 }
+QWEN_PEFT, QWEN_GPTQ, QWEN_DEEPSPEED = (
+    "qwen lora (PEFT)",
+    "qwen qlora (auto-gptq)",
+    "qwen (DeepSpeed ZeRO 3)",
+)
+"""How each of Qwen's runs trained, as the rows name it: LoRA through PEFT on one GPU, Q-LoRA
+through auto-gptq's kernels, and full fine-tuning or several GPUs under DeepSpeed ZeRO 3."""
 QWEN_LORA_TARGETS = ("q_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 """Qwen's five adapted linears a layer (c_attn, the attention's c_proj, w1, w2, the MLP's
 c_proj) by the names of Qwen2's layer, the same layer with its query, key and value unfused:
@@ -268,14 +275,13 @@ def _qwen(row: dict[str, str]) -> Observed:
             flash_attention=True, attention="flash_attention_2", checkpointing="reentrant"
         ),
     )
-    gpus = configuration.parallelism.gpus
-    runner = "auto-gptq" if method == "qlora" else "PEFT"
-    if method == "full" or gpus > 1:
-        runner = "DeepSpeed ZeRO 3"
+    runner = QWEN_GPTQ if method == "qlora" else QWEN_PEFT
+    if method == "full" or configuration.parallelism.gpus > 1:
+        runner = QWEN_DEEPSPEED
     return Observed(
         model=row["model"],
         family="qwen",
-        framework=f"qwen {method} ({runner})",
+        framework=runner,
         shape=model_shape(config, tuning, "Vanilla"),
         configuration=configuration,
         tokens_per_second=8 * length / float(row["seconds_per_iteration"]),
@@ -294,7 +300,7 @@ def load_all() -> list[Observed]:
     return load() + load_l40() + load_foundry() + load_peft() + load_qwen()
 
 
-QWEN_AS_THE_ACTUATOR = "qwen lora (PEFT)"
+QWEN_AS_THE_ACTUATOR = QWEN_PEFT
 """Qwen's runs that train as the actuator does: LoRA through PEFT on one GPU. Its others go
 through what the actuator never runs (auto-gptq's CUDA kernels, DeepSpeed ZeRO 3's parameter
 hooks), whose host work the count does not hold: left out of the regimes' figures, reported as
@@ -342,8 +348,8 @@ GROUPS: dict[str, Callable[[Observed], bool]] = {
     "the same at 256-1,024 tokens": lambda o: (
         o.framework == QWEN_AS_THE_ACTUATOR and o.configuration.batch.sample_tokens <= 1024
     ),
-    "Qwen Q-LoRA (auto-gptq)": lambda o: o.framework == "qwen qlora (auto-gptq)",
-    "Qwen under DeepSpeed ZeRO 3": lambda o: o.framework.endswith("(DeepSpeed ZeRO 3)"),
+    "Qwen Q-LoRA (auto-gptq)": lambda o: o.framework == QWEN_GPTQ,
+    "Qwen under DeepSpeed ZeRO 3": lambda o: o.framework == QWEN_DEEPSPEED,
 }
 """The groups issue 43 sets its goals on (its first without Qwen's runs, which came later), and
 Qwen's profile by how it ran."""

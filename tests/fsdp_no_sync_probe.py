@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
+import tempfile
 
 
 def _grad_bytes(model) -> int:
@@ -19,14 +19,14 @@ def _grad_bytes(model) -> int:
     )
 
 
-def _rank(rank: int, world: int, port: int, model_dir: str, out: str) -> None:
+def _rank(rank: int, world: int, store: str, model_dir: str, out: str) -> None:
     import torch
     import torch.distributed as dist
     from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
     from transformers import AutoModelForCausalLM
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # a file the ranks meet at, not a port: no other test's process can hold it
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     model = FullyShardedDataParallel(
         AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32),
         device_id=torch.device("cpu"),
@@ -52,10 +52,8 @@ def main() -> None:
     import torch.multiprocessing as mp
 
     model_dir, out = sys.argv[1], sys.argv[2]
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    mp.spawn(_rank, args=(2, port, model_dir, out), nprocs=2)
+    with tempfile.TemporaryDirectory() as meet:
+        mp.spawn(_rank, args=(2, os.path.join(meet, "store"), model_dir, out), nprocs=2)
 
 
 if __name__ == "__main__":

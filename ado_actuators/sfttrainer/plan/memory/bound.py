@@ -138,20 +138,14 @@ WHOLE_GRADIENTS = (
 
 
 def gradients_whole(configuration: TrainingConfiguration) -> bool:
-    """Whether each device holds the whole of the gradients between a step's micro-batches:
-    FSDP over several devices, more than one micro-batch a step, the gradients reduced after
-    the last alone. transformers' Trainer runs the others under FSDP's no_sync, which "will
-    accumulate the full model gradients (instead of gradient shards) until the eventual sync"
-    (torch's FullyShardedDataParallel.no_sync). Not under expert parallelism (fast_moe): each
-    device keeps its own experts' gradients, which FSDP does not shard, and the bound keeps its
-    smaller reading (`shards`); fms-acceleration's Mixtral ran full fine-tuning over 8 A100s at
-    16 micro-batches a step in 55 GiB, where its whole gradients alone take 87."""
-    parallelism = configuration.parallelism
+    """Whether the bound holds each device's gradients whole between a step's micro-batches
+    (TrainingConfiguration.gradients_whole_between_micro_batches). Not under expert parallelism
+    (fast_moe): each device keeps its own experts' gradients, which FSDP does not shard, and the
+    bound keeps its smaller reading (`shards`); fms-acceleration's Mixtral ran full fine-tuning
+    over 8 A100s at 16 micro-batches a step in 55 GiB, where its whole gradients alone take 87."""
     return (
-        parallelism.sharded
-        and not parallelism.fast_moe
-        and configuration.batch.gradient_accumulation_steps > 1
-        and parallelism.gradient_sync == "last"
+        configuration.gradients_whole_between_micro_batches
+        and not configuration.parallelism.fast_moe
     )
 
 

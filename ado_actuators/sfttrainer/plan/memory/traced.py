@@ -313,9 +313,9 @@ def _sharded(
     sharded = {}
     for phase, parts in phases.items():
         parts = {k: v / shards if k in states else v for k, v in parts.items()}
-        if phase != "optimizer_step" and "gradients" in parts:  # whole under no_sync
-            parts["gradients"] *= shards / bound.gradient_shards
         if phase != "optimizer_step":
+            if "gradients" in parts:  # whole between micro-batches (FSDP's no_sync)
+                parts["gradients"] *= shards / bound.gradient_shards
             parts["fsdp_gathered"] = gathered
         if phase == "backward" and held:
             parts["fsdp_held_input_gradients"] = held

@@ -221,6 +221,20 @@ class TrainingConfiguration:
         )
 
     @property
+    def gradients_whole_between_micro_batches(self) -> bool:
+        """Whether FSDP's devices hold the whole of the gradients, not their shards, between a
+        step's micro-batches: FSDP over several devices, more than one micro-batch a step, the
+        gradients reduced after the last alone. transformers' Trainer runs the others under
+        FSDP's no_sync, which "will accumulate the full model gradients (instead of gradient
+        shards) until the eventual sync" (torch's FullyShardedDataParallel.no_sync). The memory
+        bound and peak hold them so, and the step time accumulates into them."""
+        return (
+            self.parallelism.sharded
+            and self.batch.gradient_accumulation_steps > 1
+            and self.parallelism.gradient_sync == "last"
+        )
+
+    @property
     def trained_weight_bytes(self) -> int:
         """Bytes of a trained weight, its gradient and each state in the parameter's dtype, as
         clipping, the optimizer and gradient accumulation pass over them: PEFT's adapters and

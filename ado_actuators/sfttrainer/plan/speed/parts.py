@@ -36,10 +36,8 @@ class LinkTraffic:
         """Seconds the collectives add to the step were the compute `compute` times and the
         traffic `link` times what was priced."""
         pooled = exposed(self.traffic_seconds * link, self.overlap_seconds * compute, self.units)
-        serial = self.serial_seconds * link
-        if serial <= 0:
-            return pooled
-        return pooled + exposed(serial, self.cover_seconds * compute, self.units)
+        serial = exposed(self.serial_seconds * link, self.cover_seconds * compute, self.units)
+        return pooled + serial
 
     def scaled(self, factor: float) -> LinkTraffic:
         """Every figure `factor` times: a micro-batch's traffic over a step's micro-batches, or

@@ -639,10 +639,11 @@ def step_time(
     bandwidth = device.memory_gbps * 1e9
     parts["optimizer"] = update_bytes(configuration) * on_device / bandwidth
     if m > 1:
-        # each micro-batch after the first adds its gradients into the ones held: whole where
-        # they are reduced at the step's last only, else FSDP's shard of them
+        # each micro-batch after the first adds its gradients into the ones held: FSDP's shard
+        # of them where each micro-batch reduces them, else whole
         width = configuration.trained_weight_bytes
-        held = shape.trainable_params / (n if sharded and _reductions(configuration) == 1 else 1)
+        whole = configuration.gradients_whole_between_micro_batches
+        held = shape.trainable_params / (n if sharded and not whole else 1)
         parts["accumulation"] = (m - 1) * ACCUMULATE_PASSES * width * held / bandwidth
     if paged_out_bytes > 0:
         # paged in for the update, each page in evicting one out
