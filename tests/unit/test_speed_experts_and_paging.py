@@ -21,6 +21,7 @@ from ado_actuators.sfttrainer.plan.model.training import (
 )
 from ado_actuators.sfttrainer.plan.speed.devices import device_named
 from ado_actuators.sfttrainer.plan.speed.experts import forward_tail_seconds
+from ado_actuators.sfttrainer.plan.speed.parts import exposed
 from ado_actuators.sfttrainer.plan.speed.prediction import model_shape, predict_speed
 from ado_actuators.sfttrainer.plan.speed.step_time import (
     ModelShape,
@@ -232,12 +233,16 @@ def test_a_forward_that_syncs_leaves_its_fsdp_gathers_exposed():
     nvlink = sharded(configuration(tokens=4096, batch=4), gpus=2)
     loop = step_time(shape, nvlink, A100)
     grouped = step_time(shape, sharded(configuration(tokens=4096, batch=4, fast_moe=1), 2), A100)
-    assert grouped.parts["communication"] < 0.01 * grouped.seconds
+    # hidden but for the first unit's gather and the slowed compute's share of the rest
+    assert grouped.parts["communication"] < 0.02 * grouped.seconds
     tail = forward_tail_seconds(shape.experts, nvlink, A100, 2.0) or 0.0
     gather = _forward_gather(shape, nvlink, A100)
     assert gather > tail
-    first_unit = loop.link.traffic_seconds / shape.layers if loop.link else 0.0
-    assert gather - tail <= loop.parts["communication"] <= gather - tail + first_unit + 1e-9
+    assert loop.link is not None
+    # the backward's traffic hidden but for its first unit and the slowed compute's share
+    pooled = exposed(loop.link.traffic_seconds, loop.link.overlap_seconds, shape.layers)
+    assert pooled < loop.link.traffic_seconds / 5
+    assert gather - tail <= loop.parts["communication"] <= gather - tail + pooled + 1e-9
 
 
 def test_the_exposed_forward_gather_follows_the_link_and_the_compute():

@@ -115,7 +115,7 @@ FITTED_DEVICE = Prior(
     subgroup_sd=SUBGROUP_SD,
     known_spreads=True,
 )
-"""The reference device: the left-one-family-out error is 3.1 % median, 10.7 % at the 90th
+"""The reference device: the left-one-family-out error is 3.2 % median, 10.6 % at the 90th
 percentile (docs/benchmarks/throughput.md), and no family strays as a whole: its factor barely
 moves; what a family's groups stray by is their own factors'."""
 OFF_SOURCE_GROUP_SD = 0.077

@@ -10,11 +10,33 @@ from __future__ import annotations
 
 import dataclasses
 
+COMPUTE_SLOWDOWN_BESIDE_COLLECTIVES = 0.189
+"""How much longer compute takes while collectives run beside it: 18.9 % on average (40 % at
+most) over GPT and Llama training steps on four A100s, H100s, MI250s and MI210s (Lee et al.,
+"Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning:
+Performance and Power Implications", arXiv 2507.03114, abstract). NCCL's kernels hold SMs for the
+whole collective and share the memory system with the matmuls (an H100 GEMM beside an
+all-gather of 24 blocks ran at 47 % MFU instead of 80 %: NVIDIA developer forums, "Compute-
+Communication Overlap Causes Severe GEMM Performance Degradation because of Tail Effect").
+Cited, not fitted. It matters where the collectives last long beside the compute: over PCIe
+without peer-to-peer and across nodes; over NVLink they are over in a few % of the step."""
 
-def exposed(traffic: float, compute: float, units: int) -> float:
-    """Seconds of traffic the compute cannot hide when each unit's transfer overlaps the
-    previous unit's compute: all but what the compute covers, and at least the first unit's."""
-    return max(traffic - compute, traffic / max(1, units))
+
+def exposed(
+    traffic: float,
+    compute: float,
+    units: int,
+    slowdown: float = COMPUTE_SLOWDOWN_BESIDE_COLLECTIVES,
+) -> float:
+    """Seconds the collectives add to the compute when each unit's transfer overlaps the previous
+    unit's compute: the first unit's transfer, then the rest beside the compute, which runs
+    `slowdown` slower while they last. Where the compute (so slowed) outlasts the rest, the
+    step gains the rest's share of the slowdown, rest x s / (1 + s); where it does not, the
+    rest shows beyond the compute. With no slowdown: all but what the compute covers, and at
+    least the first unit's."""
+    first = traffic / max(1, units)
+    rest = traffic - first
+    return first + max(rest - compute, rest * slowdown / (1 + slowdown))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -292,7 +292,7 @@ throughput_prediction.py; the host's exposed share on the 159 without bitsandbyt
 GEMMs at the A100's achieved rate and attention at flash-attention 2's, the host's ops counted
 (plan/speed/host.py), not fitted, and each architecture's memory-bound kernels counted
 (plan/speed/layer_bytes.py). Each family predicted with the constants fitted on the others:
-median |error| 3.1 %, 90th percentile 10.7 %, Spearman 0.974 over the 244 runs."""
+median |error| 3.2 %, 90th percentile 10.6 %, Spearman 0.974 over the 244 runs."""
 
 
 @dataclasses.dataclass(frozen=True)
