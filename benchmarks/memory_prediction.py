@@ -24,7 +24,7 @@ from ado_actuators.sfttrainer.metrics.gpu_memory import (
     CUDA_CONTEXT_ESTIMATE_BYTES,
     allocatable_bytes,
 )
-from ado_actuators.sfttrainer.plan.memory.logits import checkpointing, loss_code
+from ado_actuators.sfttrainer.plan.memory.logits import loss_code
 from ado_actuators.sfttrainer.plan.memory.peak import (
     ALLOCATOR_HEADROOM,
     Dimensions,
@@ -33,6 +33,7 @@ from ado_actuators.sfttrainer.plan.memory.peak import (
     predict_peak,
 )
 from ado_actuators.sfttrainer.plan.model.architecture import count_parameters
+from ado_actuators.sfttrainer.plan.model.releases import checkpointing
 from ado_actuators.sfttrainer.plan.model.training import (
     Batch,
     FastKernels,

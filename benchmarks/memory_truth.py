@@ -54,7 +54,7 @@ from ado_actuators.sfttrainer.contract.units import GIB, MIB
 from ado_actuators.sfttrainer.plan.memory import hybrid
 from ado_actuators.sfttrainer.plan.memory import traced as traced_parts
 from ado_actuators.sfttrainer.plan.memory.bound import memory_bound
-from ado_actuators.sfttrainer.plan.memory.logits import checkpointing, loss_code
+from ado_actuators.sfttrainer.plan.memory.logits import loss_code
 from ado_actuators.sfttrainer.plan.memory.peak import (
     Dimensions,
     PeakPrediction,
@@ -63,6 +63,7 @@ from ado_actuators.sfttrainer.plan.memory.peak import (
 )
 from ado_actuators.sfttrainer.plan.memory.trace.step import trace_step
 from ado_actuators.sfttrainer.plan.model.architecture import COUNTED, count_parameters
+from ado_actuators.sfttrainer.plan.model.releases import checkpointing
 from ado_actuators.sfttrainer.plan.model.shape import ModelShape
 from ado_actuators.sfttrainer.plan.model.training import (
     Batch,

@@ -143,6 +143,8 @@ def _observed(
             attention="flash_attention_2",
             fast_kernels=FastKernels(foak, foak, foak),
             checkpointing="reentrant",
+            # transformers 4.4x then: the model's forward checkpoints each layer's call
+            checkpointed_by_model=True,
         ),
     )
     return Observed(

@@ -663,14 +663,16 @@ def test_how_a_release_checkpoints_its_layers_is_read_from_its_source():
     assert logits_memory.read_checkpointing(layer) == "layer"
     assert logits_memory.read_checkpointing(model) == "model"
     assert logits_memory.read_checkpointing(plain) == "none"
-    assert logits_memory.checkpointing("4.45.2", "llama") == "model"
-    assert logits_memory.checkpointing("4.55.4", "llama") == "layer"
+    from ado_actuators.sfttrainer.plan.model.releases import checkpointing, checkpointing_for
+
+    assert checkpointing("4.45.2", "llama") == "model"
+    assert checkpointing("4.55.4", "llama") == "layer"
     # transformers 4.55's GPTBigCode: gradient_checkpointing_enable() changes nothing
-    assert logits_memory.checkpointing("4.55.4", "gpt_bigcode") == "none"
+    assert checkpointing("4.55.4", "gpt_bigcode") == "none"
     assert not logits_memory.checkpoints("4.55.4", "gpt_bigcode")
     assert logits_memory.checkpoints("4.52.4", "gpt_bigcode")
-    assert logits_memory.checkpointing("0.0.1", "llama") == "layer"  # not on record
-    assert logits_memory.checkpointing_for("3.2.2", "gpt_bigcode") == "none"
+    assert checkpointing("0.0.1", "llama") == "layer"  # not on record
+    assert checkpointing_for("3.2.2", "gpt_bigcode") == "none"
 
 
 # ---- what the traced record (test_memory_truth_record.py) cannot reach: fms-acceleration's

@@ -358,6 +358,47 @@ def test_the_compute_the_collectives_run_beside_runs_slower():
     assert 0.15 < COMPUTE_SLOWDOWN_BESIDE_COLLECTIVES < 0.4  # the published average, not a fit
 
 
+def _checkpointed(by_model: bool, checkpointing="reentrant", accumulation=1, strategy="FULL_SHARD"):
+    kernels = dataclasses.replace(
+        RECOMPUTED, checkpointing=checkpointing, checkpointed_by_model=by_model
+    )
+    parallelism = Parallelism(gpus=2, fsdp_sharding_strategy=strategy)
+    configuration = varied(
+        kernels=kernels,
+        parallelism=parallelism,
+        batch=batch(gradient_accumulation_steps=accumulation),
+    )
+    return parts(configuration=configuration)["communication"]
+
+
+def test_inside_a_reentrant_checkpoint_fsdp_gathers_each_unit_twice_and_the_compute_waits():
+    """transformers before 4.52 checkpoints each layer's call from the model's forward, so FSDP's
+    unit runs inside the checkpoint: under reentrant recompute the backward gathers each unit
+    for its recompute and again for its backward, with no prefetch, each gather after the
+    reduce-scatter of the unit before (tests/fsdp_prefetch_probe.py). The micro-batch that
+    reduces waits for a gather of each unit and the reduce-scatters whole; the extra gather of
+    every micro-batch hides as the rest of the backward's traffic does."""
+    prefetched = _checkpointed(by_model=False)  # the layer checkpoints itself: as before
+    assert _checkpointed(by_model=True, checkpointing="non_reentrant") == prefetched
+    waiting = 0.5 * (240 + 200)  # a gather of the bf16 weights and the gradients' reduce-scatter
+    recompute_gather = shown(0.5 * 240, 2)  # beside the compute, as the backward's traffic
+    inside = _checkpointed(by_model=True)
+    assert inside - prefetched == pytest.approx(waiting + recompute_gather - shown(waiting, 2))
+    # four micro-batches a step, one of them reducing (the Trainer's no_sync): the step waits
+    # as long, and each micro-batch's backward hides two gathers and a quarter of the
+    # reduce-scatter less what waits (a quarter of a gather and of the reduce-scatter) where
+    # it hid one gather and that quarter
+    step = _checkpointed(by_model=True, accumulation=4) - _checkpointed(False, accumulation=4)
+    hidden_inside = 0.5 * (2 * 240 + 200 / 4) - waiting / 4
+    hidden_prefetched = 0.5 * (240 + 200 / 4)
+    assert step == pytest.approx(
+        waiting + 4 * (shown(hidden_inside, 2) - shown(hidden_prefetched, 2))
+    )
+    # SHARD_GRAD_OP keeps the gathered weights from forward to backward: nothing waits
+    grad_op = _checkpointed(by_model=True, strategy="SHARD_GRAD_OP")
+    assert grad_op == _checkpointed(by_model=False, strategy="SHARD_GRAD_OP")
+
+
 def test_another_device_changes_only_what_it_achieves_and_says_so():
     fast = Device("fast", tflops=2e-9, memory_gbps=2e-9, interconnect_gbps=2e-9 / NCCL_LINK_SHARE)
     slow, quick = (parts(), parts(device=fast))

@@ -108,6 +108,17 @@ def test_the_attention_that_runs_is_one_reading_for_memory_and_speed():
         assert attention_kernel(configuration) == ("fa2" if flash else "sdpa")
 
 
+def test_whether_the_model_checkpoints_each_layer_is_one_reading_for_memory_and_speed():
+    """fms-hf-tuning 2.x pins transformers releases whose model forward checkpoints each layer's
+    call (FSDP's unit then runs inside the checkpoint), 3.1 on a release whose layers checkpoint
+    themselves: the memory's release behaviour and the step time's kernels read the same."""
+    llama = {"model_type": "llama"}
+    for version, by_model in [("2.8.2", True), ("3.1.0", False)]:
+        configuration = configuration_of(values(fms_hf_tuning_version=version), LORA, llama)
+        assert configuration.kernels.checkpointed_by_model is by_model
+        assert behaviour_of(configuration, "llama").checkpointed_by_model is by_model
+
+
 def test_mixed_precision_is_read_from_the_entity_the_experiment_and_accelerate():
     """GPTQ-LoRA's experiment passes `--fp16 true`: autocast in float16 over its float16 weights,
     so the returned logits are converted to fp32 as under any mixed precision."""

@@ -92,16 +92,16 @@ class Prior:
     they overlap kept at the compute's factor (0: none; the link errs with the rest)."""
 
 
-GROUP_SD = 0.052
+GROUP_SD = 0.053
 """An answer group's own factor (log scale), on top of its device's and its method's: the speed
 model is off by much the same for every configuration of one model, method, framework and
 device. Fitted by benchmarks/calibration.py (space/calibration.py's fit_level_spreads) on
 fms-acceleration's A100 tables, each of the five model families predicted by the speed model
 fitted without it: 48 groups, 244 rows."""
-SUBGROUP_SD = 0.050
+SUBGROUP_SD = 0.048
 """A group's configurations at one GPU count share a factor of their own on top of the group's
 (the speed model's multi-GPU efficiency errs alike at every batch size), from the same fit."""
-WITHIN_SUBGROUP = 0.038
+WITHIN_SUBGROUP = 0.037
 """One configuration's spread (log scale) about its subgroup's factor, from the same fit: the
 relative speeds across batch sizes at one GPU count are predicted better than across GPU
 counts, and both better than the level. Tested where it was not fitted: on each A100 family
@@ -115,10 +115,10 @@ FITTED_DEVICE = Prior(
     subgroup_sd=SUBGROUP_SD,
     known_spreads=True,
 )
-"""The reference device: the left-one-family-out error is 3.2 % median, 10.6 % at the 90th
+"""The reference device: the left-one-family-out error is 3.1 % median, 10.2 % at the 90th
 percentile (docs/benchmarks/throughput.md), and no family strays as a whole: its factor barely
 moves; what a family's groups stray by is their own factors'."""
-OFF_SOURCE_GROUP_SD = 0.077
+OFF_SOURCE_GROUP_SD = 0.069
 """An answer group's factor on a device or framework the speed model was not fitted on, about
 the device's, method's and attention kernel's: from the speed model's errors on the public runs
 it was not fitted on (benchmarks/guided_search.py's validation_errors: other frameworks' runs,
@@ -127,12 +127,12 @@ fit_level_spreads (benchmarks/guided_search.py's off_source_spreads), each sourc
 factors taken out (its mean error per device and method, and its attention kernel's factor
 times each run's attention share). Each source is scored with the spreads fitted without it
 (docs/benchmarks/guided.md)."""
-OFF_SOURCE_SUBGROUP_SD = 0.026
+OFF_SOURCE_SUBGROUP_SD = 0.042
 """A subgroup's factor on top of its group's, off the fitted source, from the same fit. Small
 once the attention kernel's factor is out: what moved llm-foundry's errors by up to 70 % from
 512 to 65,536 tokens was its attention's share of the step (0.126 without that factor, before
 its runs' Triton attention was priced as such)."""
-OFF_SOURCE_WITHIN = 0.050
+OFF_SOURCE_WITHIN = 0.034
 """One configuration's spread about its subgroup's factor off the fitted source, same fit."""
 ATTENTION_KERNEL_SD = 0.36
 """How far the attention kernel a device's runs use may run from the one the speed model priced
@@ -169,7 +169,7 @@ runs were up to 33 % slower than predicted before calibration, LoRA's more than 
 fine-tuning's. Its groups, subgroups and rows stray about its factors as the speed model strays
 on the public runs it was not fitted on (OFF_SOURCE_*), not as little as on the A100 runs it
 was fitted on."""
-FRAMEWORK_SHIFT_SD = 0.064
+FRAMEWORK_SHIFT_SD = 0.054
 """How far another framework's runs on the fitted device stray as a whole (log scale): the
 root mean square of each public source's mean log error on the A100 (fsdp_blog, torchtitan,
 xtuner, llm-foundry; benchmarks/guided_search.py's framework_shift_sd)."""

@@ -19,6 +19,7 @@ from packaging.version import Version
 
 from ado_actuators.sfttrainer.plan.model.families.registry import FAMILIES
 from ado_actuators.sfttrainer.plan.model.releases import (
+    checkpointing,
     pinned_release,
     record,
     transformers_release,
@@ -131,7 +132,7 @@ def read_loss_code(modeling_source: str, loss_source: str | None) -> LossCode:
     return LossCode(upcast=upcast, shifts=_shifted(forward))
 
 
-CHECKPOINTING = ("layer", "model", "none")
+CHECKPOINTING = ("layer", "model", "none")  # what plan/model/releases.checkpointing answers
 
 
 def read_checkpointing(modeling_source: str) -> str:
@@ -204,13 +205,6 @@ def loss_code(transformers_version: str | None, model_type: str) -> LossCode | N
     return LossCode(upcast=family["upcast"], shifts=family["shifts"]) if family else None
 
 
-def checkpointing(transformers_version: str | None, model_type: str) -> str:
-    """How the release checkpoints a family's layers (read_checkpointing); "layer" where the
-    record does not say (the newest releases' way)."""
-    family = record()["releases"].get(transformers_version, {}).get(model_type) or {}
-    return str(family.get("checkpoints", "layer"))
-
-
 def checkpoints(transformers_version: str, model_type: str) -> bool:
     """Whether the release's layers of a family honour gradient checkpointing."""
     return checkpointing(transformers_version, model_type) != "none"
@@ -237,8 +231,3 @@ def copies_logits(fms_hf_tuning_version: str) -> bool:
 def loss_code_for(fms_hf_tuning_version: str, model_type: str) -> LossCode | None:
     """The LossCode of the release an fms-hf-tuning version trains with, for a model family."""
     return loss_code(transformers_release(fms_hf_tuning_version), model_type)
-
-
-def checkpointing_for(fms_hf_tuning_version: str, model_type: str) -> str:
-    """How the release an fms-hf-tuning version trains with checkpoints a family's layers."""
-    return checkpointing(transformers_release(fms_hf_tuning_version), model_type)

@@ -41,11 +41,7 @@ from ado_actuators.sfttrainer.plan.memory.bound import (
     trainable_parameters,
     weight_bits,
 )
-from ado_actuators.sfttrainer.plan.memory.logits import (
-    checkpointing_for,
-    copies_logits,
-    loss_code_for,
-)
+from ado_actuators.sfttrainer.plan.memory.logits import copies_logits, loss_code_for
 from ado_actuators.sfttrainer.plan.memory.peak import (
     ALLOCATOR_HEADROOM,
     Dimensions,
@@ -59,6 +55,7 @@ from ado_actuators.sfttrainer.plan.model.architecture import (
     UnsupportedArchitecture,
     count_parameters,
 )
+from ado_actuators.sfttrainer.plan.model.releases import checkpointing_for
 from ado_actuators.sfttrainer.plan.model.shape import ModelShape
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
 

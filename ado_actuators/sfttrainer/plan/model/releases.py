@@ -73,6 +73,20 @@ def default_attention(transformers_version: str | None, model_type: str) -> str:
     return str(family.get("attention", "sdpa"))
 
 
+def checkpointing(transformers_version: str | None, model_type: str) -> str:
+    """How the release checkpoints a family's layers (plan/memory/logits.read_checkpointing):
+    "layer", inside the layer's own call (FSDP's unit holds the checkpoint); "model", by the
+    model's forward around each layer's call (the unit inside the checkpoint); "none". "layer"
+    where the record does not say (the newest releases' way)."""
+    family = record()["releases"].get(transformers_version, {}).get(model_type) or {}
+    return str(family.get("checkpoints", "layer"))
+
+
+def checkpointing_for(fms_hf_tuning_version: str, model_type: str) -> str:
+    """How the release an fms-hf-tuning version trains with checkpoints a family's layers."""
+    return checkpointing(transformers_release(fms_hf_tuning_version), model_type)
+
+
 def attention_for(fms_hf_tuning_version: str, model_type: str, flash_attn: bool) -> Attention:
     """The attention that runs: flash-attn 2 when asked for (`flash_attn`), else the default of
     the transformers release the fms-hf-tuning version pins (default_attention)."""

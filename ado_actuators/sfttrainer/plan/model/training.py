@@ -24,7 +24,7 @@ from ado_actuators.sfttrainer.plan.model.architecture import (
     virtual_tokens,
 )
 from ado_actuators.sfttrainer.plan.model.geometry import per_device_batch
-from ado_actuators.sfttrainer.plan.model.releases import attention_for
+from ado_actuators.sfttrainer.plan.model.releases import attention_for, checkpointing_for
 from ado_actuators.sfttrainer.plan.model.shape import ModelShape
 
 PeftMethod = Literal["none", "lora", "pt"]
@@ -177,6 +177,9 @@ class Kernels:
     # whose kernels run flash attention: flash-attn's CUDA ones (what --use_flash_attn installs),
     # or the Triton port some public runs priced against used (llm-foundry's attn_impl: triton)
     flash_build: FlashBuild = "flash-attn"
+    # the release's model forward checkpoints each layer's call, so an FSDP unit runs inside the
+    # checkpoint (transformers before 4.52: plan/model/releases.checkpointing's "model")
+    checkpointed_by_model: bool = False
 
     @property
     def gradient_checkpointing(self) -> bool:
@@ -291,7 +294,10 @@ class TrainingConfiguration:
             batch=_batch(values, shape),
             precision=_precision(values, definition),
             kernels=_kernels(
-                values, definition, attention_for(version, model_type, bool(values.flash_attn))
+                values,
+                definition,
+                attention_for(version, model_type, bool(values.flash_attn)),
+                checkpointing_for(version, model_type) == "model",
             ),
             fms_hf_tuning_version=version,
             dataset_id=_named(values.dataset_id, "dataset_id"),
@@ -412,7 +418,10 @@ def _precision(values: EntityValues, definition: ExperimentDefinition) -> Precis
 
 
 def _kernels(
-    values: EntityValues, definition: ExperimentDefinition, attention: Attention
+    values: EntityValues,
+    definition: ExperimentDefinition,
+    attention: Attention,
+    checkpointed_by_model: bool,
 ) -> Kernels:
     checkpointing: Checkpointing = "none"
     if values.gradient_checkpointing:
@@ -423,6 +432,7 @@ def _kernels(
         attention=attention,
         fast_kernels=FastKernels.of(fast_kernel_words(values, definition.sft_trainer_arguments)),
         checkpointing=checkpointing,
+        checkpointed_by_model=checkpointed_by_model,
     )
 
 

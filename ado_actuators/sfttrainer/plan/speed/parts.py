@@ -46,20 +46,23 @@ class LinkTraffic:
     and the units they go in, one after another (`exposed`'s). Apart from them, FSDP's
     forward gathers (`serial_seconds`) and the compute that can hide them (`cover_seconds`):
     the forward's, or where the forward's layers wait on the GPU only what is still queued
-    when each is issued (plan/speed/experts.forward_tail_seconds)."""
+    when each is issued (plan/speed/experts.forward_tail_seconds). Apart from both, what the
+    compute waits for in full (`waiting_seconds`): FSDP's backward collectives under reentrant
+    recompute (plan/speed/step_time._fsdp_waiting)."""
 
     traffic_seconds: float
     overlap_seconds: float
     units: int
     serial_seconds: float = 0.0
     cover_seconds: float = 0.0
+    waiting_seconds: float = 0.0  # the compute waits for all of it (FSDP under reentrant recompute)
 
     def exposed_seconds(self, compute: float = 1.0, link: float = 1.0) -> float:
         """Seconds the collectives add to the step were the compute `compute` times and the
         traffic `link` times what was priced."""
         pooled = exposed(self.traffic_seconds * link, self.overlap_seconds * compute, self.units)
         serial = exposed(self.serial_seconds * link, self.cover_seconds * compute, self.units)
-        return pooled + serial
+        return pooled + serial + self.waiting_seconds * link
 
     def scaled(self, factor: float) -> LinkTraffic:
         """Every figure `factor` times: a micro-batch's traffic over a step's micro-batches, or
@@ -70,6 +73,7 @@ class LinkTraffic:
             overlap_seconds=self.overlap_seconds * factor,
             serial_seconds=self.serial_seconds * factor,
             cover_seconds=self.cover_seconds * factor,
+            waiting_seconds=self.waiting_seconds * factor,
         )
 
 

@@ -263,24 +263,24 @@ class Fitted:
 
     matmul_efficiency: float = 1.0
     """Share of the device's achieved cuBLAS rate the training's matmuls reach."""
-    elementwise_bytes: float = 60.3
+    elementwise_bytes: float = 59.3
     """Bytes moved per token, layer, pass and unit of activated width by a Llama layer's
     memory-bound kernels (another architecture's: plan/speed/layer_bytes.py)."""
-    fast_kernels_elementwise: float = 0.156
+    fast_kernels_elementwise: float = 0.151
     """Share of the RMSNorms' and rotary embedding's elementwise bytes (and of the fit's excess
     in their proportion) left with fms-acceleration's fused kernels (plan/speed/layer_bytes.py
     says which share of a layer's bytes they are)."""
-    adapter_bytes: float = 13.6
+    adapter_bytes: float = 13.9
     """Bytes moved per token, pass and unit of adapted width by LoRA's adapters."""
-    fused_lora_adapters: float = 3.11e-22
+    fused_lora_adapters: float = 1.46e-11
     """Share of the adapters' bytes left with the fused LoRA kernels."""
-    dequant_bytes_gptq: float = 5.53
+    dequant_bytes_gptq: float = 5.63
     """Bytes per quantized weight, pass and micro-batch to unpack GPTQ weights."""
-    dequant_bytes_bnb: float = 9.37
+    dequant_bytes_bnb: float = 9.79
     """The same for bitsandbytes' 4-bit weights."""
-    fsdp_unit_latency_s: float = 1.87e-3
+    fsdp_unit_latency_s: float = 0.00174
     """Host time per FSDP unit and micro-batch on more than one device."""
-    host_exposed: float = 0.625
+    host_exposed: float = 0.637
     """Share of the lesser of a micro-batch's host dispatch and its device work that the other
     does not hide (`exposed_host`). Fitted on the runs without bitsandbytes, whose 4-bit linears
     dispatch host ops the count does not hold (benchmarks/throughput_prediction.py)."""
@@ -292,7 +292,7 @@ throughput_prediction.py; the host's exposed share on the 159 without bitsandbyt
 GEMMs at the A100's achieved rate and attention at flash-attention 2's, the host's ops counted
 (plan/speed/host.py), not fitted, and each architecture's memory-bound kernels counted
 (plan/speed/layer_bytes.py). Each family predicted with the constants fitted on the others:
-median |error| 3.2 %, 90th percentile 10.6 %, Spearman 0.974 over the 244 runs."""
+median |error| 3.1 %, 90th percentile 10.2 %, Spearman 0.974 over the 244 runs."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -554,7 +554,9 @@ def _fsdp(
     else:  # the rest runs beside the backward, the forward's compute beside nothing
         forward = compute * _forward_share(configuration)
         cover = forward if tail is None else tail
-        link = LinkTraffic(traffic - gather, compute - forward, shape.layers, gather, cover)
+        waiting = _fsdp_waiting(shape, configuration, device)
+        rest = traffic - gather - waiting
+        link = LinkTraffic(rest, compute - forward, shape.layers, gather, cover, waiting)
     return {
         "communication": link.exposed_seconds(),
         "fsdp_latency": fitted.fsdp_unit_latency_s * units,
@@ -568,7 +570,8 @@ def _fsdp_traffic(
     seconds of the forward's all-gathers among them, by sharding strategy. FULL_SHARD: two
     all-gathers of the stored weights (forward, backward) and a reduce-scatter of the trainable
     gradients, each (n - 1) / n * S over busbw (nccl-tests' convention,
-    `link_bytes_per_second`), beside the whole compute. SHARD_GRAD_OP keeps the weights
+    `link_bytes_per_second`), beside the whole compute; a third where the units run inside a
+    reentrant checkpoint (`_inside_reentrant`). SHARD_GRAD_OP keeps the weights
     gathered from forward to backward: one all-gather. NO_SHARD keeps them whole: one
     all-reduce of the gradients, 2 (n - 1) / n * S, beside the backward only (DDP's).
     HYBRID_SHARD shards within a node over its link, and all-reduces the gradient shards across
@@ -585,6 +588,7 @@ def _fsdp_traffic(
         volume = 2 * (n - 1) / n * gradients
         return volume / link_bytes_per_second(configuration, device), BACKWARD_SHARE, 0.0
     gathers = 1 if strategy in ("SHARD_GRAD_OP", "HYBRID_SHARD_ZERO2") else 2
+    gathers += _inside_reentrant(configuration)  # the recompute's and the backward's
     stored = _stored_bytes(shape, configuration)
     sharded = gathers * stored + gradients
     if strategy.startswith("HYBRID_SHARD") and k > 1:
@@ -594,6 +598,45 @@ def _fsdp_traffic(
         return share * sharded + across, 1.0, share * stored
     share = (n - 1) / n / link_bytes_per_second(configuration, device)
     return share * sharded, 1.0, share * stored
+
+
+def _fsdp_waiting(shape: ModelShape, configuration: TrainingConfiguration, device: Device) -> float:
+    """Seconds per micro-batch of FSDP's backward collectives the compute waits for in full:
+    where a unit runs inside a reentrant checkpoint (`_inside_reentrant`), in each micro-batch
+    that reduces its gradients, a gather of each unit and the reduce-scatters of the node's
+    link; elsewhere none.
+
+    FSDP prefetches a unit's backward gather from the pre-backward hook of the unit after it,
+    and only for a unit whose forward registered one; inside a reentrant checkpoint the forward
+    ran without gradients and registered none, so each gather is issued only as its unit's
+    recompute starts, after the reduce-scatter of the unit before (two CPU ranks over gloo,
+    tests/fsdp_prefetch_probe.py). On one process group's stream that reduce-scatter waits for the
+    unit's backward and the gather waits for it: unit after unit, compute, reduce-scatter,
+    gather. Under no_sync nothing is reduced, and the CPU, ahead of the GPU, issues each gather
+    while the unit before still computes (the pooled rule)."""
+    if not _inside_reentrant(configuration):
+        return 0.0
+    strategy = configuration.parallelism.fsdp_sharding_strategy
+    local = gpus(configuration) // nodes(configuration) if strategy == "HYBRID_SHARD" else 0
+    n = local or gpus(configuration)
+    busbw = intra_node_bytes_per_second(device, n) if local else None
+    share = (n - 1) / n / (busbw or link_bytes_per_second(configuration, device))
+    gradients = shape.trainable_params * weight_bytes(configuration) / _reductions(configuration)
+    return share * (_stored_bytes(shape, configuration) / _reductions(configuration) + gradients)
+
+
+def _inside_reentrant(configuration: TrainingConfiguration) -> bool:
+    """FSDP units that gather in the backward (FULL_SHARD, HYBRID_SHARD) run inside a reentrant
+    checkpoint: the release's model forward checkpoints each unit's call (transformers before
+    4.52). Each unit is then gathered twice in the backward, for its recompute and again for its
+    backward (its recomputed forward reshards it), with no prefetch (tests/fsdp_prefetch_probe.py;
+    a layer that checkpoints itself, 4.52 on, recomputes inside its gathered unit)."""
+    kernels = configuration.kernels
+    return (
+        kernels.checkpointing == "reentrant"
+        and kernels.checkpointed_by_model
+        and configuration.parallelism.fsdp_sharding_strategy in ("FULL_SHARD", "HYBRID_SHARD")
+    )
 
 
 def _reductions(configuration: TrainingConfiguration) -> int:
