@@ -236,6 +236,16 @@ def test_fsdp_holds_the_gradients_whole_between_micro_batches_the_trainer_does_n
     for sharded in (bound(1), bound(4, "each")):
         assert sharded.parts["gradients"] == 2 * params / 4
         assert sharded.gradient_shards == 4 and "whole" not in sharded.describe()
+    # NO_SHARD holds everything whole anyway: nothing for fewer micro-batches to win back, so
+    # the bound does not say the micro-batches hold them whole (no advice on the accumulation)
+    no_shard = memory_bound(
+        count_parameters(MISTRAL_7B),
+        TrainingConfiguration(
+            parallelism=Parallelism(gpus=4, fsdp_sharding_strategy="NO_SHARD"),
+            batch=Batch(gradient_accumulation_steps=4),
+        ),
+    )
+    assert no_shard.parts["gradients"] == 2 * params and not no_shard.gradients_whole
 
 
 def test_lora_trains_adapters_from_r_and_the_target_modules():
