@@ -133,3 +133,39 @@ def test_the_expert_loops_counts_are_what_the_release_dispatches(counted, family
     )
     assert found["forward_per_layer"] == FORWARD_OPS + shape.forward_per_layer
     assert found["backward_per_layer"] == backward_layer
+
+
+def test_a_row_waiting_inside_a_reentrant_checkpoint_says_so_and_names_the_fix():
+    """FSDP over several GPUs, reentrant checkpointing on a version whose transformers
+    checkpoints each layer from the model's forward (2.x): the row's notes say why it waits and
+    which field lets FSDP prefetch; not on a version whose layers checkpoint themselves, not
+    without reentrancy, not on one GPU."""
+    from model_configs import LLAMA_31_8B
+    from training_configuration import configuration_of
+
+    from ado_actuators.sfttrainer.catalog.entity import entity_values
+    from ado_actuators.sfttrainer.catalog.experiments import catalog_data
+    from ado_actuators.sfttrainer.plan.speed.prediction import predict_speed
+
+    definition = catalog_data().experiment("finetune_full_benchmark-v1.0.0")
+
+    def waits(version: str, reentrant: bool, number_gpus: int = 4) -> bool:
+        values = entity_values(
+            {
+                "model_name": "llama3.1-8b",
+                "model_max_length": 2048,
+                "batch_size": 8,
+                "number_gpus": number_gpus,
+                "gpu_model": "NVIDIA-L40S",
+                "fms_hf_tuning_version": version,
+                "gradient_checkpointing_use_reentrant": reentrant,
+            }
+        )
+        notes = predict_speed(configuration_of(values, definition, LLAMA_31_8B)).notes
+        said = [n for n in notes if n.startswith("reentrant checkpointing under FSDP")]
+        assert not said or "gradient_checkpointing_use_reentrant false" in said[0]
+        return bool(said)
+
+    assert waits("2.8.2", True)
+    assert not waits("3.2.2", True) and not waits("2.8.2", False)
+    assert not waits("2.8.2", True, number_gpus=1)

@@ -46,6 +46,7 @@ from ado_actuators.sfttrainer.plan.speed.step_time import (
     StepParts,
     StepTime,
     gpus,
+    inside_reentrant_checkpoint,
     nodes,
     step_time,
 )
@@ -362,7 +363,22 @@ def _notes(
     backend = configuration.parallelism.backend
     if gpus(configuration) > 1 and backend != "FSDP":
         notes.append(f"{backend} over {gpus(configuration)} GPUs: not in the fitted data")
+    if configuration.parallelism.sharded and inside_reentrant_checkpoint(configuration):
+        notes.append(reentrant_note(configuration))
     return tuple(notes)
+
+
+def reentrant_note(configuration: TrainingConfiguration) -> str:
+    """Why a row under FSDP and reentrant checkpointing waits on its collectives, and the fix
+    (plan/speed/step_time.inside_reentrant_checkpoint)."""
+    return (
+        f"reentrant checkpointing under FSDP: fms-hf-tuning "
+        f"{configuration.fms_hf_tuning_version or 'this version'}'s transformers checkpoints each "
+        f"layer from the model's forward, so FSDP gathers each layer's weights twice in the "
+        f"backward and fetches none ahead, priced as waiting for a gather of each layer and the "
+        f"gradients' reduce-scatter once a step. gradient_checkpointing_use_reentrant false lets "
+        f"FSDP fetch them while the layer before computes"
+    )
 
 
 def predict_speed(

@@ -115,6 +115,7 @@ __all__ = [
     "fused_attention",
     "gpus",
     "hardware_flops_per_token",
+    "inside_reentrant_checkpoint",
     "micro_batches",
     "nodes",
     "step_time",
@@ -571,7 +572,7 @@ def _fsdp_traffic(
     all-gathers of the stored weights (forward, backward) and a reduce-scatter of the trainable
     gradients, each (n - 1) / n * S over busbw (nccl-tests' convention,
     `link_bytes_per_second`), beside the whole compute; a third where the units run inside a
-    reentrant checkpoint (`_inside_reentrant`). SHARD_GRAD_OP keeps the weights
+    reentrant checkpoint (`inside_reentrant_checkpoint`). SHARD_GRAD_OP keeps the weights
     gathered from forward to backward: one all-gather. NO_SHARD keeps them whole: one
     all-reduce of the gradients, 2 (n - 1) / n * S, beside the backward only (DDP's).
     HYBRID_SHARD shards within a node over its link, and all-reduces the gradient shards across
@@ -588,7 +589,7 @@ def _fsdp_traffic(
         volume = 2 * (n - 1) / n * gradients
         return volume / link_bytes_per_second(configuration, device), BACKWARD_SHARE, 0.0
     gathers = 1 if strategy in ("SHARD_GRAD_OP", "HYBRID_SHARD_ZERO2") else 2
-    gathers += _inside_reentrant(configuration)  # the recompute's and the backward's
+    gathers += inside_reentrant_checkpoint(configuration)  # the recompute's and the backward's
     stored = _stored_bytes(shape, configuration)
     sharded = gathers * stored + gradients
     if strategy.startswith("HYBRID_SHARD") and k > 1:
@@ -602,7 +603,7 @@ def _fsdp_traffic(
 
 def _fsdp_waiting(shape: ModelShape, configuration: TrainingConfiguration, device: Device) -> float:
     """Seconds per micro-batch of FSDP's backward collectives the compute waits for in full:
-    where a unit runs inside a reentrant checkpoint (`_inside_reentrant`), in each micro-batch
+    where a unit runs inside a reentrant checkpoint (`inside_reentrant_checkpoint`), in each micro-batch
     that reduces its gradients, a gather of each unit and the reduce-scatters of the node's
     link; elsewhere none.
 
@@ -614,7 +615,7 @@ def _fsdp_waiting(shape: ModelShape, configuration: TrainingConfiguration, devic
     unit's backward and the gather waits for it: unit after unit, compute, reduce-scatter,
     gather. Under no_sync nothing is reduced, and the CPU, ahead of the GPU, issues each gather
     while the unit before still computes (the pooled rule)."""
-    if not _inside_reentrant(configuration):
+    if not inside_reentrant_checkpoint(configuration):
         return 0.0
     strategy = configuration.parallelism.fsdp_sharding_strategy
     local = gpus(configuration) // nodes(configuration) if strategy == "HYBRID_SHARD" else 0
@@ -625,7 +626,7 @@ def _fsdp_waiting(shape: ModelShape, configuration: TrainingConfiguration, devic
     return share * (_stored_bytes(shape, configuration) / _reductions(configuration) + gradients)
 
 
-def _inside_reentrant(configuration: TrainingConfiguration) -> bool:
+def inside_reentrant_checkpoint(configuration: TrainingConfiguration) -> bool:
     """FSDP units that gather in the backward (FULL_SHARD, HYBRID_SHARD) run inside a reentrant
     checkpoint: the release's model forward checkpoints each unit's call (transformers before
     4.52). Each unit is then gathered twice in the backward, for its recompute and again for its
