@@ -1,7 +1,7 @@
 """Two CPU ranks over gloo wrap a stack of layers in torch's FSDP as accelerate does for
 fms-hf-tuning (FULL_SHARD, a unit per layer, use_orig_params, BACKWARD_PRE prefetch), checkpoint
 each layer as transformers does, and record the order in which the backward issues each unit's
-all-gather and reduce-scatter: what plan/speed/step_time's `_fsdp_waiting` prices. Two ways to
+all-gather and reduce-scatter: what plan/speed/step_time's `FsdpTraffic.waited` prices. Two ways to
 checkpoint: "model", the model's forward checkpoints each unit's call (transformers before
 4.52, `self._gradient_checkpointing_func(decoder_layer.__call__, ...)`), and "layer", the layer
 checkpoints itself inside its unit (GradientCheckpointingLayer, 4.52 on); each reentrant or not.

@@ -1,5 +1,5 @@
 """The step time's reading of FSDP's backward under reentrant recompute, against torch's FSDP
-itself (plan/speed/step_time._fsdp_waiting, inside_reentrant_checkpoint): two CPU ranks over gloo run a
+itself (plan/speed/step_time.FsdpTraffic.waited, inside_reentrant_checkpoint): two CPU ranks over gloo run a
 stack of FSDP units checkpointed as transformers checkpoints them and report the order in which
 the backward issues each unit's all-gathers and reduce-scatters."""
 

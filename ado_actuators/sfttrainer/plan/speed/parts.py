@@ -48,7 +48,7 @@ class LinkTraffic:
     the forward's, or where the forward's layers wait on the GPU only what is still queued
     when each is issued (plan/speed/experts.forward_tail_seconds). Apart from both, what the
     compute waits for in full (`waiting_seconds`): FSDP's backward collectives under reentrant
-    recompute (plan/speed/step_time._fsdp_waiting)."""
+    recompute (plan/speed/step_time.FsdpTraffic.waited)."""
 
     traffic_seconds: float
     overlap_seconds: float

@@ -363,7 +363,7 @@ def _notes(
     backend = configuration.parallelism.backend
     if gpus(configuration) > 1 and backend != "FSDP":
         notes.append(f"{backend} over {gpus(configuration)} GPUs: not in the fitted data")
-    if configuration.parallelism.sharded and inside_reentrant_checkpoint(configuration):
+    if inside_reentrant_checkpoint(configuration):
         notes.append(reentrant_note(configuration))
     return tuple(notes)
 

@@ -67,7 +67,7 @@ only those (the validation on other devices and frameworks: benchmarks/throughpu
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
 from ado_actuators.sfttrainer.contract.memory_trace import Attention
 from ado_actuators.sfttrainer.plan.model.mamba import MambaLayers
@@ -279,7 +279,7 @@ class Fitted:
     """Bytes per quantized weight, pass and micro-batch to unpack GPTQ weights."""
     dequant_bytes_bnb: float = 9.79
     """The same for bitsandbytes' 4-bit weights."""
-    fsdp_unit_latency_s: float = 0.00174
+    fsdp_unit_latency_s: float = 1.74e-3
     """Host time per FSDP unit and micro-batch on more than one device."""
     host_exposed: float = 0.637
     """Share of the lesser of a micro-batch's host dispatch and its device work that the other
@@ -547,28 +547,52 @@ def _fsdp(
     took up to 1.5 forwards, where from one forward on they show. Where the forward syncs
     (transformers' expert loops, experts.forward_tail_seconds), its gathers are issued only as
     the GPU catches up, and only the compute still queued then can hide them."""
-    traffic, overlapped, gather = _fsdp_traffic(shape, configuration, device)
+    moved = _fsdp_traffic(shape, configuration, device)
     units = shape.layers * (1 + shape.adapters_per_layer)
     tail = forward_tail_seconds(shape.experts, configuration, device, weight_bytes(configuration))
-    if gather <= 0:
-        link = LinkTraffic(traffic, compute * overlapped, shape.layers)
+    if moved.forward_gathers <= 0:
+        link = LinkTraffic(moved.total, compute * moved.overlapped_share, shape.layers)
     else:  # the rest runs beside the backward, the forward's compute beside nothing
         forward = compute * _forward_share(configuration)
         cover = forward if tail is None else tail
-        waiting = _fsdp_waiting(shape, configuration, device)
-        rest = traffic - gather - waiting
-        link = LinkTraffic(rest, compute - forward, shape.layers, gather, cover, waiting)
+        rest = moved.total - moved.forward_gathers - moved.waited
+        gathers, waited = moved.forward_gathers, moved.waited
+        link = LinkTraffic(rest, compute - forward, shape.layers, gathers, cover, waited)
     return {
         "communication": link.exposed_seconds(),
         "fsdp_latency": fitted.fsdp_unit_latency_s * units,
     }, link
 
 
+class FsdpTraffic(NamedTuple):
+    """Seconds of FSDP's collectives per micro-batch (`_fsdp_traffic`): in all, the share of the
+    compute they can run beside, and among them the forward's all-gathers and `waited`.
+
+    `waited`, what the compute waits for in full: where a unit runs inside a
+    reentrant checkpoint (`inside_reentrant_checkpoint`), in each micro-batch that reduces its
+    gradients, a gather of each unit and the reduce-scatters of the node's link; elsewhere none.
+
+    FSDP prefetches a unit's backward gather from the pre-backward hook of the unit after it,
+    and only for a unit whose forward registered one; inside a reentrant checkpoint the forward
+    ran without gradients and registered none, so each gather is issued only as its unit's
+    recompute starts, after the reduce-scatter of the unit before (two CPU ranks over gloo,
+    tests/fsdp_prefetch_probe.py). On one process group's stream that reduce-scatter waits for the
+    unit's backward and the gather waits for it: unit after unit, compute, reduce-scatter,
+    gather. Under no_sync nothing is reduced, and the CPU, ahead of the GPU, issues each gather
+    while the unit before still computes (the pooled rule)."""
+
+    total: float
+    overlapped_share: float
+    forward_gathers: float
+    waited: float
+
+
 def _fsdp_traffic(
     shape: ModelShape, configuration: TrainingConfiguration, device: Device
-) -> tuple[float, float, float]:
-    """Seconds of collectives per micro-batch, the share of the compute they overlap, and the
-    seconds of the forward's all-gathers among them, by sharding strategy. FULL_SHARD: two
+) -> FsdpTraffic:
+    """Seconds of collectives per micro-batch, the share of the compute they overlap, the
+    seconds of the forward's all-gathers and of what the compute waits for among them, by
+    sharding strategy. FULL_SHARD: two
     all-gathers of the stored weights (forward, backward) and a reduce-scatter of the trainable
     gradients, each (n - 1) / n * S over busbw (nccl-tests' convention,
     `link_bytes_per_second`), beside the whole compute; a third where the units run inside a
@@ -587,56 +611,36 @@ def _fsdp_traffic(
     gradients = shape.trainable_params * weight_bytes(configuration) / _reductions(configuration)
     if strategy == "NO_SHARD":
         volume = 2 * (n - 1) / n * gradients
-        return volume / link_bytes_per_second(configuration, device), BACKWARD_SHARE, 0.0
-    gathers = 1 if strategy in ("SHARD_GRAD_OP", "HYBRID_SHARD_ZERO2") else 2
-    gathers += inside_reentrant_checkpoint(configuration)  # the recompute's and the backward's
+        seconds = volume / link_bytes_per_second(configuration, device)
+        return FsdpTraffic(seconds, BACKWARD_SHARE, 0.0, 0.0)
+    reentrant = inside_reentrant_checkpoint(configuration)
+    gathers = (1 if strategy in ("SHARD_GRAD_OP", "HYBRID_SHARD_ZERO2") else 2) + int(reentrant)
     stored = _stored_bytes(shape, configuration)
     sharded = gathers * stored + gradients
+    waited = stored / _reductions(configuration) + gradients if reentrant else 0.0
+    across = 0.0
     if strategy.startswith("HYBRID_SHARD") and k > 1:
         local = max(1, n // k)
         share = (local - 1) / local / intra_node_bytes_per_second(device, local)
         across = 2 * (k - 1) / k * gradients / (device.network_gbps * 1e9)
-        return share * sharded + across, 1.0, share * stored
-    share = (n - 1) / n / link_bytes_per_second(configuration, device)
-    return share * sharded, 1.0, share * stored
-
-
-def _fsdp_waiting(shape: ModelShape, configuration: TrainingConfiguration, device: Device) -> float:
-    """Seconds per micro-batch of FSDP's backward collectives the compute waits for in full:
-    where a unit runs inside a reentrant checkpoint (`inside_reentrant_checkpoint`), in each micro-batch
-    that reduces its gradients, a gather of each unit and the reduce-scatters of the node's
-    link; elsewhere none.
-
-    FSDP prefetches a unit's backward gather from the pre-backward hook of the unit after it,
-    and only for a unit whose forward registered one; inside a reentrant checkpoint the forward
-    ran without gradients and registered none, so each gather is issued only as its unit's
-    recompute starts, after the reduce-scatter of the unit before (two CPU ranks over gloo,
-    tests/fsdp_prefetch_probe.py). On one process group's stream that reduce-scatter waits for the
-    unit's backward and the gather waits for it: unit after unit, compute, reduce-scatter,
-    gather. Under no_sync nothing is reduced, and the CPU, ahead of the GPU, issues each gather
-    while the unit before still computes (the pooled rule)."""
-    if not inside_reentrant_checkpoint(configuration):
-        return 0.0
-    strategy = configuration.parallelism.fsdp_sharding_strategy
-    local = gpus(configuration) // nodes(configuration) if strategy == "HYBRID_SHARD" else 0
-    n = local or gpus(configuration)
-    busbw = intra_node_bytes_per_second(device, n) if local else None
-    share = (n - 1) / n / (busbw or link_bytes_per_second(configuration, device))
-    gradients = shape.trainable_params * weight_bytes(configuration) / _reductions(configuration)
-    return share * (_stored_bytes(shape, configuration) / _reductions(configuration) + gradients)
+    else:
+        share = (n - 1) / n / link_bytes_per_second(configuration, device)
+    return FsdpTraffic(share * sharded + across, 1.0, share * stored, share * waited)
 
 
 def inside_reentrant_checkpoint(configuration: TrainingConfiguration) -> bool:
-    """FSDP units that gather in the backward (FULL_SHARD, HYBRID_SHARD) run inside a reentrant
+    """FSDP's units over several GPUs, gathered in the backward (FULL_SHARD, HYBRID_SHARD), run
+    inside a reentrant
     checkpoint: the release's model forward checkpoints each unit's call (transformers before
     4.52). Each unit is then gathered twice in the backward, for its recompute and again for its
     backward (its recomputed forward reshards it), with no prefetch (tests/fsdp_prefetch_probe.py;
     a layer that checkpoints itself, 4.52 on, recomputes inside its gathered unit)."""
-    kernels = configuration.kernels
+    kernels, parallelism = configuration.kernels, configuration.parallelism
     return (
-        kernels.checkpointing == "reentrant"
+        parallelism.sharded
+        and kernels.checkpointing == "reentrant"
         and kernels.checkpointed_by_model
-        and configuration.parallelism.fsdp_sharding_strategy in ("FULL_SHARD", "HYBRID_SHARD")
+        and parallelism.fsdp_sharding_strategy in ("FULL_SHARD", "HYBRID_SHARD")
     )
 
 
