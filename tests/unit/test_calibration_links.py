@@ -78,10 +78,20 @@ def test_a_slower_link_exposes_more_of_the_traffic():
     # a tenth, and the slowed compute's share of the rest: 0.45 x 0.189 / 1.189
     assert parts.seconds == pytest.approx(0.8 + 0.05 + 0.0715, abs=1e-4)
     assert parts.seconds_at(link=3.0) == pytest.approx(0.8 + 1.5 - 0.6)  # busy throughout
-    gain, by_compute, by_link = log_gain(parts, 0.0, math.log(3.0))
+    gain, by_compute, by_link, by_beside = log_gain(parts, 0.0, math.log(3.0))
     assert gain == pytest.approx(-math.log((0.8 + 0.9) / parts.seconds))
     assert by_link < 0 < by_compute
-    assert log_gain(None, 0.2, 1.0) == (0.2, 1.0, 0.0)
+    assert by_beside == pytest.approx(0.0)  # the link sets the pace: no compute to slow
+    assert log_gain(None, 0.2, 1.0) == (0.2, 1.0, 0.0, 0.0)
+
+
+def test_compute_slowed_more_beside_the_collectives_pays_more_of_the_traffic_it_hides():
+    parts = StepParts(0.8, LinkTraffic(0.5, 0.6, 10))
+    # s = 0.189 x 5: the step pays s / (1 + s) of the 0.45 the compute hides
+    assert parts.seconds_at(beside=5.0) == pytest.approx(0.8 + 0.05 + 0.45 * 0.945 / 1.945)
+    assert parts.seconds_at(beside=1e9) == pytest.approx(0.8 + 0.5)  # none of it hidden
+    _, _, by_link, by_beside = log_gain(parts, 0.0, 0.0)
+    assert by_beside < 0 and by_link < 0
 
 
 def test_rows_at_one_and_two_gpus_move_four_and_eight_as_the_link_says():
@@ -129,6 +139,38 @@ def test_the_preview_names_the_device_s_link_beside_its_attention_kernel():
 
     measured = [row(1, 1), row(1, 4), row(2, 1), row(2, 4)]
     found = calibrate(L40S, measured, prior_for(L40S))
-    assert found.attention_factor == pytest.approx(math.exp(found.mean[-2]))
+    assert found.attention_factor == pytest.approx(math.exp(found.mean[-3]))
     assert f"link x{found.link_factor:.2f}" in _device_line(L40S, found)
     assert "link x0.3" in _device_line(L40S, found)
+    assert f"collectives overlapped {found.overlapped_share:.0%}" in _device_line(L40S, found)
+
+
+def serial_row(gpus: int, batch: int) -> Row:
+    """A configuration as the table prices it, measured on a node whose compute hides none of
+    the collectives' traffic (its link as the table prices it, its compute 10 % slower)."""
+    priced = step_time(SEVEN_B, configuration(gpus, batch), PRICED)
+    parts = priced.step_parts
+    hidden_none = parts.seconds_at(compute=1 / 0.9, beside=1e9)
+    measured = priced.tokens_per_second_per_gpu * parts.seconds / hidden_none
+    return Row(L40S, priced.tokens_per_second_per_gpu, measured, "full", parts=parts)
+
+
+def test_rows_where_the_compute_hides_no_traffic_teach_the_overlap_apart_from_the_link():
+    # at 2 GPUs and 4-16 samples the compute outlasts the traffic: what shows is the overlap
+    measured = [serial_row(1, 4), serial_row(1, 16), serial_row(2, 4), serial_row(2, 16)]
+    found = calibrate(L40S, measured, prior_for(L40S))
+    without = calibrate(L40S, measured, dataclasses.replace(prior_for(L40S), beside_sd=0.0))
+    assert found.overlapped_share < 0.5 < without.overlapped_share
+    for gpus in (4, 8):
+        for batch in (2, 8, 16):
+            target = serial_row(gpus, batch)
+            interval = found.interval(target.predicted, 0.95, "full", parts=target.parts)
+            assert interval.low <= target.measured <= interval.high
+            if batch < 8:  # the traffic outlasts the compute: the link, which no row showed
+                continue
+            assert interval.central == pytest.approx(target.measured, rel=0.05)
+            assert target.predicted / target.measured > 1.4  # uncalibrated: far too fast
+    for gpus in (4, 8):  # a link factor alone leaves the largest batches far off
+        target = serial_row(gpus, 16)
+        old = without.interval(target.predicted, 0.95, "full", parts=target.parts)
+        assert old.central / target.measured > 1.25

@@ -29,6 +29,8 @@ def _device_line(device: str, found: Calibration) -> str:
         factors += f", attention x{found.attention_factor:.2f}"
     if found.link_sd > 0:  # the node's bus bandwidth against the table's, as the rows say
         factors += f", link x{found.link_factor:.2f}"
+    if found.beside_sd > 0:  # how much of the traffic the compute hides, as the rows say
+        factors += f", collectives overlapped {found.overlapped_share:.0%}"
     rows = f"{found.rows} measured row{'s' if found.rows != 1 else ''}"
     # the rows here name no answer group: their group's and subgroup's spreads are theirs too
     strays = math.sqrt(found.spread**2 + found.group_sd**2 + found.subgroup_sd**2)

@@ -29,6 +29,14 @@ rows at more than one GPU the link keeps its prior (the multi-GPU rows' interval
 on the fitted device, whose GPU counts' errors its subgroups' spreads were fitted on, there is
 no link factor and the factors scale the whole step, as before.
 
+How much of the traffic the compute hides, apart from the link: on a PCIe device one more
+factor (`Prior.beside_sd`) scales the compute's slowdown beside the collectives
+(parts.COMPUTE_SLOWDOWN_BESIDE_COLLECTIVES), so the share of the traffic the compute could hide
+that the step still pays, from none to all of it. A multi-GPU row whose compute outlasts its
+traffic tells it; one whose traffic outlasts its compute tells the link. A link factor alone
+could not follow a node whose collectives overlap nothing: a slower link exposes traffic only
+where it outlasts the compute, while such a node pays it at every batch size.
+
 The noise is how far one configuration strays from its subgroup's factor. How far the device's
 rows stray, against what the prior says, comes from the rows themselves, each predicted with
 the factors fitted on the others (leave one out), pooled with the prior's word counted as
@@ -57,7 +65,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ado_actuators.sfttrainer.plan.speed.devices import REFERENCE_NAME, device_named
-from ado_actuators.sfttrainer.plan.speed.parts import StepParts
+from ado_actuators.sfttrainer.plan.speed.parts import COMPUTE_SLOWDOWN_BESIDE_COLLECTIVES, StepParts
 from ado_actuators.sfttrainer.space.groups import CPU
 from ado_actuators.sfttrainer.stats.interval import COVERAGE, Interval, t_quantile
 
@@ -90,6 +98,10 @@ class Prior:
     """The spread of the log of the time the collectives within a node take, against what the
     device table's bus bandwidth prices: a factor on the step's traffic alone, the compute
     they overlap kept at the compute's factor (0: none; the link errs with the rest)."""
+    beside_sd: float = 0.0
+    """The spread of the log of how much slower the compute runs beside those collectives,
+    against the slowdown priced (parts.COMPUTE_SLOWDOWN_BESIDE_COLLECTIVES): a factor on the
+    share of the hidden traffic the step still pays (0: none; only with a link factor)."""
 
 
 GROUP_SD = 0.053
@@ -156,6 +168,20 @@ LINK_SD_NVLINK = 0.11
 (nccl-tests issue 212), against the 300 GB/s the NVLink rule prices: 0.11 puts it at 1.96
 spreads. The fitted device has none: its GPU counts' errors are its subgroups' spreads, fitted
 on its own rows."""
+BESIDE_SD = 2.0
+"""How far a PCIe node's compute may slow beside its collectives from the slowdown priced (log of
+its slowdown s over the priced 18.9 %; the step pays s / (1 + s) of the traffic the compute
+hides). Published overlaps span all of it: Lee et al.'s workloads from no slowdown to 40 %
+(arXiv 2507.03114); a GEMM beside an all-gather on an H100 at 47 % MFU instead of 80 % (NVIDIA
+developer forums, "Compute-Communication Overlap Causes Severe GEMM Performance Degradation
+because of Tail Effect": s = 0.70); and FSDP whose collectives overlapped nothing: its
+all-gathers on LUMI's nodes (allenai/OLMo issue 386) and across A100 nodes (pytorch/pytorch
+issue 106177), its reduce-scatters under CUDA_DEVICE_MAX_CONNECTIONS=1 (verl-project/verl-omni
+issue 421). Over PCIe without peer-to-peer NCCL stages every chunk through host memory, a path
+none of them measured. 2.0 puts s = 9.5 (0.9 of the hidden traffic paid) and s = 0.004 (all of
+it hidden) at 1.96 spreads. A node's multi-GPU rows tell it apart from the link: a row whose
+compute outlasts its traffic shows the slowdown, one whose traffic outlasts its compute shows
+the link. No throughput table fitted it."""
 DATASHEET_DEVICE = Prior(
     shift_sd=0.35,
     spread=OFF_SOURCE_WITHIN,
@@ -196,7 +222,9 @@ def prior_for(device: str, fitted_framework: bool = True) -> Prior:
         return FITTED_DEVICE if fitted_framework else OTHER_FRAMEWORK
     if device == CPU or not device:
         return UNPRICED_DEVICE
-    return dataclasses.replace(DATASHEET_DEVICE, link_sd=link_sd_of(device))
+    link = link_sd_of(device)
+    beside = BESIDE_SD if link == LINK_SD_PCIE else 0.0  # NVLink's collectives are over quickly
+    return dataclasses.replace(DATASHEET_DEVICE, link_sd=link, beside_sd=beside)
 
 
 def link_sd_of(device: str) -> float:
@@ -246,21 +274,42 @@ class Calibration:
     subgroups: tuple[str, ...] = ()
     subgroup_sd: float = 0.0
     freedom: float = math.inf
-    attention_sd: float = 0.0  # above 0: the last factor (but the link's) is the attention's
-    link_sd: float = 0.0  # above 0: the last factor is the link's (log of its time's factor)
+    attention_sd: float = 0.0  # above 0: the last factor but the collectives' is the attention's
+    link_sd: float = 0.0  # above 0: a factor after the attention's is the link's (log time)
+    beside_sd: float = 0.0  # above 0: the last factor is the slowdown beside the link's traffic
+
+    @property
+    def _collectives(self) -> int:
+        """How many factors end `mean` that act on the collectives alone: the link's, then the
+        compute's slowdown beside them."""
+        return (self.link_sd > 0) + (self.beside_sd > 0)
 
     @property
     def attention_factor(self) -> float:
         """The attention kernel's rate the device's rows show over the priced one's (1: none)."""
         if self.attention_sd <= 0:
             return 1.0
-        return math.exp(self.mean[len(self.mean) - 1 - (self.link_sd > 0)])
+        return math.exp(self.mean[len(self.mean) - 1 - self._collectives])
 
     @property
     def link_factor(self) -> float:
         """The bus bandwidth the device's collectives within a node reach over the one the
         device table prices (1: no rows told it otherwise, or no link factor)."""
-        return math.exp(-self.mean[-1]) if self.link_sd > 0 else 1.0
+        if self.link_sd <= 0:
+            return 1.0
+        return math.exp(-self.mean[len(self.mean) - self._collectives])
+
+    @property
+    def beside_factor(self) -> float:
+        """How much slower the compute runs beside the collectives than the slowdown priced, as
+        the device's rows show (1: no rows told it otherwise, or no such factor)."""
+        return math.exp(self.mean[-1]) if self.beside_sd > 0 else 1.0
+
+    @property
+    def overlapped_share(self) -> float:
+        """The share of the traffic the compute can hide that it hides, the compute slowed
+        beside it as the rows show: 1 / (1 + s) (parts.exposed)."""
+        return 1 / (1 + COMPUTE_SLOWDOWN_BESIDE_COLLECTIVES * self.beside_factor)
 
     def _quadratic(self, weights: dict[int, float]) -> float:
         return sum(
@@ -297,7 +346,7 @@ class Calibration:
             else:
                 unseen[min(level, 1)] += sd**2
             offset += len(names)
-        last = len(self.mean) - 1 - (self.link_sd > 0)
+        last = len(self.mean) - 1 - self._collectives
         device = {i: 1.0 for i in index if i <= len(self.methods)}
         if self.attention_sd > 0 and share:
             device[last] = share
@@ -305,24 +354,36 @@ class Calibration:
         mean = sum(self.mean[i] * w for i, w in weights.items())
         if self.link_sd > 0:
             compute = mean
-            mean, by_compute, _ = log_gain(parts, compute, self.mean[-1])
-            by_link = self._link_slope(parts, compute, mean)
-            device = {i: w * by_compute for i, w in device.items()} | {last + 1: by_link}
+            mean, by_compute, _, _ = log_gain(parts, compute, *self._collective_factors())
+            slopes = {
+                i: self._slope(parts, compute, mean, i) for i in range(last + 1, len(self.mean))
+            }
+            device = {i: w * by_compute for i, w in device.items()} | slopes
             weights = {i: w * by_compute for i, w in weights.items()} | device
         known = self._quadratic(device)
         carried = max(self._quadratic(weights) - known, 0.0) + unseen[1] + self.spread**2
         return mean, known + unseen[0], carried
 
-    def _link_slope(self, parts: StepParts | None, compute: float, gain: float) -> float:
-        """The gain's slope in the link's factor as the interval sees it: a secant over the
-        factor's 95 % reach, on the steeper side. Where the compute hides the traffic at the
-        estimate the local slope is near 0, yet a link slower within its spread exposes it: the
-        delta method's slope would call such a configuration certain of its link."""
-        reach = LINK_REACH * math.sqrt(max(self.covariance[-1][-1], 0.0))
+    def _collective_factors(self, moved: int = -1, by: float = 0.0) -> tuple[float, float]:
+        """The link's and the slowdown's log factors (0 where there is none), the one at index
+        `moved` of `mean` moved `by`."""
+        found = [self.mean[i] + (by if i == moved else 0.0) for i in range(len(self.mean))]
+        found = found[len(found) - self._collectives :] + [0.0] * (2 - self._collectives)
+        return found[0], found[1]
+
+    def _slope(self, parts: StepParts | None, compute: float, gain: float, index: int) -> float:
+        """The gain's slope in the collectives' factor at `index` (the link's, the slowdown's)
+        as the interval sees it: a secant over the factor's 95 % reach, on the steeper side.
+        Where the compute hides the traffic at the estimate the local slope is near 0, yet a
+        link slower within its spread exposes it: the delta method's slope would call such a
+        configuration certain of its link."""
+        reach = LINK_REACH * math.sqrt(max(self.covariance[index][index], 0.0))
         if parts is None or parts.link is None or reach <= 0:
             return 0.0
-        link = self.mean[-1]
-        moved = (abs(log_gain(parts, compute, link + side)[0] - gain) for side in (reach, -reach))
+        moved = (
+            abs(log_gain(parts, compute, *self._collective_factors(index, side))[0] - gain)
+            for side in (reach, -reach)
+        )
         return -max(moved) / reach
 
     def factor(
@@ -368,6 +429,12 @@ class _Levels:
     subgroups: list[str]
     attention: bool = False
     link: bool = False
+    beside: bool = False
+
+    @property
+    def collectives(self) -> int:
+        """How many factors after the design's columns act on the collectives alone."""
+        return self.link + self.beside
 
     @classmethod
     def of(cls, rows: Sequence[Row], prior: Prior) -> _Levels:
@@ -380,6 +447,7 @@ class _Levels:
             named((r.subgroup for r in rows), prior.subgroup_sd),
             prior.attention_sd > 0,
             prior.link_sd > 0,
+            prior.link_sd > 0 and prior.beside_sd > 0,
         )
 
     def columns(self, rows: Sequence[Row]) -> Array:
@@ -420,6 +488,7 @@ class _Levels:
             + [prior.subgroup_sd] * len(self.subgroups)
             + [prior.attention_sd] * self.attention
             + [prior.link_sd] * self.link
+            + [prior.beside_sd] * self.beside
         )
 
 
@@ -435,23 +504,27 @@ class _Fit:
     y: Array
 
 
-def log_gain(parts: StepParts | None, compute: float, link: float) -> tuple[float, float, float]:
+def log_gain(
+    parts: StepParts | None, compute: float, link: float, beside: float = 0.0
+) -> tuple[float, float, float, float]:
     """The log of measured over predicted throughput of a step split as `parts` (shares of its
-    seconds) were its compute's log rate `compute` above the priced one and its collectives'
-    log time `link` above theirs; and its derivatives in `compute` and `link`. Without
-    collectives within the node it is `compute`."""
+    seconds) were its compute's log rate `compute` above the priced one, its collectives' log
+    time `link` above theirs and the compute's log slowdown beside them `beside` above the
+    priced one; and its derivatives in `compute`, `link` and `beside`. Without collectives
+    within the node it is `compute`."""
     if parts is None or parts.link is None or parts.seconds <= 0:
-        return compute, 1.0, 0.0
+        return compute, 1.0, 0.0, 0.0
     shares = parts.shares()
 
-    def gain(c: float, ell: float) -> float:
-        return -math.log(shares.seconds_at(math.exp(-c), math.exp(ell)))
+    def gain(c: float, ell: float, b: float) -> float:
+        return -math.log(shares.seconds_at(math.exp(-c), math.exp(ell), math.exp(b)))
 
     h = 1e-6
     return (
-        gain(compute, link),
-        (gain(compute + h, link) - gain(compute - h, link)) / (2 * h),
-        (gain(compute, link + h) - gain(compute, link - h)) / (2 * h),
+        gain(compute, link, beside),
+        (gain(compute + h, link, beside) - gain(compute - h, link, beside)) / (2 * h),
+        (gain(compute, link + h, beside) - gain(compute, link - h, beside)) / (2 * h),
+        (gain(compute, link, beside + h) - gain(compute, link, beside - h)) / (2 * h),
     )
 
 
@@ -463,18 +536,22 @@ LINK_ITERATIONS = 30
 it); they converge in a few."""
 
 
-def _linearised(rows: Sequence[Row], x: Array, theta: Array, link: bool) -> tuple[Array, Array]:
+def _linearised(
+    rows: Sequence[Row], x: Array, theta: Array, collectives: int
+) -> tuple[Array, Array]:
     """Each row's log gain linearised about the factors `theta`: its Jacobian, and the
-    gain less the Jacobian times `theta`. Without a link factor the gain is linear: x."""
-    if not link:
+    gain less the Jacobian times `theta`. `collectives`: how many factors after x's columns act
+    on the collectives (the link's, then the slowdown's). Without them the gain is linear: x."""
+    if not collectives:
         return x, np.zeros(len(rows))
     width = x.shape[1]
     compute = x @ theta[:width]
-    jacobian, gains = np.zeros((len(rows), width + 1)), np.zeros(len(rows))
+    link, beside = [float(v) for v in theta[width:]] + [0.0] * (2 - collectives)
+    jacobian, gains = np.zeros((len(rows), width + collectives)), np.zeros(len(rows))
     for i, row in enumerate(rows):
-        gains[i], by_compute, by_link = log_gain(row.parts, float(compute[i]), float(theta[width]))
+        gains[i], by_compute, *by_collectives = log_gain(row.parts, float(compute[i]), link, beside)
         jacobian[i, :width] = x[i] * by_compute
-        jacobian[i, width] = by_link
+        jacobian[i, width:] = by_collectives[:collectives]
     return jacobian, gains - jacobian @ theta
 
 
@@ -489,16 +566,18 @@ def _posterior(rows: Sequence[Row], levels: _Levels, prior: Prior) -> _Fit:
     theta = np.zeros(len(prior_precision))
 
     def loss(at: Array) -> float:
-        jacobian, offset = _linearised(rows, x, at, levels.link)
+        jacobian, offset = _linearised(rows, x, at, levels.collectives)
         misfit = y - offset - jacobian @ at
         return float((weights * misfit**2).sum() + at @ prior_precision @ at)
 
-    for _ in range(LINK_ITERATIONS if levels.link else 1):
-        jacobian, offset = _linearised(rows, x, theta, levels.link)
+    for _ in range(LINK_ITERATIONS if levels.collectives else 1):
+        jacobian, offset = _linearised(rows, x, theta, levels.collectives)
         target = y - offset
         covariance = np.linalg.inv(prior_precision + (jacobian.T * weights) @ jacobian)
         found = covariance @ (jacobian.T @ (weights * target))
-        if levels.link:  # halved until it lowers the loss: the gain bends where traffic shows
+        if (
+            levels.collectives
+        ):  # halved until it lowers the loss: the gain bends where traffic shows
             for _ in range(20):
                 if loss(found) <= loss(theta) + 1e-12:
                     break
@@ -561,6 +640,7 @@ def calibrate(device: str, rows: Iterable[Row], prior: Prior | None = None) -> C
         math.inf if prior.known_spreads else prior.weight + len(kept),
         prior.attention_sd,
         prior.link_sd,
+        prior.beside_sd if levels.beside else 0.0,
     )
 
 

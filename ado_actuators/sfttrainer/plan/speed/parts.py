@@ -57,11 +57,19 @@ class LinkTraffic:
     cover_seconds: float = 0.0
     waiting_seconds: float = 0.0  # the compute waits for all of it (FSDP under reentrant recompute)
 
-    def exposed_seconds(self, compute: float = 1.0, link: float = 1.0) -> float:
-        """Seconds the collectives add to the step were the compute `compute` times and the
-        traffic `link` times what was priced."""
-        pooled = exposed(self.traffic_seconds * link, self.overlap_seconds * compute, self.units)
-        serial = exposed(self.serial_seconds * link, self.cover_seconds * compute, self.units)
+    def exposed_seconds(
+        self, compute: float = 1.0, link: float = 1.0, beside: float = 1.0
+    ) -> float:
+        """Seconds the collectives add to the step were the compute `compute` times, the
+        traffic `link` times and the compute's slowdown beside the traffic `beside` times what
+        was priced."""
+        slowdown = COMPUTE_SLOWDOWN_BESIDE_COLLECTIVES * beside
+        pooled = exposed(
+            self.traffic_seconds * link, self.overlap_seconds * compute, self.units, slowdown
+        )
+        serial = exposed(
+            self.serial_seconds * link, self.cover_seconds * compute, self.units, slowdown
+        )
         return pooled + serial + self.waiting_seconds * link
 
     def scaled(self, factor: float) -> LinkTraffic:
@@ -95,10 +103,10 @@ class StepParts:
     def seconds(self) -> float:
         return self.compute_seconds + self.comm_seconds
 
-    def seconds_at(self, compute: float = 1.0, link: float = 1.0) -> float:
-        """The step's seconds were its compute `compute` times and its link's traffic `link`
-        times what was priced."""
-        moved = self.link.exposed_seconds(compute, link) if self.link else 0.0
+    def seconds_at(self, compute: float = 1.0, link: float = 1.0, beside: float = 1.0) -> float:
+        """The step's seconds were its compute `compute` times, its link's traffic `link` times
+        and the compute's slowdown beside that traffic `beside` times what was priced."""
+        moved = self.link.exposed_seconds(compute, link, beside) if self.link else 0.0
         return self.compute_seconds * compute + moved
 
     def shares(self) -> StepParts:
