@@ -50,9 +50,12 @@ def _device_block(output: str, device: str) -> list[str]:
     start = next(i for i, line in enumerate(lines) if line.startswith(f"{device}:"))
     block = [lines[start]]
     for line in lines[start + 1 :]:
-        if not line.startswith("  "):
+        if line.startswith("    "):  # the device's line, wrapped
+            block[0] += " " + line.strip()
+        elif line.startswith("  "):
+            block.append(line)
+        else:
             break
-        block.append(line)
     return block
 
 
@@ -76,6 +79,8 @@ def test_measured_rows_calibrate_their_device_and_narrow_their_own_group_most(tm
     a100 = _device_block(result.output, A100)
     assert a100[0] == f"{A100}: no measured row, the speed model alone"
     assert len(h100) == len(a100) == 1 + 4  # every configuration of the device, once
+    section = result.output[result.output.index("Calibrated on ") :].splitlines()[1:]
+    assert max(len(line) for line in section) <= 88  # a device's long line wraps
 
     def spread(line: str) -> float:
         low, high = re.findall(r"\(([\d,]+)-([\d,]+)\)$", line)[0]

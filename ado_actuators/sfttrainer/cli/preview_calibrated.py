@@ -5,10 +5,15 @@ interval. Every figure is a prediction."""
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 
 from ado_actuators.sfttrainer.catalog.experiments import short_name
 from ado_actuators.sfttrainer.space.calibrated import CalibratedRow, Calibration
+
+LINE = 88
+"""Columns a device's line is wrapped at; its configurations' lines are indented two spaces,
+its continuation four."""
 
 
 def _configuration(line: CalibratedRow) -> str:
@@ -46,7 +51,8 @@ def lines(
         mine = [line for line in rows if line.device == device and line.interval is not None]
         if not mine:
             continue
-        found.append(_device_line(device, calibration))
+        # wrapped where a terminal (and the docs' code blocks) would, under the device's name
+        found += textwrap.wrap(_device_line(device, calibration), LINE, subsequent_indent="    ")
         for line in mine:
             i = line.interval
             assert i is not None
