@@ -448,9 +448,15 @@ def test_the_speed_check_reads_the_entity_and_config_json():
     # H100, one node, 4k tokens: the regime's validated error, and where it comes from
     assert found.notes[0].startswith("regime validated (NVIDIA-H100-80GB-HBM3, up to 8k tokens)")
     assert "public runs nothing was fitted on" in found.notes[0]
-    # an L40S: no public run of it was at hand, and the row says so
-    l40s = predicted(values.model_copy(update={"gpu_model": "NVIDIA-L40S"}))
+    # an L40S: no public run of it was at hand, and the row says so; over several GPUs its
+    # PCIe link's regime was validated on another PCIe device's runs, and the row says which
+    l40s = predicted(values.model_copy(update={"gpu_model": "NVIDIA-L40S", "number_gpus": 1}))
     assert l40s.notes[0].startswith("regime not validated")
+    two = predicted(values.model_copy(update={"gpu_model": "NVIDIA-L40S"}))
+    assert two.notes[0].startswith("regime validated (several GPUs over PCIe, one node)")
+    assert "L40 table, its 2-GPU runs" in two.notes[0]
+    nvlink = predicted(values.model_copy(update={"gpu_model": "NVIDIA-A100-SXM4-40GB"}))
+    assert "over PCIe" not in nvlink.notes[0]
     cpu = predicted(values.model_copy(update={"number_gpus": 0}))
     assert cpu.step is None and "CPUs" in cpu.skipped
     unknown = predicted(values.model_copy(update={"gpu_model": "Quantum-9"}))

@@ -12,6 +12,7 @@ import dataclasses
 from ado_actuators.sfttrainer.plan.model.mamba import mamba_layers
 from ado_actuators.sfttrainer.plan.model.shape import language_config
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
+from ado_actuators.sfttrainer.plan.speed.devices import device_named
 from ado_actuators.sfttrainer.plan.speed.experts import Experts
 from ado_actuators.sfttrainer.plan.speed.mamba import HYBRID_NOT_VALIDATED
 from ado_actuators.sfttrainer.plan.speed.step_time import REFERENCE, gpus, nodes
@@ -84,6 +85,13 @@ VALIDATED: dict[str, Validated] = {
     "NVIDIA-L40, one node": Validated(
         0.174, 20, "fms-acceleration's L40 table (Mistral, Mixtral; 1 and 2 GPUs)"
     ),
+    "several GPUs over PCIe, one node": Validated(
+        0.185,
+        12,
+        "fms-acceleration's L40 table, its 2-GPU runs: Mistral-7B and Mixtral under FSDP over "
+        "PCIe without peer-to-peer, every one predicted too slow as an L40 (3.5 % read as the "
+        "L40S-class GPUs their speed says they were)",
+    ),
 }
 """Written from benchmarks/throughput_validation.py's output (docs/benchmarks/throughput.md
 records its date and commit). PEFT's L40S runs (one GPU, about 840 tokens a micro-batch) test the
@@ -134,6 +142,22 @@ def experts_validated_note(experts: Experts, configuration: TrainingConfiguratio
     )
 
 
+PCIE_SEVERAL_GPUS = "several GPUs over PCIe, one node"
+"""The regime of FSDP or DDP over a node's PCIe link, any PCIe device's: what the collectives
+cost over it, the part a device's own figures do not say."""
+
+
+def _over_pcie(configuration: TrainingConfiguration, gpu_model: str) -> bool:
+    """Whether `configuration` runs several GPUs of one node whose link is PCIe (the device
+    table's `link`)."""
+    if nodes(configuration) > 1 or gpus(configuration) < 2:
+        return False
+    try:
+        return device_named(gpu_model).link_kind == "pcie"
+    except KeyError:
+        return False
+
+
 def regime(configuration: TrainingConfiguration, gpu_model: str) -> tuple[str, ...]:
     """The regimes `configuration` on `gpu_model` belongs to, most specific first."""
     spread = "several nodes" if nodes(configuration) > 1 else "one node"
@@ -141,7 +165,8 @@ def regime(configuration: TrainingConfiguration, gpu_model: str) -> tuple[str, .
     length = "16k tokens and longer" if tokens >= 16384 else "up to 8k tokens"
     if nodes(configuration) > 1:  # the network dominates what is left to know
         return (f"{gpu_model}, {spread}", f"{gpu_model}, {length}", spread, length)
-    return (f"{gpu_model}, {length}", f"{gpu_model}, {spread}", length, spread)
+    pcie = (PCIE_SEVERAL_GPUS,) if _over_pcie(configuration, gpu_model) else ()
+    return (f"{gpu_model}, {length}", f"{gpu_model}, {spread}", *pcie, length, spread)
 
 
 def validated_note(
