@@ -47,7 +47,8 @@ NODES = {  # label: (compute time, link time, slowdown beside the collectives), 
 
 
 def rows_by_device() -> dict[str, list[PreviewRow]]:
-    """The grid's rows predicted to fit, with a speed and its split, by device."""
+    """The grid's rows predicted to fit, with a speed and its split, by device: the rows the
+    CLI builds (its own reading of the space file and the default settings)."""
     previewed, _ = _rows(SPACE, None)
     found: dict[str, list[PreviewRow]] = {}
     for r in previewed:

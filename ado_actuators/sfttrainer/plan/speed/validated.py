@@ -25,6 +25,11 @@ class Validated:
     data: str  # what it was validated on
 
 
+PCIE_SEVERAL_GPUS = "several GPUs over PCIe, one node"
+"""The regime of FSDP or DDP over a node's PCIe link, any PCIe device's: what the collectives
+cost over it, the part a device's own figures do not say."""
+
+
 FITTED_ON = Validated(
     median_error=0.031,
     runs=244,
@@ -85,7 +90,7 @@ VALIDATED: dict[str, Validated] = {
     "NVIDIA-L40, one node": Validated(
         0.174, 20, "fms-acceleration's L40 table (Mistral, Mixtral; 1 and 2 GPUs)"
     ),
-    "several GPUs over PCIe, one node": Validated(
+    PCIE_SEVERAL_GPUS: Validated(
         0.185,
         12,
         "fms-acceleration's L40 table, its 2-GPU runs: Mistral-7B and Mixtral under FSDP over "
@@ -140,11 +145,6 @@ def experts_validated_note(experts: Experts, configuration: TrainingConfiguratio
         f"mixture of experts validated: {found.median_error:.1%} median error on {found.runs} "
         f"public run(s) run as this one's experts are ({found.data})"
     )
-
-
-PCIE_SEVERAL_GPUS = "several GPUs over PCIe, one node"
-"""The regime of FSDP or DDP over a node's PCIe link, any PCIe device's: what the collectives
-cost over it, the part a device's own figures do not say."""
 
 
 def _over_pcie(configuration: TrainingConfiguration, gpu_model: str) -> bool:
