@@ -79,7 +79,7 @@ def as_row(row: PreviewRow, figure: float) -> Row:
 
 
 def score(
-    rows: list[PreviewRow], node: tuple[float, float, float], prior: Prior
+    device: str, rows: list[PreviewRow], node: tuple[float, float, float], prior: Prior
 ) -> tuple[float, float, float]:
     """(uncalibrated median |error|, calibrated median |error|, share inside the 95 % interval)
     over DRAWS draws of four LoRA rows."""
@@ -92,7 +92,7 @@ def score(
         picked: list[PreviewRow] = []
         for gpus in (1, 2, 4, rng.choice((1, 2, 4))):
             picked.append(rng.choice([r for r in lora if r.gpus == gpus and r not in picked]))
-        found = calibrate(prior_device(rows), [as_row(r, truth[id(r)]) for r in picked], prior)
+        found = calibrate(device, [as_row(r, truth[id(r)]) for r in picked], prior)
         for r in rows:
             if r in picked:
                 continue
@@ -113,10 +113,6 @@ def score(
     return statistics.median(before), statistics.median(errors), sum(inside) / len(inside)
 
 
-def prior_device(rows: list[PreviewRow]) -> str:
-    return device_of(rows[0].effective or rows[0].entity)
-
-
 def main() -> int:
     met, by_device = True, rows_by_device()
     for device in DEVICES:
@@ -124,8 +120,9 @@ def main() -> int:
         every = prior_for(device)
         print(f"{device}: {len(rows)} rows that fit, four LoRA rows measured, {DRAWS} draws")
         for label, node in NODES.items():
-            before, error, inside = score(rows, node, every)
-            _, plain, plain_inside = score(rows, node, dataclasses.replace(every, beside_sd=0.0))
+            before, error, inside = score(device, rows, node, every)
+            without = dataclasses.replace(every, beside_sd=0.0)
+            _, plain, plain_inside = score(device, rows, node, without)
             met &= error <= 0.08 and inside >= 0.90
             print(
                 f"  {label:38} uncalibrated {before:5.1%}; calibrated {error:5.1%}, inside "

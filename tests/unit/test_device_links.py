@@ -14,7 +14,7 @@ from ado_actuators.sfttrainer.plan.model.training import (
     Parallelism,
     TrainingConfiguration,
 )
-from ado_actuators.sfttrainer.plan.speed.devices import Device, device_named
+from ado_actuators.sfttrainer.plan.speed.devices import Device, device_named, link_kind_of
 from ado_actuators.sfttrainer.plan.speed.step_time import (
     FITTED,
     NCCL_LINK_SHARE,
@@ -65,6 +65,18 @@ def test_every_device_states_its_link_with_a_cited_source(name, entry):
         assert link.derived
     else:  # NVLink keeps the share rule the A100 fit was made with
         assert link.bus_gbps is None
+
+
+def test_a_link_s_kind_is_read_as_the_device_takes_it():
+    for name in peak_table():  # aliases too
+        try:
+            expected = device_named(name).link_kind
+        except KeyError:  # listed without bandwidths: no device, still a kind
+            continue
+        assert link_kind_of(name) == expected, name
+    assert link_kind_of("NVIDIA-L40S") == "pcie"
+    assert link_kind_of("NVIDIA-A100-SXM4-80GB") == "nvlink"
+    assert link_kind_of("Quantum-9") is None and link_kind_of(None) is None
 
 
 def test_the_host_s_share_caps_the_link_with_many_gpus():

@@ -64,7 +64,7 @@ from statistics import NormalDist
 import numpy as np
 import numpy.typing as npt
 
-from ado_actuators.sfttrainer.plan.speed.devices import REFERENCE_NAME, device_named
+from ado_actuators.sfttrainer.plan.speed.devices import REFERENCE_NAME, link_kind_of
 from ado_actuators.sfttrainer.plan.speed.parts import COMPUTE_SLOWDOWN_BESIDE_COLLECTIVES, StepParts
 from ado_actuators.sfttrainer.space.groups import CPU
 from ado_actuators.sfttrainer.stats.interval import COVERAGE, Interval, t_quantile
@@ -222,19 +222,11 @@ def prior_for(device: str, fitted_framework: bool = True) -> Prior:
         return FITTED_DEVICE if fitted_framework else OTHER_FRAMEWORK
     if device == CPU or not device:
         return UNPRICED_DEVICE
-    link = link_sd_of(device)
-    beside = BESIDE_SD if link == LINK_SD_PCIE else 0.0  # NVLink's collectives are over quickly
-    return dataclasses.replace(DATASHEET_DEVICE, link_sd=link, beside_sd=beside)
-
-
-def link_sd_of(device: str) -> float:
-    """The spread of the device's link factor by its link's kind (LINK_SD_PCIE, LINK_SD_NVLINK);
-    a device the table lacks, the wider."""
-    try:
-        kind = device_named(device).link_kind
-    except KeyError:
-        return LINK_SD_PCIE
-    return LINK_SD_NVLINK if kind == "nvlink" else LINK_SD_PCIE
+    # by the link's kind; a device the table lacks as PCIe, the wider. NVLink's collectives are
+    # over in a few % of a step: no overlap to learn there
+    if link_kind_of(device) == "nvlink":
+        return dataclasses.replace(DATASHEET_DEVICE, link_sd=LINK_SD_NVLINK)
+    return dataclasses.replace(DATASHEET_DEVICE, link_sd=LINK_SD_PCIE, beside_sd=BESIDE_SD)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -367,9 +359,10 @@ class Calibration:
     def _collective_factors(self, moved: int = -1, by: float = 0.0) -> tuple[float, float]:
         """The link's and the slowdown's log factors (0 where there is none), the one at index
         `moved` of `mean` moved `by`."""
-        found = [self.mean[i] + (by if i == moved else 0.0) for i in range(len(self.mean))]
-        found = found[len(found) - self._collectives :] + [0.0] * (2 - self._collectives)
-        return found[0], found[1]
+        start = len(self.mean) - self._collectives
+        found = [self.mean[i] + (by if i == moved else 0.0) for i in range(start, len(self.mean))]
+        link, beside = found + [0.0] * (2 - len(found))
+        return link, beside
 
     def _slope(self, parts: StepParts | None, compute: float, gain: float, index: int) -> float:
         """The gain's slope in the collectives' factor at `index` (the link's, the slowdown's)

@@ -194,6 +194,15 @@ def device_named(
     )
 
 
+def link_kind_of(gpu_model: str | None) -> str | None:
+    """The kind of `gpu_model`'s link within a node as metrics/gpu_peaks.yaml lists it (none
+    listed: NVLink's, as `device_named` takes it); None where the table lacks the device."""
+    entry = peak_table().get(gpu_model or "")
+    if entry is None:
+        return None
+    return entry.link.kind if entry.link is not None else Device.link_kind
+
+
 def _link(entry: GpuPeak, stated_gbps: float | None) -> dict[str, Any]:
     """The Device fields of the entry's intra-node link (none listed: NVLink's rule); a figure
     the user states is taken as given, with no host cap: it is what their node reaches."""

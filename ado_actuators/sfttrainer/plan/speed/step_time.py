@@ -568,9 +568,9 @@ class FsdpTraffic(NamedTuple):
     """Seconds of FSDP's collectives per micro-batch (`_fsdp_traffic`): in all, the share of the
     compute they can run beside, and among them the forward's all-gathers and `waited`.
 
-    `waited`, what the compute waits for in full: where a unit runs inside a
-    reentrant checkpoint (`inside_reentrant_checkpoint`), in each micro-batch that reduces its
-    gradients, a gather of each unit and the reduce-scatters of the node's link; elsewhere none.
+    `waited`, what the compute waits for in full: where a unit runs inside a reentrant
+    checkpoint (`inside_reentrant_checkpoint`), in each micro-batch that reduces its gradients,
+    a gather of each unit and the reduce-scatters of the node's link; elsewhere none.
 
     FSDP prefetches a unit's backward gather from the pre-backward hook of the unit after it,
     and only for a unit whose forward registered one; inside a reentrant checkpoint the forward
@@ -592,13 +592,12 @@ def _fsdp_traffic(
 ) -> FsdpTraffic:
     """Seconds of collectives per micro-batch, the share of the compute they overlap, the
     seconds of the forward's all-gathers and of what the compute waits for among them, by
-    sharding strategy. FULL_SHARD: two
-    all-gathers of the stored weights (forward, backward) and a reduce-scatter of the trainable
-    gradients, each (n - 1) / n * S over busbw (nccl-tests' convention,
-    `link_bytes_per_second`), beside the whole compute; a third where the units run inside a
-    reentrant checkpoint (`inside_reentrant_checkpoint`). SHARD_GRAD_OP keeps the weights
-    gathered from forward to backward: one all-gather. NO_SHARD keeps them whole: one
-    all-reduce of the gradients, 2 (n - 1) / n * S, beside the backward only (DDP's).
+    sharding strategy. FULL_SHARD: two all-gathers of the stored weights (forward, backward)
+    and a reduce-scatter of the trainable gradients, each (n - 1) / n * S over busbw
+    (nccl-tests' convention, `link_bytes_per_second`), beside the whole compute; a third where
+    the units run inside a reentrant checkpoint (`inside_reentrant_checkpoint`). SHARD_GRAD_OP
+    keeps the weights gathered from forward to backward: one all-gather. NO_SHARD keeps them
+    whole: one all-reduce of the gradients, 2 (n - 1) / n * S, beside the backward only (DDP's).
     HYBRID_SHARD shards within a node over its link, and all-reduces the gradient shards across
     nodes over the network, every device of a node at once.
 
@@ -630,11 +629,11 @@ def _fsdp_traffic(
 
 def inside_reentrant_checkpoint(configuration: TrainingConfiguration) -> bool:
     """FSDP's units over several GPUs, gathered in the backward (FULL_SHARD, HYBRID_SHARD), run
-    inside a reentrant
-    checkpoint: the release's model forward checkpoints each unit's call (transformers before
-    4.52). Each unit is then gathered twice in the backward, for its recompute and again for its
-    backward (its recomputed forward reshards it), with no prefetch (tests/fsdp_prefetch_probe.py;
-    a layer that checkpoints itself, 4.52 on, recomputes inside its gathered unit)."""
+    inside a reentrant checkpoint: the release's model forward checkpoints each unit's call
+    (transformers before 4.52). Each unit is then gathered twice in the backward, for its
+    recompute and again for its backward (its recomputed forward reshards it), with no prefetch
+    (tests/fsdp_prefetch_probe.py; a layer that checkpoints itself, 4.52 on, recomputes inside
+    its gathered unit)."""
     kernels, parallelism = configuration.kernels, configuration.parallelism
     return (
         parallelism.sharded

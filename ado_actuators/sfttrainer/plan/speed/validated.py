@@ -12,7 +12,7 @@ import dataclasses
 from ado_actuators.sfttrainer.plan.model.mamba import mamba_layers
 from ado_actuators.sfttrainer.plan.model.shape import language_config
 from ado_actuators.sfttrainer.plan.model.training import TrainingConfiguration
-from ado_actuators.sfttrainer.plan.speed.devices import device_named
+from ado_actuators.sfttrainer.plan.speed.devices import link_kind_of
 from ado_actuators.sfttrainer.plan.speed.experts import Experts
 from ado_actuators.sfttrainer.plan.speed.mamba import HYBRID_NOT_VALIDATED
 from ado_actuators.sfttrainer.plan.speed.step_time import REFERENCE, gpus, nodes
@@ -150,12 +150,8 @@ def experts_validated_note(experts: Experts, configuration: TrainingConfiguratio
 def _over_pcie(configuration: TrainingConfiguration, gpu_model: str) -> bool:
     """Whether `configuration` runs several GPUs of one node whose link is PCIe (the device
     table's `link`)."""
-    if nodes(configuration) > 1 or gpus(configuration) < 2:
-        return False
-    try:
-        return device_named(gpu_model).link_kind == "pcie"
-    except KeyError:
-        return False
+    one_node = nodes(configuration) == 1 and gpus(configuration) > 1
+    return one_node and link_kind_of(gpu_model) == "pcie"
 
 
 def regime(configuration: TrainingConfiguration, gpu_model: str) -> tuple[str, ...]:
